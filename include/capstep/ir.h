@@ -1,0 +1,188 @@
+// capstep IR: a small typed SSA program, the one type that flows through every
+// stage (capture, value_and_grad, with_adamw, interpreter, CUDA, StableHLO).
+//
+// Every primitive has exactly one output. Primitives follow the StableHLO op of
+// the same name, so that export is one op to one op.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace capstep {
+
+// ---- element types --------------------------------------------------------
+enum class DType : uint8_t { f32, f64, i32, i1 };
+
+const char* dtype_name(DType d);             // "f32", "f64", "i32", "i1"
+size_t dtype_size(DType d);                  // bytes per element (i1 stored as 1 byte)
+bool is_float(DType d);
+DType parse_dtype(const std::string& s);     // throws on unknown
+
+using Shape = std::vector<int64_t>;
+
+struct Type {
+  DType dtype = DType::f32;
+  Shape shape;
+
+  int rank() const { return static_cast<int>(shape.size()); }
+  int64_t numel() const;
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  std::string str() const;                   // "f32[4,16]" ; scalar "f32[]"
+  bool operator==(const Type& o) const { return dtype == o.dtype && shape == o.shape; }
+  bool operator!=(const Type& o) const { return !(*this == o); }
+};
+std::string shape_str(const Shape& s);        // "[4,16]"
+
+// ---- the single table of primitives -----------------------------------------
+// Adding a primitive here without its shape rule, VJP, host kernel, CUDA kernel
+// and StableHLO lowering is a compile error (-Werror=switch on every switch over
+// Op, none of which has a default).
+//
+//   X(enum name, text name, number of operands)
+#define CAPSTEP_PRIMITIVES(X)                                                  \
+  X(constant, "constant", 0)                                                   \
+  X(iota, "iota", 0)                                                           \
+  X(add, "add", 2)                                                             \
+  X(subtract, "subtract", 2)                                                   \
+  X(multiply, "multiply", 2)                                                   \
+  X(divide, "divide", 2)                                                       \
+  X(maximum, "maximum", 2)                                                     \
+  X(negate, "negate", 1)                                                       \
+  X(exponential, "exponential", 1)                                             \
+  X(log, "log", 1)                                                             \
+  X(tanh, "tanh", 1)                                                           \
+  X(rsqrt, "rsqrt", 1)                                                         \
+  X(sqrt, "sqrt", 1)                                                           \
+  X(compare, "compare", 2)                                                     \
+  X(select, "select", 3)                                                       \
+  X(convert, "convert", 1)                                                     \
+  X(broadcast_in_dim, "broadcast_in_dim", 1)                                   \
+  X(reshape, "reshape", 1)                                                     \
+  X(transpose, "transpose", 1)                                                 \
+  X(dot_general, "dot_general", 2)                                             \
+  X(reduce_sum, "reduce_sum", 1)                                               \
+  X(reduce_max, "reduce_max", 1)                                               \
+  X(gather_rows, "gather_rows", 2)                                             \
+  X(scatter_add_rows, "scatter_add_rows", 3)
+
+enum class Op : uint8_t {
+#define CAPSTEP_X(name, text, arity) name,
+  CAPSTEP_PRIMITIVES(CAPSTEP_X)
+#undef CAPSTEP_X
+};
+constexpr int kNumOps = 0
+#define CAPSTEP_X(name, text, arity) +1
+    CAPSTEP_PRIMITIVES(CAPSTEP_X)
+#undef CAPSTEP_X
+    ;
+
+const char* op_name(Op op);
+int op_arity(Op op);
+Op parse_op(const std::string& s);            // throws on unknown
+bool is_elementwise(Op op);                    // add..convert (same-shape operands)
+
+enum class Cmp : uint8_t { EQ, NE, LT, LE, GT, GE };
+const char* cmp_name(Cmp c);                   // "EQ", ...
+Cmp parse_cmp(const std::string& s);
+
+// Operation semantics (operands in order):
+//  constant()                      attrs.literal: 1 value (splat) or numel values,
+//                                  stored as double (exact for f32, i32, i1)
+//  iota()                          attrs.axis: values count along that axis
+//  add/subtract/multiply/divide/maximum(a, b)   same type
+//  negate/exponential/log/tanh/rsqrt/sqrt(a)    float types
+//  compare(a, b) -> i1             attrs.cmp
+//  select(pred i1, a, b)           pred has the shape of a and b
+//  convert(a) -> out.dtype         float<->float, float<->int, i1->any
+//  broadcast_in_dim(a)             attrs.dims[i] = output axis of operand axis i
+//                                  (strictly increasing); operand dim is 1 or equal
+//  reshape(a)                      same numel, row-major
+//  transpose(a)                    attrs.dims = permutation; out[i] = in[perm[i]]
+//  dot_general(a, b)               attrs.lhs_batch/rhs_batch/lhs_contract/rhs_contract;
+//                                  result dims: batch, lhs free (in order), rhs free
+//  reduce_sum/reduce_max(a)        attrs.dims = axes reduced (sorted, unique), removed
+//  gather_rows(table[N,...], idx i32[S...]) -> [S..., ...]   out[s] = table[idx[s]]
+//                                  index out of [0,N) is an error at run time
+//  scatter_add_rows(operand[N,...], idx i32[S...], upd[S...,...]) -> operand type
+//                                  out = operand; out[idx[s]] += upd[s]
+struct Attrs {
+  std::vector<double> literal;      // constant
+  int64_t axis = 0;                  // iota
+  Cmp cmp = Cmp::EQ;                 // compare
+  std::vector<int64_t> dims;         // broadcast_in_dim, transpose, reduce_*
+  std::vector<int64_t> lhs_batch, rhs_batch, lhs_contract, rhs_contract;  // dot_general
+  bool operator==(const Attrs& o) const;
+};
+
+// One equation: out = op(inputs...). Values are numbered densely in the Program.
+struct Eqn {
+  Op op;
+  std::vector<int> inputs;          // value ids
+  int out = -1;                      // value id
+  Attrs attrs;
+};
+
+struct NamedValue {
+  std::string name;
+  int value = -1;
+};
+
+// Output `output` is the updated version of input `input`: a backend may write
+// the output into the input's buffer (donation). StableHLO: tf.aliasing_output.
+struct Alias {
+  int output = -1;                   // index into Program::outputs
+  int input = -1;                    // index into Program::inputs
+  bool operator==(const Alias& o) const { return output == o.output && input == o.input; }
+};
+
+class Program {
+ public:
+  std::string name = "main";
+  std::vector<Type> types;           // type of each value id
+  std::vector<NamedValue> inputs;    // each input defines a value
+  std::vector<Eqn> eqns;             // in an order where operands come first
+  std::vector<NamedValue> outputs;   // any value (input, or equation output)
+  std::vector<Alias> aliases;
+
+  // Building helpers; they check types as they go (throw on error).
+  int add_input(const std::string& name, const Type& t);
+  int add_eqn(Op op, std::vector<int> inputs, Attrs attrs);  // infers type; returns value id
+  int add_eqn_typed(Op op, std::vector<int> inputs, Attrs attrs, const Type& out);
+  void add_output(const std::string& name, int value);
+
+  int input_index(const std::string& name) const;    // -1 if none
+  int output_index(const std::string& name) const;   // -1 if none
+  const Type& type(int value) const { return types.at(static_cast<size_t>(value)); }
+  const Type& input_type(int i) const { return type(inputs.at(static_cast<size_t>(i)).value); }
+  const Type& output_type(int i) const { return type(outputs.at(static_cast<size_t>(i)).value); }
+  int num_values() const { return static_cast<int>(types.size()); }
+};
+
+// The error every capstep check throws: a message a person can act on.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Shape rule of one primitive: the output type for these operand types, or an
+// Error naming the op and the shapes.
+Type infer_type(Op op, const std::vector<Type>& operands, const Attrs& attrs);
+
+// Checks the whole program: value ids in range and defined before use, each
+// equation's type equal to its shape rule, names unique, aliases well typed.
+// Throws Error naming the equation (index and text), the op and the shapes.
+void verify(const Program& p);
+
+// Human-readable, diffable text. One equation per line:
+//   %5 = dot_general(%3, %4) {lhs_contract=[1], rhs_contract=[0]} : f32[4,64]
+std::string to_text(const Program& p);
+std::string eqn_text(const Program& p, const Eqn& e);
+// Reads what to_text writes (round trip is exact, constants included).
+Program parse_text(const std::string& text);
+
+// Removes equations whose results no output needs; renumbers values densely.
+Program dead_code_eliminate(const Program& p);
+
+}  // namespace capstep

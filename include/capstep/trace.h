@@ -1,0 +1,131 @@
+// Capture: Tensor handles whose operators record equations into a Program.
+//
+//   capstep::Tracer tr;
+//   Tensor x = tr.input("x", {DType::f32, {4, 8}});
+//   Tensor loss = sum(x * x);            // records multiply, reduce_sum
+//   Program p = tr.finish({{"loss", loss}});
+//
+// Elementwise binary operators broadcast as NumPy does; the broadcast is made
+// explicit as broadcast_in_dim in the Program. Scalars (double) become constants
+// of the other operand's dtype.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "capstep/ir.h"
+
+namespace capstep {
+
+class Tracer;
+
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(Tracer* t, int id) : tracer_(t), id_(id) {}
+
+  Tracer* tracer() const { return tracer_; }
+  int id() const { return id_; }
+  bool valid() const { return tracer_ != nullptr; }
+  const Type& type() const;
+  DType dtype() const { return type().dtype; }
+  const Shape& shape() const { return type().shape; }
+  int rank() const { return type().rank(); }
+  int64_t dim(int axis) const;   // negative axis counts from the end
+
+ private:
+  Tracer* tracer_ = nullptr;
+  int id_ = -1;
+};
+
+class Tracer {
+ public:
+  Tracer() = default;
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+
+  Tensor input(const std::string& name, const Type& t);
+  // Records op(inputs) with its inferred type.
+  Tensor emit(Op op, const std::vector<Tensor>& inputs, Attrs attrs = {});
+  // Constants of the given type: a splat value, or numel values.
+  Tensor constant(const Type& t, std::vector<double> values);
+  Tensor scalar(double v, DType d = DType::f32) { return constant({d, {}}, {v}); }
+  Tensor full(const Shape& s, double v, DType d = DType::f32) { return constant({d, s}, {v}); }
+  Tensor iota(const Type& t, int64_t axis);
+
+  // Hands over the recorded program with these outputs (in order).
+  Program finish(const std::vector<std::pair<std::string, Tensor>>& outputs);
+  // The program as recorded so far (for transforms that keep tracing into it).
+  Program& program() { return prog_; }
+  const Program& program() const { return prog_; }
+
+ private:
+  Program prog_;
+};
+
+// ---- elementwise (NumPy broadcasting) --------------------------------------
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator/(double a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor rsqrt(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor compare(const Tensor& a, const Tensor& b, Cmp c);   // broadcasts; -> i1
+Tensor select(const Tensor& pred, const Tensor& a, const Tensor& b);  // broadcasts
+Tensor convert(const Tensor& a, DType to);
+
+// ---- shape ------------------------------------------------------------------
+// Broadcast to `shape` with NumPy rules (trailing alignment).
+Tensor broadcast_to(const Tensor& a, const Shape& shape);
+Tensor broadcast_in_dim(const Tensor& a, const Shape& shape, const std::vector<int64_t>& dims);
+Tensor reshape(const Tensor& a, const Shape& shape);   // one -1 allowed
+Tensor transpose(const Tensor& a, const std::vector<int64_t>& perm);
+Tensor swap_last2(const Tensor& a);
+
+// ---- contractions and reductions ------------------------------------------------
+struct DotDims {
+  std::vector<int64_t> lhs_batch, rhs_batch, lhs_contract, rhs_contract;
+};
+Tensor dot_general(const Tensor& a, const Tensor& b, const DotDims& d);
+// a[..., M, K] x b[K, N] or batched b[..., K, N] (equal leading dims).
+Tensor matmul(const Tensor& a, const Tensor& b);
+// Axes may be negative; keepdims keeps them as size 1.
+Tensor sum(const Tensor& a, std::vector<int64_t> axes, bool keepdims = false);
+Tensor sum(const Tensor& a);                 // all axes -> scalar
+Tensor max(const Tensor& a, std::vector<int64_t> axes, bool keepdims = false);
+Tensor mean(const Tensor& a, std::vector<int64_t> axes, bool keepdims = false);
+Tensor mean(const Tensor& a);
+
+// ---- rows ---------------------------------------------------------------------
+Tensor gather_rows(const Tensor& table, const Tensor& idx);
+Tensor scatter_add_rows(const Tensor& operand, const Tensor& idx, const Tensor& updates);
+
+// ---- composites, written from primitives ------------------------------------------
+Tensor softmax(const Tensor& x, int64_t axis = -1);
+Tensor log_softmax(const Tensor& x, int64_t axis = -1);
+Tensor gelu_tanh(const Tensor& x);
+// x * rsqrt(mean(x^2, -1) + eps) * gain
+Tensor rms_norm(const Tensor& x, const Tensor& gain, double eps = 1e-5);
+// Mean over positions of -log_softmax(logits)[target]; logits [..., V], targets i32[...].
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+// [T, T] additive mask: 0 on and below the diagonal, -1e9 above (dtype of the model).
+Tensor causal_mask(Tracer& tr, int64_t T, DType d = DType::f32);
+// Scaled dot-product attention with the causal mask. q, k, v: [B, H, T, Dh].
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v);
+
+}  // namespace capstep
