@@ -167,8 +167,14 @@ class Error : public std::runtime_error {
 };
 
 // Shape rule of one primitive: the output type for these operand types, or an
-// Error naming the op and the shapes.
+// Error naming the op and the shapes. Ops whose result type is part of the
+// equation (has_given_type: constant, iota, convert, broadcast_in_dim, reshape)
+// cannot be inferred: build them with Program::add_eqn_typed.
 Type infer_type(Op op, const std::vector<Type>& operands, const Attrs& attrs);
+bool has_given_type(Op op);
+// Checks a result type against the operands and attrs, for every op; throws
+// Error naming the op and the shapes.
+void check_type(Op op, const std::vector<Type>& operands, const Attrs& attrs, const Type& out);
 
 // Checks the whole program: value ids in range and defined before use, each
 // equation's type equal to its shape rule, names unique, aliases well typed.

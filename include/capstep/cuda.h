@@ -1,0 +1,57 @@
+// The CUDA executor: compiles a verified Program for the device once and runs
+// it many times. Built whenever the CUDA toolkit is present; at run time,
+// available() says whether a device is there, and why not.
+//
+// Lane 2 uses run(inputs): upload everything, run, download every output.
+// Lane 3 uses upload()/step()/download(): inputs stay resident in device
+// memory, and an output aliased to an input (Program::aliases) is written back
+// into that input's buffer, so parameters and moments never leave the device.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capstep/array.h"
+#include "capstep/ir.h"
+
+namespace capstep::cuda {
+
+// True when this build has the CUDA backend and a usable device is present.
+// Otherwise false, with the reason in *why ("built without CUDA",
+// "no CUDA device", "driver too old: ...").
+bool available(std::string* why = nullptr);
+// "NVIDIA H200 (sm_90, 139 GiB)" or the reason there is none.
+std::string device_description();
+
+struct Options {
+  bool tf32 = true;           // TF32 tensor cores for f32 dots
+  bool cuda_graph = true;     // capture the whole step once, replay it
+};
+
+class Executable {
+ public:
+  // Throws Error when no device is available or the program cannot be compiled.
+  explicit Executable(Program p, Options o = {});
+  ~Executable();
+  Executable(Executable&&) noexcept;
+  Executable& operator=(Executable&&) noexcept;
+
+  // Lane 2: uploads every input, runs, downloads every output.
+  std::vector<Array> run(const std::vector<Array>& inputs);
+
+  // Lane 3: resident inputs.
+  void upload(int input, const Array& a);          // into the input's device buffer
+  void step();                                     // run once on the resident inputs
+  void download_output(int output, Array& dst);    // an output to the host
+  void download_input(int input, Array& dst);      // an input's current contents
+
+  const Program& program() const;
+  size_t device_bytes() const;                     // all device memory held
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace capstep::cuda

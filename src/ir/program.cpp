@@ -1,0 +1,151 @@
+// Building a Program, checking it, and dead-code elimination.
+#include <unordered_set>
+
+#include "capstep/ir.h"
+
+namespace capstep {
+
+int Program::add_input(const std::string& nm, const Type& t) {
+  if (input_index(nm) >= 0) throw Error("input \"" + nm + "\" defined twice");
+  for (int64_t d : t.shape)
+    if (d < 0) throw Error("input \"" + nm + "\": negative dimension in " + t.str());
+  int id = num_values();
+  types.push_back(t);
+  inputs.push_back({nm, id});
+  return id;
+}
+
+int Program::add_eqn(Op op, std::vector<int> ins, Attrs attrs) {
+  std::vector<Type> ts;
+  for (int v : ins) {
+    if (v < 0 || v >= num_values())
+      throw Error(std::string(op_name(op)) + ": operand %" + std::to_string(v) + " is not a value of the program");
+    ts.push_back(types[static_cast<size_t>(v)]);
+  }
+  Type out = infer_type(op, ts, attrs);
+  int id = num_values();
+  types.push_back(out);
+  eqns.push_back({op, std::move(ins), id, std::move(attrs)});
+  return id;
+}
+
+int Program::add_eqn_typed(Op op, std::vector<int> ins, Attrs attrs, const Type& out) {
+  std::vector<Type> ts;
+  for (int v : ins) {
+    if (v < 0 || v >= num_values())
+      throw Error(std::string(op_name(op)) + ": operand %" + std::to_string(v) + " is not a value of the program");
+    ts.push_back(types[static_cast<size_t>(v)]);
+  }
+  check_type(op, ts, attrs, out);
+  int id = num_values();
+  types.push_back(out);
+  eqns.push_back({op, std::move(ins), id, std::move(attrs)});
+  return id;
+}
+
+void Program::add_output(const std::string& nm, int value) {
+  if (output_index(nm) >= 0) throw Error("output \"" + nm + "\" defined twice");
+  if (value < 0 || value >= num_values())
+    throw Error("output \"" + nm + "\": %" + std::to_string(value) + " is not a value of the program");
+  outputs.push_back({nm, value});
+}
+
+int Program::input_index(const std::string& nm) const {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].name == nm) return static_cast<int>(i);
+  return -1;
+}
+
+int Program::output_index(const std::string& nm) const {
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (outputs[i].name == nm) return static_cast<int>(i);
+  return -1;
+}
+
+void verify(const Program& p) {
+  const int n = p.num_values();
+  std::vector<char> defined(static_cast<size_t>(n), 0);
+  std::unordered_set<std::string> names;
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    const NamedValue& in = p.inputs[i];
+    if (in.name.empty()) throw Error("input " + std::to_string(i) + " has no name");
+    if (!names.insert(in.name).second) throw Error("input \"" + in.name + "\" defined twice");
+    if (in.value < 0 || in.value >= n)
+      throw Error("input \"" + in.name + "\": %" + std::to_string(in.value) + " is not a value of the program");
+    if (defined[static_cast<size_t>(in.value)]) throw Error("input \"" + in.name + "\": %" + std::to_string(in.value) + " defined twice");
+    defined[static_cast<size_t>(in.value)] = 1;
+  }
+  for (size_t k = 0; k < p.eqns.size(); ++k) {
+    const Eqn& e = p.eqns[k];
+    auto where = [&]() {
+      std::string s = "equation " + std::to_string(k) + " (%" + std::to_string(e.out) + " = " + op_name(e.op) + "(";
+      for (size_t j = 0; j < e.inputs.size(); ++j) s += (j ? ", %" : "%") + std::to_string(e.inputs[j]);
+      return s + "))";
+    };
+    if (e.out < 0 || e.out >= n) throw Error(where() + ": result is not a value of the program");
+    if (defined[static_cast<size_t>(e.out)]) throw Error(where() + ": %" + std::to_string(e.out) + " defined twice");
+    std::vector<Type> ts;
+    for (int v : e.inputs) {
+      if (v < 0 || v >= n || !defined[static_cast<size_t>(v)])
+        throw Error(where() + ": operand %" + std::to_string(v) + " is used before it is defined");
+      ts.push_back(p.types[static_cast<size_t>(v)]);
+    }
+    try {
+      check_type(e.op, ts, e.attrs, p.types[static_cast<size_t>(e.out)]);
+    } catch (const Error& err) {
+      throw Error(where() + ": " + err.what());
+    }
+    defined[static_cast<size_t>(e.out)] = 1;
+  }
+  std::unordered_set<std::string> onames;
+  for (const NamedValue& o : p.outputs) {
+    if (o.name.empty()) throw Error("an output has no name");
+    if (!onames.insert(o.name).second) throw Error("output \"" + o.name + "\" defined twice");
+    if (o.value < 0 || o.value >= n || !defined[static_cast<size_t>(o.value)])
+      throw Error("output \"" + o.name + "\": %" + std::to_string(o.value) + " is not defined");
+  }
+  std::vector<char> aliased_in(p.inputs.size(), 0), aliased_out(p.outputs.size(), 0);
+  for (const Alias& a : p.aliases) {
+    if (a.output < 0 || a.output >= static_cast<int>(p.outputs.size()) || a.input < 0 ||
+        a.input >= static_cast<int>(p.inputs.size()))
+      throw Error("alias output " + std::to_string(a.output) + " -> input " + std::to_string(a.input) +
+                  " is out of range");
+    const Type& ot = p.output_type(a.output);
+    const Type& it = p.input_type(a.input);
+    if (ot != it)
+      throw Error("alias output \"" + p.outputs[static_cast<size_t>(a.output)].name + "\" " + ot.str() +
+                  " -> input \"" + p.inputs[static_cast<size_t>(a.input)].name + "\" " + it.str() +
+                  ": types differ");
+    if (aliased_in[static_cast<size_t>(a.input)]++)
+      throw Error("input \"" + p.inputs[static_cast<size_t>(a.input)].name + "\" is aliased twice");
+    if (aliased_out[static_cast<size_t>(a.output)]++)
+      throw Error("output \"" + p.outputs[static_cast<size_t>(a.output)].name + "\" is aliased twice");
+  }
+}
+
+Program dead_code_eliminate(const Program& p) {
+  std::vector<char> live(static_cast<size_t>(p.num_values()), 0);
+  for (const NamedValue& o : p.outputs) live[static_cast<size_t>(o.value)] = 1;
+  for (size_t k = p.eqns.size(); k-- > 0;) {
+    const Eqn& e = p.eqns[k];
+    if (!live[static_cast<size_t>(e.out)]) continue;
+    for (int v : e.inputs) live[static_cast<size_t>(v)] = 1;
+  }
+  Program q;
+  q.name = p.name;
+  std::vector<int> remap(static_cast<size_t>(p.num_values()), -1);
+  for (const NamedValue& in : p.inputs) remap[static_cast<size_t>(in.value)] = q.add_input(in.name, p.type(in.value));
+  for (const Eqn& e : p.eqns) {
+    if (!live[static_cast<size_t>(e.out)]) continue;
+    Eqn ne{e.op, {}, q.num_values(), e.attrs};
+    for (int v : e.inputs) ne.inputs.push_back(remap[static_cast<size_t>(v)]);
+    q.types.push_back(p.type(e.out));
+    remap[static_cast<size_t>(e.out)] = ne.out;
+    q.eqns.push_back(std::move(ne));
+  }
+  for (const NamedValue& o : p.outputs) q.outputs.push_back({o.name, remap[static_cast<size_t>(o.value)]});
+  q.aliases = p.aliases;
+  return q;
+}
+
+}  // namespace capstep

@@ -1,0 +1,275 @@
+// The Program's text form: what a person reads and diffs, and what parse_text
+// reads back exactly (constants print with 17 significant digits, which round
+// trips every f64 and therefore every f32, i32 and i1 value).
+//
+//   program @main {
+//     input "x" %0 : f32[4,8]
+//     %1 = multiply(%0, %0) : f32[4,8]
+//     %2 = reduce_sum(%1) {dims=[0,1]} : f32[]
+//     output "loss" %2
+//     alias "x'" <- "x"
+//   }
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "capstep/ir.h"
+
+namespace capstep {
+namespace {
+
+std::string quote(const std::string& s) {
+  std::string r = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') r += '\\';
+    r += c;
+  }
+  return r + "\"";
+}
+
+std::string num(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string list(const std::vector<int64_t>& v) { return shape_str(v); }
+
+}  // namespace
+
+std::string eqn_text(const Program& p, const Eqn& e) {
+  std::ostringstream o;
+  o << '%' << e.out << " = " << op_name(e.op) << '(';
+  for (size_t i = 0; i < e.inputs.size(); ++i) o << (i ? ", %" : "%") << e.inputs[i];
+  o << ')';
+  const Attrs& a = e.attrs;
+  switch (e.op) {
+    case Op::constant: {
+      o << " {literal=[";
+      for (size_t i = 0; i < a.literal.size(); ++i) o << (i ? "," : "") << num(a.literal[i]);
+      o << "]}";
+      break;
+    }
+    case Op::iota: o << " {axis=" << a.axis << '}'; break;
+    case Op::compare: o << " {cmp=" << cmp_name(a.cmp) << '}'; break;
+    case Op::broadcast_in_dim: case Op::transpose: case Op::reduce_sum: case Op::reduce_max:
+      o << " {dims=" << list(a.dims) << '}';
+      break;
+    case Op::dot_general:
+      o << " {lhs_batch=" << list(a.lhs_batch) << ", rhs_batch=" << list(a.rhs_batch)
+        << ", lhs_contract=" << list(a.lhs_contract) << ", rhs_contract=" << list(a.rhs_contract) << '}';
+      break;
+    case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
+    case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
+    case Op::select: case Op::convert: case Op::reshape: case Op::gather_rows: case Op::scatter_add_rows:
+      break;
+  }
+  o << " : " << p.type(e.out).str();
+  return o.str();
+}
+
+std::string to_text(const Program& p) {
+  std::ostringstream o;
+  o << "program @" << p.name << " {\n";
+  for (const NamedValue& in : p.inputs) o << "  input " << quote(in.name) << " %" << in.value << " : " << p.type(in.value).str() << '\n';
+  for (const Eqn& e : p.eqns) o << "  " << eqn_text(p, e) << '\n';
+  for (const NamedValue& out : p.outputs) o << "  output " << quote(out.name) << " %" << out.value << '\n';
+  for (const Alias& a : p.aliases)
+    o << "  alias " << quote(p.outputs[static_cast<size_t>(a.output)].name) << " <- "
+      << quote(p.inputs[static_cast<size_t>(a.input)].name) << '\n';
+  o << "}\n";
+  return o.str();
+}
+
+// ---- reader -------------------------------------------------------------------
+namespace {
+
+class Reader {
+ public:
+  explicit Reader(const std::string& t) : s_(t) {}
+
+  [[noreturn]] void fail(const std::string& why) const {
+    int line = 1, col = 1;
+    for (size_t i = 0; i < pos_ && i < s_.size(); ++i) {
+      if (s_[i] == '\n') { ++line; col = 1; } else { ++col; }
+    }
+    throw Error("program text " + std::to_string(line) + ":" + std::to_string(col) + ": " + why);
+  }
+  void skip() {
+    while (pos_ < s_.size()) {
+      if (std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+      else if (s_[pos_] == '#') { while (pos_ < s_.size() && s_[pos_] != '\n') ++pos_; }
+      else break;
+    }
+  }
+  bool peek(char c) { skip(); return pos_ < s_.size() && s_[pos_] == c; }
+  bool accept(char c) { if (peek(c)) { ++pos_; return true; } return false; }
+  void expect(char c) { if (!accept(c)) fail(std::string("expected '") + c + "'"); }
+  std::string word() {
+    skip();
+    size_t b = pos_;
+    while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_' || s_[pos_] == '.')) ++pos_;
+    if (b == pos_) fail("expected a word");
+    return s_.substr(b, pos_ - b);
+  }
+  void keyword(const char* k) { if (word() != k) fail(std::string("expected '") + k + "'"); }
+  bool at_word(const char* k) {
+    skip();
+    size_t n = std::char_traits<char>::length(k);
+    return s_.compare(pos_, n, k) == 0 && (pos_ + n >= s_.size() || !std::isalnum(static_cast<unsigned char>(s_[pos_ + n])));
+  }
+  std::string quoted() {
+    skip();
+    if (pos_ >= s_.size() || s_[pos_] != '"') fail("expected a quoted name");
+    ++pos_;
+    std::string r;
+    while (true) {
+      if (pos_ >= s_.size()) fail("unterminated name");
+      char c = s_[pos_++];
+      if (c == '"') break;
+      if (c == '\\') {
+        if (pos_ >= s_.size()) fail("unterminated name");
+        c = s_[pos_++];
+      }
+      r += c;
+    }
+    return r;
+  }
+  int64_t integer() {
+    skip();
+    const char* b = s_.c_str() + pos_;
+    char* e = nullptr;
+    errno = 0;
+    long long v = std::strtoll(b, &e, 10);
+    if (e == b || errno) fail("expected an integer");
+    pos_ += static_cast<size_t>(e - b);
+    return v;
+  }
+  double number() {
+    skip();
+    const char* b = s_.c_str() + pos_;
+    char* e = nullptr;
+    double v = std::strtod(b, &e);
+    if (e == b) fail("expected a number");
+    pos_ += static_cast<size_t>(e - b);
+    return v;
+  }
+  int value() {
+    expect('%');
+    int64_t v = integer();
+    if (v < 0 || v > (1 << 30)) fail("value id out of range");
+    return static_cast<int>(v);
+  }
+  std::vector<int64_t> int_list() {
+    expect('[');
+    std::vector<int64_t> r;
+    if (accept(']')) return r;
+    do r.push_back(integer()); while (accept(','));
+    expect(']');
+    return r;
+  }
+  Type type() {
+    std::string w = word();
+    DType d;
+    try { d = parse_dtype(w); } catch (const Error& e) { fail(e.what()); }
+    Shape sh = int_list();
+    for (int64_t x : sh) if (x < 0) fail("negative dimension");
+    return {d, sh};
+  }
+
+  Program program() {
+    Program p;
+    keyword("program");
+    expect('@');
+    p.name = word();
+    expect('{');
+    auto define = [&](int id, const Type& t) {
+      if (id != p.num_values()) fail("values must be numbered in order: expected %" + std::to_string(p.num_values()));
+      p.types.push_back(t);
+    };
+    while (!accept('}')) {
+      if (at_word("input")) {
+        keyword("input");
+        std::string nm = quoted();
+        int id = value();
+        expect(':');
+        define(id, type());
+        p.inputs.push_back({nm, id});
+      } else if (at_word("output")) {
+        keyword("output");
+        std::string nm = quoted();
+        p.outputs.push_back({nm, value()});
+      } else if (at_word("alias")) {
+        keyword("alias");
+        std::string out = quoted();
+        expect('<'); expect('-');
+        std::string in = quoted();
+        Alias a{p.output_index(out), p.input_index(in)};
+        if (a.output < 0) fail("alias names unknown output \"" + out + "\"");
+        if (a.input < 0) fail("alias names unknown input \"" + in + "\"");
+        p.aliases.push_back(a);
+      } else if (peek('%')) {
+        Eqn e;
+        e.out = value();
+        expect('=');
+        std::string opn = word();
+        try { e.op = parse_op(opn); } catch (const Error& err) { fail(err.what()); }
+        expect('(');
+        if (!accept(')')) {
+          do e.inputs.push_back(value()); while (accept(','));
+          expect(')');
+        }
+        if (accept('{')) {
+          do {
+            std::string k = word();
+            expect('=');
+            if (k == "literal") {
+              expect('[');
+              if (!accept(']')) {
+                do e.attrs.literal.push_back(number()); while (accept(','));
+                expect(']');
+              }
+            } else if (k == "axis") e.attrs.axis = integer();
+            else if (k == "cmp") {
+              std::string c = word();
+              try { e.attrs.cmp = parse_cmp(c); } catch (const Error& err) { fail(err.what()); }
+            } else if (k == "dims") e.attrs.dims = int_list();
+            else if (k == "lhs_batch") e.attrs.lhs_batch = int_list();
+            else if (k == "rhs_batch") e.attrs.rhs_batch = int_list();
+            else if (k == "lhs_contract") e.attrs.lhs_contract = int_list();
+            else if (k == "rhs_contract") e.attrs.rhs_contract = int_list();
+            else fail("unknown attribute \"" + k + "\"");
+          } while (accept(','));
+          expect('}');
+        }
+        expect(':');
+        define(e.out, type());
+        p.eqns.push_back(std::move(e));
+      } else {
+        fail("expected input, output, alias, an equation or '}'");
+      }
+    }
+    skip();
+    if (pos_ != s_.size()) fail("text after the end of the program");
+    return p;
+  }
+
+ private:
+  const std::string& s_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+Program parse_text(const std::string& text) {
+  Program p = Reader(text).program();
+  verify(p);
+  return p;
+}
+
+}  // namespace capstep

@@ -1,0 +1,118 @@
+// Element types, shapes and the primitive table's names.
+#include <cstring>
+#include <sstream>
+
+#include "capstep/ir.h"
+
+namespace capstep {
+
+const char* dtype_name(DType d) {
+  switch (d) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::i32: return "i32";
+    case DType::i1: return "i1";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::i32: return 4;
+    case DType::i1: return 1;
+  }
+  return 0;
+}
+
+bool is_float(DType d) { return d == DType::f32 || d == DType::f64; }
+
+DType parse_dtype(const std::string& s) {
+  if (s == "f32") return DType::f32;
+  if (s == "f64") return DType::f64;
+  if (s == "i32") return DType::i32;
+  if (s == "i1") return DType::i1;
+  throw Error("unknown dtype \"" + s + "\" (expected f32, f64, i32 or i1)");
+}
+
+int64_t Type::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream o;
+  o << '[';
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? "," : "") << s[i];
+  o << ']';
+  return o.str();
+}
+
+std::string Type::str() const { return std::string(dtype_name(dtype)) + shape_str(shape); }
+
+const char* op_name(Op op) {
+  switch (op) {
+#define CAPSTEP_X(name, text, arity) \
+  case Op::name:                     \
+    return text;
+    CAPSTEP_PRIMITIVES(CAPSTEP_X)
+#undef CAPSTEP_X
+  }
+  return "?";
+}
+
+int op_arity(Op op) {
+  switch (op) {
+#define CAPSTEP_X(name, text, arity) \
+  case Op::name:                     \
+    return arity;
+    CAPSTEP_PRIMITIVES(CAPSTEP_X)
+#undef CAPSTEP_X
+  }
+  return -1;
+}
+
+Op parse_op(const std::string& s) {
+#define CAPSTEP_X(name, text, arity) \
+  if (s == text) return Op::name;
+  CAPSTEP_PRIMITIVES(CAPSTEP_X)
+#undef CAPSTEP_X
+  throw Error("unknown primitive \"" + s + "\"");
+}
+
+bool is_elementwise(Op op) {
+  switch (op) {
+    case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
+    case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt:
+    case Op::sqrt: case Op::compare: case Op::select: case Op::convert:
+      return true;
+    case Op::constant: case Op::iota: case Op::broadcast_in_dim: case Op::reshape:
+    case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
+    case Op::gather_rows: case Op::scatter_add_rows:
+      return false;
+  }
+  return false;
+}
+
+static const char* const kCmpNames[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
+
+const char* cmp_name(Cmp c) { return kCmpNames[static_cast<int>(c)]; }
+
+Cmp parse_cmp(const std::string& s) {
+  for (int i = 0; i < 6; ++i)
+    if (s == kCmpNames[i]) return static_cast<Cmp>(i);
+  throw Error("unknown comparison direction \"" + s + "\" (expected EQ, NE, LT, LE, GT, GE)");
+}
+
+bool Attrs::operator==(const Attrs& o) const {
+  // Literals compare bitwise so that -0.0 and NaN payloads count.
+  if (literal.size() != o.literal.size()) return false;
+  for (size_t i = 0; i < literal.size(); ++i)
+    if (std::memcmp(&literal[i], &o.literal[i], sizeof(double)) != 0) return false;
+  return axis == o.axis && cmp == o.cmp && dims == o.dims && lhs_batch == o.lhs_batch &&
+         rhs_batch == o.rhs_batch && lhs_contract == o.lhs_contract && rhs_contract == o.rhs_contract;
+}
+
+}  // namespace capstep
