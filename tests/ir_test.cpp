@@ -1,0 +1,195 @@
+// The IR: shape rules, the verifier's messages, the text form's round trip.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "capstep/ir.h"
+
+using namespace capstep;
+using ::testing::HasSubstr;
+
+namespace {
+
+// Expects f() to throw capstep::Error whose message contains every piece.
+template <class F>
+void expect_error(F f, std::vector<std::string> pieces) {
+  try {
+    f();
+    ADD_FAILURE() << "no error thrown; expected one containing \"" << pieces[0] << "\"";
+  } catch (const Error& e) {
+    for (const std::string& p : pieces) EXPECT_THAT(e.what(), HasSubstr(p));
+  }
+}
+
+Type f32(Shape s) { return {DType::f32, std::move(s)}; }
+
+Program matmul_program() {
+  Program p;
+  int a = p.add_input("a", f32({4, 3}));
+  int b = p.add_input("b", f32({3, 5}));
+  Attrs d;
+  d.lhs_contract = {1};
+  d.rhs_contract = {0};
+  int c = p.add_eqn(Op::dot_general, {a, b}, d);
+  Attrs r;
+  r.dims = {0, 1};
+  int s = p.add_eqn(Op::reduce_sum, {c}, r);
+  p.add_output("c", c);
+  p.add_output("s", s);
+  return p;
+}
+
+}  // namespace
+
+TEST(Ir, PrimitiveTableIsComplete) {
+  EXPECT_EQ(kNumOps, 24);
+  for (int i = 0; i < kNumOps; ++i) {
+    Op op = static_cast<Op>(i);
+    EXPECT_EQ(parse_op(op_name(op)), op);
+    EXPECT_GE(op_arity(op), 0);
+  }
+}
+
+TEST(Ir, DotGeneralShapeRule) {
+  Attrs d;
+  d.lhs_batch = {0};
+  d.rhs_batch = {0};
+  d.lhs_contract = {2};
+  d.rhs_contract = {1};
+  Type t = infer_type(Op::dot_general, {f32({2, 4, 3}), f32({2, 3, 7})}, d);
+  EXPECT_EQ(t, f32({2, 4, 7}));
+  // Contracting over the first axis of the lhs: free dims keep their order.
+  Attrs e;
+  e.lhs_contract = {0};
+  e.rhs_contract = {0};
+  EXPECT_EQ(infer_type(Op::dot_general, {f32({3, 4}), f32({3, 5})}, e), f32({4, 5}));
+}
+
+TEST(Ir, ReduceGatherScatterShapeRules) {
+  Attrs r;
+  r.dims = {0, 2};
+  EXPECT_EQ(infer_type(Op::reduce_max, {f32({2, 3, 4})}, r), f32({3}));
+  Type idx{DType::i32, {4, 16}};
+  EXPECT_EQ(infer_type(Op::gather_rows, {f32({64, 128}), idx}, {}), f32({4, 16, 128}));
+  EXPECT_EQ(infer_type(Op::scatter_add_rows, {f32({64, 128}), idx, f32({4, 16, 128})}, {}), f32({64, 128}));
+  EXPECT_EQ(infer_type(Op::compare, {f32({3}), f32({3})}, {}), (Type{DType::i1, {3}}));
+}
+
+TEST(Ir, ShapeRuleErrorsNameOpAndShapes) {
+  expect_error([] { infer_type(Op::add, {f32({2, 3}), f32({3, 2})}, {}); },
+               {"add(f32[2,3], f32[3,2])", "operand types differ"});
+  Attrs d;
+  d.lhs_contract = {1};
+  d.rhs_contract = {0};
+  expect_error([&] { infer_type(Op::dot_general, {f32({4, 3}), f32({5, 2})}, d); },
+               {"dot_general(f32[4,3], f32[5,2])", "contracting dimension 0 sizes differ: 3 vs 5"});
+  expect_error([] { infer_type(Op::exponential, {{DType::i32, {2}}}, {}); }, {"exponential(i32[2])", "float"});
+  Attrs r;
+  r.dims = {3};
+  expect_error([&] { infer_type(Op::reduce_sum, {f32({2, 3})}, r); }, {"reduce_sum", "axis 3 out of range for rank 2"});
+  expect_error([] { infer_type(Op::gather_rows, {f32({8, 2}), f32({3})}, {}); }, {"gather_rows", "indices must be i32"});
+  Attrs b;
+  b.dims = {0};
+  expect_error([&] { check_type(Op::broadcast_in_dim, {f32({3})}, b, f32({4, 2})); },
+               {"broadcast_in_dim(f32[3])", "cannot broadcast to result axis 0"});
+  expect_error([] { check_type(Op::reshape, {f32({3, 4})}, {}, f32({5})); },
+               {"reshape(f32[3,4])", "has 5 elements, operand has 12"});
+  Attrs lit;
+  lit.literal = {1, 2};
+  expect_error([&] { check_type(Op::constant, {}, lit, f32({3})); }, {"constant", "literal has 2 values"});
+}
+
+TEST(Verifier, AcceptsWellTypedProgram) { EXPECT_NO_THROW(verify(matmul_program())); }
+
+TEST(Verifier, RejectsMalformedPrograms) {
+  {  // equation result type altered
+    Program p = matmul_program();
+    p.types[static_cast<size_t>(p.eqns[0].out)] = f32({4, 6});
+    expect_error([&] { verify(p); }, {"equation 0", "dot_general", "f32[4,6]", "differs from the inferred f32[4,5]"});
+  }
+  {  // operand used before it is defined
+    Program p = matmul_program();
+    std::swap(p.eqns[0], p.eqns[1]);
+    expect_error([&] { verify(p); }, {"equation 0", "reduce_sum", "used before it is defined"});
+  }
+  {  // operand id out of range
+    Program p = matmul_program();
+    p.eqns[1].inputs[0] = 99;
+    expect_error([&] { verify(p); }, {"equation 1", "operand %99"});
+  }
+  {  // wrong arity
+    Program p = matmul_program();
+    p.eqns[1].inputs.push_back(0);
+    expect_error([&] { verify(p); }, {"equation 1", "takes 1 operands, got 2"});
+  }
+  {  // duplicate output names
+    Program p = matmul_program();
+    p.outputs[1].name = "c";
+    expect_error([&] { verify(p); }, {"output \"c\" defined twice"});
+  }
+  {  // alias between different types
+    Program p = matmul_program();
+    p.aliases.push_back({0, 0});
+    expect_error([&] { verify(p); }, {"alias output \"c\" f32[4,5] -> input \"a\" f32[4,3]", "types differ"});
+  }
+  {  // alias out of range
+    Program p = matmul_program();
+    p.aliases.push_back({5, 0});
+    expect_error([&] { verify(p); }, {"alias output 5", "out of range"});
+  }
+  {  // input defined twice
+    Program p = matmul_program();
+    p.inputs[1].name = "a";
+    expect_error([&] { verify(p); }, {"input \"a\" defined twice"});
+  }
+}
+
+TEST(Text, RoundTripIsExact) {
+  Program p;
+  int x = p.add_input("x", f32({2, 3}));
+  int w = p.add_input("w \"quoted\"", {DType::f64, {3}});
+  Attrs lit;
+  lit.literal = {0.1, -0.0, 1e-300, 3.4028234663852886e38, -INFINITY};
+  int c = p.add_eqn_typed(Op::constant, {}, lit, {DType::f64, {5}});
+  Attrs cv;
+  int xd = p.add_eqn_typed(Op::convert, {x}, cv, {DType::f64, {2, 3}});
+  Attrs bd;
+  bd.dims = {1};
+  int wb = p.add_eqn_typed(Op::broadcast_in_dim, {w}, bd, {DType::f64, {2, 3}});
+  int m = p.add_eqn(Op::multiply, {xd, wb}, {});
+  Attrs cmp;
+  cmp.cmp = Cmp::GE;
+  int ge = p.add_eqn(Op::compare, {m, wb}, cmp);
+  int sel = p.add_eqn(Op::select, {ge, m, wb}, {});
+  Attrs io;
+  io.axis = 1;
+  int i = p.add_eqn_typed(Op::iota, {}, io, {DType::i32, {2, 3}});
+  p.add_output("sel", sel);
+  p.add_output("c", c);
+  p.add_output("i", i);
+  std::string text = to_text(p);
+  EXPECT_THAT(text, HasSubstr("%6 = compare(%5, %4) {cmp=GE} : i1[2,3]"));
+  Program q = parse_text(text);
+  EXPECT_EQ(to_text(q), text);
+  ASSERT_EQ(q.eqns.size(), p.eqns.size());
+  for (size_t k = 0; k < p.eqns.size(); ++k) EXPECT_TRUE(q.eqns[k].attrs == p.eqns[k].attrs) << k;
+  EXPECT_EQ(q.inputs[1].name, "w \"quoted\"");
+}
+
+TEST(Text, ReaderErrorsHaveLineAndColumn) {
+  expect_error([] { parse_text("program @m {\n  input \"x\" %0 : f32[2]\n  %1 = frobnicate(%0) : f32[2]\n}\n"); },
+               {"3:", "unknown primitive \"frobnicate\""});
+  expect_error([] { parse_text("program @m {\n  input \"x\" %0 : q8[2]\n}"); }, {"2:", "unknown dtype"});
+  expect_error([] { parse_text("program @m {\n  input \"x\" %0 : f32[2]\n  %1 = negate(%0) : f32[3]\n  output \"y\" %1\n}"); },
+               {"equation 0", "negate", "differs from the inferred f32[2]"});
+  expect_error([] { parse_text("program @m {\n  input \"x"); }, {"unterminated name"});
+  expect_error([] { parse_text(""); }, {"1:1", "expected a word"});
+}
+
+TEST(DeadCode, RemovesUnusedEquationsAndRenumbers) {
+  Program p = matmul_program();
+  p.outputs.pop_back();  // drop "s": its reduce_sum is dead
+  Program q = dead_code_eliminate(p);
+  EXPECT_EQ(q.eqns.size(), 1u);
+  EXPECT_NO_THROW(verify(q));
+  EXPECT_EQ(q.output_type(0), f32({4, 5}));
+}
