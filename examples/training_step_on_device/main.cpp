@@ -1,0 +1,35 @@
+// training_step_on_device: one training step of the seed's causal LM, three
+// ways (host; GPU with AdamW on the host; GPU with AdamW in the program), each
+// timed, each GPU lane checked against the host. The lanes live in
+// src/lanes/three_lanes.cpp, shared with `capstep bench`.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "capstep/lanes.h"
+
+int main(int argc, char** argv) {
+  capstep::lanes::Options o;
+  bool json = false, no_tf32 = false;
+  CLI::App app{"One training step of a small causal LM, three ways, each timed."};
+  app.add_option("--steps", o.steps, "compared and timed steps per lane")->check(CLI::Range(1, 1000000));
+  app.add_option("--warmup", o.warmup, "untimed warm-up steps per lane")->check(CLI::Range(0, 1000));
+  app.add_option("--seed", o.seed, "seed of the initial parameters and the batch order");
+  app.add_option("--text", o.text_path, "train on this text file instead of the built-in corpus");
+  app.add_flag("--no-tf32", no_tf32, "full f32 dots on the GPU (TF32 is the default)");
+  app.add_flag("--json", json, "print one JSON object with every figure");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  o.tf32 = !no_tf32;
+  try {
+    capstep::lanes::Report r = capstep::lanes::run(o);
+    if (json) std::cout << capstep::lanes::to_json(r) << '\n';
+    else capstep::lanes::print(r, std::cout);
+  } catch (const std::exception& e) {
+    std::cerr << "training_step_on_device: " << e.what() << '\n';
+    return 1;
+  }
+  return 0;
+}

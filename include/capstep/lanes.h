@@ -1,0 +1,55 @@
+// The three lanes of the seed: one training step of the causal LM, three ways,
+// from the same start on the same batches, each timed.
+//   [1] host: the gradient program in the interpreter, AdamW in C++ on the host
+//   [2] GPU, AdamW on the host: upload every parameter, download every gradient
+//   [3] GPU, AdamW in the program: parameters and moments stay on the device
+// Shared by examples/training_step_on_device and `capstep bench`.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "capstep/nn.h"
+#include "capstep/optim.h"
+
+namespace capstep::lanes {
+
+struct Options {
+  nn::LmConfig model;
+  optim::AdamW adamw;
+  int steps = 10;          // compared and timed steps per lane
+  int warmup = 3;          // untimed steps first, on a copy of the start
+  uint64_t seed = 1;       // initial parameters and batch order
+  bool tf32 = true;        // TF32 for f32 dots on the GPU
+  std::string text_path;   // empty: the built-in corpus
+  void validate() const;
+};
+
+struct Lane {
+  std::string label;                 // "[1] host"
+  bool ran = false;
+  std::string skipped;               // reason, when not ran
+  std::vector<double> losses;        // one per step
+  std::vector<double> step_ms;       // one per step
+  double median_ms = 0;
+  double max_rel_vs_host = 0;        // GPU lanes: largest relative loss difference from [1]
+};
+
+struct Report {
+  std::string model_line;
+  std::string device;                // the GPU, or why there is none
+  bool tf32 = true;
+  int steps = 0;
+  int warmup = 0;
+  std::vector<Lane> lanes;           // always three
+};
+
+Report run(const Options& o);
+void print(const Report& r, std::ostream& out);       // the seed's layout
+std::string to_json(const Report& r);                   // every figure, one object
+
+double median(std::vector<double> v);
+
+}  // namespace capstep::lanes

@@ -1,0 +1,58 @@
+// The seed's causal language model, written with the capture front end.
+//
+// Token embedding [V, D] and learned positions [P, D] (rows 0..T-1 gathered
+// with an iota), L pre-norm blocks (RMSNorm, causal multi-head attention with
+// q/k/v/o [D, D] and no biases, RMSNorm, feed-forward D -> F -> D with GELU in
+// its tanh form), a final RMSNorm, an untied head [D, V]; next-token
+// cross-entropy, mean over the B x T positions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "capstep/array.h"
+#include "capstep/ir.h"
+
+namespace capstep::nn {
+
+struct LmConfig {
+  int64_t vocab = 64;
+  int64_t d_model = 128;
+  int64_t n_layers = 2;
+  int64_t n_heads = 4;
+  int64_t d_ff = 256;
+  int64_t context = 256;     // rows of the positional table: the longest sequence
+  int64_t batch = 4;
+  int64_t seq = 16;
+  double norm_eps = 1e-5;
+
+  // Throws Error with the reason when the combination is invalid.
+  void validate() const;
+  std::string describe() const;   // "A 2-layer causal LM, dModel 128, 311936 parameters; batch 4 x 16 tokens."
+  std::string to_json() const;    // for checkpoint metadata
+  static LmConfig from_json(const std::string& s);
+};
+
+struct ParamSpec {
+  std::string name;               // "blocks.0.attn.wq"
+  Type type;
+  bool is_gain = false;           // RMSNorm gains: initialised to ones
+};
+
+// Every parameter, in the order the programs take them.
+std::vector<ParamSpec> lm_parameters(const LmConfig& c, DType d = DType::f32);
+int64_t count_parameters(const LmConfig& c);
+
+// Program inputs: every parameter (in lm_parameters order), then "tokens" and
+// "targets" (i32[batch, seq]); output "loss" (scalar). dtype f32 or f64.
+Program lm_loss_program(const LmConfig& c, DType d = DType::f32);
+// Program inputs: every parameter, then "tokens" (i32[1, t]); output "logits"
+// [1, t, vocab]. Used for sampling.
+Program lm_logits_program(const LmConfig& c, int64_t t, DType d = DType::f32);
+
+// Deterministic initial parameters: normal(0, 0.02) for matrices and embeddings
+// (SplitMix64 + Box-Muller, the same on every platform), ones for gains.
+std::vector<Array> init_parameters(const LmConfig& c, uint64_t seed, DType d = DType::f32);
+
+}  // namespace capstep::nn

@@ -1,0 +1,59 @@
+// AdamW: decoupled weight decay, bias-corrected (Loshchilov & Hutter; the
+// formula of torch.optim.AdamW). Two forms that round alike:
+//  - adamw_update: the host update (lanes 1 and 2);
+//  - with_adamw: a Program -> Program transform that appends the same update
+//    as ordinary equations, with output aliases params' -> params, m' -> m,
+//    v' -> v (lane 3, and any backend or StableHLO consumer).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "capstep/array.h"
+#include "capstep/ir.h"
+
+namespace capstep::optim {
+
+struct AdamW {
+  double lr = 1e-2;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+  void validate() const;   // Error naming the option out of range
+};
+
+// The four per-step scalars, inputs of the fused program (never baked in, so a
+// learning-rate schedule changes no compiled program). `step` counts from 1.
+struct AdamWScalars {
+  float lr;      // learning rate of this step
+  float bc1;     // 1 / (1 - beta1^step)
+  float bc2;     // 1 / (1 - beta2^step)
+  float decay;   // 1 - lr * weight_decay
+};
+AdamWScalars adamw_scalars(const AdamW& o, int64_t step);
+AdamWScalars adamw_scalars(const AdamW& o, int64_t step, double lr_this_step);
+
+// One parameter's update in place, f32, in the exact operation order of the
+// program that with_adamw appends:
+//   m = b1*m + (1-b1)*g ; v = b2*v + (1-b2)*(g*g)
+//   p = p*decay - lr * ((m*bc1) / (sqrt(v*bc2) + eps))
+void adamw_update(const AdamW& o, const AdamWScalars& s, float* p, const float* g, float* m, float* v, int64_t n);
+void adamw_update(const AdamW& o, const AdamWScalars& s, Array& p, const Array& g, Array& m, Array& v);
+
+// Names the fused program uses.
+std::string moment1_name(const std::string& param);   // "adamw.m.<param>"
+std::string moment2_name(const std::string& param);   // "adamw.v.<param>"
+std::string updated_name(const std::string& input);   // "<input>.new"
+extern const char* const kScalarNames[4];             // "adamw.lr", "adamw.bc1", "adamw.bc2", "adamw.decay"
+
+// grad_program: value_and_grad's result, whose outputs include "grad.<p>" for
+// every p in params (f32). Returns a Program whose inputs are: each param, each
+// first moment, each second moment (in params order), then grad_program's other
+// inputs, then the four scalars (f32[]). Outputs: grad_program's outputs that
+// are not gradients (e.g. "loss"), then "<p>.new" for each param, each m, each v;
+// aliased to the inputs they replace.
+Program with_adamw(const Program& grad_program, const std::vector<std::string>& params, const AdamW& o);
+
+}  // namespace capstep::optim

@@ -1,0 +1,265 @@
+// The three lanes. Each starts from the same initial parameters (one seed) and
+// sees the same batches; warm-up steps run on a throwaway copy of that start.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "capstep/autodiff.h"
+#include "capstep/cuda.h"
+#include "capstep/data.h"
+#include "capstep/interpreter.h"
+#include "capstep/lanes.h"
+
+namespace capstep::lanes {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// What every lane starts from: parameters, zero moments, the batch stream.
+struct Start {
+  std::vector<std::string> names;
+  std::vector<Array> params;
+  data::BatchStream batches;
+};
+
+Start make_start(const Options& o) {
+  std::string text = o.text_path.empty() ? data::builtin_corpus() : data::read_text_file(o.text_path);
+  Start s{{}, nn::init_parameters(o.model, o.seed), data::BatchStream(data::encode(text), o.seed, o.model.batch, o.model.seq)};
+  for (const nn::ParamSpec& p : nn::lm_parameters(o.model)) s.names.push_back(p.name);
+  return s;
+}
+
+std::vector<Array> zeros_like(const std::vector<Array>& v) {
+  std::vector<Array> z;
+  for (const Array& a : v) z.emplace_back(a.type());
+  return z;
+}
+
+// Lanes 1 and 2 share the loop: a function computes loss and gradients for
+// (params, batch), AdamW updates on the host.
+template <class Grad>
+void host_adamw_lane(const Options& o, const Start& s, Lane& lane, Grad&& grad) {
+  const size_t n = s.params.size();
+  Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens;
+  std::vector<Array> outs;  // loss, grads; reused
+  auto train = [&](int steps, bool record) {
+    std::vector<Array> p = s.params, m = zeros_like(p), v = zeros_like(p);
+    for (int k = 0; k < steps; ++k) {
+      auto t0 = Clock::now();
+      s.batches.fill(static_cast<uint64_t>(k), tokens, targets);
+      grad(p, tokens, targets, outs);
+      const optim::AdamWScalars sc = optim::adamw_scalars(o.adamw, k + 1);
+      for (size_t j = 0; j < n; ++j) optim::adamw_update(o.adamw, sc, p[j], outs[1 + j], m[j], v[j]);
+      double ms = ms_since(t0);
+      if (record) {
+        lane.losses.push_back(outs[0].get(0));
+        lane.step_ms.push_back(ms);
+      }
+    }
+  };
+  train(o.warmup, false);
+  train(o.steps, true);
+  lane.ran = true;
+}
+
+void lane_host(const Options& o, const Start& s, const Program& grad_prog, Lane& lane) {
+  host::Interpreter interp(grad_prog);
+  std::vector<const Array*> ins(grad_prog.inputs.size());
+  host_adamw_lane(o, s, lane, [&](std::vector<Array>& p, Array& tokens, Array& targets, std::vector<Array>& outs) {
+    for (size_t j = 0; j < p.size(); ++j) ins[j] = &p[j];
+    ins[p.size()] = &tokens;
+    ins[p.size() + 1] = &targets;
+    interp.run(ins, outs);
+  });
+}
+
+void lane_gpu_host_adamw(const Options& o, const Start& s, const Program& grad_prog, Lane& lane) {
+  cuda::Executable exe(grad_prog, {o.tf32, true});
+  std::vector<Array> ins(grad_prog.inputs.size());
+  host_adamw_lane(o, s, lane, [&](std::vector<Array>& p, Array& tokens, Array& targets, std::vector<Array>& outs) {
+    // Every parameter goes up, every gradient comes down: that is this lane.
+    for (size_t j = 0; j < p.size(); ++j) ins[j] = p[j];
+    ins[p.size()] = tokens;
+    ins[p.size() + 1] = targets;
+    outs = exe.run(ins);
+  });
+}
+
+void lane_gpu_fused(const Options& o, const Start& s, const Program& fused, Lane& lane) {
+  cuda::Executable exe(fused, {o.tf32, true});
+  const int n = static_cast<int>(s.params.size());
+  const int tok_in = fused.input_index("tokens"), tgt_in = fused.input_index("targets");
+  int sc_in[4];
+  for (int i = 0; i < 4; ++i) sc_in[i] = fused.input_index(optim::kScalarNames[i]);
+  const int loss_out = fused.output_index("loss");
+  Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens, loss({DType::f32, {}});
+  Array scalar({DType::f32, {}});
+  auto train = [&](int steps, bool record) {
+    // Parameters and both moments go up once; from here on they live on the device.
+    std::vector<Array> z = zeros_like(s.params);
+    for (int j = 0; j < n; ++j) {
+      exe.upload(j, s.params[static_cast<size_t>(j)]);
+      exe.upload(n + j, z[static_cast<size_t>(j)]);
+      exe.upload(2 * n + j, z[static_cast<size_t>(j)]);
+    }
+    for (int k = 0; k < steps; ++k) {
+      auto t0 = Clock::now();
+      s.batches.fill(static_cast<uint64_t>(k), tokens, targets);
+      exe.upload(tok_in, tokens);
+      exe.upload(tgt_in, targets);
+      const optim::AdamWScalars sc = optim::adamw_scalars(o.adamw, k + 1);
+      const float vals[4] = {sc.lr, sc.bc1, sc.bc2, sc.decay};
+      for (int i = 0; i < 4; ++i) {
+        scalar.data<float>()[0] = vals[i];
+        exe.upload(sc_in[i], scalar);
+      }
+      exe.step();
+      exe.download_output(loss_out, loss);
+      double ms = ms_since(t0);
+      if (record) {
+        lane.losses.push_back(loss.get(0));
+        lane.step_ms.push_back(ms);
+      }
+    }
+  };
+  train(o.warmup, false);
+  train(o.steps, true);
+  lane.ran = true;
+}
+
+void finish(Lane& lane, const Lane& host) {
+  lane.median_ms = median(lane.step_ms);
+  if (&lane == &host || !host.ran) return;
+  for (size_t k = 0; k < lane.losses.size() && k < host.losses.size(); ++k)
+    lane.max_rel_vs_host = std::max(lane.max_rel_vs_host,
+                                    std::fabs(lane.losses[k] - host.losses[k]) / std::fabs(host.losses[k]));
+}
+
+}  // namespace
+
+void Options::validate() const {
+  model.validate();
+  adamw.validate();
+  if (steps < 1 || steps > 1000000) throw Error("steps must be in [1, 1000000], got " + std::to_string(steps));
+  if (warmup < 0 || warmup > 1000) throw Error("warm-up must be in [0, 1000], got " + std::to_string(warmup));
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
+Report run(const Options& o) {
+  o.validate();
+  Report r;
+  r.model_line = o.model.describe();
+  r.tf32 = o.tf32;
+  r.steps = o.steps;
+  r.warmup = o.warmup;
+  r.lanes = {{"[1] host"}, {"[2] GPU, AdamW on the host"}, {"[3] GPU, AdamW in the program"}};
+  const Start s = make_start(o);
+  const Program loss = nn::lm_loss_program(o.model);
+  const Program grad = value_and_grad(loss, s.names);
+
+  lane_host(o, s, grad, r.lanes[0]);
+
+  std::string why;
+  if (!cuda::available(&why)) {
+    r.device = why;
+    r.lanes[1].skipped = r.lanes[2].skipped = why;
+  } else {
+    r.device = cuda::device_description();
+    for (int i : {1, 2}) {
+      try {
+        if (i == 1) lane_gpu_host_adamw(o, s, grad, r.lanes[1]);
+        else lane_gpu_fused(o, s, optim::with_adamw(grad, s.names, o.adamw), r.lanes[2]);
+      } catch (const Error& e) {
+        r.lanes[static_cast<size_t>(i)].skipped = std::string("failed: ") + e.what();
+      }
+    }
+  }
+  for (Lane& l : r.lanes)
+    if (l.ran) finish(l, r.lanes[0]);
+  return r;
+}
+
+void print(const Report& r, std::ostream& out) {
+  char buf[256];
+  out << r.model_line << "\n\n";
+  const Lane& h = r.lanes[0];
+  for (const Lane& l : r.lanes) {
+    out << l.label << ": ";
+    if (!l.ran) {
+      out << "skipped (" << l.skipped << ")\n";
+      continue;
+    }
+    std::snprintf(buf, sizeof buf, "losses %.4f -> %.4f over %zu steps", l.losses.front(), l.losses.back(), l.losses.size());
+    out << buf;
+    if (&l != &h) {
+      std::snprintf(buf, sizeof buf, ", at most %.1e from [1]", l.max_rel_vs_host);
+      out << buf;
+    }
+    out << '\n';
+  }
+  if (r.lanes[1].ran || r.lanes[2].ran)
+    out << "GPU: " << r.device << "; f32 dots " << (r.tf32 ? "in TF32" : "in full f32") << '\n';
+  std::snprintf(buf, sizeof buf, "\nmedian step (of %d, after %d warm-up)", r.steps, r.warmup);
+  out << buf << '\n';
+  std::snprintf(buf, sizeof buf, "%-33s%10s%10s", "", "ms", "vs [1]");
+  out << buf << '\n';
+  for (const Lane& l : r.lanes) {
+    if (l.ran) {
+      std::snprintf(buf, sizeof buf, "%-33s%10.3f%9.1f\u00d7", l.label.c_str(), l.median_ms, h.median_ms / l.median_ms);
+    } else {
+      std::snprintf(buf, sizeof buf, "%-33s%10s", l.label.c_str(), "skipped");
+    }
+    out << buf << '\n';
+  }
+  out << '\n';
+  if (r.lanes[1].ran && r.lanes[2].ran) {
+    std::snprintf(buf, sizeof buf, "[3] is %.1f\u00d7 [2]: the parameters no longer cross the host.",
+                  r.lanes[1].median_ms / r.lanes[2].median_ms);
+    out << buf << '\n';
+  } else {
+    out << "[3] vs [2]: not measured (" << r.lanes[1].skipped << ").\n";
+  }
+  out << "[2] moves every parameter up and every gradient down each step; [3] moves the batch, "
+         "four scalars and the loss.\n";
+}
+
+std::string to_json(const Report& r) {
+  nlohmann::json j;
+  j["model"] = r.model_line;
+  j["device"] = r.device;
+  j["tf32"] = r.tf32;
+  j["steps"] = r.steps;
+  j["warmup"] = r.warmup;
+  for (const Lane& l : r.lanes) {
+    nlohmann::json x;
+    x["label"] = l.label;
+    x["ran"] = l.ran;
+    if (l.ran) {
+      x["losses"] = l.losses;
+      x["step_ms"] = l.step_ms;
+      x["median_ms"] = l.median_ms;
+      x["max_rel_vs_host"] = l.max_rel_vs_host;
+    } else {
+      x["skipped"] = l.skipped;
+    }
+    j["lanes"].push_back(x);
+  }
+  return j.dump(2);
+}
+
+}  // namespace capstep::lanes

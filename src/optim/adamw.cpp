@@ -1,0 +1,52 @@
+// AdamW on the host, and the scalars both forms share.
+#include <cmath>
+
+#include "capstep/optim.h"
+
+namespace capstep::optim {
+
+void AdamW::validate() const {
+  auto need = [](bool ok, const std::string& why) {
+    if (!ok) throw Error("invalid AdamW option: " + why);
+  };
+  need(std::isfinite(lr) && lr > 0, "lr must be positive and finite, got " + std::to_string(lr));
+  need(beta1 >= 0 && beta1 < 1, "beta1 must be in [0, 1), got " + std::to_string(beta1));
+  need(beta2 >= 0 && beta2 < 1, "beta2 must be in [0, 1), got " + std::to_string(beta2));
+  need(std::isfinite(eps) && eps > 0, "eps must be positive, got " + std::to_string(eps));
+  need(std::isfinite(weight_decay) && weight_decay >= 0, "weight decay must be >= 0, got " + std::to_string(weight_decay));
+}
+
+AdamWScalars adamw_scalars(const AdamW& o, int64_t step) { return adamw_scalars(o, step, o.lr); }
+
+AdamWScalars adamw_scalars(const AdamW& o, int64_t step, double lr) {
+  if (step < 1) throw Error("AdamW step counts from 1, got " + std::to_string(step));
+  const double t = static_cast<double>(step);
+  return {static_cast<float>(lr), static_cast<float>(1.0 / (1.0 - std::pow(o.beta1, t))),
+          static_cast<float>(1.0 / (1.0 - std::pow(o.beta2, t))), static_cast<float>(1.0 - lr * o.weight_decay)};
+}
+
+void adamw_update(const AdamW& o, const AdamWScalars& s, float* p, const float* g, float* m, float* v, int64_t n) {
+  // The same constants, in the same precision, as with_adamw bakes into its program.
+  const float b1 = static_cast<float>(o.beta1), c1 = static_cast<float>(1.0 - o.beta1);
+  const float b2 = static_cast<float>(o.beta2), c2 = static_cast<float>(1.0 - o.beta2);
+  const float eps = static_cast<float>(o.eps);
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float mi = b1 * m[i] + c1 * gi;
+    const float vi = b2 * v[i] + c2 * (gi * gi);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * s.decay - s.lr * ((mi * s.bc1) / (std::sqrt(vi * s.bc2) + eps));
+  }
+}
+
+void adamw_update(const AdamW& o, const AdamWScalars& s, Array& p, const Array& g, Array& m, Array& v) {
+  const Type& t = p.type();
+  if (t.dtype != DType::f32) throw Error("adamw_update: parameters must be f32, got " + t.str());
+  if (g.type() != t || m.type() != t || v.type() != t)
+    throw Error("adamw_update: parameter " + t.str() + ", gradient " + g.type().str() + ", moments " +
+                m.type().str() + " and " + v.type().str() + " must have one type");
+  adamw_update(o, s, p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), p.numel());
+}
+
+}  // namespace capstep::optim

@@ -1,0 +1,87 @@
+// with_adamw: appends the AdamW update to a gradient program, as ordinary
+// equations, and records which outputs replace which inputs.
+#include <unordered_map>
+
+#include "capstep/optim.h"
+#include "capstep/trace.h"
+
+namespace capstep::optim {
+
+const char* const kScalarNames[4] = {"adamw.lr", "adamw.bc1", "adamw.bc2", "adamw.decay"};
+
+std::string moment1_name(const std::string& p) { return "adamw.m." + p; }
+std::string moment2_name(const std::string& p) { return "adamw.v." + p; }
+std::string updated_name(const std::string& in) { return in + ".new"; }
+
+Program with_adamw(const Program& g, const std::vector<std::string>& params, const AdamW& o) {
+  o.validate();
+  verify(g);
+  if (params.empty()) throw Error("with_adamw: no parameters given");
+  std::vector<int> pin, gout;
+  for (const std::string& p : params) {
+    int i = g.input_index(p);
+    if (i < 0) throw Error("with_adamw: \"" + p + "\" is not an input of the gradient program");
+    if (g.input_type(i).dtype != DType::f32)
+      throw Error("with_adamw: parameter \"" + p + "\" is " + g.input_type(i).str() + "; AdamW here is f32");
+    int k = g.output_index("grad." + p);
+    if (k < 0) throw Error("with_adamw: the gradient program has no output \"grad." + p + "\"");
+    pin.push_back(i);
+    gout.push_back(k);
+  }
+
+  // Inputs first (params, m, v, the rest, scalars), so values stay numbered in
+  // order; then the gradient program's equations, renumbered.
+  Tracer tr;
+  std::vector<int> remap(static_cast<size_t>(g.num_values()), -1);
+  std::vector<Tensor> P, M, V, S;
+  for (int i : pin) {
+    const NamedValue& in = g.inputs[static_cast<size_t>(i)];
+    P.push_back(tr.input(in.name, g.type(in.value)));
+    remap[static_cast<size_t>(in.value)] = P.back().id();
+  }
+  for (size_t j = 0; j < params.size(); ++j) M.push_back(tr.input(moment1_name(params[j]), P[j].type()));
+  for (size_t j = 0; j < params.size(); ++j) V.push_back(tr.input(moment2_name(params[j]), P[j].type()));
+  for (const NamedValue& in : g.inputs)
+    if (remap[static_cast<size_t>(in.value)] < 0) remap[static_cast<size_t>(in.value)] = tr.input(in.name, g.type(in.value)).id();
+  for (const char* s : kScalarNames) S.push_back(tr.input(s, {DType::f32, {}}));
+
+  Program& q = tr.program();
+  for (const Eqn& e : g.eqns) {
+    std::vector<int> ins;
+    for (int v : e.inputs) ins.push_back(remap[static_cast<size_t>(v)]);
+    remap[static_cast<size_t>(e.out)] = q.add_eqn_typed(e.op, std::move(ins), e.attrs, g.type(e.out));
+  }
+
+  // The update, in the operation order of adamw_update (host), so both round alike.
+  const Tensor &lr = S[0], &bc1 = S[1], &bc2 = S[2], &decay = S[3];
+  std::vector<Tensor> newP, newM, newV;
+  for (size_t j = 0; j < params.size(); ++j) {
+    Tensor gr(&tr, remap[static_cast<size_t>(g.outputs[static_cast<size_t>(gout[j])].value)]);
+    Tensor m = M[j] * o.beta1 + gr * (1.0 - o.beta1);
+    Tensor v = V[j] * o.beta2 + (gr * gr) * (1.0 - o.beta2);
+    Tensor upd = (m * bc1) / (sqrt(v * bc2) + o.eps);
+    newP.push_back(P[j] * decay - lr * upd);
+    newM.push_back(m);
+    newV.push_back(v);
+  }
+
+  std::vector<std::pair<std::string, Tensor>> outs;
+  std::vector<char> is_grad(g.outputs.size(), 0);
+  for (int k : gout) is_grad[static_cast<size_t>(k)] = 1;
+  for (size_t k = 0; k < g.outputs.size(); ++k)
+    if (!is_grad[k]) outs.push_back({g.outputs[k].name, Tensor(&tr, remap[static_cast<size_t>(g.outputs[k].value)])});
+  const size_t first_new = outs.size();
+  for (size_t j = 0; j < params.size(); ++j) outs.push_back({updated_name(params[j]), newP[j]});
+  for (size_t j = 0; j < params.size(); ++j) outs.push_back({updated_name(moment1_name(params[j])), newM[j]});
+  for (size_t j = 0; j < params.size(); ++j) outs.push_back({updated_name(moment2_name(params[j])), newV[j]});
+  Program r = tr.finish(outs);
+  r.name = g.name + "_adamw";
+  // params are inputs 0..n-1, m n..2n-1, v 2n..3n-1; outputs follow the same order.
+  for (size_t j = 0; j < 3 * params.size(); ++j)
+    r.aliases.push_back({static_cast<int>(first_new + j), static_cast<int>(j)});
+  r = dead_code_eliminate(r);
+  verify(r);
+  return r;
+}
+
+}  // namespace capstep::optim
