@@ -1,0 +1,305 @@
+// Tokenizer, built-in corpus, text files and the batch stream.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "capstep/data.h"
+
+namespace fs = std::filesystem;
+using namespace capstep;
+using namespace capstep::data;
+
+namespace {
+
+// Runs f and returns the message of the capstep::Error it must throw.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a capstep::Error";
+  return "";
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "capstep-data-XXXXXX").string();
+    path = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string write(const std::string& name, const std::string& bytes) const {
+    std::ofstream(path / name, std::ios::binary) << bytes;
+    return (path / name).string();
+  }
+};
+
+}  // namespace
+
+// ---- tokenizer ------------------------------------------------------------------
+
+TEST(Tokenizer, HasExactly64DistinctSymbolsInAsciiOrder) {
+  const std::string_view a = alphabet();
+  ASSERT_EQ(a.size(), 64u);
+  EXPECT_EQ(std::set<char>(a.begin(), a.end()).size(), 64u);
+  for (size_t i = 1; i < a.size(); ++i) EXPECT_LT(a[i - 1], a[i]) << i;
+  EXPECT_EQ(a[0], '\n');
+  EXPECT_EQ(a[1], ' ');
+  EXPECT_EQ(a[63], '~');
+  EXPECT_EQ(kUnknownId, 63);
+}
+
+TEST(Tokenizer, EncodesToTheDocumentedIds) {
+  // '\n'=0, ' '=1, '!'=2, '?'=10, 'A'=11, 'Z'=36, 'a'=37, 'z'=62.
+  EXPECT_EQ(encode("\n !?AZaz"), (std::vector<int32_t>{0, 1, 2, 10, 11, 36, 37, 62}));
+  // "Hi." : 'H' = 11 + 7, 'i' = 37 + 8, '.' = 7
+  EXPECT_EQ(encode("Hi."), (std::vector<int32_t>{18, 45, 7}));
+}
+
+TEST(Tokenizer, RoundTripsEveryKnownSymbol) {
+  const std::string known(alphabet().substr(0, 63));
+  std::string text;
+  for (int rep = 0; rep < 3; ++rep) text += known;
+  text += "The cat said: \"Where is it?\" - it's here; see, no!\n";
+  EXPECT_EQ(decode(encode(text)), text);
+  for (int32_t id : encode(known)) EXPECT_NE(id, kUnknownId);
+}
+
+TEST(Tokenizer, MapsEverythingElseToTheOneUnknownSymbol) {
+  // digits, tab, carriage return, parenthesis, '~' itself
+  EXPECT_EQ(encode("a1b\tc\r(~"), (std::vector<int32_t>{37, 63, 38, 63, 39, 63, 63, 63}));
+  EXPECT_EQ(decode(encode("x=3")), "x~~");
+  // UTF-8: "é" is 2 bytes, "日" 3 bytes, "😀" 4 bytes: one unknown per character.
+  EXPECT_EQ(encode("caf\xC3\xA9!"), (std::vector<int32_t>{39, 37, 42, 63, 2}));
+  EXPECT_EQ(encode("\xE6\x97\xA5\xF0\x9F\x98\x80"), (std::vector<int32_t>{63, 63}));
+  for (int c = 0; c < 256; ++c) {
+    const int32_t id = encode_char(static_cast<unsigned char>(c));
+    ASSERT_GE(id, 0);
+    ASSERT_LT(id, 64);
+    if (id != kUnknownId) {
+      EXPECT_EQ(alphabet()[static_cast<size_t>(id)], static_cast<char>(c));
+    }
+  }
+}
+
+TEST(Tokenizer, RejectsIdsOutsideTheVocabulary) {
+  const std::string m = error_of([] { decode({1, 2, 64}); });
+  EXPECT_NE(m.find("token id 64 at position 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("[0, 64)"), std::string::npos) << m;
+  EXPECT_NE(error_of([] { decode_id(-1); }).find("token id -1"), std::string::npos);
+  EXPECT_EQ(decode_id(63), '~');
+}
+
+// ---- corpus -----------------------------------------------------------------------
+
+TEST(Corpus, IsDeterministicWithTheDocumentedSize) {
+  const std::string a = builtin_corpus();
+  EXPECT_EQ(a.size(), kCorpusSize);
+  EXPECT_EQ(a.size(), 262144u);
+  EXPECT_EQ(a, builtin_corpus(kCorpusSeed));
+  // Pinned: any change to the generator or word lists changes this hash, and
+  // with it every recorded loss curve. Update deliberately, never silently.
+  EXPECT_EQ(fnv1a(a), 16495923197064692736ULL) << "fnv1a = " << fnv1a(a);
+  const std::string b = builtin_corpus(kCorpusSeed + 1);
+  EXPECT_EQ(b.size(), kCorpusSize);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(builtin_corpus(kCorpusSeed, 1000), a.substr(0, 1000));
+}
+
+TEST(Corpus, UsesOnlyKnownSymbols) {
+  const std::vector<int32_t> ids = encode(builtin_corpus());
+  ASSERT_EQ(ids.size(), kCorpusSize);
+  std::set<int32_t> used(ids.begin(), ids.end());
+  EXPECT_EQ(used.count(kUnknownId), 0u);
+  EXPECT_GE(used.size(), 35u);   // letters of both cases, punctuation, newline
+}
+
+TEST(Corpus, HasGrammarAModelCanLearn) {
+  const std::string text = builtin_corpus();
+  // Questions are answered with their own noun.
+  const std::regex where(R"(Where is the (\w+)\? The (\w+) is in the (\w+)\.)");
+  int questions = 0;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), where); it != std::sregex_iterator(); ++it) {
+    EXPECT_EQ((*it)[1], (*it)[2]);
+    ++questions;
+  }
+  EXPECT_GT(questions, 300);
+  // Articles agree with the next word.
+  EXPECT_FALSE(std::regex_search(text, std::regex(R"(\ba [aeiou])")));
+  EXPECT_FALSE(std::regex_search(text, std::regex(R"(\ban [^aeiou])")));
+  // Counts agree with plurals.
+  EXPECT_FALSE(std::regex_search(text, std::regex(R"(\bhas one \w+s\.)")));
+  EXPECT_FALSE(std::regex_search(text, std::regex(R"(\bhas (two|three|four|five) \w+[^s]\.)")));
+  // Every paragraph (line) ends a sentence.
+  size_t lines = 0;
+  for (size_t start = 0, nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1, ++lines) {
+    const char last = text[nl - 1];
+    EXPECT_TRUE(last == '.' || last == '!' || last == '"') << text.substr(start, nl - start);
+  }
+  EXPECT_GT(lines, 1000u);
+
+  // Character entropy: far below the uniform ln(64) = 4.16 nats, so the loss
+  // has room to fall; the bigram (conditional) entropy lower still.
+  std::map<char, double> uni;
+  std::map<std::pair<char, char>, double> bi;
+  for (size_t i = 0; i < text.size(); ++i) {
+    uni[text[i]] += 1;
+    if (i) bi[{text[i - 1], text[i]}] += 1;
+  }
+  double h1 = 0, h2 = 0;
+  const double n = static_cast<double>(text.size());
+  for (auto& [c, k] : uni) h1 -= k / n * std::log(k / n);
+  for (auto& [cc, k] : bi) h2 -= k / (n - 1) * std::log(k / uni[cc.first]);
+  EXPECT_LT(h1, 3.0) << "unigram entropy " << h1;
+  EXPECT_LT(h2, 1.75) << "bigram conditional entropy " << h2;
+  std::printf("corpus: %zu chars, %zu lines, unigram entropy %.3f nats, bigram conditional %.3f nats\n",
+              text.size(), lines, h1, h2);
+}
+
+// ---- text files ---------------------------------------------------------------------
+
+TEST(TextFile, ReadsAFile) {
+  TempDir d;
+  const std::string p = d.write("a.txt", "Hello, world.\n");
+  EXPECT_EQ(read_text_file(p), "Hello, world.\n");
+}
+
+TEST(TextFile, ClearErrorsNamingThePath) {
+  TempDir d;
+  const std::string missing = (d.path / "missing.txt").string();
+  std::string m = error_of([&] { read_text_file(missing); });
+  EXPECT_NE(m.find("'" + missing + "'"), std::string::npos) << m;
+  EXPECT_NE(m.find("No such file"), std::string::npos) << m;
+
+  const std::string empty = d.write("empty.txt", "");
+  m = error_of([&] { read_text_file(empty); });
+  EXPECT_NE(m.find(empty), std::string::npos) << m;
+  EXPECT_NE(m.find("is empty"), std::string::npos) << m;
+
+  const std::string binary = d.write("bin.dat", "\x01\x02\x03" "123\t\r~");
+  m = error_of([&] { read_text_file(binary); });
+  EXPECT_NE(m.find("holds none"), std::string::npos) << m;
+
+  m = error_of([&] { read_text_file(d.path.string()); });
+  EXPECT_NE(m.find("not a regular file"), std::string::npos) << m;
+}
+
+// ---- batches ---------------------------------------------------------------------------
+
+namespace {
+std::vector<int32_t> random_tokens(size_t n, uint64_t seed) {
+  std::vector<int32_t> t(n);
+  for (auto& v : t) v = static_cast<int32_t>(splitmix64(seed) % 64);
+  return t;
+}
+}  // namespace
+
+TEST(Batches, AreWindowsWithNextTokenTargets) {
+  const std::vector<int32_t> tokens = random_tokens(5000, 7);
+  BatchStream s(tokens, 42);
+  EXPECT_EQ(s.batch(), 4);
+  EXPECT_EQ(s.seq(), 16);
+  for (int k = 0; k < 50; ++k) {
+    Batch b = s.next();
+    ASSERT_EQ(b.inputs.type().str(), "i32[4,16]");
+    ASSERT_EQ(b.targets.type().str(), "i32[4,16]");
+    const int32_t* in = b.inputs.data<int32_t>();
+    const int32_t* tg = b.targets.data<int32_t>();
+    for (int r = 0; r < 4; ++r) {
+      for (int t = 0; t + 1 < 16; ++t) ASSERT_EQ(tg[r * 16 + t], in[r * 16 + t + 1]);
+      // The row is some window of 17 consecutive tokens: search for it.
+      std::vector<int32_t> window(in + r * 16, in + r * 16 + 16);
+      window.push_back(tg[r * 16 + 15]);
+      auto it = std::search(tokens.begin(), tokens.end(), window.begin(), window.end());
+      ASSERT_NE(it, tokens.end()) << "batch " << k << " row " << r;
+      EXPECT_EQ(it - tokens.begin(), s.window_start(static_cast<uint64_t>(k), r));
+    }
+  }
+  EXPECT_EQ(s.position(), 50u);
+}
+
+TEST(Batches, AreDeterministicAndResumable) {
+  const std::vector<int32_t> tokens = encode(builtin_corpus());
+  BatchStream a(tokens, 1), b(tokens, 1), other(tokens, 2);
+  std::vector<Batch> seen;
+  for (int k = 0; k < 20; ++k) {
+    seen.push_back(a.next());
+    Batch y = b.next();
+    EXPECT_TRUE(seen.back().inputs.bit_equal(y.inputs));
+    EXPECT_TRUE(seen.back().targets.bit_equal(y.targets));
+  }
+  int differ = 0;
+  for (int k = 0; k < 20; ++k) differ += !other.next().inputs.bit_equal(seen[static_cast<size_t>(k)].inputs);
+  EXPECT_GE(differ, 19);
+
+  // A fresh stream resumed at saved position 12 continues bit-identically.
+  BatchStream resumed(tokens, 1);
+  resumed.set_position(12);
+  for (int k = 12; k < 20; ++k) {
+    Batch y = resumed.next();
+    EXPECT_TRUE(y.inputs.bit_equal(seen[static_cast<size_t>(k)].inputs)) << k;
+    EXPECT_TRUE(y.targets.bit_equal(seen[static_cast<size_t>(k)].targets)) << k;
+  }
+  EXPECT_EQ(resumed.position(), 20u);
+  // at() does not move; fill() writes into existing arrays.
+  EXPECT_TRUE(resumed.at(3).inputs.bit_equal(seen[3].inputs));
+  EXPECT_EQ(resumed.position(), 20u);
+  Array in(Type{DType::i32, {4, 16}}), tg(Type{DType::i32, {4, 16}});
+  resumed.fill(5, in, tg);
+  EXPECT_TRUE(in.bit_equal(seen[5].inputs));
+  EXPECT_TRUE(tg.bit_equal(seen[5].targets));
+}
+
+TEST(Batches, StartsCoverEveryWindowUniformly) {
+  const size_t n = 1000;
+  BatchStream s(random_tokens(n, 3), 9, 8, 16);
+  std::vector<int> hits(n, 0);
+  double sum = 0;
+  const int draws = 20000;
+  for (int k = 0; k < draws / 8; ++k)
+    for (int r = 0; r < 8; ++r) {
+      const int64_t st = s.window_start(static_cast<uint64_t>(k), r);
+      ASSERT_GE(st, 0);
+      ASSERT_LE(st, static_cast<int64_t>(n - 17));   // window of 17 must fit
+      hits[static_cast<size_t>(st)]++;
+      sum += static_cast<double>(st);
+    }
+  EXPECT_GT(hits[0] + hits[1] + hits[2], 0);
+  EXPECT_GT(hits[n - 17] + hits[n - 18] + hits[n - 19], 0);
+  // Mean of a uniform start over [0, 983]: 491.5; std error ~ 2.
+  EXPECT_NEAR(sum / draws, 491.5, 10.0);
+}
+
+TEST(Batches, RejectBadTokensAndShapes) {
+  std::vector<int32_t> bad = random_tokens(100, 1);
+  bad[37] = 64;
+  std::string m = error_of([&] { BatchStream(bad, 1); });
+  EXPECT_NE(m.find("token id 64 at position 37"), std::string::npos) << m;
+  bad[37] = -5;
+  EXPECT_NE(error_of([&] { BatchStream(bad, 1); }).find("token id -5"), std::string::npos);
+
+  m = error_of([] { BatchStream(std::vector<int32_t>(16, 1), 1); });
+  EXPECT_NE(m.find("need at least 17"), std::string::npos) << m;
+  EXPECT_NO_THROW(BatchStream(std::vector<int32_t>(17, 1), 1));
+  EXPECT_NE(error_of([] { BatchStream(std::vector<int32_t>(100, 1), 1, 0, 16); }).find("must be positive"),
+            std::string::npos);
+
+  BatchStream s(random_tokens(100, 1), 1);
+  Array wrong(Type{DType::i32, {4, 8}}), right(Type{DType::i32, {4, 16}});
+  m = error_of([&] { s.fill(0, wrong, right); });
+  EXPECT_NE(m.find("i32[4,16]"), std::string::npos) << m;
+}
