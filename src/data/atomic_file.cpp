@@ -1,0 +1,110 @@
+// Atomic file replacement: the previous file at `path` survives any failure,
+// and a crash at any instant leaves either the old or the new file there.
+//
+// temp file in the same directory (rename is atomic only within a file system)
+//   -> write everything -> fsync (data on disk before the name points at it)
+//   -> rename over the target -> fsync the directory (the rename itself durable)
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "capstep/safetensors.h"
+
+namespace capstep {
+namespace {
+
+std::mutex hook_mutex;
+std::function<void(const char*)> hook;
+
+void stage(const char* name) {
+  std::function<void(const char*)> h;
+  {
+    std::lock_guard<std::mutex> lock(hook_mutex);
+    h = hook;
+  }
+  if (h) h(name);
+}
+
+std::string directory_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// Writes all of [p, p+n), retrying short writes and interrupted calls.
+bool write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+void set_atomic_write_hook_for_testing(std::function<void(const char* stage)> h) {
+  std::lock_guard<std::mutex> lock(hook_mutex);
+  hook = std::move(h);
+}
+
+void write_file_atomically(const std::string& path, std::string_view bytes) {
+  const std::string prefix = "cannot save '" + path + "': ";
+  if (path.empty() || path.back() == '/') throw Error(prefix + "not a file name");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw Error(prefix + "it is a directory");
+
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  int fd = -1;
+  bool renamed = false;
+  auto sys_fail = [&](const std::string& what) {
+    const int err = errno;
+    throw Error(prefix + what + ": " + std::strerror(err));
+  };
+  try {
+    stage("open");
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) sys_fail("cannot create the temporary file '" + tmp + "'");
+    const size_t half = bytes.size() / 2;
+    if (!write_all(fd, bytes.data(), half)) sys_fail("cannot write '" + tmp + "'");
+    stage("write-half");
+    if (!write_all(fd, bytes.data() + half, bytes.size() - half)) sys_fail("cannot write '" + tmp + "'");
+    stage("fsync");
+    if (::fsync(fd) != 0) sys_fail("cannot fsync '" + tmp + "'");
+    const int closing = fd;
+    fd = -1;
+    if (::close(closing) != 0) sys_fail("cannot close '" + tmp + "'");
+    stage("rename");
+    if (::rename(tmp.c_str(), path.c_str()) != 0) sys_fail("cannot rename '" + tmp + "' over it");
+    renamed = true;
+    stage("fsync-dir");
+    const std::string dir = directory_of(path);
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) sys_fail("cannot open directory '" + dir + "' to fsync it");
+    const int rc = ::fsync(dfd);
+    const int err = errno;
+    ::close(dfd);
+    // Some file systems cannot fsync a directory (EINVAL); the data is safe.
+    if (rc != 0 && err != EINVAL) {
+      errno = err;
+      sys_fail("cannot fsync directory '" + dir + "'");
+    }
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
+    if (!renamed) ::unlink(tmp.c_str());
+    throw;
+  }
+}
+
+}  // namespace capstep
