@@ -1,0 +1,162 @@
+// One VJP rule per primitive, in a switch with no default: a primitive added to
+// the table without a rule here fails the build (-Werror=switch).
+#include <algorithm>
+
+#include "autodiff/dot_vjp.h"
+#include "autodiff/vjp.h"
+
+namespace capstep::autodiff_detail {
+namespace {
+
+Tensor zeros(Tracer& tr, const Type& t) { return tr.constant(t, {0.0}); }
+
+// Sum g over the axes broadcast_in_dim created or stretched, then restore the
+// operand's size-1 axes.
+Tensor unbroadcast(const Tensor& g, const Type operand, const std::vector<int64_t>& dims) {
+  const Shape out = g.shape();
+  std::vector<bool> from_operand(out.size(), false);
+  std::vector<int64_t> axes;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const size_t o = static_cast<size_t>(dims[i]);
+    from_operand[o] = true;
+    if (operand.shape[i] == 1 && out[o] != 1) axes.push_back(dims[i]);
+  }
+  for (size_t o = 0; o < out.size(); ++o)
+    if (!from_operand[o]) axes.push_back(static_cast<int64_t>(o));
+  Tensor r = sum(g, axes);
+  return reshape(r, operand.shape);  // records nothing when the shape already matches
+}
+
+std::vector<int64_t> kept(int rank, const std::vector<int64_t>& reduced) {
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < rank; ++i)
+    if (std::find(reduced.begin(), reduced.end(), i) == reduced.end()) out.push_back(i);
+  return out;
+}
+
+}  // namespace
+
+std::vector<Tensor> vjp(Tracer& tr, const Eqn& e, const Tensor& g, const std::vector<bool>& need) {
+  // Types are copied out of p before emitting: emitting grows its type table.
+  const Program& p = tr.program();
+  std::vector<Tensor> x;  // operands as Tensors
+  for (int v : e.inputs) x.emplace_back(&tr, v);
+  const Tensor out(&tr, e.out);
+  const Type out_type = p.type(e.out);
+  std::vector<Tensor> gx(e.inputs.size());
+  auto wants = [&](size_t i) { return need[i]; };
+
+  switch (e.op) {
+    // Values that depend on no operand, or only through comparisons: nothing flows.
+    case Op::constant:
+    case Op::iota:
+    case Op::compare:
+      break;
+
+    case Op::add:
+      if (wants(0)) gx[0] = g;
+      if (wants(1)) gx[1] = g;
+      break;
+    case Op::subtract:
+      if (wants(0)) gx[0] = g;
+      if (wants(1)) gx[1] = -g;
+      break;
+    case Op::multiply:
+      if (wants(0)) gx[0] = g * x[1];
+      if (wants(1)) gx[1] = g * x[0];
+      break;
+    case Op::divide: {
+      // out = a / b:  da = g / b,  db = -g a / b^2 = -(g / b) * out
+      Tensor gb_ = g / x[1];
+      if (wants(0)) gx[0] = gb_;
+      if (wants(1)) gx[1] = -(gb_ * out);
+      break;
+    }
+    case Op::maximum: {
+      // Ties go to the first operand, so that exactly one side receives g.
+      Tensor first = compare(x[0], x[1], Cmp::GE);
+      Tensor z = zeros(tr, out_type);
+      if (wants(0)) gx[0] = select(first, g, z);
+      if (wants(1)) gx[1] = select(first, z, g);
+      break;
+    }
+    case Op::negate:
+      gx[0] = -g;
+      break;
+    case Op::exponential:
+      gx[0] = g * out;
+      break;
+    case Op::log:
+      gx[0] = g / x[0];
+      break;
+    case Op::tanh:
+      gx[0] = g * (1.0 - out * out);
+      break;
+    case Op::rsqrt:
+      // d/da a^(-1/2) = -1/2 a^(-3/2) = -1/2 * out / a
+      gx[0] = (g * out / x[0]) * -0.5;
+      break;
+    case Op::sqrt:
+      // d/da sqrt(a) = 1 / (2 sqrt(a))
+      gx[0] = g / (out * 2.0);
+      break;
+
+    case Op::select: {
+      // The predicate is boolean: no cotangent. Each branch gets g where chosen.
+      Tensor z = zeros(tr, out_type);
+      if (wants(1)) gx[1] = select(x[0], g, z);
+      if (wants(2)) gx[2] = select(x[0], z, g);
+      break;
+    }
+    case Op::convert: {
+      // Only float -> float conversions carry derivatives; to or from integers
+      // and booleans the function is piecewise constant.
+      const DType from = p.type(e.inputs[0]).dtype;
+      if (is_float(from) && is_float(out_type.dtype)) gx[0] = convert(g, from);
+      break;
+    }
+
+    case Op::broadcast_in_dim:
+      gx[0] = unbroadcast(g, p.type(e.inputs[0]), e.attrs.dims);
+      break;
+    case Op::reshape:
+      gx[0] = reshape(g, Shape(p.type(e.inputs[0]).shape));
+      break;
+    case Op::transpose: {
+      std::vector<int64_t> inv(e.attrs.dims.size());
+      for (size_t i = 0; i < inv.size(); ++i) inv[static_cast<size_t>(e.attrs.dims[i])] = static_cast<int64_t>(i);
+      gx[0] = transpose(g, inv);
+      break;
+    }
+    case Op::dot_general: {
+      const DotDims d{e.attrs.lhs_batch, e.attrs.rhs_batch, e.attrs.lhs_contract, e.attrs.rhs_contract};
+      if (wants(0)) gx[0] = dot_general_vjp_lhs(g, x[1], Type(p.type(e.inputs[0])), d);
+      if (wants(1)) gx[1] = dot_general_vjp_rhs(g, x[0], Type(p.type(e.inputs[1])), d);
+      break;
+    }
+    case Op::reduce_sum: {
+      const Type in = p.type(e.inputs[0]);
+      gx[0] = broadcast_in_dim(g, in.shape, kept(in.rank(), e.attrs.dims));
+      break;
+    }
+    case Op::reduce_max: {
+      // The cotangent goes to the positions equal to the max.
+      const Type in = p.type(e.inputs[0]);
+      const std::vector<int64_t> k = kept(in.rank(), e.attrs.dims);
+      Tensor at_max = compare(x[0], broadcast_in_dim(out, in.shape, k), Cmp::EQ);
+      gx[0] = select(at_max, broadcast_in_dim(g, in.shape, k), zeros(tr, in));
+      break;
+    }
+    case Op::gather_rows:
+      // The indices are integers: no cotangent. The table's is the transpose.
+      if (wants(0)) gx[0] = scatter_add_rows(zeros(tr, p.type(e.inputs[0])), x[1], g);
+      break;
+    case Op::scatter_add_rows:
+      if (wants(0)) gx[0] = g;
+      if (wants(2)) gx[2] = gather_rows(g, x[1]);
+      break;
+  }
+  return gx;
+}
+
+}  // namespace capstep::autodiff_detail

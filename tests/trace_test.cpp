@@ -1,0 +1,257 @@
+// Capture: what the Tensor front end records (broadcasts, constants, shapes of
+// composites), the errors it raises, and the composites' values on the host.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "capstep/interpreter.h"
+#include "capstep/trace.h"
+
+namespace {
+
+using namespace capstep;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+#define EXPECT_ERROR_HAS(stmt, text) EXPECT_NE(error_of([&] { stmt; }).find(text), std::string::npos) \
+    << "message: " << error_of([&] { stmt; })
+
+const Eqn& defining(const Program& p, const Tensor& t) {
+  for (const Eqn& e : p.eqns)
+    if (e.out == t.id()) return e;
+  throw Error("value is not an equation result");
+}
+
+// ---- broadcasting ------------------------------------------------------------------
+
+TEST(Trace, BroadcastingIsExplicit) {
+  Tracer tr;
+  Tensor x = tr.input("x", {DType::f32, {4, 3}});
+  Tensor b = tr.input("b", {DType::f32, {3}});
+  Tensor y = x + b;
+  const Program& p = tr.program();
+  ASSERT_EQ(p.eqns.size(), 2u);
+  const Eqn& bc = p.eqns[0];
+  EXPECT_EQ(bc.op, Op::broadcast_in_dim);
+  EXPECT_EQ(bc.inputs, std::vector<int>{b.id()});
+  EXPECT_EQ(bc.attrs.dims, std::vector<int64_t>{1});
+  EXPECT_EQ(p.type(bc.out), (Type{DType::f32, {4, 3}}));
+  const Eqn& add = p.eqns[1];
+  EXPECT_EQ(add.op, Op::add);
+  EXPECT_EQ(add.inputs, (std::vector<int>{x.id(), bc.out}));
+  EXPECT_EQ(y.type(), (Type{DType::f32, {4, 3}}));
+}
+
+TEST(Trace, BothOperandsStretchSizeOneAxes) {
+  Tracer tr;
+  Tensor a = tr.input("a", {DType::f64, {4, 1}});
+  Tensor b = tr.input("b", {DType::f64, {1, 3}});
+  Tensor y = a * b;
+  EXPECT_EQ(y.shape(), (Shape{4, 3}));
+  const Program& p = tr.program();
+  ASSERT_EQ(p.eqns.size(), 3u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(p.eqns[static_cast<size_t>(i)].op, Op::broadcast_in_dim);
+    EXPECT_EQ(p.eqns[static_cast<size_t>(i)].attrs.dims, (std::vector<int64_t>{0, 1}));
+  }
+  EXPECT_EQ(p.eqns[2].op, Op::multiply);
+}
+
+TEST(Trace, RankPromotionAlignsTrailingAxes) {
+  Tracer tr;
+  Tensor a = tr.input("a", {DType::f32, {2, 3, 4}});
+  Tensor b = tr.input("b", {DType::f32, {3, 1}});
+  Tensor y = a - b;
+  EXPECT_EQ(y.shape(), (Shape{2, 3, 4}));
+  const Eqn& bc = tr.program().eqns[0];
+  EXPECT_EQ(bc.op, Op::broadcast_in_dim);
+  EXPECT_EQ(bc.attrs.dims, (std::vector<int64_t>{1, 2}));
+}
+
+TEST(Trace, SameShapesRecordNoBroadcast) {
+  Tracer tr;
+  Tensor a = tr.input("a", {DType::f32, {2, 3}});
+  Tensor y = a / a;
+  ASSERT_EQ(tr.program().eqns.size(), 1u);
+  EXPECT_EQ(defining(tr.program(), y).op, Op::divide);
+}
+
+TEST(Trace, ScalarsBecomeConstantsOfTheOtherDtype) {
+  Tracer tr;
+  Tensor x = tr.input("x", {DType::f64, {2, 3}});
+  Tensor n = tr.input("n", {DType::i32, {5}});
+  Tensor y = 2.0 * x;
+  Tensor m = n + 1.0;
+  const Program& p = tr.program();
+  const Eqn& mul = defining(p, y);
+  const Type c = p.type(mul.inputs[0]);
+  EXPECT_EQ(c.dtype, DType::f64);
+  const Eqn& k = defining(p, Tensor(&tr, mul.inputs[0]));
+  EXPECT_EQ(k.op, Op::constant);
+  EXPECT_EQ(k.attrs.literal, std::vector<double>{2.0});
+  EXPECT_EQ(mul.inputs[1], x.id());  // order kept: 2 * x
+  EXPECT_EQ(m.dtype(), DType::i32);
+  EXPECT_EQ(p.type(defining(p, m).inputs[1]).dtype, DType::i32);
+}
+
+TEST(Trace, CompareAndSelectBroadcast) {
+  Tracer tr;
+  Tensor x = tr.input("x", {DType::f32, {2, 3}});
+  Tensor z = tr.input("z", {DType::f32, {}});
+  Tensor pred = compare(x, z, Cmp::GT);
+  EXPECT_EQ(pred.type(), (Type{DType::i1, {2, 3}}));
+  Tensor y = select(pred, x, z);
+  EXPECT_EQ(y.type(), (Type{DType::f32, {2, 3}}));
+  EXPECT_EQ(convert(pred, DType::f32).type(), (Type{DType::f32, {2, 3}}));
+}
+
+// ---- shapes of the front end ---------------------------------------------------------
+
+TEST(Trace, ShapeOperators) {
+  Tracer tr;
+  Tensor x = tr.input("x", {DType::f32, {2, 3, 4}});
+  EXPECT_EQ(reshape(x, {6, -1}).shape(), (Shape{6, 4}));
+  EXPECT_EQ(transpose(x, {2, 0, 1}).shape(), (Shape{4, 2, 3}));
+  EXPECT_EQ(swap_last2(x).shape(), (Shape{2, 4, 3}));
+  EXPECT_EQ(broadcast_to(x, {5, 2, 3, 4}).shape(), (Shape{5, 2, 3, 4}));
+  EXPECT_EQ(sum(x, {-1}).shape(), (Shape{2, 3}));
+  EXPECT_EQ(sum(x, {0, 2}, true).shape(), (Shape{1, 3, 1}));
+  EXPECT_EQ(max(x, {1}).shape(), (Shape{2, 4}));
+  EXPECT_EQ(mean(x).shape(), (Shape{}));
+  EXPECT_EQ(x.dim(-1), 4);
+  Tensor w = tr.input("w", {DType::f32, {4, 5}});
+  EXPECT_EQ(matmul(x, w).shape(), (Shape{2, 3, 5}));
+  Tensor bw = tr.input("bw", {DType::f32, {2, 4, 7}});
+  EXPECT_EQ(matmul(x, bw).shape(), (Shape{2, 3, 7}));
+  Tensor table = tr.input("table", {DType::f32, {10, 8}});
+  Tensor idx = tr.input("idx", {DType::i32, {2, 3}});
+  EXPECT_EQ(gather_rows(table, idx).shape(), (Shape{2, 3, 8}));
+}
+
+TEST(Trace, CompositeShapes) {
+  Tracer tr;
+  Tensor x = tr.input("x", {DType::f32, {2, 3, 8}});
+  Tensor g = tr.input("g", {DType::f32, {8}});
+  Tensor t = tr.input("t", {DType::i32, {2, 3}});
+  Tensor q = tr.input("q", {DType::f32, {2, 4, 3, 8}});
+  // Tensor::type() refers into the growing program: compare copies.
+  const Type xt = x.type(), qt = q.type();
+  EXPECT_EQ(softmax(x).type(), xt);
+  EXPECT_EQ(softmax(x, 1).type(), xt);
+  EXPECT_EQ(log_softmax(x).type(), xt);
+  EXPECT_EQ(gelu_tanh(x).type(), xt);
+  EXPECT_EQ(rms_norm(x, g).type(), xt);
+  EXPECT_EQ(cross_entropy(x, t).type(), (Type{DType::f32, {}}));
+  EXPECT_EQ(causal_mask(tr, 5).type(), (Type{DType::f32, {5, 5}}));
+  EXPECT_EQ(causal_attention(q, q, q).type(), qt);
+  // Composites record primitives only, and the program verifies.
+  Program p = tr.finish({{"loss", cross_entropy(x, t)}});
+  EXPECT_NO_THROW(verify(p));
+}
+
+// ---- errors ---------------------------------------------------------------------------
+
+TEST(Trace, MismatchedShapesAreErrors) {
+  Tracer tr;
+  Tensor a = tr.input("a", {DType::f32, {4, 3}});
+  Tensor b = tr.input("b", {DType::f32, {4}});
+  Tensor c = tr.input("c", {DType::f64, {4, 3}});
+  EXPECT_ERROR_HAS(a + b, "add: shapes f32[4,3] f32[4] do not broadcast");
+  EXPECT_ERROR_HAS(a * c, "multiply: operand dtypes differ (f32[4,3] and f64[4,3])");
+  EXPECT_ERROR_HAS(reshape(a, {5, -1}), "reshape f32[4,3] to [5,-1]: cannot infer");
+  EXPECT_ERROR_HAS(reshape(a, {5, 2}), "element counts differ (12 vs 10)");
+  EXPECT_ERROR_HAS(broadcast_to(a, {3}), "lower-rank shape [3]");
+  EXPECT_ERROR_HAS(sum(a, {2}), "axis 2 is out of range for rank 2");
+  EXPECT_ERROR_HAS(matmul(a, a), "dot_general");  // contracting 3 against 4: the IR's shape rule
+  EXPECT_ERROR_HAS(select(a, a, a), "select: the predicate must be i1");
+  EXPECT_ERROR_HAS(rms_norm(a, b), "rms_norm: gain must be [3]");
+  Tensor t = tr.input("t", {DType::i32, {3}});
+  EXPECT_ERROR_HAS(cross_entropy(a, t), "targets must be i32[4]");
+  EXPECT_ERROR_HAS(causal_attention(a, a, a), "[B,H,T,Dh]");
+  EXPECT_ERROR_HAS(Tensor().shape(), "empty");
+  Tracer other;
+  Tensor o = other.input("o", {DType::f32, {4, 3}});
+  EXPECT_ERROR_HAS(a + o, "different Tracers");
+  EXPECT_ERROR_HAS(tr.constant({DType::f32, {2, 2}}, {1, 2, 3}), "expected 1 value (splat) or 4 values");
+}
+
+// ---- values of the composites on the host -----------------------------------------------
+
+TEST(TraceValues, SoftmaxAndLogSoftmax) {
+  Tracer tr;
+  Tensor x = tr.input("x", {DType::f64, {2, 3}});
+  Program p = tr.finish({{"s", softmax(x)}, {"l", log_softmax(x)}});
+  const std::vector<double> xv = {1, 2, 3, 1000, 1000, 990};  // large values: the max shift matters
+  std::vector<Array> out = host::run(p, {Array::f64({2, 3}, xv)});
+  for (int r = 0; r < 2; ++r) {
+    double m = -1e300, z = 0;
+    for (int c = 0; c < 3; ++c) m = std::max(m, xv[static_cast<size_t>(r * 3 + c)]);
+    for (int c = 0; c < 3; ++c) z += std::exp(xv[static_cast<size_t>(r * 3 + c)] - m);
+    for (int c = 0; c < 3; ++c) {
+      const int64_t i = r * 3 + c;
+      const double ls = xv[static_cast<size_t>(i)] - m - std::log(z);
+      EXPECT_NEAR(out[0].get(i), std::exp(ls), 1e-15);
+      EXPECT_NEAR(out[1].get(i), ls, 1e-12);
+    }
+  }
+}
+
+TEST(TraceValues, GeluRmsNormCrossEntropy) {
+  Tracer tr;
+  Tensor x = tr.input("x", {DType::f64, {2, 3}});
+  Tensor g = tr.input("g", {DType::f64, {3}});
+  Tensor t = tr.input("t", {DType::i32, {2}});
+  Program p = tr.finish({{"gelu", gelu_tanh(x)}, {"rms", rms_norm(x, g, 1e-5)}, {"ce", cross_entropy(x, t)}});
+  const std::vector<double> xv = {-1.5, 0.25, 2.0, 0.5, -0.75, 3.0}, gv = {1.0, 0.5, 2.0};
+  std::vector<Array> out = host::run(p, {Array::f64({2, 3}, xv), Array::f64({3}, gv), Array::i32({2}, {2, 0})});
+  double ce = 0;
+  for (int r = 0; r < 2; ++r) {
+    double ms = 0, z = 0;
+    for (int c = 0; c < 3; ++c) ms += xv[static_cast<size_t>(r * 3 + c)] * xv[static_cast<size_t>(r * 3 + c)] / 3;
+    for (int c = 0; c < 3; ++c) z += std::exp(xv[static_cast<size_t>(r * 3 + c)]);
+    ce -= (xv[static_cast<size_t>(r * 3 + (r == 0 ? 2 : 0))] - std::log(z)) / 2;
+    for (int c = 0; c < 3; ++c) {
+      const size_t i = static_cast<size_t>(r * 3 + c);
+      const double v = xv[i];
+      const double gelu = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+      EXPECT_NEAR(out[0].get(static_cast<int64_t>(i)), gelu, 1e-14);
+      EXPECT_NEAR(out[1].get(static_cast<int64_t>(i)), v / std::sqrt(ms + 1e-5) * gv[static_cast<size_t>(c)], 1e-14);
+    }
+  }
+  EXPECT_NEAR(out[2].get(0), ce, 1e-14);
+}
+
+TEST(TraceValues, CausalAttention) {
+  // B=1, H=1, T=3, Dh=2, against a direct loop.
+  Tracer tr;
+  const Type t{DType::f64, {1, 1, 3, 2}};
+  Tensor q = tr.input("q", t), k = tr.input("k", t), v = tr.input("v", t);
+  Program p = tr.finish({{"o", causal_attention(q, k, v)}, {"mask", causal_mask(tr, 3, DType::f64)}});
+  const std::vector<double> qv = {0.1, -0.3, 0.7, 0.2, -0.5, 0.9}, kv = {0.4, 0.8, -0.6, 0.1, 0.3, -0.2},
+                            vv = {1, 2, 3, 4, 5, 6};
+  std::vector<Array> out = host::run(p, {Array::f64(t.shape, qv), Array::f64(t.shape, kv), Array::f64(t.shape, vv)});
+  for (int i = 0; i < 3; ++i) {
+    double w[3] = {0, 0, 0}, z = 0;
+    for (int j = 0; j <= i; ++j) {
+      w[j] = std::exp((qv[static_cast<size_t>(2 * i)] * kv[static_cast<size_t>(2 * j)] +
+                       qv[static_cast<size_t>(2 * i + 1)] * kv[static_cast<size_t>(2 * j + 1)]) / std::sqrt(2.0));
+      z += w[j];
+    }
+    for (int d = 0; d < 2; ++d) {
+      double o = 0;
+      for (int j = 0; j <= i; ++j) o += w[j] / z * vv[static_cast<size_t>(2 * j + d)];
+      EXPECT_NEAR(out[0].get(2 * i + d), o, 1e-14);
+    }
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(out[1].get(3 * i + j), j > i ? -1e9 : 0.0);
+  }
+}
+
+}  // namespace
