@@ -2,6 +2,8 @@
 // transformer, checked against finite differences in float64.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 
@@ -21,6 +23,7 @@ const DType f64 = DType::f64;
 void expect_close_grads(const Program& p, const std::vector<Array>& in, const std::vector<std::string>& wrt,
                         Options opt = {}) {
   gradcheck::Report r = check(p, in, wrt, opt);
+  if (std::getenv("GRADCHECK_VERBOSE")) std::printf("  checked %d, max rel err %.3g at %s\n", r.checked, r.max_rel_err, r.worst.c_str());
   EXPECT_GT(r.checked, 0);
   EXPECT_LT(r.max_rel_err, kTol) << r.worst << "\nprogram:\n" << to_text(value_and_grad(p, wrt));
 }

@@ -3,6 +3,7 @@
 // API, so the gradient is made of ordinary primitives.
 #include <set>
 
+#include "autodiff/passes.h"
 #include "autodiff/vjp.h"
 #include "capstep/autodiff.h"
 #include "capstep/trace.h"
@@ -87,7 +88,10 @@ Program value_and_grad(const Program& p, const std::vector<std::string>& wrt) {
     if (!g.valid()) g = tr.constant(p.type(in.value), {0.0});  // the loss does not depend on it
     tr.program().add_output("grad." + in.name, g.id());
   }
-  return eliminate_common_subexpressions(tr.program());
+  // Clean-ups: splat algebra, shared subexpressions, negations off big arrays.
+  // The second sinking pass sees the small negates the first one made.
+  Program g = eliminate_common_subexpressions(autodiff_detail::simplify(tr.program()));
+  return autodiff_detail::sink_negations(autodiff_detail::sink_negations(g));
 }
 
 }  // namespace capstep
