@@ -310,15 +310,25 @@ TEST(Checkpoint, SigkillDuringSaveLeavesALoadableCheckpoint) {
     const pid_t saver = fork();
     ASSERT_GE(saver, 0);
     if (saver == 0) {
-      for (int i = 0;; ++i) save_checkpoint(p, i % 2 ? a : b);
+      try {
+        for (int i = 0;; ++i) save_checkpoint(p, i % 2 ? a : b);
+      } catch (...) {
+      }
+      _exit(1);   // a failed save: the parent sees a normal exit, not SIGKILL
     }
     usleep(static_cast<useconds_t>(1000 + data::splitmix64(rng) % 40000));
     kill(saver, SIGKILL);
     ASSERT_EQ(waitpid(saver, &status, 0), saver);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the save loop stopped by itself";
     const Checkpoint got = load_checkpoint(p);
     const bool is_b = got.step == 124;
     expect_same(is_b ? b : a, got);
     saw[is_b]++;
   }
+  // The killed saves left temporaries; the next save removes them.
+  const auto entries = [&] { return std::distance(fs::directory_iterator(d.path), fs::directory_iterator()); };
+  EXPECT_GT(entries(), 1);
+  save_checkpoint(p, a);
+  EXPECT_EQ(entries(), 1);
   std::printf("killed 8 save loops: found the first checkpoint %d times, the second %d times\n", saw[0], saw[1]);
 }

@@ -84,7 +84,9 @@ void write_safetensors(const std::string& path, const std::vector<NamedArray>& t
 // Throws Error naming the path and what is wrong with the file.
 SafetensorsFile read_safetensors(const std::string& path);
 
-// Writes `bytes` to `path` atomically, as write_safetensors does.
+// Writes `bytes` to `path` atomically, as write_safetensors does. The
+// temporary file is "<path>.tmp.<host>.<pid>.<n>"; after a successful save,
+// temporaries of this host whose process has died (killed mid-save) are removed.
 void write_file_atomically(const std::string& path, std::string_view bytes);
 
 // For tests only: called with the name of each stage of an atomic write

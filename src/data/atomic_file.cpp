@@ -6,7 +6,10 @@
 //   -> rename over the target -> fsync the directory (the rename itself durable)
 #include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 
 #include <fcntl.h>
@@ -51,6 +54,38 @@ bool write_all(int fd, const char* p, size_t n) {
   return true;
 }
 
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || !buf[0]) return "host";
+  std::string h(buf);
+  for (char& c : h)
+    if (c == '.' || c == '/') c = '_';
+  return h;
+}
+
+// Saves killed mid-write (SIGKILL, OOM killer) leave "<name>.tmp.<host>.<pid>.<n>"
+// beside the target. Remove those of this host whose process no longer runs,
+// so they do not pile up over a long run. Best effort: errors are ignored.
+void remove_stale_temporaries(const std::string& path, const std::string& host) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string prefix = target.filename().string() + ".tmp." + host + ".";
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = name.substr(prefix.size());
+    const size_t dot = rest.find('.');
+    if (dot == 0 || dot == std::string::npos || rest.find_first_not_of("0123456789") != dot) continue;
+    const long pid = std::strtol(rest.substr(0, dot).c_str(), nullptr, 10);
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;   // still running
+    std::error_code ignored;
+    fs::remove(it->path(), ignored);
+  }
+}
+
 }  // namespace
 
 void set_atomic_write_hook_for_testing(std::function<void(const char* stage)> h) {
@@ -65,7 +100,8 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw Error(prefix + "it is a directory");
 
   static std::atomic<uint64_t> counter{0};
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  const std::string host = host_name();
+  const std::string tmp = path + ".tmp." + host + "." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   int fd = -1;
   bool renamed = false;
   auto sys_fail = [&](const std::string& what) {
@@ -105,6 +141,7 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
     if (!renamed) ::unlink(tmp.c_str());
     throw;
   }
+  remove_stale_temporaries(path, host);
 }
 
 }  // namespace capstep
