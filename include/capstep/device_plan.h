@@ -1,0 +1,104 @@
+// The device memory plan of a verified Program: where every value lives on the
+// device during one step, computed once when the Program is compiled. Pure C++
+// (no CUDA), so that it is unit-tested on machines without a GPU.
+//
+// Three device allocations ("spaces"):
+//   inputs   one resident region per Program input, never reused: what the
+//            caller uploads stays there from step to step (lane 3).
+//   statics  constant and iota results, filled once at compile time.
+//   arena    every other value, and per-equation scratch; two buffers share
+//            bytes only when their lifetimes do not overlap.
+// A reshape moves no bytes: its result is a view of its operand's buffer (the
+// operand's "root"), and the root's lifetime covers every view's reads.
+//
+// Donation (Program::aliases, output o -> input i): the output's producing
+// equation writes straight into input i's region ("direct write") when the
+// planner can prove that nothing reads input i after that equation (a read by
+// that same equation is allowed only for an elementwise op with equal element
+// widths, which reads index k before writing index k). Otherwise the output is
+// computed into the arena and copied into input i's region at the end of the
+// step (a "copy-back"); Plan::notes says which alias took that path and why.
+// An output that is the old value of an input overwritten by a copy-back is
+// first saved into the arena (a "snapshot"), so every output reads back as the
+// Program defines it. The end-of-step copies run in end_copies order: all
+// snapshots, then all copy-backs.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "capstep/ir.h"
+
+namespace capstep::plan {
+
+constexpr size_t kDeviceAlign = 256;
+
+enum class Space : unsigned char { inputs, statics, arena };
+const char* space_name(Space s);
+
+struct Loc {
+  Space space = Space::arena;
+  size_t offset = 0;  // bytes from the start of the space; a multiple of kDeviceAlign
+  bool operator==(const Loc& o) const { return space == o.space && offset == o.offset; }
+};
+
+enum class Home : unsigned char {
+  input,     // a Program input: its resident region
+  statics,   // constant / iota
+  arena,     // an equation's result in the arena
+  donated,   // an equation's result written straight into an input's region
+  view,      // reshape: the bytes of `root`
+};
+const char* home_name(Home h);
+
+// Lifetimes are in equation indices: a value made by equation e is live from e
+// to its last read; E = number of equations stands for "after the last
+// equation" (outputs, and the end-of-step copies).
+struct ValuePlan {
+  Home home = Home::arena;
+  Loc loc;             // resolved address (a view has its root's)
+  int root = -1;       // value whose buffer holds the bytes (itself unless a view)
+  int input = -1;      // Home::input / Home::donated: which input's region
+  int def = -1;        // defining equation; -1 for inputs and statics
+  int last = -1;       // last equation that reads it through any view; E for outputs
+  size_t bytes = 0;
+};
+
+struct EndCopy {
+  enum Kind : unsigned char { snapshot, copy_back } kind = copy_back;
+  Loc from, to;
+  size_t bytes = 0;
+  int output = -1;     // the output this copy serves
+  int input = -1;      // copy_back: the input written; snapshot: the input saved
+};
+
+struct Plan {
+  std::vector<ValuePlan> values;       // per value id
+  std::vector<Loc> input_loc;          // per input (Space::inputs)
+  std::vector<Loc> output_loc;         // per output: where it is read after the step
+  std::vector<Loc> scratch_loc;        // per equation (meaningful when scratch was asked)
+  std::vector<EndCopy> end_copies;     // snapshots first, then copy-backs
+  std::vector<std::string> notes;      // one line per alias that is not a direct write
+  std::vector<int> donated_input;      // per output: the input written directly, or -1
+  size_t inputs_bytes = 0, statics_bytes = 0, arena_bytes = 0;
+  size_t total_bytes() const { return inputs_bytes + statics_bytes + arena_bytes; }
+  int num_eqns = 0;
+};
+
+// `eqn_scratch[e]` (optional; empty or one per equation) is the scratch that
+// equation e needs while it runs (dot_general's transposed operands).
+Plan plan_device_memory(const Program& p, const std::vector<size_t>& eqn_scratch = {});
+
+// A readable summary: sizes of each space, the donated and copied aliases.
+std::string describe(const Program& p, const Plan& plan);
+
+// The arena packer on its own (greedy, largest first, lowest free offset):
+// buffers with overlapping [first, last] get disjoint [offset, offset+bytes).
+struct Interval {
+  size_t bytes = 0;
+  int first = 0, last = 0;
+};
+std::vector<size_t> pack(const std::vector<Interval>& buffers, size_t* total);
+
+}  // namespace capstep::plan

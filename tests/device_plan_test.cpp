@@ -1,0 +1,447 @@
+// The device memory plan, checked without a device: buffers that are live at
+// the same time never share a byte (pairwise, exhaustively, on random
+// programs), and a byte-level simulation of one step on the planned addresses
+// reads every operand intact and leaves every output, donated ones included,
+// where the plan says it is.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+
+#include "capstep/device_plan.h"
+
+namespace capstep {
+namespace {
+
+using plan::EndCopy;
+using plan::Home;
+using plan::Loc;
+using plan::Plan;
+using plan::Space;
+
+Type f32(Shape s) { return {DType::f32, std::move(s)}; }
+
+// ---- a fake device: one tag per byte of each space --------------------------
+// A tag names the value whose bytes are there (its root's id), so a read that
+// finds another tag is a read of clobbered memory.
+struct FakeDevice {
+  std::map<Space, std::vector<int>> mem;
+  explicit FakeDevice(const Plan& pl) {
+    mem[Space::inputs].assign(pl.inputs_bytes, -1);
+    mem[Space::statics].assign(pl.statics_bytes, -1);
+    mem[Space::arena].assign(pl.arena_bytes, -1);
+  }
+  void write(Loc l, size_t bytes, int tag) {
+    auto& m = mem[l.space];
+    ASSERT_LE(l.offset + bytes, m.size()) << "write past the end of " << plan::space_name(l.space);
+    std::fill(m.begin() + static_cast<long>(l.offset), m.begin() + static_cast<long>(l.offset + bytes), tag);
+  }
+  bool holds(Loc l, size_t bytes, int tag) {
+    auto& m = mem[l.space];
+    if (l.offset + bytes > m.size()) return false;
+    for (size_t b = 0; b < bytes; ++b)
+      if (m[l.offset + b] != tag) return false;
+    return true;
+  }
+  void copy(Loc from, Loc to, size_t bytes) {
+    std::vector<int> tmp(mem[from.space].begin() + static_cast<long>(from.offset),
+                         mem[from.space].begin() + static_cast<long>(from.offset + bytes));
+    std::copy(tmp.begin(), tmp.end(), mem[to.space].begin() + static_cast<long>(to.offset));
+  }
+};
+
+// Runs one step of `p` on the fake device at the planned addresses and checks
+// every read and every output. Returns the number of failed checks.
+int simulate(const Program& p, const Plan& pl, const std::vector<size_t>& scratch = {}) {
+  FakeDevice dev(pl);
+  int failures = 0;
+  auto tag = [&](int value) { return pl.values[static_cast<size_t>(value)].root; };
+  for (const NamedValue& in : p.inputs) dev.write(pl.values[static_cast<size_t>(in.value)].loc,
+                                                  pl.values[static_cast<size_t>(in.value)].bytes, in.value);
+  for (const Eqn& e : p.eqns)
+    if (e.op == Op::constant || e.op == Op::iota)
+      dev.write(pl.values[static_cast<size_t>(e.out)].loc, pl.values[static_cast<size_t>(e.out)].bytes, e.out);
+  for (size_t d = 0; d < p.eqns.size(); ++d) {
+    const Eqn& e = p.eqns[d];
+    const bool has_scratch = d < scratch.size() && scratch[d] > 0;
+    if (has_scratch) dev.write(pl.scratch_loc[d], scratch[d], -1000 - static_cast<int>(d));
+    for (int x : e.inputs) {
+      const auto& xv = pl.values[static_cast<size_t>(x)];
+      if (!dev.holds(xv.loc, xv.bytes, tag(x))) {
+        ++failures;
+        ADD_FAILURE() << "equation " << d << " (" << op_name(e.op) << ") reads %" << x << " clobbered";
+      }
+    }
+    const auto& ov = pl.values[static_cast<size_t>(e.out)];
+    if (e.op != Op::constant && e.op != Op::iota && e.op != Op::reshape) dev.write(ov.loc, ov.bytes, tag(e.out));
+    if (has_scratch && !dev.holds(pl.scratch_loc[d], scratch[d], -1000 - static_cast<int>(d))) {
+      ++failures;
+      ADD_FAILURE() << "equation " << d << ": its scratch overlaps its own result";
+    }
+  }
+  // outputs intact before the end-of-step copies
+  for (const NamedValue& o : p.outputs) {
+    const auto& ov = pl.values[static_cast<size_t>(o.value)];
+    if (!dev.holds(ov.loc, ov.bytes, tag(o.value))) {
+      ++failures;
+      ADD_FAILURE() << "output " << o.name << " clobbered before the end of the step";
+    }
+  }
+  bool seen_back = false;
+  for (const EndCopy& c : pl.end_copies) {
+    if (c.kind == EndCopy::copy_back) seen_back = true;
+    if (c.kind == EndCopy::snapshot && seen_back) {
+      ++failures;
+      ADD_FAILURE() << "a snapshot runs after a copy-back";
+    }
+    dev.copy(c.from, c.to, c.bytes);
+  }
+  // after the step: each output reads as its value from output_loc
+  for (size_t o = 0; o < p.outputs.size(); ++o) {
+    const int v = p.outputs[o].value;
+    if (!dev.holds(pl.output_loc[o], pl.values[static_cast<size_t>(v)].bytes, tag(v))) {
+      ++failures;
+      ADD_FAILURE() << "output " << p.outputs[o].name << " does not read back as %" << v;
+    }
+  }
+  // and each aliased input's region now holds its output's value
+  for (const Alias& a : p.aliases) {
+    const int v = p.outputs[static_cast<size_t>(a.output)].value;
+    if (!dev.holds(pl.input_loc[static_cast<size_t>(a.input)], pl.values[static_cast<size_t>(v)].bytes, tag(v))) {
+      ++failures;
+      ADD_FAILURE() << "input " << p.inputs[static_cast<size_t>(a.input)].name << " does not hold output "
+                    << p.outputs[static_cast<size_t>(a.output)].name << " after the step";
+    }
+  }
+  return failures;
+}
+
+// Every pair of arena buffers (roots, scratch, snapshots) that are live at the
+// same time: their byte ranges must be disjoint. Returns the number of clashes.
+int pairwise_overlaps(const Program& p, const Plan& pl, const std::vector<size_t>& scratch) {
+  struct B { size_t lo, hi; int first, last; std::string what; };
+  std::vector<B> bs;
+  for (int id = 0; id < p.num_values(); ++id) {
+    const auto& x = pl.values[static_cast<size_t>(id)];
+    if (x.home == Home::arena && x.bytes > 0)
+      bs.push_back({x.loc.offset, x.loc.offset + x.bytes, x.def, x.last, "%" + std::to_string(id)});
+  }
+  for (size_t d = 0; d < scratch.size(); ++d)
+    if (scratch[d] > 0)
+      bs.push_back({pl.scratch_loc[d].offset, pl.scratch_loc[d].offset + scratch[d], static_cast<int>(d),
+                    static_cast<int>(d), "scratch of eqn " + std::to_string(d)});
+  for (const EndCopy& c : pl.end_copies)
+    if (c.kind == EndCopy::snapshot)
+      bs.push_back({c.to.offset, c.to.offset + c.bytes, pl.num_eqns, pl.num_eqns, "snapshot"});
+  int clashes = 0;
+  for (size_t i = 0; i < bs.size(); ++i) {
+    EXPECT_EQ(bs[i].lo % plan::kDeviceAlign, 0u) << bs[i].what << " is not 256-byte aligned";
+    EXPECT_LE(bs[i].hi, pl.arena_bytes) << bs[i].what << " ends past the arena";
+    for (size_t j = i + 1; j < bs.size(); ++j) {
+      const bool live_together = bs[i].first <= bs[j].last && bs[j].first <= bs[i].last;
+      const bool share_bytes = bs[i].lo < bs[j].hi && bs[j].lo < bs[i].hi;
+      if (live_together && share_bytes) {
+        ++clashes;
+        ADD_FAILURE() << bs[i].what << " and " << bs[j].what << " are live together and share bytes";
+      }
+    }
+  }
+  return clashes;
+}
+
+// ---- a random program generator ---------------------------------------------
+// Values of a few f32 shapes; ops that exercise every home: elementwise (in
+// place candidates), reshape views (of inputs too), constants and iota
+// (statics), reductions and broadcasts (size changes), dots (scratch).
+Program random_program(std::mt19937& rng, int n_eqns, int n_inputs, std::vector<size_t>* scratch) {
+  Program p;
+  const std::vector<Shape> shapes = {{37, 53}, {53, 37}, {37 * 53}, {37}, {53, 53}};
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  for (int i = 0; i < n_inputs; ++i) p.add_input("in" + std::to_string(i), f32(shapes[static_cast<size_t>(pick(5))]));
+  auto of_shape = [&](const Shape& s) {
+    std::vector<int> c;
+    for (int id = 0; id < p.num_values(); ++id)
+      if (p.type(id).shape == s && p.type(id).dtype == DType::f32) c.push_back(id);
+    return c;
+  };
+  while (static_cast<int>(p.eqns.size()) < n_eqns) {
+    const int v = pick(p.num_values());
+    const Type t = p.type(v);
+    if (t.dtype != DType::f32) continue;
+    switch (pick(9)) {
+      case 0: case 1: {  // binary with another value of the same shape (often an input)
+        std::vector<int> same = of_shape(t.shape);
+        int w = same[static_cast<size_t>(pick(static_cast<int>(same.size())))];
+        p.add_eqn(pick(2) ? Op::add : Op::multiply, {v, w}, {});
+        break;
+      }
+      case 2: p.add_eqn(Op::exponential, {v}, {}); break;
+      case 3: {  // reshape between the 2-D and flat forms
+        if (t.shape == Shape{37, 53} || t.shape == Shape{53, 37}) p.add_eqn_typed(Op::reshape, {v}, {}, f32({37 * 53}));
+        else if (t.shape == Shape{37 * 53}) p.add_eqn_typed(Op::reshape, {v}, {}, f32({37, 53}));
+        else p.add_eqn(Op::negate, {v}, {});
+        break;
+      }
+      case 4: {
+        Attrs a;
+        a.literal = {1.5};
+        p.add_eqn_typed(pick(2) ? Op::constant : Op::iota, {}, a, f32(shapes[static_cast<size_t>(pick(5))]));
+        break;
+      }
+      case 5: {  // reduce the last axis away
+        if (t.rank() == 2 && t.shape[1] == 53 && t.shape[0] == 37) {
+          Attrs a;
+          a.dims = {1};
+          p.add_eqn(Op::reduce_sum, {v}, a);
+        } else {
+          p.add_eqn(Op::tanh, {v}, {});
+        }
+        break;
+      }
+      case 6: {  // broadcast [37] -> [37,53]
+        if (t.shape == Shape{37}) {
+          Attrs a;
+          a.dims = {0};
+          p.add_eqn_typed(Op::broadcast_in_dim, {v}, a, f32({37, 53}));
+        } else {
+          p.add_eqn(Op::sqrt, {v}, {});
+        }
+        break;
+      }
+      case 7: {  // transpose
+        if (t.rank() == 2) {
+          Attrs a;
+          a.dims = {1, 0};
+          p.add_eqn(Op::transpose, {v}, a);
+        } else {
+          p.add_eqn(Op::log, {v}, {});
+        }
+        break;
+      }
+      case 8: {  // dot [37,53] x [53,53] with a scratch request
+        std::vector<int> sq = of_shape({53, 53});
+        if (t.shape == Shape{37, 53} && !sq.empty()) {
+          Attrs a;
+          a.lhs_contract = {1};
+          a.rhs_contract = {0};
+          p.add_eqn(Op::dot_general, {v, sq[static_cast<size_t>(pick(static_cast<int>(sq.size())))]}, a);
+        } else {
+          p.add_eqn(Op::rsqrt, {v}, {});
+        }
+        break;
+      }
+    }
+    scratch->push_back(p.eqns.back().op == Op::dot_general || pick(7) == 0 ? 1000 + static_cast<size_t>(pick(5000)) : 0);
+  }
+  // outputs: a few random values, then aliases to inputs of the same type
+  const int n_out = 2 + pick(5);
+  for (int o = 0; o < n_out; ++o) p.add_output("out" + std::to_string(o), pick(p.num_values()));
+  std::vector<char> used_in(p.inputs.size(), 0);
+  for (int o = 0; o < n_out; ++o) {
+    if (pick(3) == 0) continue;
+    for (size_t i = 0; i < p.inputs.size(); ++i)
+      if (!used_in[i] && p.input_type(static_cast<int>(i)) == p.output_type(o)) {
+        used_in[i] = 1;
+        p.aliases.push_back({o, static_cast<int>(i)});
+        break;
+      }
+  }
+  return p;
+}
+
+// ---- tests ------------------------------------------------------------------
+
+TEST(DevicePlan, RandomProgramsNoLiveBuffersOverlapExhaustive) {
+  std::mt19937 rng(1234);
+  int donated = 0, copied = 0, snapshots = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    std::vector<size_t> scratch;
+    Program p = random_program(rng, 30 + trial, 1 + trial % 4, &scratch);
+    Plan pl = plan::plan_device_memory(p, scratch);
+    ASSERT_EQ(pairwise_overlaps(p, pl, scratch), 0) << to_text(p);
+    ASSERT_EQ(simulate(p, pl, scratch), 0) << to_text(p) << plan::describe(p, pl);
+    for (int d : pl.donated_input) donated += d >= 0;
+    for (const EndCopy& c : pl.end_copies) (c.kind == EndCopy::snapshot ? snapshots : copied) += 1;
+  }
+  // the generator must have exercised both alias paths, or the test proves little
+  EXPECT_GT(donated, 0);
+  EXPECT_GT(copied, 0);
+}
+
+TEST(DevicePlan, ArenaReusesBuffersAndReportsSizes) {
+  // a chain x -> e1 -> e2 -> ... : each value dies when the next is made, so two
+  // buffers (plus the output) suffice however long the chain
+  Program p;
+  int x = p.add_input("x", f32({37, 53}));
+  int v = x;
+  for (int i = 0; i < 20; ++i) v = p.add_eqn(Op::exponential, {v}, {});
+  p.add_output("y", v);
+  Plan pl = plan::plan_device_memory(p);
+  const size_t one = (37 * 53 * 4 + 255) / 256 * 256;
+  EXPECT_EQ(pl.inputs_bytes, one);
+  EXPECT_EQ(pl.arena_bytes, 2 * one);          // the op reads one buffer while writing another
+  EXPECT_EQ(pl.statics_bytes, 0u);
+  EXPECT_EQ(pl.total_bytes(), 3 * one);
+  EXPECT_EQ(pl.output_loc[0], pl.values[static_cast<size_t>(v)].loc);
+  EXPECT_EQ(simulate(p, pl), 0);
+}
+
+TEST(DevicePlan, ReshapeIsAViewAndExtendsItsRootsLife) {
+  Program p;
+  int x = p.add_input("x", f32({37, 53}));
+  int a = p.add_eqn(Op::exponential, {x}, {});
+  int r = p.add_eqn_typed(Op::reshape, {a}, {}, f32({37 * 53}));
+  int b = p.add_eqn(Op::negate, {x}, {});
+  int c = p.add_eqn(Op::negate, {r}, {});   // reads a (through r) after b is made
+  p.add_output("b", b);
+  p.add_output("c", c);
+  Plan pl = plan::plan_device_memory(p);
+  EXPECT_EQ(pl.values[static_cast<size_t>(r)].home, Home::view);
+  EXPECT_EQ(pl.values[static_cast<size_t>(r)].root, a);
+  EXPECT_EQ(pl.values[static_cast<size_t>(r)].loc, pl.values[static_cast<size_t>(a)].loc);
+  EXPECT_EQ(pl.values[static_cast<size_t>(a)].last, 3);
+  EXPECT_NE(pl.values[static_cast<size_t>(a)].loc, pl.values[static_cast<size_t>(b)].loc);
+  EXPECT_EQ(simulate(p, pl), 0);
+}
+
+// AdamW's shape: p' = p - lr * g, the last read of p is the equation that makes
+// p', elementwise: written straight into p's region, no copy.
+TEST(DevicePlan, AliasWrittenInPlaceWhenSafe) {
+  Program p;
+  int w = p.add_input("w", f32({37, 53}));
+  int g = p.add_input("g", f32({37, 53}));
+  int lr = p.add_input("lr", f32({}));
+  Attrs bd;
+  bd.dims = {};
+  int lrb = p.add_eqn_typed(Op::broadcast_in_dim, {lr}, bd, f32({37, 53}));
+  int step = p.add_eqn(Op::multiply, {lrb, g}, {});
+  int w2 = p.add_eqn(Op::subtract, {w, step}, {});
+  int loss = p.add_eqn(Op::multiply, {g, g}, {});
+  p.add_output("loss", loss);
+  p.add_output("w'", w2);
+  p.aliases.push_back({1, 0});
+  Plan pl = plan::plan_device_memory(p);
+  EXPECT_EQ(pl.donated_input[1], 0);
+  EXPECT_EQ(pl.donated_input[0], -1);
+  EXPECT_EQ(pl.values[static_cast<size_t>(w2)].home, Home::donated);
+  EXPECT_EQ(pl.values[static_cast<size_t>(w2)].loc, pl.input_loc[0]);
+  EXPECT_TRUE(pl.end_copies.empty());
+  EXPECT_TRUE(pl.notes.empty());
+  EXPECT_EQ(pl.output_loc[1], pl.input_loc[0]);
+  EXPECT_EQ(simulate(p, pl), 0);
+}
+
+// The input is read again after its new value is made: writing in place would
+// clobber it, so the planner computes into the arena and copies back.
+TEST(DevicePlan, AliasCopiedBackWhenInputReadLater) {
+  Program p;
+  int w = p.add_input("w", f32({37, 53}));
+  int w2 = p.add_eqn(Op::exponential, {w}, {});
+  int late = p.add_eqn(Op::add, {w, w2}, {});   // reads w after w2 exists
+  p.add_output("w'", w2);
+  p.add_output("late", late);
+  p.aliases.push_back({0, 0});
+  Plan pl = plan::plan_device_memory(p);
+  EXPECT_EQ(pl.donated_input[0], -1);
+  EXPECT_EQ(pl.values[static_cast<size_t>(w2)].home, Home::arena);
+  ASSERT_EQ(pl.end_copies.size(), 1u);
+  EXPECT_EQ(pl.end_copies[0].kind, EndCopy::copy_back);
+  EXPECT_EQ(pl.end_copies[0].from, pl.values[static_cast<size_t>(w2)].loc);
+  EXPECT_EQ(pl.end_copies[0].to, pl.input_loc[0]);
+  ASSERT_EQ(pl.notes.size(), 1u);
+  EXPECT_NE(pl.notes[0].find("still read by equation 1"), std::string::npos) << pl.notes[0];
+  EXPECT_EQ(simulate(p, pl), 0);
+}
+
+// A non-elementwise op that reads the input it would overwrite (transpose
+// reads other elements than it writes): not in place.
+TEST(DevicePlan, AliasNotInPlaceForNonElementwiseReader) {
+  Program p;
+  int w = p.add_input("w", f32({53, 53}));
+  Attrs t;
+  t.dims = {1, 0};
+  int wt = p.add_eqn(Op::transpose, {w}, t);
+  p.add_output("wt", wt);
+  p.aliases.push_back({0, 0});
+  Plan pl = plan::plan_device_memory(p);
+  EXPECT_EQ(pl.donated_input[0], -1);
+  ASSERT_EQ(pl.notes.size(), 1u);
+  EXPECT_NE(pl.notes[0].find("not an elementwise op"), std::string::npos) << pl.notes[0];
+  EXPECT_EQ(simulate(p, pl), 0);
+}
+
+// Swap: a' = b, b' = a, and the old a is also an output. Each copy-back
+// source is an input overwritten in the same end phase, so both are
+// snapshotted first; the old-a output reads its snapshot.
+TEST(DevicePlan, SwapAndOldValueOutputsAreSnapshotted) {
+  Program p;
+  int a = p.add_input("a", f32({37}));
+  int b = p.add_input("b", f32({37}));
+  p.add_output("a'", b);
+  p.add_output("b'", a);
+  p.add_output("old a", a);
+  p.aliases.push_back({0, 0});
+  p.aliases.push_back({1, 1});
+  Plan pl = plan::plan_device_memory(p);
+  int snaps = 0, backs = 0;
+  for (const EndCopy& c : pl.end_copies) (c.kind == EndCopy::snapshot ? snaps : backs) += 1;
+  EXPECT_EQ(snaps, 2);
+  EXPECT_EQ(backs, 2);
+  EXPECT_EQ(pl.output_loc[2].space, Space::arena);
+  EXPECT_EQ(simulate(p, pl), 0);
+}
+
+// One value donated to two inputs: the first alias writes in place, the
+// second copies from the first input's region.
+TEST(DevicePlan, OneValueAliasedToTwoInputs) {
+  Program p;
+  int a = p.add_input("a", f32({37}));
+  int b = p.add_input("b", f32({37}));
+  int s = p.add_eqn(Op::add, {a, b}, {});
+  p.add_output("a'", s);
+  p.add_output("b'", s);
+  p.aliases.push_back({0, 0});
+  p.aliases.push_back({1, 1});
+  Plan pl = plan::plan_device_memory(p);
+  EXPECT_EQ(pl.donated_input[0], 0);
+  EXPECT_EQ(pl.donated_input[1], -1);
+  ASSERT_EQ(pl.end_copies.size(), 1u);
+  EXPECT_EQ(pl.end_copies[0].from, pl.input_loc[0]);
+  EXPECT_EQ(pl.end_copies[0].to, pl.input_loc[1]);
+  EXPECT_EQ(simulate(p, pl), 0);
+}
+
+TEST(DevicePlan, IdentityAliasNeedsNothingAndStaticsAreSeparate) {
+  Program p;
+  int a = p.add_input("a", f32({37}));
+  Attrs c;
+  c.literal = {2.0};
+  int k = p.add_eqn_typed(Op::constant, {}, c, f32({37}));
+  int m = p.add_eqn(Op::multiply, {a, k}, {});
+  p.add_output("a", a);
+  p.add_output("m", m);
+  p.aliases.push_back({0, 0});
+  Plan pl = plan::plan_device_memory(p);
+  EXPECT_TRUE(pl.end_copies.empty());
+  EXPECT_EQ(pl.values[static_cast<size_t>(k)].home, Home::statics);
+  EXPECT_EQ(pl.values[static_cast<size_t>(k)].loc.space, Space::statics);
+  EXPECT_EQ(pl.statics_bytes, 256u);
+  EXPECT_EQ(simulate(p, pl), 0);
+}
+
+TEST(DevicePlan, PackerLowerBoundAndScratchCountMismatch) {
+  // three buffers live together, one later: the total is the live peak
+  std::vector<plan::Interval> bs = {{1000, 0, 2}, {300, 1, 3}, {256, 2, 2}, {2000, 4, 5}};
+  size_t total = 0;
+  std::vector<size_t> off = plan::pack(bs, &total);
+  EXPECT_EQ(total, 2048u);
+  EXPECT_EQ(off[3], 0u);
+  Program p;
+  p.add_input("x", f32({3}));
+  p.add_output("x", 0);
+  EXPECT_THROW(plan::plan_device_memory(p, {1, 2}), Error);
+}
+
+}  // namespace
+}  // namespace capstep
