@@ -1,0 +1,332 @@
+// capstep::host::Interpreter: verifies a Program, plans its memory once and runs
+// it with one precomputed Step per equation.
+//
+// Where each value lives, decided at construction:
+//   input      the caller's Array, read in place (its address is set per run)
+//   static     constant and iota: computed once into storage owned here
+//   alias      reshape, and any broadcast/transpose/convert that moves nothing:
+//              the same bytes as its operand, no step at all
+//   arena      everything else: an offset in one arena shared by buffers whose
+//              lifetimes do not overlap (see memory_plan.h)
+// dot_general's packing scratch lives in the same arena for the one step that
+// uses it. run() then only stores the input addresses, calls each step's kernel
+// and copies the outputs out: no lookups, no allocation.
+#include "capstep/interpreter.h"
+
+#include <algorithm>
+#include <new>
+
+#include "backend/host/memory_plan.h"
+#include "backend/host/step.h"
+
+namespace capstep::host {
+namespace {
+
+enum class Where : uint8_t { input, stat, alias, arena };
+
+struct AlignedFree {
+  void operator()(void* p) const { ::operator delete(p, std::align_val_t{kArenaAlign}); }
+};
+using Block = std::unique_ptr<void, AlignedFree>;
+
+Block alloc_block(size_t bytes) {
+  if (bytes == 0) return Block(nullptr);
+  return Block(::operator new(bytes, std::align_val_t{kArenaAlign}));
+}
+
+size_t align_up(size_t n) { return (n + kArenaAlign - 1) / kArenaAlign * kArenaAlign; }
+
+template <class T>
+void store_all(void* dst, int64_t n, const auto& value_at) {
+  T* d = static_cast<T*>(dst);
+  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<T>(value_at(i));
+}
+
+// Writes n values given as double into dst with dtype d (i1: nonzero -> 1).
+void store_doubles(DType d, void* dst, int64_t n, const auto& value_at) {
+  switch (d) {
+    case DType::f32: store_all<float>(dst, n, value_at); return;
+    case DType::f64: store_all<double>(dst, n, value_at); return;
+    case DType::i32: store_all<int32_t>(dst, n, value_at); return;
+    case DType::i1: store_all<uint8_t>(dst, n, [&](int64_t i) { return value_at(i) != 0.0 ? 1 : 0; }); return;
+  }
+}
+
+void fill_constant(const Attrs& a, const Type& t, void* dst) {
+  const std::vector<double>& lit = a.literal;
+  if (lit.size() == 1)
+    store_doubles(t.dtype, dst, t.numel(), [&](int64_t) { return lit[0]; });
+  else
+    store_doubles(t.dtype, dst, t.numel(), [&](int64_t i) { return lit[static_cast<size_t>(i)]; });
+}
+
+void fill_iota(const Attrs& a, const Type& t, void* dst) {
+  int64_t inner = 1;
+  for (size_t d = static_cast<size_t>(a.axis) + 1; d < t.shape.size(); ++d) inner *= t.shape[d];
+  const int64_t size = t.shape[static_cast<size_t>(a.axis)];
+  store_doubles(t.dtype, dst, t.numel(), [&](int64_t i) { return static_cast<double>((i / inner) % size); });
+}
+
+// The source walk of broadcast_in_dim: operand axis i feeds output axis dims[i]
+// (stride 0 where the operand's axis has size 1).
+StridedView broadcast_view(const Type& in, const Type& out, const std::vector<int64_t>& dims,
+                           const std::string& what) {
+  const std::vector<int64_t> is = row_major_strides(in.shape);
+  std::vector<int64_t> stride(out.shape.size(), 0);
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (in.shape[i] != 1) stride[static_cast<size_t>(dims[i])] = is[i];
+  return make_view(out.shape, stride, what);
+}
+
+StridedView transpose_view(const Type& in, const std::vector<int64_t>& perm, const std::string& what) {
+  const std::vector<int64_t> is = row_major_strides(in.shape);
+  std::vector<int64_t> size, stride;
+  for (int64_t p : perm) {
+    size.push_back(in.shape[static_cast<size_t>(p)]);
+    stride.push_back(is[static_cast<size_t>(p)]);
+  }
+  return make_view(size, stride, what);
+}
+
+}  // namespace
+
+struct Interpreter::Impl {
+  Program prog;
+  std::vector<Step> steps;
+  std::vector<void*> slots;                      // one per value, then scratch
+  std::vector<std::pair<int, int>> input_slots;  // (slot, input index) set per run
+  std::vector<int> output_slot;                  // per Program output
+  Block arena, statics;
+  size_t arena_bytes = 0;
+
+  explicit Impl(Program p);
+  void run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs);
+  void check_inputs(const std::vector<const Array*>& inputs) const;
+};
+
+Interpreter::Impl::Impl(Program p) : prog(std::move(p)) {
+  verify(prog);
+  const int nv = prog.num_values();
+  const int ne = static_cast<int>(prog.eqns.size());
+  std::vector<Where> where(static_cast<size_t>(nv), Where::arena);
+  std::vector<int> root(static_cast<size_t>(nv));
+  std::vector<int> def(static_cast<size_t>(nv), -1);  // defining equation
+  for (int v = 0; v < nv; ++v) root[static_cast<size_t>(v)] = v;
+  for (const NamedValue& in : prog.inputs) where[static_cast<size_t>(in.value)] = Where::input;
+
+  struct Scratch {
+    size_t bytes;
+    int eqn;
+  };
+  std::vector<Scratch> scratch;
+
+  // ---- one Step per equation; the switch has no default so that a primitive
+  // without a host kernel does not compile.
+  for (int i = 0; i < ne; ++i) {
+    const Eqn& e = prog.eqns[static_cast<size_t>(i)];
+    const Type& t = prog.type(e.out);
+    const std::string what = "equation " + std::to_string(i) + " (" + op_name(e.op) + ")";
+    const size_t o = static_cast<size_t>(e.out);
+    def[o] = i;
+    Step s;
+    s.eqn = i;
+    s.program = &prog;
+    s.out = e.out;
+    for (size_t k = 0; k < e.inputs.size() && k < 3; ++k) s.in[k] = e.inputs[k];
+    s.n = t.numel();
+    s.elem_bytes = dtype_size(t.dtype);
+    auto alias_of_operand = [&] {
+      where[o] = Where::alias;
+      root[o] = root[static_cast<size_t>(e.inputs[0])];
+    };
+    switch (e.op) {
+      case Op::constant:
+      case Op::iota:
+        where[o] = Where::stat;
+        break;
+      case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
+        s.fn = binary_kernel(e.op, t.dtype);
+        break;
+      case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
+        s.fn = unary_kernel(e.op, t.dtype);
+        break;
+      case Op::compare:
+        s.fn = compare_kernel(e.attrs.cmp, prog.type(e.inputs[0]).dtype);
+        break;
+      case Op::select:
+        s.fn = select_kernel(t.dtype);
+        break;
+      case Op::convert: {
+        const DType from = prog.type(e.inputs[0]).dtype;
+        if (from == t.dtype) alias_of_operand();
+        else s.fn = convert_kernel(from, t.dtype);
+        break;
+      }
+      case Op::broadcast_in_dim:
+        s.view = broadcast_view(prog.type(e.inputs[0]), t, e.attrs.dims, what);
+        if (s.view.is_identity()) alias_of_operand();
+        else s.fn = strided_copy_kernel(t.dtype);
+        break;
+      case Op::reshape:
+        alias_of_operand();
+        break;
+      case Op::transpose:
+        s.view = transpose_view(prog.type(e.inputs[0]), e.attrs.dims, what);
+        if (s.view.is_identity()) alias_of_operand();
+        else s.fn = strided_copy_kernel(t.dtype);
+        break;
+      case Op::dot_general: {
+        s.fn = dot_general_kernel(t.dtype);
+        s.dot = plan_dot(prog.type(e.inputs[0]), prog.type(e.inputs[1]), e.attrs, what);
+        const size_t es = dtype_size(t.dtype);
+        if (s.dot.pack_a) {
+          s.scratch[0] = nv + static_cast<int>(scratch.size());
+          scratch.push_back({static_cast<size_t>(s.dot.batch * s.dot.m * s.dot.k) * es, i});
+        }
+        if (s.dot.pack_b) {
+          s.scratch[1] = nv + static_cast<int>(scratch.size());
+          scratch.push_back({static_cast<size_t>(s.dot.batch * s.dot.k * s.dot.n) * es, i});
+        }
+        break;
+      }
+      case Op::reduce_sum:
+      case Op::reduce_max: {
+        const Type& in = prog.type(e.inputs[0]);
+        s.fn = reduce_kernel(e.op, in.dtype);
+        s.n_in = in.numel();
+        s.view = plan_reduce(in, e.attrs.dims, what);
+        break;
+      }
+      case Op::gather_rows:
+      case Op::scatter_add_rows: {
+        const Type& table = prog.type(e.inputs[0]);
+        s.fn = e.op == Op::gather_rows ? gather_rows_kernel(table.dtype) : scatter_add_rows_kernel(table.dtype);
+        s.rows = table.shape[0];
+        s.row_elems = 1;
+        for (size_t d = 1; d < table.shape.size(); ++d) s.row_elems *= table.shape[d];
+        s.n_idx = prog.type(e.inputs[1]).numel();
+        break;
+      }
+    }
+    if (s.fn) steps.push_back(s);
+  }
+
+  // ---- liveness: each arena buffer lives from its defining equation to the
+  // last equation reading it through any alias; outputs live to the end.
+  std::vector<int> last(static_cast<size_t>(nv), -1);
+  for (int i = 0; i < ne; ++i)
+    for (int v : prog.eqns[static_cast<size_t>(i)].inputs) {
+      int& l = last[static_cast<size_t>(root[static_cast<size_t>(v)])];
+      l = std::max(l, i);
+    }
+  for (const NamedValue& out : prog.outputs) last[static_cast<size_t>(root[static_cast<size_t>(out.value)])] = ne;
+
+  std::vector<BufferLife> lives;
+  std::vector<int> buffer_slot;
+  for (int v = 0; v < nv; ++v) {
+    if (where[static_cast<size_t>(v)] != Where::arena) continue;
+    const int d = def[static_cast<size_t>(v)];
+    lives.push_back({prog.type(v).bytes(), d, std::max(d, last[static_cast<size_t>(v)])});
+    buffer_slot.push_back(v);
+  }
+  for (size_t k = 0; k < scratch.size(); ++k) {
+    lives.push_back({scratch[k].bytes, scratch[k].eqn, scratch[k].eqn});
+    buffer_slot.push_back(nv + static_cast<int>(k));
+  }
+  const ArenaPlan plan = pack_arena(lives);
+  arena_bytes = plan.total;
+  arena = alloc_block(plan.total);
+
+  // ---- statics: constants and iota, computed once.
+  size_t static_total = 0;
+  std::vector<size_t> static_off(static_cast<size_t>(nv), 0);
+  for (int v = 0; v < nv; ++v)
+    if (where[static_cast<size_t>(v)] == Where::stat) {
+      static_off[static_cast<size_t>(v)] = static_total;
+      static_total += align_up(prog.type(v).bytes());
+    }
+  statics = alloc_block(static_total);
+
+  // ---- slot addresses.
+  slots.assign(static_cast<size_t>(nv) + scratch.size(), nullptr);
+  char* arena_base = static_cast<char*>(arena.get());
+  char* static_base = static_cast<char*>(statics.get());
+  for (size_t b = 0; b < lives.size(); ++b)
+    if (lives[b].bytes) slots[static_cast<size_t>(buffer_slot[b])] = arena_base + plan.offset[b];
+  for (int i = 0; i < ne; ++i) {
+    const Eqn& e = prog.eqns[static_cast<size_t>(i)];
+    const Type& t = prog.type(e.out);
+    if (where[static_cast<size_t>(e.out)] != Where::stat || t.bytes() == 0) continue;
+    void* dst = static_base + static_off[static_cast<size_t>(e.out)];
+    slots[static_cast<size_t>(e.out)] = dst;
+    if (e.op == Op::constant) fill_constant(e.attrs, t, dst);
+    else fill_iota(e.attrs, t, dst);
+  }
+  std::vector<int> input_of(static_cast<size_t>(nv), -1);
+  for (size_t i = 0; i < prog.inputs.size(); ++i) input_of[static_cast<size_t>(prog.inputs[i].value)] = static_cast<int>(i);
+  for (int v = 0; v < nv; ++v) {
+    const int r = root[static_cast<size_t>(v)];
+    if (where[static_cast<size_t>(r)] == Where::input) input_slots.emplace_back(v, input_of[static_cast<size_t>(r)]);
+    else if (r != v) slots[static_cast<size_t>(v)] = slots[static_cast<size_t>(r)];
+  }
+  for (const NamedValue& out : prog.outputs) output_slot.push_back(out.value);
+}
+
+void Interpreter::Impl::check_inputs(const std::vector<const Array*>& inputs) const {
+  if (inputs.size() != prog.inputs.size()) {
+    std::string names;
+    for (size_t i = 0; i < prog.inputs.size(); ++i) names += (i ? ", " : "") + prog.inputs[i].name;
+    throw Error("program \"" + prog.name + "\": expected " + std::to_string(prog.inputs.size()) + " inputs (" +
+                names + "), got " + std::to_string(inputs.size()));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Type& want = prog.input_type(static_cast<int>(i));
+    if (inputs[i] == nullptr)
+      throw Error("input \"" + prog.inputs[i].name + "\": expected " + want.str() + ", got no array (null)");
+    if (inputs[i]->type() != want)
+      throw Error("input \"" + prog.inputs[i].name + "\": expected " + want.str() + ", got " +
+                  inputs[i]->type().str());
+  }
+}
+
+void Interpreter::Impl::run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs) {
+  check_inputs(inputs);
+  void** sl = slots.data();
+  for (const auto& [slot, i] : input_slots) sl[slot] = const_cast<void*>(inputs[static_cast<size_t>(i)]->raw());
+  for (const Step& s : steps) s.fn(s, sl);
+  if (outputs.size() != output_slot.size()) outputs.resize(output_slot.size());
+  for (size_t j = 0; j < output_slot.size(); ++j) {
+    const Type& t = prog.output_type(static_cast<int>(j));
+    Array& out = outputs[j];
+    // A default Array claims f32[] but owns no bytes: reset allocates for it.
+    if (out.type() != t || (out.raw() == nullptr && t.bytes() != 0)) out.reset(t);
+    if (t.bytes()) std::memcpy(out.raw(), sl[output_slot[j]], t.bytes());
+  }
+}
+
+Interpreter::Interpreter(Program p) : impl_(std::make_unique<Impl>(std::move(p))) {}
+Interpreter::~Interpreter() = default;
+Interpreter::Interpreter(Interpreter&&) noexcept = default;
+Interpreter& Interpreter::operator=(Interpreter&&) noexcept = default;
+
+std::vector<Array> Interpreter::run(const std::vector<Array>& inputs) {
+  std::vector<const Array*> ptrs;
+  ptrs.reserve(inputs.size());
+  for (const Array& a : inputs) ptrs.push_back(&a);
+  std::vector<Array> outputs;
+  impl_->run(ptrs, outputs);
+  return outputs;
+}
+
+void Interpreter::run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs) {
+  impl_->run(inputs, outputs);
+}
+
+const Program& Interpreter::program() const { return impl_->prog; }
+size_t Interpreter::arena_bytes() const { return impl_->arena_bytes; }
+
+std::vector<Array> run(const Program& p, const std::vector<Array>& inputs) {
+  return Interpreter(p).run(inputs);
+}
+
+}  // namespace capstep::host

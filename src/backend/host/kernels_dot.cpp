@@ -1,0 +1,189 @@
+// dot_general through OpenBLAS: any batch/contracting dims become a batch of
+// row-major gemms [M,K] x [K,N] -> [M,N]. An operand is handed to BLAS in place
+// (with a transpose flag and leading dimension) whenever its free axes and its
+// contracting axes each form one strided run; otherwise it is first packed into
+// a planned scratch buffer. Batch axes may have any strides: each batch's
+// matrix offset is precomputed.
+#include <algorithm>
+#include <climits>
+
+#include <cblas.h>
+
+#include "backend/host/step.h"
+
+namespace capstep::host {
+namespace {
+
+// A list of axes seen as one: its total size and its innermost stride, when
+// their strides chain (stride[a] == stride[next] * size[next]). Size-1 axes
+// never matter; `any` says every axis had size 1, so the stride is free.
+struct Group {
+  int64_t size = 1;
+  int64_t stride = 1;
+  bool any = true;
+  bool chained = true;
+};
+
+Group group_of(const Shape& shape, const std::vector<int64_t>& strides, const std::vector<int64_t>& axes) {
+  Group g;
+  for (int64_t a : axes) {
+    const int64_t sz = shape[static_cast<size_t>(a)], st = strides[static_cast<size_t>(a)];
+    if (sz == 1) continue;
+    if (!g.any && g.stride != st * sz) g.chained = false;
+    g.size *= sz;
+    g.stride = st;
+    g.any = false;
+  }
+  return g;
+}
+
+std::vector<int64_t> free_axes(int rank, const std::vector<int64_t>& batch, const std::vector<int64_t>& contract) {
+  std::vector<int64_t> f;
+  for (int64_t d = 0; d < rank; ++d)
+    if (std::find(batch.begin(), batch.end(), d) == batch.end() &&
+        std::find(contract.begin(), contract.end(), d) == contract.end())
+      f.push_back(d);
+  return f;
+}
+
+// Offsets of every batch element (row-major over the batch axes).
+std::vector<int64_t> batch_offsets(const Shape& shape, const std::vector<int64_t>& strides,
+                                   const std::vector<int64_t>& batch) {
+  std::vector<int64_t> offs{0};
+  for (int64_t a : batch) {
+    const int64_t sz = shape[static_cast<size_t>(a)], st = strides[static_cast<size_t>(a)];
+    std::vector<int64_t> next;
+    next.reserve(offs.size() * static_cast<size_t>(sz));
+    for (int64_t o : offs)
+      for (int64_t i = 0; i < sz; ++i) next.push_back(o + i * st);
+    offs.swap(next);
+  }
+  return offs;
+}
+
+StridedView pack_view(const Shape& shape, const std::vector<int64_t>& strides, const std::vector<int64_t>& order,
+                      const std::string& what) {
+  std::vector<int64_t> sz, st;
+  for (int64_t a : order) {
+    sz.push_back(shape[static_cast<size_t>(a)]);
+    st.push_back(strides[static_cast<size_t>(a)]);
+  }
+  return make_view(sz, st, what);
+}
+
+template <class T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+          T* c, int64_t ldc) {
+  const auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, TA, TB, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
+                1.0f, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.0f, c, static_cast<blasint>(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, TA, TB, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
+                1.0, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.0, c, static_cast<blasint>(ldc));
+}
+
+template <class T>
+void k_dot(const Step& s, void* const* p) {
+  const DotPlan& d = s.dot;
+  T* c = static_cast<T*>(p[s.out]);
+  if (s.n == 0) return;
+  if (d.k == 0) {  // an empty sum
+    std::fill(c, c + s.n, T(0));
+    return;
+  }
+  const T* a = static_cast<const T*>(p[s.in[0]]);
+  const T* b = static_cast<const T*>(p[s.in[1]]);
+  if (d.pack_a) {
+    strided_copy_bytes(d.a_view, sizeof(T), a, p[s.scratch[0]]);
+    a = static_cast<const T*>(p[s.scratch[0]]);
+  }
+  if (d.pack_b) {
+    strided_copy_bytes(d.b_view, sizeof(T), b, p[s.scratch[1]]);
+    b = static_cast<const T*>(p[s.scratch[1]]);
+  }
+  const int64_t mn = d.m * d.n;
+  for (int64_t i = 0; i < d.batch; ++i)
+    gemm<T>(d.trans_a, d.trans_b, d.m, d.n, d.k, a + d.a_off[static_cast<size_t>(i)], d.lda,
+            b + d.b_off[static_cast<size_t>(i)], d.ldb, c + i * mn, std::max<int64_t>(d.n, 1));
+}
+
+}  // namespace
+
+DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::string& what) {
+  DotPlan d;
+  const std::vector<int64_t> ls = row_major_strides(lhs.shape), rs = row_major_strides(rhs.shape);
+  const std::vector<int64_t> lfree = free_axes(lhs.rank(), at.lhs_batch, at.lhs_contract);
+  const std::vector<int64_t> rfree = free_axes(rhs.rank(), at.rhs_batch, at.rhs_contract);
+  const Group lm = group_of(lhs.shape, ls, lfree), lk = group_of(lhs.shape, ls, at.lhs_contract);
+  const Group rn = group_of(rhs.shape, rs, rfree), rk = group_of(rhs.shape, rs, at.rhs_contract);
+  d.batch = 1;
+  for (int64_t a : at.lhs_batch) d.batch *= lhs.shape[static_cast<size_t>(a)];
+  d.m = lm.size;
+  d.n = rn.size;
+  d.k = lk.size;
+  for (int64_t v : {d.m, d.n, d.k})
+    if (v > INT_MAX) throw Error(what + ": a matrix dimension of " + std::to_string(v) + " exceeds BLAS's int range");
+
+  // A is M x K. In place without transpose: K stride 1, rows at stride >= K.
+  // In place transposed (stored K x M): M stride 1, K stride >= M.
+  const int64_t M = d.m, N = d.n, K = d.k;
+  if (lm.chained && lk.chained && (lk.any || lk.stride == 1) && (lm.any || lm.stride >= K)) {
+    d.trans_a = false;
+    d.lda = lm.any ? std::max<int64_t>(K, 1) : lm.stride;
+  } else if (lm.chained && lk.chained && (lm.any || lm.stride == 1) && (lk.any || lk.stride >= M)) {
+    d.trans_a = true;
+    d.lda = lk.any ? std::max<int64_t>(M, 1) : lk.stride;
+  } else {
+    d.pack_a = true;
+  }
+  // B is K x N. In place without transpose: N stride 1, K stride >= N.
+  // In place transposed (stored N x K): K stride 1, N stride >= K.
+  if (rn.chained && rk.chained && (rn.any || rn.stride == 1) && (rk.any || rk.stride >= N)) {
+    d.trans_b = false;
+    d.ldb = rk.any ? std::max<int64_t>(N, 1) : rk.stride;
+  } else if (rn.chained && rk.chained && (rk.any || rk.stride == 1) && (rn.any || rn.stride >= K)) {
+    d.trans_b = true;
+    d.ldb = rn.any ? std::max<int64_t>(K, 1) : rn.stride;
+  } else {
+    d.pack_b = true;
+  }
+
+  if (d.pack_a) {  // packed as [B, M, K]
+    std::vector<int64_t> order = at.lhs_batch;
+    order.insert(order.end(), lfree.begin(), lfree.end());
+    order.insert(order.end(), at.lhs_contract.begin(), at.lhs_contract.end());
+    d.a_view = pack_view(lhs.shape, ls, order, what);
+    d.trans_a = false;
+    d.lda = std::max<int64_t>(K, 1);
+    d.a_off.resize(static_cast<size_t>(d.batch));
+    for (int64_t i = 0; i < d.batch; ++i) d.a_off[static_cast<size_t>(i)] = i * M * K;
+  } else {
+    d.a_off = batch_offsets(lhs.shape, ls, at.lhs_batch);
+  }
+  if (d.pack_b) {  // packed as [B, K, N]
+    std::vector<int64_t> order = at.rhs_batch;
+    order.insert(order.end(), at.rhs_contract.begin(), at.rhs_contract.end());
+    order.insert(order.end(), rfree.begin(), rfree.end());
+    d.b_view = pack_view(rhs.shape, rs, order, what);
+    d.trans_b = false;
+    d.ldb = std::max<int64_t>(N, 1);
+    d.b_off.resize(static_cast<size_t>(d.batch));
+    for (int64_t i = 0; i < d.batch; ++i) d.b_off[static_cast<size_t>(i)] = i * K * N;
+  } else {
+    d.b_off = batch_offsets(rhs.shape, rs, at.rhs_batch);
+  }
+  return d;
+}
+
+Kernel dot_general_kernel(DType t) {
+  switch (t) {
+    case DType::f32: return &k_dot<float>;
+    case DType::f64: return &k_dot<double>;
+    case DType::i32: case DType::i1: break;
+  }
+  throw Error(std::string("host interpreter: no kernel for dot_general on ") + dtype_name(t) +
+              " (dot_general takes f32 or f64)");
+}
+
+}  // namespace capstep::host

@@ -1,0 +1,194 @@
+// Elementwise kernels: one tight loop per (op, dtype), each calling the shared
+// formula in ir/scalar_math.h so that the CUDA backend computes the same thing.
+// Pointers are __restrict: the memory plan never gives an output the bytes of a
+// live operand, so output and operands never overlap.
+#include <climits>
+
+#include "backend/host/step.h"
+#include "ir/scalar_math.h"
+
+namespace capstep::host {
+namespace {
+
+// i1 is stored as one byte holding 0 or 1.
+template <class T> struct Storage { using type = T; };
+template <> struct Storage<bool> { using type = uint8_t; };
+template <class T> using S = typename Storage<T>::type;
+
+// StableHLO leaves integer division by zero implementation-defined and C++
+// makes it undefined (a trap on x86); the host follows XLA: x / 0 = -1 and
+// INT_MIN / -1 = INT_MIN.
+inline int32_t int_divide(int32_t a, int32_t b) {
+  if (b == 0) return -1;
+  if (a == INT32_MIN && b == -1) return INT32_MIN;
+  return scalar::divide<int32_t>(a, b);
+}
+// Integer add/subtract/multiply/negate wrap (as in XLA) instead of being UB.
+inline int32_t int_add(int32_t a, int32_t b) {
+  return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+}
+inline int32_t int_subtract(int32_t a, int32_t b) {
+  return static_cast<int32_t>(static_cast<uint32_t>(a) - static_cast<uint32_t>(b));
+}
+inline int32_t int_multiply(int32_t a, int32_t b) {
+  return static_cast<int32_t>(static_cast<uint32_t>(a) * static_cast<uint32_t>(b));
+}
+inline int32_t int_negate(int32_t a) { return static_cast<int32_t>(0u - static_cast<uint32_t>(a)); }
+
+template <class T, T (*F)(T, T)>
+void k_binary(const Step& s, void* const* p) {
+  const T* __restrict a = static_cast<const T*>(p[s.in[0]]);
+  const T* __restrict b = static_cast<const T*>(p[s.in[1]]);
+  T* __restrict o = static_cast<T*>(p[s.out]);
+  const int64_t n = s.n;
+  for (int64_t i = 0; i < n; ++i) o[i] = F(a[i], b[i]);
+}
+
+template <class T, T (*F)(T)>
+void k_unary(const Step& s, void* const* p) {
+  const T* __restrict a = static_cast<const T*>(p[s.in[0]]);
+  T* __restrict o = static_cast<T*>(p[s.out]);
+  const int64_t n = s.n;
+  for (int64_t i = 0; i < n; ++i) o[i] = F(a[i]);
+}
+
+template <class T, int Dir>
+void k_compare(const Step& s, void* const* p) {
+  const S<T>* __restrict a = static_cast<const S<T>*>(p[s.in[0]]);
+  const S<T>* __restrict b = static_cast<const S<T>*>(p[s.in[1]]);
+  uint8_t* __restrict o = static_cast<uint8_t*>(p[s.out]);
+  const int64_t n = s.n;
+  for (int64_t i = 0; i < n; ++i) o[i] = scalar::compare<S<T>>(Dir, a[i], b[i]) ? 1 : 0;
+}
+
+template <class E>
+void k_select(const Step& s, void* const* p) {
+  const uint8_t* __restrict c = static_cast<const uint8_t*>(p[s.in[0]]);
+  const E* __restrict a = static_cast<const E*>(p[s.in[1]]);
+  const E* __restrict b = static_cast<const E*>(p[s.in[2]]);
+  E* __restrict o = static_cast<E*>(p[s.out]);
+  const int64_t n = s.n;
+  for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? a[i] : b[i];
+}
+
+template <class To, class From>
+void k_convert(const Step& s, void* const* p) {
+  const S<From>* __restrict a = static_cast<const S<From>*>(p[s.in[0]]);
+  S<To>* __restrict o = static_cast<S<To>*>(p[s.out]);
+  const int64_t n = s.n;
+  for (int64_t i = 0; i < n; ++i)
+    o[i] = static_cast<S<To>>(scalar::convert<To, From>(static_cast<From>(a[i])));
+}
+
+[[noreturn]] void no_kernel(const char* what, DType t) {
+  throw Error(std::string("host interpreter: no kernel for ") + what + " on " + dtype_name(t));
+}
+
+template <class To>
+Kernel convert_from(DType from) {
+  switch (from) {
+    case DType::f32: return &k_convert<To, float>;
+    case DType::f64: return &k_convert<To, double>;
+    case DType::i32: return &k_convert<To, int32_t>;
+    case DType::i1: return &k_convert<To, bool>;
+  }
+  return nullptr;
+}
+
+template <class T>
+Kernel compare_dir(Cmp c) {
+  switch (c) {
+    case Cmp::EQ: return &k_compare<T, 0>;
+    case Cmp::NE: return &k_compare<T, 1>;
+    case Cmp::LT: return &k_compare<T, 2>;
+    case Cmp::LE: return &k_compare<T, 3>;
+    case Cmp::GT: return &k_compare<T, 4>;
+    case Cmp::GE: return &k_compare<T, 5>;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Kernel binary_kernel(Op op, DType t) {
+#define CAPSTEP_FLOAT_BINARY(F)                                  \
+  if (t == DType::f32) return &k_binary<float, &scalar::F<float>>; \
+  if (t == DType::f64) return &k_binary<double, &scalar::F<double>>;
+  switch (op) {
+    case Op::add:
+      CAPSTEP_FLOAT_BINARY(add)
+      if (t == DType::i32) return &k_binary<int32_t, &int_add>;
+      break;
+    case Op::subtract:
+      CAPSTEP_FLOAT_BINARY(subtract)
+      if (t == DType::i32) return &k_binary<int32_t, &int_subtract>;
+      break;
+    case Op::multiply:
+      CAPSTEP_FLOAT_BINARY(multiply)
+      if (t == DType::i32) return &k_binary<int32_t, &int_multiply>;
+      break;
+    case Op::divide:
+      CAPSTEP_FLOAT_BINARY(divide)
+      if (t == DType::i32) return &k_binary<int32_t, &int_divide>;
+      break;
+    case Op::maximum:
+      CAPSTEP_FLOAT_BINARY(maximum)
+      if (t == DType::i32) return &k_binary<int32_t, &scalar::maximum<int32_t>>;
+      break;
+    default:
+      break;
+  }
+#undef CAPSTEP_FLOAT_BINARY
+  no_kernel(op_name(op), t);
+}
+
+Kernel unary_kernel(Op op, DType t) {
+#define CAPSTEP_FLOAT_UNARY(F)                                   \
+  if (t == DType::f32) return &k_unary<float, &scalar::F<float>>; \
+  if (t == DType::f64) return &k_unary<double, &scalar::F<double>>;
+  switch (op) {
+    case Op::negate:
+      CAPSTEP_FLOAT_UNARY(negate)
+      if (t == DType::i32) return &k_unary<int32_t, &int_negate>;
+      break;
+    case Op::exponential: CAPSTEP_FLOAT_UNARY(exponential) break;
+    case Op::log: CAPSTEP_FLOAT_UNARY(log) break;
+    case Op::tanh: CAPSTEP_FLOAT_UNARY(tanh) break;
+    case Op::rsqrt: CAPSTEP_FLOAT_UNARY(rsqrt) break;
+    case Op::sqrt: CAPSTEP_FLOAT_UNARY(sqrt) break;
+    default: break;
+  }
+#undef CAPSTEP_FLOAT_UNARY
+  no_kernel(op_name(op), t);
+}
+
+Kernel compare_kernel(Cmp c, DType t) {
+  switch (t) {
+    case DType::f32: return compare_dir<float>(c);
+    case DType::f64: return compare_dir<double>(c);
+    case DType::i32: return compare_dir<int32_t>(c);
+    case DType::i1: return compare_dir<bool>(c);  // bytes 0/1: false < true
+  }
+  no_kernel("compare", t);
+}
+
+Kernel select_kernel(DType t) {
+  switch (dtype_size(t)) {
+    case 1: return &k_select<uint8_t>;
+    case 4: return &k_select<uint32_t>;
+    case 8: return &k_select<uint64_t>;
+  }
+  no_kernel("select", t);
+}
+
+Kernel convert_kernel(DType from, DType to) {
+  switch (to) {
+    case DType::f32: return convert_from<float>(from);
+    case DType::f64: return convert_from<double>(from);
+    case DType::i32: return convert_from<int32_t>(from);
+    case DType::i1: return convert_from<bool>(from);
+  }
+  no_kernel("convert", to);
+}
+
+}  // namespace capstep::host

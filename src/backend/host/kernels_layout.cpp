@@ -1,0 +1,188 @@
+// Kernels that move or combine elements by position: broadcast_in_dim and
+// transpose (one strided walk), reduce_sum/reduce_max, gather_rows and
+// scatter_add_rows.
+#include <cmath>
+#include <limits>
+
+#include "backend/host/step.h"
+#include "ir/scalar_math.h"
+
+namespace capstep::host {
+namespace {
+
+template <class E>
+void k_strided(const Step& s, void* const* p) {
+  if (s.n == 0) return;
+  strided_copy(s.view, static_cast<const E*>(p[s.in[0]]), static_cast<E*>(p[s.out]));
+}
+
+template <class T, bool Max>
+inline T combine(T acc, T x) {
+  if constexpr (Max) return scalar::maximum<T>(acc, x);
+  else return scalar::add<T>(acc, x);
+}
+
+template <class T, bool Max>
+constexpr T identity() {
+  if constexpr (!Max) return T(0);
+  else if constexpr (std::numeric_limits<T>::has_infinity) return -std::numeric_limits<T>::infinity();
+  else return std::numeric_limits<T>::lowest();
+}
+
+// Walks the input row-major; view.stride[a] is the output stride of input axis
+// a (0 for reduced axes). The innermost axis is either reduced (one running
+// accumulator) or kept (a vector update of contiguous outputs).
+template <class T, bool Max>
+void k_reduce(const Step& s, void* const* p) {
+  const T* __restrict in = static_cast<const T*>(p[s.in[0]]);
+  T* __restrict out = static_cast<T*>(p[s.out]);
+  for (int64_t i = 0; i < s.n; ++i) out[i] = identity<T, Max>();
+  if (s.n_in == 0) return;
+  const StridedView& v = s.view;
+  if (v.rank == 0) {  // every axis had size 1
+    out[0] = combine<T, Max>(out[0], in[0]);
+    return;
+  }
+  const int r = v.rank;
+  const int64_t inner = v.size[r - 1], os = v.stride[r - 1];
+  const int64_t outer = s.n_in / inner;
+  int64_t idx[kMaxRank] = {};
+  int64_t off = 0;
+  for (int64_t o = 0; o < outer; ++o) {
+    if (os == 0) {
+      T acc = out[off];
+      for (int64_t j = 0; j < inner; ++j) acc = combine<T, Max>(acc, in[j]);
+      out[off] = acc;
+    } else if (os == 1) {
+      T* __restrict dst = out + off;
+      for (int64_t j = 0; j < inner; ++j) dst[j] = combine<T, Max>(dst[j], in[j]);
+    } else {
+      for (int64_t j = 0; j < inner; ++j) out[off + j * os] = combine<T, Max>(out[off + j * os], in[j]);
+    }
+    in += inner;
+    for (int a = r - 2; a >= 0; --a) {
+      if (++idx[a] < v.size[a]) {
+        off += v.stride[a];
+        break;
+      }
+      off -= (v.size[a] - 1) * v.stride[a];
+      idx[a] = 0;
+    }
+  }
+}
+
+void k_gather_rows(const Step& s, void* const* p) {
+  const char* table = static_cast<const char*>(p[s.in[0]]);
+  const int32_t* idx = static_cast<const int32_t*>(p[s.in[1]]);
+  char* out = static_cast<char*>(p[s.out]);
+  const size_t row_bytes = static_cast<size_t>(s.row_elems) * s.elem_bytes;
+  for (int64_t i = 0; i < s.n_idx; ++i) {
+    const int64_t k = idx[i];
+    if (k < 0 || k >= s.rows) throw_index_error(s, i, k);
+    if (row_bytes) std::memcpy(out + static_cast<size_t>(i) * row_bytes, table + static_cast<size_t>(k) * row_bytes, row_bytes);
+  }
+}
+
+template <class T>
+void k_scatter_add_rows(const Step& s, void* const* p) {
+  const T* operand = static_cast<const T*>(p[s.in[0]]);
+  const int32_t* idx = static_cast<const int32_t*>(p[s.in[1]]);
+  const T* upd = static_cast<const T*>(p[s.in[2]]);
+  T* __restrict out = static_cast<T*>(p[s.out]);
+  if (s.n) std::memcpy(out, operand, static_cast<size_t>(s.n) * sizeof(T));
+  const int64_t R = s.row_elems;
+  for (int64_t i = 0; i < s.n_idx; ++i) {
+    const int64_t k = idx[i];
+    if (k < 0 || k >= s.rows) throw_index_error(s, i, k);
+    T* __restrict dst = out + k * R;
+    const T* __restrict src = upd + i * R;
+    for (int64_t j = 0; j < R; ++j) dst[j] = scalar::add<T>(dst[j], src[j]);
+  }
+}
+
+// Integer adds wrap rather than overflow (undefined in C++).
+template <>
+void k_scatter_add_rows<int32_t>(const Step& s, void* const* p) {
+  const uint32_t* operand = static_cast<const uint32_t*>(p[s.in[0]]);
+  const int32_t* idx = static_cast<const int32_t*>(p[s.in[1]]);
+  const uint32_t* upd = static_cast<const uint32_t*>(p[s.in[2]]);
+  uint32_t* __restrict out = static_cast<uint32_t*>(p[s.out]);
+  if (s.n) std::memcpy(out, operand, static_cast<size_t>(s.n) * sizeof(uint32_t));
+  const int64_t R = s.row_elems;
+  for (int64_t i = 0; i < s.n_idx; ++i) {
+    const int64_t k = idx[i];
+    if (k < 0 || k >= s.rows) throw_index_error(s, i, k);
+    for (int64_t j = 0; j < R; ++j) out[k * R + j] += upd[i * R + j];
+  }
+}
+
+[[noreturn]] void no_kernel(const char* what, DType t) {
+  throw Error(std::string("host interpreter: no kernel for ") + what + " on " + dtype_name(t));
+}
+
+}  // namespace
+
+void throw_index_error(const Step& s, int64_t position, int64_t value) {
+  const Program& p = *s.program;
+  const Eqn& e = p.eqns[static_cast<size_t>(s.eqn)];
+  const Type& it = p.type(e.inputs[1]);
+  // The position as coordinates in the index array.
+  Shape coord(it.shape.size(), 0);
+  int64_t rest = position;
+  for (size_t a = it.shape.size(); a-- > 0;) {
+    coord[a] = it.shape[a] ? rest % it.shape[a] : 0;
+    rest = it.shape[a] ? rest / it.shape[a] : 0;
+  }
+  throw Error(std::string(op_name(e.op)) + ": index " + std::to_string(value) + " at position " +
+              std::to_string(position) + " " + shape_str(coord) + " of the indices " + it.str() +
+              " is out of range [0, " + std::to_string(s.rows) + ") (equation " + std::to_string(s.eqn) +
+              ": " + eqn_text(p, e) + ")");
+}
+
+StridedView plan_reduce(const Type& in, const std::vector<int64_t>& axes, const std::string& what) {
+  std::vector<int64_t> out_stride(in.shape.size(), 0);
+  int64_t st = 1;
+  for (size_t a = in.shape.size(); a-- > 0;) {
+    bool reduced = false;
+    for (int64_t r : axes) reduced |= (r == static_cast<int64_t>(a));
+    if (!reduced) {
+      out_stride[a] = st;
+      st *= in.shape[a];
+    }
+  }
+  return make_view(in.shape, out_stride, what);
+}
+
+Kernel strided_copy_kernel(DType t) {
+  switch (dtype_size(t)) {
+    case 1: return &k_strided<uint8_t>;
+    case 4: return &k_strided<uint32_t>;
+    case 8: return &k_strided<uint64_t>;
+  }
+  no_kernel("broadcast/transpose", t);
+}
+
+Kernel reduce_kernel(Op op, DType t) {
+  const bool max = op == Op::reduce_max;
+  switch (t) {
+    case DType::f32: return max ? &k_reduce<float, true> : &k_reduce<float, false>;
+    case DType::f64: return max ? &k_reduce<double, true> : &k_reduce<double, false>;
+    case DType::i32: return max ? &k_reduce<int32_t, true> : &k_reduce<int32_t, false>;
+    case DType::i1: break;
+  }
+  no_kernel(op_name(op), t);
+}
+
+Kernel gather_rows_kernel(DType) { return &k_gather_rows; }
+
+Kernel scatter_add_rows_kernel(DType t) {
+  switch (t) {
+    case DType::f32: return &k_scatter_add_rows<float>;
+    case DType::f64: return &k_scatter_add_rows<double>;
+    case DType::i32: return &k_scatter_add_rows<int32_t>;
+    case DType::i1: break;
+  }
+  no_kernel("scatter_add_rows", t);
+}
+
+}  // namespace capstep::host

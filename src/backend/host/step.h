@@ -1,0 +1,69 @@
+// One scheduled equation of the host interpreter: the kernel chosen for its op
+// and dtypes, the slots it reads and writes, and every loop bound and stride it
+// needs, all computed when the Interpreter is built so that running it is only
+// pointer loads and loops.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/host/strided.h"
+#include "capstep/ir.h"
+
+namespace capstep::host {
+
+struct Step;
+// slots[k] is the address of slot k: one per Program value, then scratch buffers.
+using Kernel = void (*)(const Step& s, void* const* slots);
+
+// dot_general as a batch of row-major gemms C[b] = op(A[b]) * op(B[b]).
+struct DotPlan {
+  int64_t batch = 1, m = 1, n = 1, k = 1;
+  bool trans_a = false, trans_b = false;
+  int64_t lda = 1, ldb = 1;               // leading dimensions as BLAS takes them
+  std::vector<int64_t> a_off, b_off;      // element offset of each batch's matrix
+  bool pack_a = false, pack_b = false;    // copy the operand into scratch first
+  StridedView a_view, b_view;             // the packing walks ([B,M,K] and [B,K,N])
+};
+
+struct Step {
+  Kernel fn = nullptr;
+  int eqn = -1;                  // index into Program::eqns, for error messages
+  const Program* program = nullptr;
+  int out = -1;                  // output slot
+  int in[3] = {-1, -1, -1};      // operand slots
+  int scratch[2] = {-1, -1};     // scratch slots (dot_general packing)
+  int64_t n = 0;                 // elements of the output
+  int64_t n_in = 0;              // elements of the first operand (reduce)
+  size_t elem_bytes = 0;         // width of one element (layout ops)
+  StridedView view;              // broadcast/transpose: source walk; reduce: output walk over input
+  // gather_rows / scatter_add_rows
+  int64_t rows = 0;              // N: rows of the table / operand
+  int64_t row_elems = 0;         // elements in one row
+  int64_t n_idx = 0;             // number of indices
+  DotPlan dot;
+};
+
+// Error for an index outside [0, rows): names the value, its position in the
+// index array (flat and as coordinates) and the equation.
+[[noreturn]] void throw_index_error(const Step& s, int64_t position, int64_t value);
+
+// ---- kernel choice, one function per family; each throws Error for a dtype
+// combination it has no kernel for (the verifier should have refused it).
+Kernel binary_kernel(Op op, DType t);      // add subtract multiply divide maximum
+Kernel unary_kernel(Op op, DType t);       // negate exponential log tanh rsqrt sqrt
+Kernel compare_kernel(Cmp c, DType t);
+Kernel select_kernel(DType t);
+Kernel convert_kernel(DType from, DType to);
+Kernel strided_copy_kernel(DType t);       // broadcast_in_dim, transpose
+Kernel reduce_kernel(Op op, DType t);      // reduce_sum, reduce_max
+Kernel gather_rows_kernel(DType t);
+Kernel scatter_add_rows_kernel(DType t);
+Kernel dot_general_kernel(DType t);
+
+// Plans dot_general for these operand types (strides from row-major layout).
+DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& a, const std::string& what);
+// Plans a reduce: the walk over the input with the output stride of each axis.
+StridedView plan_reduce(const Type& in, const std::vector<int64_t>& axes, const std::string& what);
+
+}  // namespace capstep::host

@@ -1,0 +1,82 @@
+// A strided walk over a row-major destination: the loop nest that broadcast_in_dim,
+// transpose, dot_general's operand packing and reduce all share.
+//
+// A StridedView holds, for each axis of a row-major iteration space, its size and
+// the stride (in elements) of a second array along that axis. Collapsing merges
+// adjacent axes whose strides chain, so the innermost loop is as long as possible;
+// after collapsing, a plain copy is rank 1 with stride 1.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "capstep/ir.h"
+
+namespace capstep::host {
+
+// Loop counters live on the stack, so views have a fixed maximum rank.
+constexpr int kMaxRank = 16;
+
+struct StridedView {
+  int rank = 0;
+  int64_t size[kMaxRank] = {};
+  int64_t stride[kMaxRank] = {};
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < rank; ++i) n *= size[i];
+    return n;
+  }
+  bool is_identity() const { return rank == 0 || (rank == 1 && stride[0] == 1); }
+};
+
+// Row-major strides (in elements) of a shape.
+std::vector<int64_t> row_major_strides(const Shape& s);
+
+// Builds a view from per-axis sizes and strides: drops size-1 axes and merges
+// axis a into a+1 when stride[a] == stride[a+1] * size[a+1]. Throws Error when
+// the collapsed rank exceeds kMaxRank (`what` names the equation).
+StridedView make_view(const std::vector<int64_t>& size, const std::vector<int64_t>& stride,
+                      const std::string& what);
+
+// dst[0..n) (row-major over v) = src[offset(v)]. E is a storage type of the
+// element's width (uint8_t, uint32_t, uint64_t): copying never looks at values.
+template <class E>
+void strided_copy(const StridedView& v, const E* __restrict src, E* __restrict dst) {
+  if (v.rank == 0) {
+    dst[0] = src[0];
+    return;
+  }
+  const int r = v.rank;
+  const int64_t inner = v.size[r - 1], is = v.stride[r - 1];
+  if (inner == 0) return;
+  int64_t outer = 1;
+  for (int a = 0; a < r - 1; ++a) outer *= v.size[a];
+  int64_t idx[kMaxRank] = {};
+  int64_t off = 0;
+  for (int64_t o = 0; o < outer; ++o) {
+    const E* s = src + off;
+    if (is == 1) {
+      std::memcpy(dst, s, static_cast<size_t>(inner) * sizeof(E));
+    } else if (is == 0) {
+      const E x = s[0];
+      for (int64_t j = 0; j < inner; ++j) dst[j] = x;
+    } else {
+      for (int64_t j = 0; j < inner; ++j) dst[j] = s[j * is];
+    }
+    dst += inner;
+    for (int a = r - 2; a >= 0; --a) {
+      if (++idx[a] < v.size[a]) {
+        off += v.stride[a];
+        break;
+      }
+      off -= (v.size[a] - 1) * v.stride[a];
+      idx[a] = 0;
+    }
+  }
+}
+
+// Dispatches strided_copy on an element width in bytes (1, 4 or 8).
+void strided_copy_bytes(const StridedView& v, size_t elem_bytes, const void* src, void* dst);
+
+}  // namespace capstep::host

@@ -1,0 +1,934 @@
+// The host interpreter: every primitive on small hand-built programs, checked
+// against values computed here with plain loops; dot_general in every layout;
+// the error messages; the memory plan's reuse; and a steady-state run that
+// allocates nothing (this binary replaces the global allocation functions).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <new>
+
+#include "capstep/array.h"
+#include "capstep/interpreter.h"
+#include "capstep/ir.h"
+
+// The replaced operator delete frees what the replaced operator new mallocs;
+// GCC cannot see that pairing.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+// ---- allocation counting ------------------------------------------------------
+// Every operator new in this binary comes here; while g_counting is set each call
+// is counted. Outside AddressSanitizer (which owns malloc) the C allocation
+// functions are interposed too, so that OpenBLAS or libstdc++ allocating behind
+// our back would be counted as well.
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<long> g_allocations{0};
+void note_allocation() {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+}
+void* checked(void* p) {
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+size_t round_to(size_t n, size_t a) { return (n + a - 1) / a * a; }
+}  // namespace
+
+#if !defined(__SANITIZE_ADDRESS__)
+extern "C" {
+void* __libc_malloc(size_t);
+void* __libc_calloc(size_t, size_t);
+void* __libc_realloc(void*, size_t);
+void* __libc_memalign(size_t, size_t);
+void* malloc(size_t n) {
+  note_allocation();
+  return __libc_malloc(n);
+}
+void* calloc(size_t n, size_t m) {
+  note_allocation();
+  return __libc_calloc(n, m);
+}
+void* realloc(void* p, size_t n) {
+  note_allocation();
+  return __libc_realloc(p, n);
+}
+void* memalign(size_t a, size_t n) {
+  note_allocation();
+  return __libc_memalign(a, n);
+}
+void* aligned_alloc(size_t a, size_t n) {
+  note_allocation();
+  return __libc_memalign(a, n);
+}
+int posix_memalign(void** out, size_t a, size_t n) {
+  note_allocation();
+  void* p = __libc_memalign(a, n);
+  if (!p) return ENOMEM;
+  *out = p;
+  return 0;
+}
+}
+// operator new then goes through the counted malloc above.
+void* operator new(size_t n) { return checked(std::malloc(n ? n : 1)); }
+void* operator new[](size_t n) { return checked(std::malloc(n ? n : 1)); }
+void* operator new(size_t n, std::align_val_t a) {
+  return checked(std::aligned_alloc(static_cast<size_t>(a), round_to(n ? n : 1, static_cast<size_t>(a))));
+}
+void* operator new[](size_t n, std::align_val_t a) {
+  return checked(std::aligned_alloc(static_cast<size_t>(a), round_to(n ? n : 1, static_cast<size_t>(a))));
+}
+#else
+void* operator new(size_t n) {
+  note_allocation();
+  return checked(std::malloc(n ? n : 1));
+}
+void* operator new[](size_t n) {
+  note_allocation();
+  return checked(std::malloc(n ? n : 1));
+}
+void* operator new(size_t n, std::align_val_t a) {
+  note_allocation();
+  return checked(std::aligned_alloc(static_cast<size_t>(a), round_to(n ? n : 1, static_cast<size_t>(a))));
+}
+void* operator new[](size_t n, std::align_val_t a) {
+  note_allocation();
+  return checked(std::aligned_alloc(static_cast<size_t>(a), round_to(n ? n : 1, static_cast<size_t>(a))));
+}
+#endif
+void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  try { return operator new(n); } catch (...) { return nullptr; }
+}
+void* operator new[](size_t n, const std::nothrow_t&) noexcept {
+  try { return operator new[](n); } catch (...) { return nullptr; }
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t, std::align_val_t) noexcept { std::free(p); }
+
+using namespace capstep;
+using ::testing::HasSubstr;
+
+namespace {
+
+// ---- helpers ----------------------------------------------------------------
+
+Type T(DType d, Shape s) { return {d, std::move(s)}; }
+
+// Deterministic values in [lo, hi).
+std::vector<double> values(int64_t n, uint32_t seed, double lo = -2.0, double hi = 2.0) {
+  std::vector<double> v(static_cast<size_t>(n));
+  uint64_t s = 0x9E3779B97F4A7C15ull ^ seed;
+  for (auto& x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = lo + (hi - lo) * static_cast<double>(s >> 11) / 9007199254740992.0;
+  }
+  return v;
+}
+std::vector<double> ints(int64_t n, uint32_t seed, int lo, int hi) {
+  std::vector<double> v = values(n, seed, lo, hi);
+  for (auto& x : v) x = std::floor(x);
+  return v;
+}
+Array random(const Type& t, uint32_t seed, double lo = -2.0, double hi = 2.0) {
+  if (t.dtype == DType::i32) return Array::from_doubles(t, ints(t.numel(), seed, static_cast<int>(lo), static_cast<int>(hi)));
+  if (t.dtype == DType::i1) return Array::from_doubles(t, ints(t.numel(), seed, 0, 2));
+  return Array::from_doubles(t, values(t.numel(), seed, lo, hi));
+}
+
+Shape unravel(int64_t i, const Shape& s) {
+  Shape idx(s.size());
+  for (size_t a = s.size(); a-- > 0;) {
+    idx[a] = i % s[a];
+    i /= s[a];
+  }
+  return idx;
+}
+int64_t ravel(const Shape& idx, const Shape& s) {
+  int64_t i = 0;
+  for (size_t a = 0; a < s.size(); ++a) i = i * s[a] + idx[a];
+  return i;
+}
+
+// Runs a one-output program.
+Array run1(const Program& p, const std::vector<Array>& in) { return host::run(p, in).at(0); }
+
+template <class F>
+void expect_error(F f, std::vector<std::string> pieces) {
+  try {
+    f();
+    ADD_FAILURE() << "no error thrown; expected one containing \"" << pieces[0] << "\"";
+  } catch (const Error& e) {
+    for (const std::string& piece : pieces) EXPECT_THAT(e.what(), HasSubstr(piece));
+  }
+}
+
+// Exact comparison for results that follow the same IEEE operations.
+void expect_exact(const Array& got, const Type& t, const std::vector<double>& want) {
+  ASSERT_EQ(got.type(), t) << got.type().str();
+  ASSERT_EQ(static_cast<size_t>(got.numel()), want.size());
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    double w = want[static_cast<size_t>(i)], g = got.get(i);
+    if (std::isnan(w)) EXPECT_TRUE(std::isnan(g)) << "element " << i;
+    else EXPECT_EQ(g, w) << "element " << i;
+  }
+}
+
+void expect_near(const Array& got, const Type& t, const std::vector<double>& want, double rel) {
+  ASSERT_EQ(got.type(), t) << got.type().str();
+  ASSERT_EQ(static_cast<size_t>(got.numel()), want.size());
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    double w = want[static_cast<size_t>(i)];
+    EXPECT_NEAR(got.get(i), w, rel * std::max(1.0, std::fabs(w))) << "element " << i;
+  }
+}
+
+// ---- elementwise ------------------------------------------------------------
+
+Program binary_program(Op op, const Type& t) {
+  Program p;
+  int a = p.add_input("a", t), b = p.add_input("b", t);
+  p.add_output("out", p.add_eqn(op, {a, b}, {}));
+  return p;
+}
+
+template <class X>
+std::vector<double> apply2(const Array& a, const Array& b, const std::function<X(X, X)>& f) {
+  std::vector<double> out;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    out.push_back(static_cast<double>(f(static_cast<X>(a.get(i)), static_cast<X>(b.get(i)))));
+  return out;
+}
+
+TEST(Elementwise, BinaryFloatOpsMatchLoops) {
+  const Type t32 = T(DType::f32, {3, 7}), t64 = T(DType::f64, {3, 7});
+  Array a32 = random(t32, 1), b32 = random(t32, 2), a64 = random(t64, 3), b64 = random(t64, 4);
+  b32.set(5, 0.0);  // division by zero gives inf, as IEEE says
+  expect_exact(run1(binary_program(Op::add, t32), {a32, b32}), t32, apply2<float>(a32, b32, [](float x, float y) { return x + y; }));
+  expect_exact(run1(binary_program(Op::subtract, t32), {a32, b32}), t32, apply2<float>(a32, b32, [](float x, float y) { return x - y; }));
+  expect_exact(run1(binary_program(Op::multiply, t32), {a32, b32}), t32, apply2<float>(a32, b32, [](float x, float y) { return x * y; }));
+  expect_exact(run1(binary_program(Op::divide, t32), {a32, b32}), t32, apply2<float>(a32, b32, [](float x, float y) { return x / y; }));
+  expect_exact(run1(binary_program(Op::maximum, t32), {a32, b32}), t32, apply2<float>(a32, b32, [](float x, float y) { return x > y ? x : y; }));
+  expect_exact(run1(binary_program(Op::add, t64), {a64, b64}), t64, apply2<double>(a64, b64, [](double x, double y) { return x + y; }));
+  expect_exact(run1(binary_program(Op::subtract, t64), {a64, b64}), t64, apply2<double>(a64, b64, [](double x, double y) { return x - y; }));
+  expect_exact(run1(binary_program(Op::multiply, t64), {a64, b64}), t64, apply2<double>(a64, b64, [](double x, double y) { return x * y; }));
+  expect_exact(run1(binary_program(Op::divide, t64), {a64, b64}), t64, apply2<double>(a64, b64, [](double x, double y) { return x / y; }));
+  expect_exact(run1(binary_program(Op::maximum, t64), {a64, b64}), t64, apply2<double>(a64, b64, [](double x, double y) { return x > y ? x : y; }));
+  EXPECT_TRUE(std::isinf(run1(binary_program(Op::divide, t32), {a32, b32}).get(5)));
+}
+
+TEST(Elementwise, MaximumPropagatesNaN) {
+  const Type t = T(DType::f32, {4});
+  Array a = Array::f32({4}, {NAN, 1.0f, 2.0f, -0.5f});
+  Array b = Array::f32({4}, {0.0f, NAN, 3.0f, -1.0f});
+  Array out = run1(binary_program(Op::maximum, t), {a, b});
+  EXPECT_TRUE(std::isnan(out.get(0)));
+  EXPECT_TRUE(std::isnan(out.get(1)));
+  EXPECT_EQ(out.get(2), 3.0);
+  EXPECT_EQ(out.get(3), -0.5);
+}
+
+TEST(Elementwise, BinaryIntOpsMatchLoops) {
+  const Type t = T(DType::i32, {2, 9});
+  Array a = random(t, 5, -50, 50), b = random(t, 6, 1, 9);
+  expect_exact(run1(binary_program(Op::add, t), {a, b}), t, apply2<int>(a, b, [](int x, int y) { return x + y; }));
+  expect_exact(run1(binary_program(Op::subtract, t), {a, b}), t, apply2<int>(a, b, [](int x, int y) { return x - y; }));
+  expect_exact(run1(binary_program(Op::multiply, t), {a, b}), t, apply2<int>(a, b, [](int x, int y) { return x * y; }));
+  expect_exact(run1(binary_program(Op::divide, t), {a, b}), t, apply2<int>(a, b, [](int x, int y) { return x / y; }));
+  expect_exact(run1(binary_program(Op::maximum, t), {a, b}), t, apply2<int>(a, b, [](int x, int y) { return x > y ? x : y; }));
+}
+
+TEST(Elementwise, IntDivisionByZeroIsDefined) {
+  // C++ leaves these undefined; the host follows XLA: x / 0 = -1, INT_MIN / -1 = INT_MIN.
+  const Type t = T(DType::i32, {3});
+  Array a = Array::i32({3}, {7, std::numeric_limits<int32_t>::min(), -9});
+  Array b = Array::i32({3}, {0, -1, 2});
+  expect_exact(run1(binary_program(Op::divide, t), {a, b}), t, {-1.0, static_cast<double>(std::numeric_limits<int32_t>::min()), -4.0});
+}
+
+Program unary_program(Op op, const Type& t) {
+  Program p;
+  int a = p.add_input("a", t);
+  p.add_output("out", p.add_eqn(op, {a}, {}));
+  return p;
+}
+
+TEST(Elementwise, UnaryOpsMatchLibm) {
+  for (DType d : {DType::f32, DType::f64}) {
+    const Type t = T(d, {5, 3});
+    Array x = random(t, 7, -3.0, 3.0), pos = random(t, 8, 0.01, 5.0);
+    auto ref = [&](const Array& in, double (*f)(double)) {
+      std::vector<double> out;
+      for (int64_t i = 0; i < in.numel(); ++i) out.push_back(f(in.get(i)));
+      return out;
+    };
+    const double tol = d == DType::f32 ? 2e-7 : 1e-15;
+    SCOPED_TRACE(dtype_name(d));
+    expect_exact(run1(unary_program(Op::negate, t), {x}), t, ref(x, [](double v) { return -v; }));
+    expect_near(run1(unary_program(Op::exponential, t), {x}), t, ref(x, [](double v) { return std::exp(v); }), tol);
+    expect_near(run1(unary_program(Op::log, t), {pos}), t, ref(pos, [](double v) { return std::log(v); }), tol);
+    expect_near(run1(unary_program(Op::tanh, t), {x}), t, ref(x, [](double v) { return std::tanh(v); }), tol);
+    expect_near(run1(unary_program(Op::sqrt, t), {pos}), t, ref(pos, [](double v) { return std::sqrt(v); }), tol);
+    expect_near(run1(unary_program(Op::rsqrt, t), {pos}), t, ref(pos, [](double v) { return 1.0 / std::sqrt(v); }), tol);
+  }
+  const Type ti = T(DType::i32, {4});
+  expect_exact(run1(unary_program(Op::negate, ti), {Array::i32({4}, {3, -4, 0, 12})}), ti, {-3, 4, 0, -12});
+}
+
+TEST(Elementwise, CompareEveryDirectionAndDtype) {
+  const Cmp dirs[] = {Cmp::EQ, Cmp::NE, Cmp::LT, Cmp::LE, Cmp::GT, Cmp::GE};
+  auto cmp = [](Cmp c, double a, double b) {
+    switch (c) {
+      case Cmp::EQ: return a == b;
+      case Cmp::NE: return a != b;
+      case Cmp::LT: return a < b;
+      case Cmp::LE: return a <= b;
+      case Cmp::GT: return a > b;
+      case Cmp::GE: return a >= b;
+    }
+    return false;
+  };
+  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i1}) {
+    const Type t = T(d, {12});
+    Array a = random(t, 9, -3, 3), b = random(t, 10, -3, 3);
+    for (int i = 0; i < 4; ++i) b.set(i, a.get(i));  // some equal pairs
+    if (is_float(d)) a.set(11, NAN);               // NaN compares unordered: only NE holds
+    for (Cmp c : dirs) {
+      Program p;
+      int x = p.add_input("a", t), y = p.add_input("b", t);
+      Attrs at;
+      at.cmp = c;
+      p.add_output("out", p.add_eqn(Op::compare, {x, y}, at));
+      std::vector<double> want;
+      for (int64_t i = 0; i < t.numel(); ++i) want.push_back(cmp(c, a.get(i), b.get(i)) ? 1.0 : 0.0);
+      SCOPED_TRACE(std::string(dtype_name(d)) + " " + cmp_name(c));
+      expect_exact(run1(p, {a, b}), T(DType::i1, {12}), want);
+    }
+  }
+}
+
+TEST(Elementwise, SelectEveryDtype) {
+  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i1}) {
+    const Type t = T(d, {2, 5});
+    Program p;
+    int c = p.add_input("c", T(DType::i1, {2, 5})), x = p.add_input("x", t), y = p.add_input("y", t);
+    p.add_output("out", p.add_eqn(Op::select, {c, x, y}, {}));
+    Array pc = random(T(DType::i1, {2, 5}), 11), a = random(t, 12, -9, 9), b = random(t, 13, -9, 9);
+    std::vector<double> want;
+    for (int64_t i = 0; i < 10; ++i) want.push_back(pc.get(i) != 0 ? a.get(i) : b.get(i));
+    SCOPED_TRACE(dtype_name(d));
+    expect_exact(run1(p, {pc, a, b}), t, want);
+  }
+}
+
+TEST(Elementwise, ConvertAmongAllDtypes) {
+  const std::vector<double> src = {-2.75, -1.0, -0.5, 0.0, 0.25, 1.0, 3.5, 7.0};
+  const DType all[] = {DType::f32, DType::f64, DType::i32, DType::i1};
+  for (DType from : all)
+    for (DType to : all) {
+      const Type tin = T(from, {8}), tout = T(to, {8});
+      Array in = Array::from_doubles(tin, src);  // already rounded into `from`
+      Program p;
+      int x = p.add_input("x", tin);
+      p.add_output("out", p.add_eqn_typed(Op::convert, {x}, {}, tout));
+      std::vector<double> want;
+      for (int64_t i = 0; i < 8; ++i) {
+        double v = in.get(i);
+        if (to == DType::i1) want.push_back(v != 0.0 ? 1.0 : 0.0);
+        else if (to == DType::i32) want.push_back(std::trunc(v));  // toward zero
+        else if (to == DType::f32) want.push_back(static_cast<float>(v));
+        else want.push_back(v);
+      }
+      SCOPED_TRACE(std::string(dtype_name(from)) + " -> " + dtype_name(to));
+      expect_exact(run1(p, {in}), tout, want);
+    }
+  // f64 -> f32 rounds to nearest.
+  Program p;
+  int x = p.add_input("x", T(DType::f64, {1}));
+  p.add_output("out", p.add_eqn_typed(Op::convert, {x}, {}, T(DType::f32, {1})));
+  EXPECT_EQ(run1(p, {Array::f64({1}, {0.1})}).data<float>()[0], 0.1f);
+}
+
+// ---- constants and iota -------------------------------------------------------
+
+TEST(Nullary, ConstantSplatAndDense) {
+  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i1}) {
+    Program p;
+    Attrs splat, dense;
+    splat.literal = {3.0};
+    dense.literal = {1, 0, -2, 5, is_float(d) ? 0.5 : 4.0, 7};
+    int a = p.add_eqn_typed(Op::constant, {}, splat, T(d, {2, 2}));
+    int b = p.add_eqn_typed(Op::constant, {}, dense, T(d, {2, 3}));
+    p.add_output("splat", a);
+    p.add_output("dense", b);
+    std::vector<Array> out = host::run(p, {});
+    auto as = [&](double v) {
+      if (d == DType::i1) return v != 0 ? 1.0 : 0.0;
+      if (d == DType::i32) return std::trunc(v);
+      return v;
+    };
+    SCOPED_TRACE(dtype_name(d));
+    expect_exact(out[0], T(d, {2, 2}), {as(3), as(3), as(3), as(3)});
+    expect_exact(out[1], T(d, {2, 3}), {as(1), as(0), as(-2), as(5), as(is_float(d) ? 0.5 : 4.0), as(7)});
+  }
+}
+
+TEST(Nullary, IotaAlongEachAxis) {
+  for (DType d : {DType::f32, DType::f64, DType::i32})
+    for (int64_t axis = 0; axis < 3; ++axis) {
+      const Type t = T(d, {2, 3, 4});
+      Program p;
+      Attrs at;
+      at.axis = axis;
+      p.add_output("out", p.add_eqn_typed(Op::iota, {}, at, t));
+      std::vector<double> want;
+      for (int64_t i = 0; i < 24; ++i) want.push_back(static_cast<double>(unravel(i, t.shape)[static_cast<size_t>(axis)]));
+      SCOPED_TRACE(std::string(dtype_name(d)) + " axis " + std::to_string(axis));
+      expect_exact(run1(p, {}), t, want);
+    }
+}
+
+// ---- layout -----------------------------------------------------------------
+
+// broadcast_in_dim checked against its definition: out[j] = in[i] where
+// i[k] = (in.shape[k] == 1 ? 0 : j[dims[k]]).
+std::vector<double> ref_broadcast(const Array& in, const Shape& out, const std::vector<int64_t>& dims) {
+  std::vector<double> r;
+  int64_t n = 1;
+  for (int64_t d : out) n *= d;
+  for (int64_t j = 0; j < n; ++j) {
+    Shape oj = unravel(j, out), ii(in.shape().size());
+    for (size_t k = 0; k < dims.size(); ++k) ii[k] = in.shape()[k] == 1 ? 0 : oj[static_cast<size_t>(dims[k])];
+    r.push_back(in.get(ravel(ii, in.shape())));
+  }
+  return r;
+}
+
+TEST(Layout, BroadcastInDim) {
+  struct Case {
+    Shape in, out;
+    std::vector<int64_t> dims;
+  };
+  const Case cases[] = {
+      {{3}, {2, 3}, {1}},           {{3}, {3, 2}, {0}},       {{3, 1}, {3, 4}, {0, 1}},
+      {{}, {2, 2}, {}},             {{2, 3}, {2, 4, 3}, {0, 2}}, {{1, 3}, {5, 2, 3}, {1, 2}},
+      {{2, 3}, {1, 2, 3}, {1, 2}},  // moves nothing: an alias of its operand
+      {{4, 1, 2}, {4, 3, 2}, {0, 1, 2}},
+  };
+  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i1})
+    for (const Case& c : cases) {
+      const Type tin = T(d, c.in), tout = T(d, c.out);
+      Program p;
+      int x = p.add_input("x", tin);
+      Attrs at;
+      at.dims = c.dims;
+      p.add_output("out", p.add_eqn_typed(Op::broadcast_in_dim, {x}, at, tout));
+      Array in = random(tin, 14, -9, 9);
+      SCOPED_TRACE(tin.str() + " -> " + tout.str());
+      expect_exact(run1(p, {in}), tout, ref_broadcast(in, c.out, c.dims));
+    }
+}
+
+TEST(Layout, TransposeAndReshape) {
+  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i1}) {
+    const Type tin = T(d, {2, 3, 4});
+    for (std::vector<int64_t> perm : {std::vector<int64_t>{2, 0, 1}, {1, 0, 2}, {0, 2, 1}, {0, 1, 2}, {2, 1, 0}}) {
+      Program p;
+      int x = p.add_input("x", tin);
+      Attrs at;
+      at.dims = perm;
+      int tr = p.add_eqn(Op::transpose, {x}, at);
+      const Type tt = p.type(tr);  // a copy: add_eqn_typed grows p.types
+      // reshape the transposed value to 2-D, then use it, so the alias is read.
+      int rs = p.add_eqn_typed(Op::reshape, {tr}, {}, T(d, {tt.shape[0], tt.shape[1] * tt.shape[2]}));
+      p.add_output("t", tr);
+      p.add_output("r", rs);
+      Array in = random(tin, 15, -9, 9);
+      std::vector<double> want;
+      for (int64_t j = 0; j < 24; ++j) {
+        Shape oj = unravel(j, tt.shape), ii(3);
+        for (size_t k = 0; k < 3; ++k) ii[static_cast<size_t>(perm[k])] = oj[k];
+        want.push_back(in.get(ravel(ii, tin.shape)));
+      }
+      std::vector<Array> out = host::run(p, {in});
+      SCOPED_TRACE(std::string(dtype_name(d)) + " perm " + shape_str(perm));
+      expect_exact(out[0], tt, want);
+      expect_exact(out[1], T(d, {tt.shape[0], tt.shape[1] * tt.shape[2]}), want);
+    }
+  }
+}
+
+TEST(Layout, ReshapeOfIntermediateFeedsLaterOps) {
+  // The reshape aliases the exp's buffer; the buffer must stay alive until the add.
+  Program p;
+  int x = p.add_input("x", T(DType::f32, {2, 6}));
+  int e = p.add_eqn(Op::exponential, {x}, {});
+  int r = p.add_eqn_typed(Op::reshape, {e}, {}, T(DType::f32, {3, 4}));
+  int n1 = p.add_eqn(Op::negate, {r}, {});
+  int n2 = p.add_eqn(Op::negate, {n1}, {});
+  int n3 = p.add_eqn(Op::negate, {n2}, {});
+  p.add_output("out", p.add_eqn(Op::add, {n3, r}, {}));
+  Array in = random(T(DType::f32, {2, 6}), 16);
+  Array out = run1(p, {in});
+  ASSERT_EQ(out.type(), T(DType::f32, {3, 4}));
+  for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(out.get(i), 0.0);
+  // and with a nonzero combination, to catch a stale buffer
+  Program q;
+  int qx = q.add_input("x", T(DType::f32, {2, 6}));
+  int qe = q.add_eqn(Op::exponential, {qx}, {});
+  int qr = q.add_eqn_typed(Op::reshape, {qe}, {}, T(DType::f32, {3, 4}));
+  int qn = q.add_eqn(Op::negate, {qr}, {});
+  int qm = q.add_eqn(Op::multiply, {qn, qn}, {});
+  q.add_output("out", q.add_eqn(Op::subtract, {qm, qr}, {}));
+  Array o2 = run1(q, {in});
+  for (int64_t i = 0; i < 12; ++i) {
+    float v = std::exp(static_cast<float>(in.get(i)));
+    EXPECT_EQ(o2.get(i), static_cast<double>((-v) * (-v) - v)) << i;
+  }
+}
+
+// ---- reductions ---------------------------------------------------------------
+
+std::vector<double> ref_reduce(const Array& in, const std::vector<int64_t>& axes, bool max, DType d) {
+  Shape out_shape;
+  for (int64_t a = 0; a < static_cast<int64_t>(in.shape().size()); ++a)
+    if (std::find(axes.begin(), axes.end(), a) == axes.end()) out_shape.push_back(in.shape()[static_cast<size_t>(a)]);
+  int64_t n = 1;
+  for (int64_t s : out_shape) n *= s;
+  std::vector<double> acc(static_cast<size_t>(n), max ? -INFINITY : 0.0);
+  if (max && d == DType::i32) acc.assign(static_cast<size_t>(n), static_cast<double>(std::numeric_limits<int32_t>::lowest()));
+  for (int64_t i = 0; i < in.numel(); ++i) {
+    Shape ii = unravel(i, in.shape()), oi;
+    for (int64_t a = 0; a < static_cast<int64_t>(ii.size()); ++a)
+      if (std::find(axes.begin(), axes.end(), a) == axes.end()) oi.push_back(ii[static_cast<size_t>(a)]);
+    double& r = acc[static_cast<size_t>(ravel(oi, out_shape))];
+    double v = in.get(i);
+    r = max ? (std::isnan(r) || std::isnan(v) ? NAN : std::max(r, v)) : r + v;
+  }
+  return acc;
+}
+
+TEST(Reduce, SumAndMaxOverAxisSets) {
+  const std::vector<std::vector<int64_t>> axis_sets = {{}, {0}, {1}, {2}, {0, 2}, {1, 2}, {0, 1}, {0, 1, 2}};
+  for (DType d : {DType::f32, DType::f64, DType::i32})
+    for (Op op : {Op::reduce_sum, Op::reduce_max})
+      for (const auto& axes : axis_sets) {
+        const Type t = T(d, {3, 4, 5});
+        Program p;
+        int x = p.add_input("x", t);
+        Attrs at;
+        at.dims = axes;
+        int r = p.add_eqn(op, {x}, at);
+        p.add_output("out", r);
+        Array in = random(t, 17, -20, 20);
+        SCOPED_TRACE(std::string(dtype_name(d)) + " " + op_name(op) + " " + shape_str(axes));
+        expect_near(run1(p, {in}), p.type(r), ref_reduce(in, axes, op == Op::reduce_max, d), d == DType::f32 ? 1e-5 : 1e-12);
+      }
+}
+
+TEST(Reduce, MaxPropagatesNaNAndEmptyAxesGiveIdentity) {
+  Program p;
+  int x = p.add_input("x", T(DType::f32, {2, 3}));
+  Attrs at;
+  at.dims = {1};
+  p.add_output("max", p.add_eqn(Op::reduce_max, {x}, at));
+  Array out = run1(p, {Array::f32({2, 3}, {1, NAN, 2, 4, 5, 6})});
+  EXPECT_TRUE(std::isnan(out.get(0)));
+  EXPECT_EQ(out.get(1), 6.0);
+
+  Program q;
+  int y = q.add_input("y", T(DType::f32, {0, 3}));
+  Attrs a0;
+  a0.dims = {0};
+  q.add_output("sum", q.add_eqn(Op::reduce_sum, {y}, a0));
+  q.add_output("max", q.add_eqn(Op::reduce_max, {y}, a0));
+  std::vector<Array> o = host::run(q, {Array(T(DType::f32, {0, 3}))});
+  expect_exact(o[0], T(DType::f32, {3}), {0, 0, 0});
+  expect_exact(o[1], T(DType::f32, {3}), {-INFINITY, -INFINITY, -INFINITY});
+}
+
+// ---- dot_general --------------------------------------------------------------
+
+// dot_general from its definition, in double: out[batch, lhs free, rhs free] =
+// sum over contracting indices of lhs * rhs.
+std::vector<double> ref_dot(const Array& l, const Array& r, const Attrs& a, Shape* out_shape) {
+  auto free_of = [](int rank, const std::vector<int64_t>& b, const std::vector<int64_t>& c) {
+    std::vector<int64_t> f;
+    for (int64_t d = 0; d < rank; ++d)
+      if (std::find(b.begin(), b.end(), d) == b.end() && std::find(c.begin(), c.end(), d) == c.end()) f.push_back(d);
+    return f;
+  };
+  const Shape& ls = l.shape();
+  const Shape& rs = r.shape();
+  std::vector<int64_t> lf = free_of(static_cast<int>(ls.size()), a.lhs_batch, a.lhs_contract);
+  std::vector<int64_t> rf = free_of(static_cast<int>(rs.size()), a.rhs_batch, a.rhs_contract);
+  Shape os, cs;
+  for (int64_t d : a.lhs_batch) os.push_back(ls[static_cast<size_t>(d)]);
+  for (int64_t d : lf) os.push_back(ls[static_cast<size_t>(d)]);
+  for (int64_t d : rf) os.push_back(rs[static_cast<size_t>(d)]);
+  for (int64_t d : a.lhs_contract) cs.push_back(ls[static_cast<size_t>(d)]);
+  *out_shape = os;
+  int64_t n = 1, nc = 1;
+  for (int64_t s : os) n *= s;
+  for (int64_t s : cs) nc *= s;
+  std::vector<double> out(static_cast<size_t>(n), 0.0);
+  for (int64_t o = 0; o < n; ++o) {
+    Shape oi = unravel(o, os);
+    Shape li(ls.size()), ri(rs.size());
+    size_t k = 0;
+    for (size_t b = 0; b < a.lhs_batch.size(); ++b, ++k) {
+      li[static_cast<size_t>(a.lhs_batch[b])] = oi[k];
+      ri[static_cast<size_t>(a.rhs_batch[b])] = oi[k];
+    }
+    for (int64_t d : lf) li[static_cast<size_t>(d)] = oi[k++];
+    for (int64_t d : rf) ri[static_cast<size_t>(d)] = oi[k++];
+    double sum = 0.0;
+    for (int64_t c = 0; c < nc; ++c) {
+      Shape ci = unravel(c, cs);
+      for (size_t j = 0; j < cs.size(); ++j) {
+        li[static_cast<size_t>(a.lhs_contract[j])] = ci[j];
+        ri[static_cast<size_t>(a.rhs_contract[j])] = ci[j];
+      }
+      sum += l.get(ravel(li, ls)) * r.get(ravel(ri, rs));
+    }
+    out[static_cast<size_t>(o)] = sum;
+  }
+  return out;
+}
+
+struct DotCase {
+  const char* name;
+  Shape lhs, rhs;
+  std::vector<int64_t> lb, rb, lc, rc;
+};
+
+void PrintTo(const DotCase& c, std::ostream* os) { *os << c.name; }
+
+class DotGeneral : public ::testing::TestWithParam<DotCase> {};
+
+TEST_P(DotGeneral, MatchesDefinition) {
+  const DotCase& c = GetParam();
+  for (DType d : {DType::f32, DType::f64}) {
+    Program p;
+    int l = p.add_input("lhs", T(d, c.lhs)), r = p.add_input("rhs", T(d, c.rhs));
+    Attrs at;
+    at.lhs_batch = c.lb;
+    at.rhs_batch = c.rb;
+    at.lhs_contract = c.lc;
+    at.rhs_contract = c.rc;
+    int o = p.add_eqn(Op::dot_general, {l, r}, at);
+    p.add_output("out", o);
+    Array lv = random(T(d, c.lhs), 21), rv = random(T(d, c.rhs), 22);
+    Shape want_shape;
+    std::vector<double> want = ref_dot(lv, rv, at, &want_shape);
+    ASSERT_EQ(p.type(o).shape, want_shape);
+    SCOPED_TRACE(dtype_name(d));
+    expect_near(run1(p, {lv, rv}), T(d, want_shape), want, d == DType::f32 ? 1e-5 : 1e-12);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, DotGeneral,
+    ::testing::Values(
+        DotCase{"matmul", {4, 5}, {5, 3}, {}, {}, {1}, {0}},
+        DotCase{"lhs_transposed", {5, 4}, {5, 3}, {}, {}, {0}, {0}},
+        DotCase{"rhs_transposed", {4, 5}, {3, 5}, {}, {}, {1}, {1}},
+        DotCase{"both_transposed", {5, 4}, {3, 5}, {}, {}, {0}, {1}},
+        DotCase{"batched", {2, 4, 5}, {2, 5, 3}, {0}, {0}, {2}, {1}},
+        DotCase{"batch_not_leading", {4, 2, 5}, {5, 3, 2}, {1}, {2}, {2}, {0}},
+        DotCase{"attention_scores", {2, 3, 4, 8}, {2, 3, 6, 8}, {0, 1}, {0, 1}, {3}, {3}},
+        DotCase{"attention_values", {2, 3, 4, 6}, {2, 3, 6, 8}, {0, 1}, {0, 1}, {3}, {2}},
+        DotCase{"two_contracting_dims_chained", {3, 4, 5}, {4, 5, 2}, {}, {}, {1, 2}, {0, 1}},
+        DotCase{"two_contracting_dims_swapped", {2, 3, 4}, {4, 5, 2}, {}, {}, {0, 2}, {2, 0}},
+        DotCase{"free_dims_split", {3, 4, 5}, {4, 6}, {}, {}, {1}, {0}},  // M = 3*5 is not one run: pack
+        DotCase{"outer_product", {3}, {4}, {}, {}, {}, {}},
+        DotCase{"vector_dot", {7}, {7}, {}, {}, {0}, {0}},
+        DotCase{"matrix_vector", {4, 7}, {7}, {}, {}, {1}, {0}},
+        DotCase{"vector_matrix_lhs_contract0", {7}, {7, 3}, {}, {}, {0}, {0}},
+        DotCase{"batch_only", {3, 4}, {3, 4}, {0, 1}, {0, 1}, {}, {}},
+        DotCase{"size_one_axes", {1, 4, 1, 5}, {5, 1, 3}, {}, {}, {3}, {0}},
+        DotCase{"empty_contraction", {3, 0}, {0, 2}, {}, {}, {1}, {0}}),
+    [](const ::testing::TestParamInfo<DotCase>& i) { return std::string(i.param.name); });
+
+// ---- gather / scatter ----------------------------------------------------------
+
+TEST(Rows, GatherRowsEveryDtype) {
+  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i1}) {
+    const Type table = T(d, {5, 2, 3});
+    Program p;
+    int tb = p.add_input("table", table), ix = p.add_input("idx", T(DType::i32, {2, 2}));
+    int g = p.add_eqn(Op::gather_rows, {tb, ix}, {});
+    p.add_output("out", g);
+    Array tv = random(table, 23, -9, 9), iv = Array::i32({2, 2}, {4, 0, 4, 2});
+    std::vector<double> want;
+    for (int64_t s = 0; s < 4; ++s)
+      for (int64_t j = 0; j < 6; ++j) want.push_back(tv.get(static_cast<int64_t>(iv.get(s)) * 6 + j));
+    SCOPED_TRACE(dtype_name(d));
+    expect_exact(run1(p, {tv, iv}), T(d, {2, 2, 2, 3}), want);
+  }
+}
+
+TEST(Rows, ScatterAddRowsAccumulatesDuplicates) {
+  for (DType d : {DType::f32, DType::f64, DType::i32}) {
+    const Type op_t = T(d, {4, 3});
+    Program p;
+    int o = p.add_input("operand", op_t), ix = p.add_input("idx", T(DType::i32, {5})),
+        up = p.add_input("upd", T(d, {5, 3}));
+    p.add_output("out", p.add_eqn(Op::scatter_add_rows, {o, ix, up}, {}));
+    Array ov = random(op_t, 24, -9, 9), iv = Array::i32({5}, {1, 3, 1, 0, 1}), uv = random(T(d, {5, 3}), 25, -9, 9);
+    std::vector<double> want = ov.to_doubles();
+    for (int64_t s = 0; s < 5; ++s)
+      for (int64_t j = 0; j < 3; ++j) want[static_cast<size_t>(static_cast<int64_t>(iv.get(s)) * 3 + j)] += uv.get(s * 3 + j);
+    SCOPED_TRACE(dtype_name(d));
+    expect_near(run1(p, {ov, iv, uv}), op_t, want, 1e-6);
+  }
+}
+
+TEST(Rows, OutOfRangeIndexIsAnErrorNamingValueAndPosition) {
+  Program g;
+  int tb = g.add_input("table", T(DType::f32, {4, 2})), ix = g.add_input("idx", T(DType::i32, {2, 3}));
+  g.add_output("out", g.add_eqn(Op::gather_rows, {tb, ix}, {}));
+  Array table = random(T(DType::f32, {4, 2}), 26);
+  expect_error([&] { host::run(g, {table, Array::i32({2, 3}, {0, 1, 2, 3, 7, 0})}); },
+               {"gather_rows", "index 7", "position 4 [1,1]", "[0, 4)"});
+  expect_error([&] { host::run(g, {table, Array::i32({2, 3}, {-1, 1, 2, 3, 0, 0})}); },
+               {"index -1", "position 0 [0,0]"});
+  expect_error([&] { host::run(g, {table, Array::i32({2, 3}, {0, 1, 2, 3, 0, 4})}); },
+               {"index 4", "position 5 [1,2]"});
+
+  Program s;
+  int o = s.add_input("operand", T(DType::f32, {3, 2})), si = s.add_input("idx", T(DType::i32, {2})),
+      u = s.add_input("upd", T(DType::f32, {2, 2}));
+  s.add_output("out", s.add_eqn(Op::scatter_add_rows, {o, si, u}, {}));
+  expect_error([&] {
+    host::run(s, {random(T(DType::f32, {3, 2}), 27), Array::i32({2}, {2, 3}), random(T(DType::f32, {2, 2}), 28)});
+  }, {"scatter_add_rows", "index 3", "position 1 [1]", "[0, 3)"});
+}
+
+// ---- input checks -------------------------------------------------------------
+
+TEST(Inputs, WrongShapeDtypeOrCountNamesTheInput) {
+  Program p;
+  int x = p.add_input("x", T(DType::f32, {4, 8}));
+  int y = p.add_input("y", T(DType::i32, {3}));
+  p.add_output("x2", p.add_eqn(Op::negate, {x}, {}));
+  p.add_output("y2", p.add_eqn(Op::negate, {y}, {}));
+  host::Interpreter it(p);
+  Array good_x(T(DType::f32, {4, 8})), good_y(T(DType::i32, {3}));
+  expect_error([&] { it.run({Array(T(DType::f32, {4, 9})), good_y}); }, {"input \"x\": expected f32[4,8], got f32[4,9]"});
+  expect_error([&] { it.run({good_x, Array(T(DType::f32, {3}))}); }, {"input \"y\": expected i32[3], got f32[3]"});
+  expect_error([&] { it.run({good_x}); }, {"expected 2 inputs (x, y), got 1"});
+  std::vector<Array> outs;
+  expect_error([&] { it.run({&good_x, nullptr}, outs); }, {"input \"y\"", "null"});
+  EXPECT_EQ(it.run({good_x, good_y}).size(), 2u);
+}
+
+// ---- memory plan --------------------------------------------------------------
+
+TEST(MemoryPlan, ChainReusesBuffers) {
+  // Twenty unary ops in a chain: only two intermediates are ever live at once.
+  const Type t = T(DType::f32, {256});
+  Program p;
+  int v = p.add_input("x", t);
+  for (int i = 0; i < 20; ++i) v = p.add_eqn(i % 2 ? Op::negate : Op::tanh, {v}, {});
+  p.add_output("out", v);
+  host::Interpreter it(p);
+  EXPECT_LE(it.arena_bytes(), 2 * t.bytes());
+  EXPECT_GE(it.arena_bytes(), t.bytes());
+  Array x = random(t, 29);
+  Array out = it.run({x})[0];
+  for (int64_t j = 0; j < 256; ++j) {
+    float w = static_cast<float>(x.get(j));
+    for (int i = 0; i < 20; ++i) w = i % 2 ? -w : std::tanh(w);
+    EXPECT_NEAR(out.get(j), w, 1e-6);
+  }
+}
+
+TEST(MemoryPlan, OutputsAndLongLivedValuesAreNotOverwritten) {
+  // `early` is an output computed first; `keep` is read again at the end. A plan
+  // that reused either buffer too soon would change them.
+  const Type t = T(DType::f64, {64});
+  Program p;
+  int x = p.add_input("x", t);
+  int early = p.add_eqn(Op::exponential, {x}, {});
+  int keep = p.add_eqn(Op::negate, {x}, {});
+  int v = early;
+  for (int i = 0; i < 6; ++i) v = p.add_eqn(Op::multiply, {v, v}, {});
+  int last = p.add_eqn(Op::add, {v, keep}, {});
+  p.add_output("early", early);
+  p.add_output("last", last);
+  p.add_output("x_again", x);   // an input passed straight through
+  Attrs c;
+  c.literal = {2.5};
+  p.add_output("const", p.add_eqn_typed(Op::constant, {}, c, t));
+  Array xv = random(t, 30, -0.1, 0.1);
+  host::Interpreter it(p);
+  std::vector<Array> out = it.run({xv});
+  for (int64_t j = 0; j < 64; ++j) {
+    double e = std::exp(xv.get(j)), w = e;
+    for (int i = 0; i < 6; ++i) w = w * w;
+    EXPECT_EQ(out[0].get(j), e);
+    EXPECT_EQ(out[1].get(j), w + -xv.get(j));
+    EXPECT_EQ(out[2].get(j), xv.get(j));
+    EXPECT_EQ(out[3].get(j), 2.5);
+  }
+}
+
+// A small two-layer network with everything a training step uses: gather,
+// broadcast, dot_general in place and packed, reductions, softmax pieces.
+Program mlp_program() {
+  Program p;
+  const DType f = DType::f32;
+  int emb = p.add_input("emb", T(f, {10, 8}));
+  int tok = p.add_input("tok", T(DType::i32, {2, 3}));
+  int w1 = p.add_input("w1", T(f, {8, 16}));
+  int w2 = p.add_input("w2", T(f, {10, 16}));  // used transposed
+  int h0 = p.add_eqn(Op::gather_rows, {emb, tok}, {});                      // [2,3,8]
+  Attrs d1;
+  d1.lhs_contract = {2};
+  d1.rhs_contract = {0};
+  int h1 = p.add_eqn(Op::dot_general, {h0, w1}, d1);                         // [2,3,16]
+  int th = p.add_eqn(Op::tanh, {h1}, {});
+  Attrs tr;
+  tr.dims = {1, 0, 2};
+  int tt = p.add_eqn(Op::transpose, {th}, tr);                               // [3,2,16]
+  Attrs d2;
+  d2.lhs_contract = {2};
+  d2.rhs_contract = {1};
+  int logits = p.add_eqn(Op::dot_general, {tt, w2}, d2);                     // [3,2,10]
+  Attrs last;
+  last.dims = {2};
+  int mx = p.add_eqn(Op::reduce_max, {logits}, last);                       // [3,2]
+  Attrs bd;
+  bd.dims = {0, 1};
+  int mxb = p.add_eqn_typed(Op::broadcast_in_dim, {mx}, bd, T(f, {3, 2, 10}));
+  int sh = p.add_eqn(Op::subtract, {logits, mxb}, {});
+  int ex = p.add_eqn(Op::exponential, {sh}, {});
+  int se = p.add_eqn(Op::reduce_sum, {ex}, last);
+  int lse = p.add_eqn(Op::log, {se}, {});
+  Attrs all;
+  all.dims = {0, 1};
+  int loss = p.add_eqn(Op::reduce_sum, {lse}, all);
+  // the gradient of the embedding through scatter_add_rows, and a packed dot
+  Attrs d3;
+  d3.lhs_contract = {1, 0};  // in reverse axis order: not one strided run, so packed
+  d3.rhs_contract = {1, 0};
+  int g = p.add_eqn(Op::dot_general, {ex, tt}, d3);                          // [10,16]: contract 3,2 vs 2,3
+  Attrs zero;
+  zero.literal = {0.0};
+  int z = p.add_eqn_typed(Op::constant, {}, zero, T(f, {10, 8}));
+  int upd = p.add_eqn(Op::negate, {h0}, {});
+  int ge = p.add_eqn(Op::scatter_add_rows, {z, tok, upd}, {});
+  p.add_output("loss", loss);
+  p.add_output("g", g);
+  p.add_output("gemb", ge);
+  return p;
+}
+
+TEST(Run, SteadyStateRunAllocatesNothing) {
+  Program p = mlp_program();
+  host::Interpreter it(p);
+  Array emb = random(p.input_type(0), 31), tok = Array::i32({2, 3}, {1, 9, 0, 4, 4, 7});
+  Array w1 = random(p.input_type(2), 32), w2 = random(p.input_type(3), 33);
+  std::vector<const Array*> in = {&emb, &tok, &w1, &w2};
+  std::vector<Array> out;
+  it.run(in, out);  // first run: sizes the outputs
+  std::vector<Array> first = out;
+  g_allocations = 0;
+  g_counting = true;
+  it.run(in, out);
+  it.run(in, out);
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0) << "heap allocations during steady-state runs";
+  for (size_t j = 0; j < out.size(); ++j) EXPECT_TRUE(out[j].bit_equal(first[j])) << "output " << j;
+
+#if !defined(__SANITIZE_ADDRESS__)
+  // C allocations (OpenBLAS's, say) are counted too.
+  g_allocations = 0;
+  g_counting = true;
+  void* volatile raw = std::malloc(32);
+  g_counting = false;
+  std::free(raw);
+  EXPECT_EQ(g_allocations.load(), 1);
+#endif
+  // The counter works: an allocation while counting is seen.
+  g_allocations = 0;
+  g_counting = true;
+  std::vector<Array> fresh;
+  it.run(in, fresh);
+  g_counting = false;
+  EXPECT_GT(g_allocations.load(), 0);
+}
+
+TEST(Run, MlpMatchesLoops) {
+  Program p = mlp_program();
+  Array emb = random(p.input_type(0), 31), tok = Array::i32({2, 3}, {1, 9, 0, 4, 4, 7});
+  Array w1 = random(p.input_type(2), 32), w2 = random(p.input_type(3), 33);
+  std::vector<Array> out = host::run(p, {emb, tok, w1, w2});
+  // In double with plain loops.
+  double th[2][3][16], ex[3][2][10], loss = 0;
+  for (int b = 0; b < 2; ++b)
+    for (int s = 0; s < 3; ++s)
+      for (int j = 0; j < 16; ++j) {
+        double acc = 0;
+        for (int k = 0; k < 8; ++k) acc += emb.get(static_cast<int64_t>(tok.get(b * 3 + s)) * 8 + k) * w1.get(k * 16 + j);
+        th[b][s][j] = std::tanh(acc);
+      }
+  for (int s = 0; s < 3; ++s)
+    for (int b = 0; b < 2; ++b) {
+      double lg[10], m = -INFINITY, se = 0;
+      for (int v = 0; v < 10; ++v) {
+        lg[v] = 0;
+        for (int j = 0; j < 16; ++j) lg[v] += th[b][s][j] * w2.get(v * 16 + j);
+        m = std::max(m, lg[v]);
+      }
+      for (int v = 0; v < 10; ++v) se += ex[s][b][v] = std::exp(lg[v] - m);
+      loss += std::log(se);
+    }
+  EXPECT_NEAR(out[0].get(0), loss, 1e-4);
+  for (int v = 0; v < 10; ++v)
+    for (int j = 0; j < 16; ++j) {
+      double g = 0;
+      for (int s = 0; s < 3; ++s)
+        for (int b = 0; b < 2; ++b) g += ex[s][b][v] * th[b][s][j];
+      EXPECT_NEAR(out[1].get(v * 16 + j), g, 1e-4);
+    }
+  std::vector<double> gemb(80, 0.0);
+  for (int i = 0; i < 6; ++i)
+    for (int k = 0; k < 8; ++k) gemb[static_cast<size_t>(tok.get(i)) * 8 + k] -= emb.get(static_cast<int64_t>(tok.get(i)) * 8 + k);
+  expect_near(out[2], T(DType::f32, {10, 8}), gemb, 1e-6);
+}
+
+TEST(Run, OutputsAreRetypedAndMovedInterpreterStillRuns) {
+  Program p;
+  int x = p.add_input("x", T(DType::f32, {3}));
+  p.add_output("y", p.add_eqn(Op::negate, {x}, {}));
+  host::Interpreter a(p);
+  host::Interpreter b(std::move(a));
+  Array xv = Array::f32({3}, {1, -2, 3});
+  std::vector<Array> out(3);  // wrong count and types: fixed up
+  out[0] = Array(T(DType::i32, {7}));
+  b.run({&xv}, out);
+  ASSERT_EQ(out.size(), 1u);
+  expect_exact(out[0], T(DType::f32, {3}), {-1, 2, -3});
+  EXPECT_EQ(b.program().inputs[0].name, "x");
+}
+
+TEST(Run, RejectsAnInvalidProgram) {
+  Program p;
+  int x = p.add_input("x", T(DType::f32, {3}));
+  p.add_output("y", p.add_eqn(Op::negate, {x}, {}));
+  p.types[1] = T(DType::f32, {4});  // the equation's recorded type no longer matches its rule
+  EXPECT_THROW(host::Interpreter{p}, Error);
+}
+
+}  // namespace
