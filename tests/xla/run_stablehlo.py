@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Compile a StableHLO text module with XLA (through JAX's own compiler entry
+point) and run it: the outside oracle for capstep's to_stablehlo.
+
+    run_stablehlo.py [--platform cpu|cuda] MODULE.mlir OUTDIR [IN0.npy IN1.npy ...]
+    run_stablehlo.py --probe            # prints the JAX version; exit 0 if usable
+
+Inputs are .npy files in the order of @main's arguments; outputs are written as
+OUTDIR/out0.npy, out1.npy, ... in result order, and OUTDIR/report.json says what
+ran: jax/jaxlib versions, the device, the number of outputs, and which inputs
+XLA consumed because the module donates them (tf.aliasing_output).
+
+The compile path is the one jax.jit takes after lowering (jax 0.10.2):
+compiler.get_compile_options + Client.compile_and_load(mlir_text, ...), fed the
+module text itself, so XLA parses exactly what capstep wrote.
+"""
+import json
+import os
+import sys
+
+
+def main(argv):
+    platform = "cpu"
+    if argv[:1] == ["--platform"]:
+        platform, argv = argv[1], argv[2:]
+    import jax
+
+    jax.config.update("jax_enable_x64", True)  # keep f64 inputs f64
+    jax.config.update("jax_platforms", platform)
+    import jaxlib
+    import numpy as np
+    from jax._src import compiler, xla_bridge
+    from jax._src.lib import xla_client as xc
+
+    if argv[:1] == ["--probe"]:
+        backend = xla_bridge.get_backend(platform)
+        print(f"jax {jax.__version__} jaxlib {jaxlib.__version__} {backend.platform} "
+              f"{backend.local_devices()[0].device_kind}")
+        return 0
+    if len(argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    module_path, outdir, in_paths = argv[0], argv[1], argv[2:]
+    with open(module_path) as f:
+        text = f.read()
+
+    backend = xla_bridge.get_backend(platform)
+    device = backend.local_devices()[0]
+    options = compiler.get_compile_options(num_replicas=1, num_partitions=1, backend=backend)
+    exe = backend.compile_and_load(text, executable_devices=xc.DeviceList((device,)),
+                                   compile_options=options)
+
+    host_inputs = [np.load(p) for p in in_paths]
+    buffers = [jax.device_put(a, device) for a in host_inputs]
+    results = exe.execute_sharded(buffers).disassemble_into_single_device_arrays()
+    outputs = [np.asarray(r[0]) for r in results]
+
+    os.makedirs(outdir, exist_ok=True)
+    for i, o in enumerate(outputs):
+        np.save(os.path.join(outdir, f"out{i}.npy"), np.ascontiguousarray(o))
+    report = {
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "platform": backend.platform,
+        "device": device.device_kind,
+        "num_outputs": len(outputs),
+        "donated_inputs": [i for i, b in enumerate(buffers) if b.is_deleted()],
+    }
+    with open(os.path.join(outdir, "report.json"), "w") as f:
+        json.dump(report, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
