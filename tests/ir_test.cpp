@@ -193,3 +193,21 @@ TEST(DeadCode, RemovesUnusedEquationsAndRenumbers) {
   EXPECT_NO_THROW(verify(q));
   EXPECT_EQ(q.output_type(0), f32({4, 5}));
 }
+
+TEST(Constants, LiteralsAreKeptAsTheDtypeHoldsThem) {
+  Program p;
+  Attrs a;
+  a.literal = {1e-5, 0.1};
+  int c = p.add_eqn_typed(Op::constant, {}, a, f32({2}));
+  EXPECT_EQ(p.eqns[0].attrs.literal[0], static_cast<double>(1e-5f));
+  EXPECT_EQ(p.eqns[0].attrs.literal[1], static_cast<double>(0.1f));
+  Attrs i;
+  i.literal = {-2.7};
+  p.add_eqn_typed(Op::constant, {}, i, {DType::i32, {}});
+  EXPECT_EQ(p.eqns[1].attrs.literal[0], -2.0);
+  Attrs big;
+  big.literal = {3e9};
+  expect_error([&] { p.add_eqn_typed(Op::constant, {}, big, {DType::i32, {}}); }, {"does not fit in i32"});
+  p.add_output("c", c);
+  EXPECT_THAT(to_text(p), HasSubstr("literal=[9.9999997473787516e-06,0.10000000149011612]"));
+}

@@ -29,7 +29,25 @@ int Program::add_eqn(Op op, std::vector<int> ins, Attrs attrs) {
   return id;
 }
 
+// A constant's literal is kept as the values the dtype holds (f32 rounded,
+// integers truncated, i1 as 0/1), so that the text form, the interpreter and
+// every export see one canonical value.
+static void canonicalise_literal(std::vector<double>& lit, DType d) {
+  for (double& v : lit) {
+    switch (d) {
+      case DType::f32: v = static_cast<double>(static_cast<float>(v)); break;
+      case DType::f64: break;
+      case DType::i32:
+        if (!(v >= -2147483648.0 && v <= 2147483647.0)) throw Error("constant: " + std::to_string(v) + " does not fit in i32");
+        v = static_cast<double>(static_cast<int32_t>(v));
+        break;
+      case DType::i1: v = v != 0 ? 1.0 : 0.0; break;
+    }
+  }
+}
+
 int Program::add_eqn_typed(Op op, std::vector<int> ins, Attrs attrs, const Type& out) {
+  if (op == Op::constant) canonicalise_literal(attrs.literal, out.dtype);
   std::vector<Type> ts;
   for (int v : ins) {
     if (v < 0 || v >= num_values())
