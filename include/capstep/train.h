@@ -1,0 +1,132 @@
+// Training the causal LM for N steps on one of the three lanes, with
+// checkpoints, bit-identical resume, a stop on a non-finite loss; and sampling
+// text from a checkpoint on the host. The engine behind `capstep train` and
+// `capstep sample` (tools/), usable from C++ directly:
+//
+//   capstep::train::Options o;             // the seed's model on the built-in corpus
+//   o.steps = 2000;
+//   o.save_path = "run.safetensors";
+//   o.save_every = 500;
+//   o.on_step = [](const capstep::train::StepInfo& s) { ... };
+//   capstep::train::Result r = capstep::train::train(o);
+//
+// Lanes (the seed's three):
+//   host       the gradient program in the host interpreter, AdamW in C++ on the
+//              host. Steady state allocates nothing per step (held outputs).
+//   gpu        the gradient program on the GPU (cuda::Executable::run: every
+//              parameter up, every gradient down), AdamW on the host.
+//   gpu-fused  the with_adamw program on the GPU; parameters and moments stay in
+//              device memory; only the batch, four scalars and the loss cross.
+// A GPU lane without a usable device falls back to the host with a message
+// (Options::on_message), or throws Error when require_gpu is set.
+//
+// Step numbering: step k (from 1) is the k-th optimizer step since the start
+// of training, across resumes. `steps` is the step to reach, so a run resumed
+// from a checkpoint at step 6 with steps = 12 takes steps 7..12, and on the
+// host its losses are bit-identical to steps 7..12 of an uninterrupted run.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "capstep/checkpoint.h"
+#include "capstep/nn.h"
+#include "capstep/optim.h"
+
+namespace capstep::train {
+
+enum class Lane { host, gpu, gpu_fused };
+const char* lane_name(Lane l);                 // "host", "gpu", "gpu-fused"
+Lane parse_lane(const std::string& s);         // Error naming the allowed values
+
+// What the progress callback gets, once per step.
+struct StepInfo {
+  int64_t step = 0;            // the step just taken (from 1, across resumes)
+  int64_t first_step = 0;      // the first step of this run
+  int64_t last_step = 0;       // the step this run ends at (Options::steps)
+  double loss = 0;             // loss of this step's batch, before the update
+  double tokens_per_s = 0;     // this run so far: batch*seq*(steps done)/elapsed
+  double elapsed_s = 0;        // since this run's first step began
+};
+
+struct Options {
+  nn::LmConfig model;                    // the seed's model by default
+  optim::AdamW adamw;                    // lr 1e-2, betas 0.9/0.999, eps 1e-8, wd 0.01
+  int64_t steps = 1000;                  // train until this step count (see above)
+  uint64_t seed = 1;                     // initial parameters and batch order
+  Lane lane = Lane::host;
+  bool require_gpu = false;              // a GPU lane without a device is an Error
+  bool tf32 = true;                      // TF32 dots on the GPU lanes
+  std::string text_path;                 // empty: the built-in corpus
+  std::string save_path;                 // empty: no checkpoints
+  int64_t save_every = 0;                // also save every K steps (0: only at the end)
+  std::string resume_path;               // empty: start from init_parameters(seed)
+
+  std::function<void(const StepInfo&)> on_step;          // progress, each step
+  std::function<void(const std::string&)> on_message;    // fallbacks, saves, stops
+
+  void validate() const;                 // Error naming the option out of range
+};
+
+struct Result {
+  Lane lane_used = Lane::host;           // after any fallback
+  int64_t first_step = 0;                // step of losses[0]
+  int64_t last_step = 0;                 // last step taken with a finite loss
+  std::vector<double> losses;            // one per step of this run (finite ones)
+  double seconds = 0;                    // wall time of the steps (saves included)
+  double tokens_per_s = 0;
+  // Set when a non-finite loss stopped training: "step 57: the loss is nan ...".
+  // The last good checkpoint (if any) is left untouched.
+  std::string stopped;
+  int64_t last_saved_step = -1;          // step of the last checkpoint written, -1 if none
+};
+
+// Trains; throws Error for bad options, an unreadable text file or checkpoint,
+// a checkpoint that does not match the model, or a failed save.
+Result train(const Options& o);
+
+// ---- checkpoints of a training run -------------------------------------------
+// The checkpoint's "capstep.model_config" metadata is the model's JSON
+// (nn::LmConfig::to_json) with one more key, "train": {"seed", "lr", "beta1",
+// "beta2", "eps", "weight_decay", "text"} (text: "builtin" or the file's path),
+// so a resumed run can default to what the checkpoint was trained with.
+struct TrainMeta {
+  nn::LmConfig model;
+  bool has_train = false;                // false for checkpoints written elsewhere
+  uint64_t seed = 1;
+  optim::AdamW adamw;
+  std::string text;                      // "builtin" or a path
+};
+std::string meta_json(const nn::LmConfig& c, uint64_t seed, const optim::AdamW& a, const std::string& text);
+TrainMeta parse_meta(const std::string& model_config_json);   // Error naming what is wrong
+
+// Loads a checkpoint and checks it against its own model config.
+Checkpoint load_model_checkpoint(const std::string& path, TrainMeta* meta);
+
+// ---- sampling ------------------------------------------------------------------
+// Generates `tokens` characters after `prompt` on the host with the logits
+// program. Window: the model reads the last min(len, window) tokens, with
+// window = the checkpoint's training sequence length by default (positions
+// beyond it were never trained), at most the model's context. One program of
+// `window` tokens is built once; a shorter text is right-padded, and because
+// attention is causal the logits at position len-1 do not see the padding.
+// An empty prompt starts from "\n" (a paragraph starts after a newline in the
+// built-in corpus); the newline is not part of the result.
+// temperature 0 picks the most likely symbol; otherwise softmax(logits / T).
+struct SampleOptions {
+  std::string checkpoint;
+  std::string prompt;
+  int64_t tokens = 200;
+  double temperature = 0.8;
+  uint64_t seed = 1;
+  int64_t window = 0;                    // 0: the training sequence length
+  std::function<void(char)> on_char;     // each character as it is produced
+  void validate() const;
+};
+// The generated characters (without the prompt); every one is a symbol of
+// data::alphabet().
+std::string sample(const SampleOptions& o);
+
+}  // namespace capstep::train

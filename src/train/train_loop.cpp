@@ -1,0 +1,166 @@
+// The training loop shared by every lane: batches from a resumable stream,
+// AdamW scalars from the step number, progress, periodic checkpoints, and a
+// stop on the first non-finite loss that leaves the last good checkpoint alone.
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+#include "capstep/autodiff.h"
+#include "capstep/cuda.h"
+#include "capstep/data.h"
+#include "capstep/train.h"
+#include "stepper.h"
+
+namespace capstep::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Index of the first non-finite element of any tensor, named, or "".
+std::string first_non_finite(const Checkpoint& c) {
+  const std::vector<NamedArray>* groups[3] = {&c.params, &c.adam_m, &c.adam_v};
+  const char* labels[3] = {"parameter", "first moment of", "second moment of"};
+  for (int g = 0; g < 3; ++g)
+    for (const NamedArray& t : *groups[g]) {
+      const float* p = t.array.data<float>();
+      for (int64_t i = 0; i < t.array.numel(); ++i)
+        if (!std::isfinite(p[i])) return std::string(labels[g]) + " " + t.name + " (element " + std::to_string(i) + ")";
+    }
+  return "";
+}
+
+// Where training starts: a checkpoint, or fresh parameters and zero moments.
+State start_state(const Options& o, const std::vector<nn::ParamSpec>& specs, uint64_t* step, uint64_t* position) {
+  State s;
+  for (const nn::ParamSpec& p : specs) s.names.push_back(p.name);
+  if (o.resume_path.empty()) {
+    s.params = nn::init_parameters(o.model, o.seed);
+    for (const Array& a : s.params) {
+      s.m.emplace_back(a.type());
+      s.v.emplace_back(a.type());
+    }
+    *step = 0;
+    *position = 0;
+    return s;
+  }
+  TrainMeta meta;
+  Checkpoint c = load_model_checkpoint(o.resume_path, &meta);
+  if (meta.model.to_json() != o.model.to_json())
+    throw Error("checkpoint '" + o.resume_path + "' holds a different model (" + meta.model.describe() +
+                ") than the one asked for (" + o.model.describe() + ")");
+  for (size_t j = 0; j < specs.size(); ++j) {
+    s.params.push_back(std::move(c.params[j].array));
+    s.m.push_back(std::move(c.adam_m[j].array));
+    s.v.push_back(std::move(c.adam_v[j].array));
+  }
+  *step = c.step;
+  *position = c.data_position;
+  return s;
+}
+
+}  // namespace
+
+Result train(const Options& o) {
+  o.validate();
+  auto say = [&](const std::string& m) {
+    if (o.on_message) o.on_message(m);
+  };
+  Result r;
+
+  // The lane, or the host when there is no GPU.
+  r.lane_used = o.lane;
+  if (o.lane != Lane::host) {
+    std::string why;
+    if (!cuda::available(&why)) {
+      if (o.require_gpu)
+        throw Error(std::string("lane ") + lane_name(o.lane) + " needs a GPU and there is none: " + why);
+      say(std::string("no GPU (") + why + "); lane " + lane_name(o.lane) + " falls back to the host lane");
+      r.lane_used = Lane::host;
+    }
+  }
+
+  const std::string text_name = o.text_path.empty() ? "builtin" : o.text_path;
+  data::BatchStream batches(data::encode(o.text_path.empty() ? data::builtin_corpus() : data::read_text_file(o.text_path)),
+                            o.seed, o.model.batch, o.model.seq);
+  const std::vector<nn::ParamSpec> specs = nn::lm_parameters(o.model);
+  uint64_t done = 0, position = 0;
+  State state = start_state(o, specs, &done, &position);
+  if (static_cast<int64_t>(done) >= o.steps)
+    throw Error("nothing to train: checkpoint '" + o.resume_path + "' is at step " + std::to_string(done) +
+                " and the run ends at step " + std::to_string(o.steps) + "; ask for more steps");
+  batches.set_position(position);
+  if (!o.resume_path.empty())
+    say("resumed from '" + o.resume_path + "' at step " + std::to_string(done));
+
+  const Program grad = value_and_grad(nn::lm_loss_program(o.model), state.names);
+  std::unique_ptr<Stepper> stepper;
+  if (r.lane_used == Lane::host) stepper = host_stepper(grad, o.adamw, std::move(state));
+  else if (r.lane_used == Lane::gpu) stepper = gpu_stepper(grad, o.adamw, std::move(state), o.tf32);
+  else {
+    const Program fused = optim::with_adamw(grad, state.names, o.adamw);
+    stepper = gpu_fused_stepper(fused, std::move(state), o.tf32);
+  }
+
+  // Held across saves so that each save reuses the same host arrays.
+  Checkpoint ckpt;
+  ckpt.model_config = meta_json(o.model, o.seed, o.adamw, text_name);
+  auto save = [&](int64_t step) -> bool {
+    stepper->state(ckpt);
+    const std::string bad = first_non_finite(ckpt);
+    if (!bad.empty()) {
+      std::ostringstream m;
+      m << "step " << step << ": the " << bad << " is not finite; training stopped and checkpoint '" << o.save_path
+        << "' was not overwritten";
+      if (r.last_saved_step >= 0) m << " (it holds step " << r.last_saved_step << ")";
+      r.stopped = m.str();
+      return false;
+    }
+    ckpt.step = static_cast<uint64_t>(step);
+    ckpt.data_position = batches.position();
+    save_checkpoint(o.save_path, ckpt);
+    r.last_saved_step = step;
+    say("saved '" + o.save_path + "' at step " + std::to_string(step));
+    return true;
+  };
+
+  const int64_t first = static_cast<int64_t>(done) + 1;
+  r.first_step = first;
+  r.last_step = first - 1;
+  r.losses.reserve(static_cast<size_t>(o.steps - first + 1));
+  const double tokens_per_step = static_cast<double>(o.model.batch * o.model.seq);
+  Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens;
+  StepInfo info;
+  info.first_step = first;
+  info.last_step = o.steps;
+  const Clock::time_point t0 = Clock::now();
+  for (int64_t step = first; step <= o.steps; ++step) {
+    batches.fill(batches.position(), tokens, targets);
+    batches.set_position(batches.position() + 1);
+    const float loss = stepper->step(tokens, targets, optim::adamw_scalars(o.adamw, step));
+    if (!std::isfinite(loss)) {
+      std::ostringstream m;
+      m << "step " << step << ": the loss is " << loss << "; training stopped";
+      if (o.save_path.empty()) m << " (no checkpoint was asked for)";
+      else if (r.last_saved_step >= 0)
+        m << "; the last good checkpoint, '" << o.save_path << "' at step " << r.last_saved_step << ", is kept";
+      else m << " before the first checkpoint, so none was written";
+      r.stopped = m.str();
+      break;
+    }
+    r.losses.push_back(loss);
+    r.last_step = step;
+    info.step = step;
+    info.loss = loss;
+    info.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    info.tokens_per_s = info.elapsed_s > 0 ? tokens_per_step * static_cast<double>(step - first + 1) / info.elapsed_s : 0;
+    if (o.on_step) o.on_step(info);
+    const bool periodic = o.save_every > 0 && step % o.save_every == 0;
+    if (!o.save_path.empty() && (periodic || step == o.steps) && !save(step)) break;
+  }
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.tokens_per_s = r.seconds > 0 ? tokens_per_step * static_cast<double>(r.losses.size()) / r.seconds : 0;
+  if (!r.stopped.empty()) say(r.stopped);
+  return r;
+}
+
+}  // namespace capstep::train

@@ -1,0 +1,44 @@
+// `capstep show` and `capstep export`: the captured programs of the model, as
+// capstep's own text or as StableHLO.
+#include <iostream>
+
+#include "capstep/autodiff.h"
+#include "capstep/safetensors.h"
+#include "capstep/stablehlo.h"
+#include "commands.h"
+
+namespace capstep::cli {
+namespace {
+
+// forward: params, tokens, targets -> loss; grad: + "grad.<p>" for every
+// parameter; fused: with_adamw(grad), parameters and moments donated.
+Program model_program(const nn::LmConfig& c, const std::string& which) {
+  Program loss = nn::lm_loss_program(c);
+  if (which == "forward") return loss;
+  std::vector<std::string> names;
+  for (const nn::ParamSpec& p : nn::lm_parameters(c)) names.push_back(p.name);
+  Program grad = value_and_grad(loss, names);
+  if (which == "grad") return grad;
+  if (which == "fused") return optim::with_adamw(grad, names, optim::AdamW{});
+  throw UsageError("--program: '" + which + "' is not one of forward, grad, fused");
+}
+
+}  // namespace
+
+int run_show(const ShowArgs& a) {
+  std::cout << to_text(model_program(a.model.checked(), a.program));
+  std::cout.flush();
+  return kOk;
+}
+
+int run_export(const ExportArgs& a) {
+  if (a.program == "forward") throw UsageError("--program: export takes grad or fused");
+  const nn::LmConfig c = a.model.checked();
+  const std::string text = to_stablehlo(model_program(c, a.program), "capstep");
+  write_file_atomically(a.out, text);
+  std::cout << "wrote " << a.out << " (" << text.size() << " bytes): the " << a.program << " program of \""
+            << c.describe() << "\" as StableHLO\n";
+  return kOk;
+}
+
+}  // namespace capstep::cli

@@ -1,0 +1,31 @@
+// `capstep sample`: the prompt, then each generated character as it comes.
+#include <cstdio>
+
+#include "commands.h"
+
+namespace capstep::cli {
+
+int run_sample(const SampleArgs& a) {
+  train::SampleOptions o = a.opts;
+  try {
+    o.validate();
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  // The prompt goes out with the first character, once the checkpoint has
+  // loaded: a bad checkpoint prints nothing on standard output.
+  bool started = false;
+  o.on_char = [&](char c) {
+    if (!started) std::fputs(a.opts.prompt.c_str(), stdout);
+    started = true;
+    std::fputc(c, stdout);
+    std::fflush(stdout);
+  };
+  train::sample(o);
+  if (!started) std::fputs(a.opts.prompt.c_str(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  return kOk;
+}
+
+}  // namespace capstep::cli

@@ -1,0 +1,116 @@
+// `capstep train`: options -> train::Options, progress on the terminal or as
+// log lines, then the loss log (CSV) and the loss curve (gnuplot).
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "capstep/data.h"
+#include "commands.h"
+#include "plot.h"
+#include "progress.h"
+
+namespace capstep::cli {
+namespace {
+
+// With --resume the checkpoint says which model it is, and by default which
+// seed, AdamW settings and text it was trained with: the continuation then
+// matches an uninterrupted run.
+void adopt_checkpoint(TrainArgs& a) {
+  train::Options& o = a.opts;
+  const train::TrainMeta meta = train::parse_meta(load_checkpoint(o.resume_path).model_config);
+  if (a.model.given && a.model.checked().to_json() != meta.model.to_json())
+    throw UsageError("--resume: checkpoint '" + o.resume_path + "' holds \"" + meta.model.describe() +
+                     "\" but the model options ask for \"" + a.model.config.describe() +
+                     "\"; leave the model options out to continue it");
+  o.model = meta.model;
+  if (!meta.has_train) return;
+  if (!a.seed_given) o.seed = meta.seed;
+  const double lr = o.adamw.lr;
+  o.adamw = meta.adamw;
+  if (a.lr_given) o.adamw.lr = lr;
+  if (!a.text_given && meta.text != "builtin") o.text_path = meta.text;
+  if (a.text_given && meta.text != o.text_path)
+    std::cout << "note: the checkpoint was trained on " << (meta.text == "builtin" ? "the built-in corpus" : "'" + meta.text + "'")
+              << "; continuing on '" << o.text_path << "'\n";
+}
+
+void write_csv(const std::string& path, const std::vector<train::StepInfo>& steps) {
+  std::ofstream f(path, std::ios::trunc);
+  if (!f) throw Error("cannot write the loss log '" + path + "'");
+  f << "step,loss,elapsed_s,tokens_per_s\n";
+  char buf[128];
+  for (const train::StepInfo& s : steps) {
+    std::snprintf(buf, sizeof buf, "%lld,%.9g,%.6f,%.1f\n", static_cast<long long>(s.step), s.loss, s.elapsed_s,
+                  s.tokens_per_s);
+    f << buf;
+  }
+  f.flush();
+  if (!f) throw Error("cannot write the loss log '" + path + "'");
+}
+
+}  // namespace
+
+int run_train(TrainArgs a) {
+  train::Options& o = a.opts;
+  o.lane = train::parse_lane(a.lane);
+  if (o.save_every > 0 && o.save_path.empty()) throw UsageError("--save-every needs --save FILE");
+  if (!a.plot.empty() && plot_format(a.plot).empty())
+    throw UsageError("--plot: '" + a.plot + "' must end in .svg or .png");
+  if (!o.resume_path.empty()) adopt_checkpoint(a);
+  else o.model = a.model.checked();
+  try {
+    o.validate();
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  // Fail before training, not after it, when the picture cannot be drawn.
+  if (!a.plot.empty() && find_gnuplot().empty())
+    throw Error("--plot draws with gnuplot, which is not on PATH (Debian: apt-get install gnuplot-nox)");
+
+  const bool terminal = isatty(STDOUT_FILENO);
+  Progress progress(stdout, terminal, a.print_every);
+  std::vector<train::StepInfo> log;
+  log.reserve(static_cast<size_t>(o.steps));
+  o.on_step = [&](const train::StepInfo& s) {
+    log.push_back(s);
+    progress.step(s);
+  };
+  o.on_message = [&](const std::string& m) { progress.message(m); };
+
+  std::printf("%s\n", o.model.describe().c_str());
+  std::printf("lane %s; text: %s; seed %llu; lr %g\n", train::lane_name(o.lane),
+              o.text_path.empty() ? "the built-in corpus" : o.text_path.c_str(), static_cast<unsigned long long>(o.seed),
+              o.adamw.lr);
+  std::fflush(stdout);
+  const train::Result r = train::train(o);
+  progress.finish();
+
+  if (!r.losses.empty()) {
+    std::printf("trained steps %lld..%lld on the %s lane in %.1f s (%s tokens/s); loss %.4f -> %.4f\n",
+                static_cast<long long>(r.first_step), static_cast<long long>(r.last_step), train::lane_name(r.lane_used),
+                r.seconds, rate_text(r.tokens_per_s).c_str(), r.losses.front(), r.losses.back());
+  }
+  if (!a.log_csv.empty()) {
+    write_csv(a.log_csv, log);
+    std::printf("loss log: %s (%zu rows)\n", a.log_csv.c_str(), log.size());
+  }
+  if (!a.plot.empty() && !log.empty()) {
+    Curve c{o.model.describe(), {}, {}};
+    for (const train::StepInfo& s : log) {
+      c.steps.push_back(s.step);
+      c.losses.push_back(s.loss);
+    }
+    plot_losses(c, a.plot);
+    std::printf("loss curve: %s\n", a.plot.c_str());
+  }
+  std::fflush(stdout);
+  if (!r.stopped.empty()) {
+    std::cerr << "capstep train: " << r.stopped << '\n';
+    return kFailed;
+  }
+  return kOk;
+}
+
+}  // namespace capstep::cli

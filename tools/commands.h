@@ -1,0 +1,70 @@
+// The subcommands of `capstep`, apart from their command-line parsing (which
+// lives in main.cpp, the one file that includes CLI11): each takes its parsed
+// options and returns the exit code.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "capstep/lanes.h"
+#include "capstep/train.h"
+
+namespace capstep::cli {
+
+// Exit codes of every subcommand.
+constexpr int kOk = 0;
+constexpr int kFailed = 1;   // a runtime failure (a file, a diverged run, no GPU with --require-gpu)
+constexpr int kUsage = 2;    // a bad option, or a bad combination of options
+
+// A usage error found after parsing (e.g. heads that do not divide d_model):
+// main prints it with the subcommand's name and exits 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Model size options shared by train, show and export; `given` records which
+// ones the user wrote, so that --resume can refuse a conflicting one.
+struct ModelArgs {
+  nn::LmConfig config;
+  bool given = false;
+  nn::LmConfig checked() const;   // validate(), as a UsageError
+};
+
+struct TrainArgs {
+  ModelArgs model;
+  train::Options opts;                // model and steps etc. filled by main
+  std::string lane = "host";
+  bool seed_given = false, lr_given = false, text_given = false;
+  std::string log_csv;                // --log
+  std::string plot;                   // --plot (.svg or .png)
+  int64_t print_every = 0;            // plain log lines: 0 picks about twenty a run
+};
+
+struct SampleArgs {
+  train::SampleOptions opts;
+};
+
+struct BenchArgs {
+  lanes::Options opts;
+  bool json = false;
+};
+
+struct ShowArgs {
+  ModelArgs model;
+  std::string program = "grad";       // forward | grad | fused
+};
+
+struct ExportArgs {
+  ModelArgs model;
+  std::string program = "fused";      // grad | fused
+  std::string out;
+};
+
+int run_train(TrainArgs a);
+int run_sample(const SampleArgs& a);
+int run_bench(const BenchArgs& a);
+int run_show(const ShowArgs& a);
+int run_export(const ExportArgs& a);
+
+}  // namespace capstep::cli

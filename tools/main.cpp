@@ -1,0 +1,147 @@
+// `capstep`: train the causal LM on your own text, sample from it, run the
+// three-lane benchmark, show or export the captured programs. This file only
+// parses the command line (CLI11); the subcommands live in cmd_*.cpp.
+//
+// Exit codes: 0 success, 1 runtime failure, 2 usage error (docs/cli.md).
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <set>
+
+#include "capstep/ir.h"
+#include "commands.h"
+
+namespace capstep::cli {
+namespace {
+
+void add_model_options(CLI::App* c, ModelArgs& m) {
+  nn::LmConfig& k = m.config;
+  auto mark = [&m](CLI::Option* o) { o->each([&m](const std::string&) { m.given = true; }); };
+  mark(c->add_option("--layers", k.n_layers, "transformer blocks")->capture_default_str()->check(CLI::Range(1, 256)));
+  mark(c->add_option("--d-model", k.d_model, "width of the residual stream")->capture_default_str()->check(CLI::Range(1, 16384)));
+  mark(c->add_option("--heads", k.n_heads, "attention heads (must divide --d-model)")->capture_default_str()->check(CLI::Range(1, 16384)));
+  mark(c->add_option("--context", k.context, "rows of the positional table: the longest sequence")
+           ->capture_default_str()->check(CLI::Range(1, 65536)));
+  mark(c->add_option("--d-ff", k.d_ff, "feed-forward width")->capture_default_str()->check(CLI::Range(1, 65536)));
+  mark(c->add_option("--batch", k.batch, "sequences per batch")->capture_default_str()->check(CLI::Range(1, 65536)));
+  mark(c->add_option("--seq", k.seq, "tokens per sequence (at most --context)")->capture_default_str()->check(CLI::Range(1, 65536)));
+}
+
+}  // namespace
+
+nn::LmConfig ModelArgs::checked() const {
+  try {
+    config.validate();
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  return config;
+}
+
+}  // namespace capstep::cli
+
+int main(int argc, char** argv) {
+  using namespace capstep::cli;
+  CLI::App app{"capstep: capture a training step as a program, differentiate it, run it on the host or a GPU.\n"
+               "Train a small causal language model on your own text, and sample from it."};
+  app.require_subcommand(1);
+  app.fallthrough(false);
+  app.set_version_flag("--version", std::string("capstep ") + CAPSTEP_VERSION);
+  std::function<int()> action;
+
+  // ---- train
+  TrainArgs ta;
+  CLI::App* train = app.add_subcommand("train", "train the causal LM (the seed's model by default) on a text");
+  train->add_option("--text", ta.opts.text_path, "train on this text file (default: the built-in corpus)")
+      ->check(CLI::ExistingFile)->each([&](const std::string&) { ta.text_given = true; });
+  train->add_option("--steps", ta.opts.steps, "train until this step count (a resumed run continues from its step)")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+  train->add_option("--lane", ta.lane, "host, gpu (AdamW on the host) or gpu-fused (AdamW in the program)")
+      ->capture_default_str()->check(CLI::IsMember({"host", "gpu", "gpu-fused"}));
+  train->add_flag("--require-gpu", ta.opts.require_gpu, "fail (exit 1) instead of falling back to the host without a GPU");
+  train->add_flag("!--no-tf32", ta.opts.tf32, "full f32 dots on the GPU (TF32 is the default)");
+  train->add_option("--save", ta.opts.save_path, "checkpoint file (safetensors), written atomically at the end");
+  train->add_option("--save-every", ta.opts.save_every, "also save every K steps (needs --save)")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+  train->add_option("--resume", ta.opts.resume_path, "continue from this checkpoint (its model, seed and lr by default)")
+      ->check(CLI::ExistingFile);
+  train->add_option("--seed", ta.opts.seed, "seed of the initial parameters and of the batch order")
+      ->capture_default_str()->each([&](const std::string&) { ta.seed_given = true; });
+  train->add_option("--lr", ta.opts.adamw.lr, "AdamW learning rate")
+      ->capture_default_str()->check(CLI::PositiveNumber)->each([&](const std::string&) { ta.lr_given = true; });
+  train->add_option("--log", ta.log_csv, "write the loss of every step to this CSV file");
+  train->add_option("--plot", ta.plot, "draw the loss curve into this .svg or .png file (with gnuplot)");
+  train->add_option("--print-every", ta.print_every, "without a terminal: a log line every N steps (default: about 20 a run)")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+  add_model_options(train, ta.model);
+  train->callback([&] { action = [&] { return run_train(ta); }; });
+
+  // ---- sample
+  SampleArgs sa;
+  CLI::App* sample = app.add_subcommand("sample", "generate text from a checkpoint, on the host");
+  sample->add_option("--checkpoint", sa.opts.checkpoint, "a checkpoint written by `capstep train --save`")
+      ->required()->check(CLI::ExistingFile);
+  sample->add_option("--prompt", sa.opts.prompt, "text to continue (default: the start of a paragraph)");
+  sample->add_option("--tokens", sa.opts.tokens, "characters to generate")->capture_default_str()->check(CLI::Range(0, 1000000));
+  sample->add_option("--temperature", sa.opts.temperature, "softmax temperature; 0 picks the most likely symbol")
+      ->capture_default_str()->check(CLI::Range(0.0, 100.0));
+  sample->add_option("--seed", sa.opts.seed, "seed of the sampler")->capture_default_str();
+  sample->add_option("--window", sa.opts.window, "tokens the model reads (default: its training --seq, at most --context)")
+      ->check(CLI::Range(1, 65536));
+  sample->callback([&] { action = [&] { return run_sample(sa); }; });
+
+  // ---- bench: the options of examples/training_step_on_device
+  BenchArgs ba;
+  bool no_tf32 = false;
+  CLI::App* bench = app.add_subcommand("bench", "one training step of the seed's model, three ways, each timed");
+  bench->add_option("--steps", ba.opts.steps, "compared and timed steps per lane")->capture_default_str()->check(CLI::Range(1, 1000000));
+  bench->add_option("--warmup", ba.opts.warmup, "untimed warm-up steps per lane")->capture_default_str()->check(CLI::Range(0, 1000));
+  bench->add_option("--seed", ba.opts.seed, "seed of the initial parameters and the batch order")->capture_default_str();
+  bench->add_option("--text", ba.opts.text_path, "train on this text file instead of the built-in corpus")->check(CLI::ExistingFile);
+  bench->add_flag("--no-tf32", no_tf32, "full f32 dots on the GPU (TF32 is the default)");
+  bench->add_flag("--json", ba.json, "print one JSON object with every figure");
+  bench->callback([&] {
+    ba.opts.tf32 = !no_tf32;
+    action = [&] { return run_bench(ba); };
+  });
+
+  // ---- show
+  ShowArgs sh;
+  CLI::App* show = app.add_subcommand("show", "print the text of a captured program");
+  show->add_option("--program", sh.program, "forward (the loss), grad (loss and gradients) or fused (with AdamW)")
+      ->capture_default_str()->check(CLI::IsMember({"forward", "grad", "fused"}));
+  add_model_options(show, sh.model);
+  show->callback([&] { action = [&] { return run_show(sh); }; });
+
+  // ---- export
+  ExportArgs ea;
+  CLI::App* exp = app.add_subcommand("export", "write a captured program as StableHLO text");
+  exp->add_option("--program", ea.program, "grad (loss and gradients) or fused (with AdamW, parameters donated)")
+      ->capture_default_str()->check(CLI::IsMember({"grad", "fused"}));
+  exp->add_option("--out", ea.out, "the .mlir file to write")->required();
+  add_model_options(exp, ea.model);
+  exp->callback([&] { action = [&] { return run_export(ea); }; });
+
+  // CLI11 would call a misspelt subcommand "an extra argument"; name it instead.
+  const std::set<std::string> known = {"train", "sample", "bench", "show", "export"};
+  if (argc > 1 && argv[1][0] != '-' && !known.count(argv[1])) {
+    std::cerr << "capstep: unknown subcommand '" << argv[1] << "'; the subcommands are train, sample, bench, show, export\n"
+              << "Run with --help for more information.\n";
+    return kUsage;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);   // prints help (0) or the error with a hint
+    return code == 0 ? kOk : kUsage;
+  }
+  const std::string name = app.get_subcommands().empty() ? "" : app.get_subcommands()[0]->get_name();
+  try {
+    return action();
+  } catch (const UsageError& e) {
+    std::cerr << "capstep " << name << ": " << e.what() << "\nRun with --help for more information.\n";
+    return kUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "capstep " << name << ": error: " << e.what() << '\n';
+    return kFailed;
+  }
+}
