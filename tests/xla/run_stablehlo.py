@@ -57,7 +57,7 @@ def main(argv):
 
     os.makedirs(outdir, exist_ok=True)
     for i, o in enumerate(outputs):
-        np.save(os.path.join(outdir, f"out{i}.npy"), np.ascontiguousarray(o))
+        np.save(os.path.join(outdir, f"out{i}.npy"), o)  # not ascontiguousarray: it makes 0-d arrays 1-d
     report = {
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,

@@ -1,0 +1,204 @@
+// XLA runs what we export: each program is written with to_stablehlo, compiled
+// and run by XLA on the CPU through JAX's own compiler entry point
+// (tests/xla/run_stablehlo.py in the project venv .venv-jax, made by
+// scripts/jax-venv), and every output is compared with the host interpreter:
+// 1e-5 relative in f32 (1e-12 in f64; relative to the output's largest
+// magnitude, see difference()), exact for integers and booleans.
+//
+// Skipped by name (GTEST_SKIP with the reason) only when .venv-jax does not
+// exist or its Python cannot import JAX; any other failure is a failure.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "capstep/interpreter.h"
+#include "capstep/stablehlo.h"
+#include "stablehlo_npy.h"
+#include "stablehlo_programs.h"
+#include "stablehlo_test_util.h"
+
+using namespace capstep;
+using namespace capstep::hlo_test;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs a command, returning its exit status and combined output.
+int run_command(const std::string& cmd, std::string& out) {
+  out.clear();
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  if (!f) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  int st = pclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+struct Jax {
+  std::string python, runner, skip_reason, version;
+};
+
+// Found once: the venv's python and the runner, or why the tests skip.
+const Jax& jax() {
+  static Jax j = [] {
+    Jax r;
+    std::string src = source_dir();
+    if (src.empty()) {
+      r.skip_reason = "CAPSTEP_SOURCE_DIR is not set (ctest sets it), so .venv-jax cannot be found";
+      return r;
+    }
+    r.python = src + "/.venv-jax/bin/python";
+    r.runner = src + "/tests/xla/run_stablehlo.py";
+    if (!fs::exists(r.python)) {
+      r.skip_reason = src + "/.venv-jax does not exist: run scripts/jax-venv (needs PyPI) to make it";
+      return r;
+    }
+    std::string out;
+    if (run_command(shell_quote(r.python) + " -c 'import jax'", out) != 0) {
+      r.skip_reason = r.python + " cannot import jax: rerun scripts/jax-venv. Python said: " + out;
+      return r;
+    }
+    // From here on JAX is there: a failing probe is a test failure, not a skip.
+    if (run_command(shell_quote(r.python) + " " + shell_quote(r.runner) + " --probe", out) != 0)
+      r.version = "PROBE FAILED: " + out;
+    else
+      r.version = out;
+    return r;
+  }();
+  return j;
+}
+
+#define REQUIRE_JAX()                                            \
+  do {                                                           \
+    if (!jax().skip_reason.empty()) GTEST_SKIP() << jax().skip_reason; \
+    ASSERT_EQ(jax().version.rfind("jax ", 0), 0u) << jax().version;    \
+  } while (0)
+
+// Tensor-relative difference: max |a - b| / max |a| over the output, with NaN
+// equal to NaN and infinities equal to themselves. Elementwise relative error
+// is no measure for entries that cancel to near zero (AdamW's m' = b1 m +
+// (1 - b1) g): the full step has such entries differing by 1e-1 relative while
+// the whole tensor agrees within 1e-6; both are printed, this one is checked.
+struct Diff {
+  double tensor = 0, element = 0;
+};
+Diff difference(const Array& a, const Array& b) {
+  Diff d;
+  double scale = 0, worst = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    double x = a.get(i), y = b.get(i);
+    if (std::isfinite(x)) scale = std::max(scale, std::fabs(x));
+    if ((std::isnan(x) && std::isnan(y)) || x == y) continue;
+    double e = std::fabs(x - y);
+    if (std::isnan(e)) e = INFINITY;
+    worst = std::max(worst, e);
+    d.element = std::max(d.element, e / std::max({std::fabs(x), std::fabs(y), 1e-30}));
+  }
+  d.tensor = worst == 0 ? 0 : worst / std::max(scale, 1e-30);
+  return d;
+}
+
+struct XlaRun {
+  std::vector<Array> outputs;
+  std::string report;
+};
+
+// Files go to <build>/stablehlo_xla/<tag>: one folder per test, since ctest
+// runs the tests of this binary in parallel.
+XlaRun run_with_xla(const Case& c, const std::string& text, const std::string& tag) {
+  fs::path dir = fs::path(binary_dir()) / "stablehlo_xla" / tag;
+  fs::remove_all(dir);
+  fs::create_directories(dir / "out");
+  write_file((dir / "module.mlir").string(), text);
+  std::string cmd = shell_quote(jax().python) + " " + shell_quote(jax().runner) + " " +
+                    shell_quote((dir / "module.mlir").string()) + " " + shell_quote((dir / "out").string());
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    std::string p = (dir / ("in" + std::to_string(i) + ".npy")).string();
+    write_npy(p, c.inputs[i]);
+    cmd += " " + shell_quote(p);
+  }
+  std::string out;
+  int rc = run_command(cmd, out);
+  if (rc != 0) throw Error("XLA run of " + c.name + " failed (exit " + std::to_string(rc) + "):\n" + out);
+  XlaRun r;
+  r.report = read_file((dir / "out" / "report.json").string());
+  for (size_t i = 0; i < c.program.outputs.size(); ++i)
+    r.outputs.push_back(read_npy((dir / "out" / ("out" + std::to_string(i) + ".npy")).string()));
+  return r;
+}
+
+void check_with_xla(const Case& c, double f32_tol = 1e-5) {
+  std::string text = to_stablehlo(c.program, "capstep_" + c.name);
+  XlaRun x = run_with_xla(c, text, c.name);
+  std::vector<Array> want = host::run(c.program, c.inputs);
+  ASSERT_EQ(x.outputs.size(), want.size());
+  Diff worst;
+  std::string worst_t, worst_e;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::string& name = c.program.outputs[i].name;
+    ASSERT_EQ(x.outputs[i].type().str(), want[i].type().str()) << c.name << ": output " << name;
+    double tol = want[i].dtype() == DType::f32 ? f32_tol : want[i].dtype() == DType::f64 ? 1e-12 : 0.0;
+    Diff d = difference(want[i], x.outputs[i]);
+    EXPECT_LE(d.tensor, tol) << c.name << ": output " << name << " " << want[i].type().str()
+                             << " differs from XLA by " << d.tensor << " of its largest magnitude";
+    if (d.tensor >= worst.tensor) worst.tensor = d.tensor, worst_t = name;
+    if (d.element >= worst.element) worst.element = d.element, worst_e = name;
+  }
+  std::printf("%s: %zu outputs; worst |xla-host|/max|host| %.3g (%s); worst elementwise relative %.3g (%s)\n",
+              c.name.c_str(), want.size(), worst.tensor, worst_t.c_str(), worst.element, worst_e.c_str());
+  // XLA honoured every donation: each aliased input's buffer was consumed.
+  std::vector<int> ins;
+  for (const Alias& a : c.program.aliases) ins.push_back(a.input);
+  std::sort(ins.begin(), ins.end());
+  std::string donated = "\"donated_inputs\": [";
+  for (size_t j = 0; j < ins.size(); ++j) donated += (j ? ", " : "") + std::to_string(ins[j]);
+  donated += "]";
+  EXPECT_NE(x.report.find(donated), std::string::npos) << c.name << ": " << x.report;
+}
+
+}  // namespace
+
+TEST(StablehloXla, JaxIsThePinnedVersion) {
+  REQUIRE_JAX();
+  std::string req = read_file(source_dir() + "/tests/xla/requirements.txt");
+  std::string v = jax().version.substr(4, jax().version.find(' ', 4) - 4);
+  EXPECT_NE(req.find("jax==" + v + "\n"), std::string::npos)
+      << ".venv-jax has jax " << v << " but tests/xla/requirements.txt pins another: rerun scripts/jax-venv";
+}
+
+TEST(StablehloXla, Elementwise) { REQUIRE_JAX(); check_with_xla(elementwise_case()); }
+TEST(StablehloXla, ShapesReductionsConstants) { REQUIRE_JAX(); check_with_xla(shapes_case()); }
+TEST(StablehloXla, GatherScatterRows) { REQUIRE_JAX(); check_with_xla(rows_case()); }
+TEST(StablehloXla, SgdStepWithDonation) { REQUIRE_JAX(); check_with_xla(sgd_step_case()); }
+TEST(StablehloXla, F64AndI32) { REQUIRE_JAX(); check_with_xla(f64_i32_case()); }
+TEST(StablehloXla, TinyFusedTrainingStep) { REQUIRE_JAX(); check_with_xla(fused_step_case(tiny_lm(), "tiny_step")); }
+
+// The check: the seed's full fused training step, exported, compiled
+// by XLA, run on the same inputs; loss, params', m', v' within 1e-5 relative of
+// the host interpreter, and params/m/v donated.
+TEST(StablehloXla, FullFusedTrainingStepAgrees) {
+  REQUIRE_JAX();
+  check_with_xla(fused_step_case(nn::LmConfig{}, "full_step"));
+}
+
+// The golden files themselves are modules XLA accepts (they are what a reader
+// of the docs sees).
+TEST(StablehloXla, GoldenFilesCompile) {
+  REQUIRE_JAX();
+  for (const Case& c : {elementwise_case(), shapes_case(), rows_case(), sgd_step_case(), f64_i32_case()}) {
+    std::string text = read_file(source_dir() + "/tests/golden/stablehlo_" + c.name + ".mlir");
+    XlaRun x = run_with_xla(c, text, "golden_" + c.name);
+    EXPECT_EQ(x.outputs.size(), c.program.outputs.size()) << c.name;
+  }
+}
