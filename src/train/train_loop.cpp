@@ -58,6 +58,23 @@ State start_state(const Options& o, const std::vector<nn::ParamSpec>& specs, uin
   return s;
 }
 
+// BatchStream::fill's rows, written here because fill builds a Type (a heap
+// Shape) to check its arguments on every call, and the host lane promises no
+// allocation per step. Same windows, same bytes (train_test checks batch 0
+// against BatchStream::at).
+void fill_batch(const data::BatchStream& s, uint64_t index, Array& inputs, Array& targets) {
+  const int64_t batch = s.batch(), seq = s.seq();
+  int32_t* in = inputs.data<int32_t>();
+  int32_t* tg = targets.data<int32_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    const int32_t* w = s.tokens().data() + s.window_start(index, b);
+    for (int64_t t = 0; t < seq; ++t) {
+      in[b * seq + t] = w[t];
+      tg[b * seq + t] = w[t + 1];
+    }
+  }
+}
+
 }  // namespace
 
 Result train(const Options& o) {
@@ -134,12 +151,13 @@ Result train(const Options& o) {
   info.last_step = o.steps;
   const Clock::time_point t0 = Clock::now();
   for (int64_t step = first; step <= o.steps; ++step) {
-    batches.fill(batches.position(), tokens, targets);
+    fill_batch(batches, batches.position(), tokens, targets);
     batches.set_position(batches.position() + 1);
     const float loss = stepper->step(tokens, targets, optim::adamw_scalars(o.adamw, step));
     if (!std::isfinite(loss)) {
       std::ostringstream m;
-      m << "step " << step << ": the loss is " << loss << "; training stopped";
+      m << "step " << step << ": the loss is " << (std::isnan(loss) ? "NaN" : loss > 0 ? "+infinity" : "-infinity")
+        << "; training stopped";
       if (o.save_path.empty()) m << " (no checkpoint was asked for)";
       else if (r.last_saved_step >= 0)
         m << "; the last good checkpoint, '" << o.save_path << "' at step " << r.last_saved_step << ", is kept";

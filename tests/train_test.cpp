@@ -1,0 +1,325 @@
+// The training loop and the sampler (include/capstep/train.h): resume is
+// bit-identical, a non-finite loss stops training and keeps the last good
+// checkpoint, checkpoints hold what one AdamW step computes, the host lane
+// allocates nothing per step, and greedy sampling picks the logits' argmax.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <new>
+
+#include "capstep/autodiff.h"
+#include "capstep/cuda.h"
+#include "capstep/data.h"
+#include "capstep/interpreter.h"
+#include "capstep/train.h"
+
+// Every allocation of this test binary is counted, to hold the host lane to
+// its promise of no allocation per step in the steady state.
+static std::atomic<long> g_allocations{0};
+void* operator new(std::size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace fs = std::filesystem;
+using namespace capstep;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "capstep-train-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path = tmpl;
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a capstep::Error";
+  return "";
+}
+
+// A model small enough that a dozen steps take milliseconds, with every kind
+// of parameter of the seed's model.
+train::Options small_options() {
+  train::Options o;
+  o.model.d_model = 32;
+  o.model.n_heads = 2;
+  o.model.d_ff = 64;
+  o.model.context = 32;
+  o.model.batch = 2;
+  o.model.seq = 8;
+  o.seed = 7;
+  return o;
+}
+
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+}  // namespace
+
+TEST(Train, ResumedLossesAreBitIdenticalToAnUninterruptedRun) {
+  TempDir d;
+  train::Options whole = small_options();
+  whole.steps = 12;
+  whole.save_path = d.file("whole.safetensors");
+  const train::Result a = train::train(whole);
+  ASSERT_TRUE(a.stopped.empty()) << a.stopped;
+  ASSERT_EQ(a.losses.size(), 12u);
+
+  train::Options first = small_options();
+  first.steps = 6;
+  first.save_path = d.file("half.safetensors");
+  const train::Result b1 = train::train(first);
+  ASSERT_EQ(b1.losses.size(), 6u);
+
+  train::Options second = small_options();
+  second.steps = 12;
+  second.resume_path = d.file("half.safetensors");
+  second.save_path = d.file("resumed.safetensors");
+  const train::Result b2 = train::train(second);
+  ASSERT_EQ(b2.first_step, 7);
+  ASSERT_EQ(b2.losses.size(), 6u);
+
+  for (size_t k = 0; k < 12; ++k) {
+    const double resumed = k < 6 ? b1.losses[k] : b2.losses[k - 6];
+    EXPECT_TRUE(same_bits(a.losses[k], resumed)) << "step " << k + 1 << ": " << a.losses[k] << " vs " << resumed;
+  }
+  // Training moved: the losses are not all one number.
+  EXPECT_NE(a.losses.front(), a.losses.back());
+
+  // And the final states agree bit for bit, moments included.
+  const Checkpoint x = load_checkpoint(whole.save_path), y = load_checkpoint(second.save_path);
+  EXPECT_EQ(x.step, 12u);
+  EXPECT_EQ(y.step, 12u);
+  EXPECT_EQ(x.data_position, y.data_position);
+  ASSERT_EQ(x.params.size(), y.params.size());
+  for (size_t j = 0; j < x.params.size(); ++j) {
+    EXPECT_TRUE(x.params[j].array.bit_equal(y.params[j].array)) << x.params[j].name;
+    EXPECT_TRUE(x.adam_m[j].array.bit_equal(y.adam_m[j].array)) << x.adam_m[j].name;
+    EXPECT_TRUE(x.adam_v[j].array.bit_equal(y.adam_v[j].array)) << x.adam_v[j].name;
+  }
+}
+
+TEST(Train, CheckpointHoldsOneAdamWStepComputedIndependently) {
+  TempDir d;
+  train::Options o = small_options();
+  o.steps = 1;
+  o.save_path = d.file("one.safetensors");
+  const train::Result r = train::train(o);
+  ASSERT_EQ(r.losses.size(), 1u);
+
+  train::TrainMeta meta;
+  const Checkpoint c = train::load_model_checkpoint(o.save_path, &meta);
+  EXPECT_EQ(c.step, 1u);
+  EXPECT_EQ(c.data_position, 1u);
+  EXPECT_EQ(meta.model.to_json(), o.model.to_json());
+  ASSERT_TRUE(meta.has_train);
+  EXPECT_EQ(meta.seed, 7u);
+  EXPECT_EQ(meta.adamw.lr, o.adamw.lr);
+  EXPECT_EQ(meta.text, "builtin");
+
+  // The gradient of batch 0 at the initial parameters, from the programs
+  // directly: after one step m = (1-b1) g and v = (1-b2) g^2.
+  const std::vector<nn::ParamSpec> specs = nn::lm_parameters(o.model);
+  std::vector<std::string> names;
+  for (const nn::ParamSpec& p : specs) names.push_back(p.name);
+  std::vector<Array> ins = nn::init_parameters(o.model, o.seed);
+  const data::Batch b = data::BatchStream(data::encode(data::builtin_corpus()), o.seed, o.model.batch, o.model.seq).at(0);
+  ins.push_back(b.inputs);
+  ins.push_back(b.targets);
+  const std::vector<Array> out = host::run(value_and_grad(nn::lm_loss_program(o.model), names), ins);
+  EXPECT_NEAR(out[0].get(0), r.losses[0], 1e-6 * std::fabs(r.losses[0]));
+  ASSERT_EQ(c.params.size(), specs.size());
+  double largest_change = 0;
+  for (size_t j = 0; j < specs.size(); ++j) {
+    const Array& g = out[1 + j];
+    ASSERT_EQ(c.params[j].name, specs[j].name);
+    for (int64_t i = 0; i < g.numel(); i += 7) {
+      const double gi = g.get(i);
+      EXPECT_NEAR(c.adam_m[j].array.get(i), 0.1 * gi, 1e-6 * std::fabs(gi) + 1e-12) << specs[j].name << "[" << i << "]";
+      EXPECT_NEAR(c.adam_v[j].array.get(i), 0.001 * gi * gi, 1e-6 * gi * gi + 1e-20) << specs[j].name << "[" << i << "]";
+      largest_change = std::max(largest_change, std::fabs(c.params[j].array.get(i) - ins[j].get(i)));
+    }
+  }
+  // Step 1 of Adam moves each weight by about lr (m/sqrt(v) = sign(g)).
+  EXPECT_GT(largest_change, 0.5 * o.adamw.lr);
+  EXPECT_LT(largest_change, 1.5 * o.adamw.lr);
+}
+
+TEST(Train, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
+  TempDir d;
+  train::Options o = small_options();
+  o.adamw.lr = 1e10;   // each step moves every weight by about 1e10
+  o.steps = 50;
+  o.save_path = d.file("run.safetensors");
+  o.save_every = 1;
+  std::vector<std::string> messages;
+  o.on_message = [&](const std::string& m) { messages.push_back(m); };
+  const train::Result r = train::train(o);
+  ASSERT_FALSE(r.stopped.empty()) << "a learning rate of 1e10 did not diverge in 50 steps";
+  const int64_t bad = r.last_step + 1;
+  EXPECT_NE(r.stopped.find("step " + std::to_string(bad) + ":"), std::string::npos) << r.stopped;
+  EXPECT_NE(r.stopped.find("is kept"), std::string::npos) << r.stopped;
+  EXPECT_EQ(messages.back(), r.stopped);
+  EXPECT_LT(r.last_step, 50);
+  for (double l : r.losses) EXPECT_TRUE(std::isfinite(l));
+  // The file is the last good state: finite, at the last step saved.
+  const Checkpoint c = load_checkpoint(o.save_path);
+  EXPECT_EQ(static_cast<int64_t>(c.step), r.last_saved_step);
+  EXPECT_LE(r.last_saved_step, r.last_step);
+  for (const NamedArray& p : c.params)
+    for (int64_t i = 0; i < p.array.numel(); ++i) ASSERT_TRUE(std::isfinite(p.array.get(i))) << p.name;
+}
+
+TEST(Train, HostLaneAllocatesNothingPerStep) {
+  train::Options o = small_options();
+  o.steps = 12;
+  std::vector<long> at_step;
+  at_step.reserve(16);
+  o.on_step = [&](const train::StepInfo&) { at_step.push_back(g_allocations.load()); };
+  train::train(o);
+  ASSERT_EQ(at_step.size(), 12u);
+  // From step 3 on (the first steps size the held outputs), nothing.
+  EXPECT_EQ(at_step[11] - at_step[2], 0) << "allocations in steps 4..12";
+}
+
+TEST(Train, ProgressCountsStepsAndTokens) {
+  train::Options o = small_options();
+  o.steps = 5;
+  std::vector<train::StepInfo> seen;
+  o.on_step = [&](const train::StepInfo& s) { seen.push_back(s); };
+  const train::Result r = train::train(o);
+  ASSERT_EQ(seen.size(), 5u);
+  for (size_t k = 0; k < 5; ++k) {
+    EXPECT_EQ(seen[k].step, static_cast<int64_t>(k) + 1);
+    EXPECT_EQ(seen[k].first_step, 1);
+    EXPECT_EQ(seen[k].last_step, 5);
+    EXPECT_EQ(seen[k].loss, r.losses[k]);
+    EXPECT_GT(seen[k].elapsed_s, 0);
+    // batch 2 x seq 8 = 16 tokens a step
+    EXPECT_NEAR(seen[k].tokens_per_s * seen[k].elapsed_s, 16.0 * static_cast<double>(k + 1), 1e-6);
+  }
+  // The first loss of a fresh model is about ln(64): it guesses uniformly.
+  EXPECT_NEAR(r.losses[0], std::log(64.0), 0.1);
+}
+
+TEST(Train, ResumeRefusesAnotherModelAndAFinishedRun) {
+  TempDir d;
+  train::Options o = small_options();
+  o.steps = 2;
+  o.save_path = d.file("a.safetensors");
+  train::train(o);
+  train::Options other = small_options();
+  other.model.n_layers = 3;
+  other.resume_path = o.save_path;
+  EXPECT_NE(error_of([&] { train::train(other); }).find("different model"), std::string::npos);
+  train::Options again = small_options();
+  again.steps = 2;
+  again.resume_path = o.save_path;
+  EXPECT_NE(error_of([&] { train::train(again); }).find("is at step 2"), std::string::npos);
+}
+
+TEST(Train, GpuLaneWithoutADeviceFallsBackOrFails) {
+  std::string why;
+  if (cuda::available(&why)) GTEST_SKIP() << "a GPU is present; the fallback is for machines without one";
+  train::Options o = small_options();
+  o.steps = 2;
+  o.lane = train::Lane::gpu_fused;
+  std::vector<std::string> messages;
+  o.on_message = [&](const std::string& m) { messages.push_back(m); };
+  const train::Result r = train::train(o);
+  EXPECT_EQ(r.lane_used, train::Lane::host);
+  ASSERT_FALSE(messages.empty());
+  EXPECT_NE(messages[0].find("falls back to the host"), std::string::npos) << messages[0];
+  o.require_gpu = true;
+  EXPECT_NE(error_of([&] { train::train(o); }).find("needs a GPU"), std::string::npos);
+}
+
+TEST(Train, OptionsOutOfRangeAreRefusedByName) {
+  train::Options o = small_options();
+  o.steps = 0;
+  EXPECT_NE(error_of([&] { o.validate(); }).find("steps"), std::string::npos);
+  o = small_options();
+  o.model.n_heads = 3;
+  EXPECT_NE(error_of([&] { o.validate(); }).find("not a multiple of heads 3"), std::string::npos);
+  o = small_options();
+  o.save_every = 5;
+  EXPECT_NE(error_of([&] { o.validate(); }).find("save-every"), std::string::npos);
+  EXPECT_EQ(train::parse_lane("gpu-fused"), train::Lane::gpu_fused);
+  EXPECT_NE(error_of([&] { train::parse_lane("tpu"); }).find("host, gpu, gpu-fused"), std::string::npos);
+}
+
+TEST(Sample, GreedyPicksTheArgmaxOfAnUnpaddedProgram) {
+  TempDir d;
+  train::Options o = small_options();
+  o.steps = 30;
+  o.save_path = d.file("s.safetensors");
+  train::train(o);
+
+  train::SampleOptions s;
+  s.checkpoint = o.save_path;
+  s.prompt = "The ca";          // 6 tokens, shorter than the window of 8
+  s.tokens = 1;
+  s.temperature = 0;
+  const std::string one = train::sample(s);
+  ASSERT_EQ(one.size(), 1u);
+
+  // The logits program of exactly the prompt's length, no padding.
+  const Checkpoint c = load_checkpoint(o.save_path);
+  std::vector<Array> ins;
+  for (const nn::ParamSpec& p : nn::lm_parameters(o.model)) ins.push_back(*c.param(p.name));
+  const std::vector<int32_t> ids = data::encode(s.prompt);
+  ins.push_back(Array::i32({1, static_cast<int64_t>(ids.size())}, ids));
+  const Array logits = host::run(nn::lm_logits_program(o.model, static_cast<int64_t>(ids.size())), ins)[0];
+  int best = 0;
+  for (int v = 1; v < 64; ++v)
+    if (logits.get(5 * 64 + v) > logits.get(5 * 64 + best)) best = v;
+  EXPECT_EQ(one[0], data::decode_id(best));
+}
+
+TEST(Sample, LengthSymbolsSeedAndStreaming) {
+  TempDir d;
+  train::Options o = small_options();
+  o.steps = 20;
+  o.save_path = d.file("s.safetensors");
+  train::train(o);
+
+  train::SampleOptions s;
+  s.checkpoint = o.save_path;
+  s.prompt = "Is the hog tan? ";    // longer than the window: it slides
+  s.tokens = 40;
+  s.temperature = 1.0;
+  s.seed = 3;
+  std::string streamed;
+  s.on_char = [&](char ch) { streamed.push_back(ch); };
+  const std::string a = train::sample(s);
+  EXPECT_EQ(a.size(), 40u);
+  EXPECT_EQ(streamed, a);
+  for (char ch : a) EXPECT_NE(data::alphabet().find(ch), std::string_view::npos) << int(ch);
+  s.on_char = nullptr;
+  EXPECT_EQ(train::sample(s), a);   // same seed, same text
+  s.seed = 4;
+  EXPECT_NE(train::sample(s), a);   // 40 characters at temperature 1: another seed differs
+  s.temperature = -1;
+  EXPECT_NE(error_of([&] { train::sample(s); }).find("temperature"), std::string::npos);
+  s.temperature = 1;
+  s.window = 9;    // any window up to the context (32) is accepted
+  EXPECT_EQ(train::sample(s).size(), 40u);
+  s.window = 33;
+  EXPECT_NE(error_of([&] { train::sample(s); }).find("context 32"), std::string::npos);
+}
