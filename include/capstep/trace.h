@@ -29,9 +29,11 @@ class Tensor {
   Tracer* tracer() const { return tracer_; }
   int id() const { return id_; }
   bool valid() const { return tracer_ != nullptr; }
-  const Type& type() const;
+  // By value: the program's type table grows (and moves) as ops are recorded,
+  // so a reference into it would dangle.
+  Type type() const;
   DType dtype() const { return type().dtype; }
-  const Shape& shape() const { return type().shape; }
+  Shape shape() const { return type().shape; }
   int rank() const { return type().rank(); }
   int64_t dim(int axis) const;   // negative axis counts from the end
 

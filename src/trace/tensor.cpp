@@ -5,7 +5,7 @@
 
 namespace capstep {
 
-const Type& Tensor::type() const {
+Type Tensor::type() const {
   if (!valid()) throw Error("Tensor: use of an empty (default-constructed) Tensor");
   return tracer_->program().type(id_);
 }
