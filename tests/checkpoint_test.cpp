@@ -286,21 +286,26 @@ TEST(Checkpoint, SigkillDuringSaveLeavesALoadableCheckpoint) {
   b.step = 124;
   save_checkpoint(p, a);
 
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    set_atomic_write_hook_for_testing([](const char* s) {
-      if (std::string(s) == "write-half") raise(SIGKILL);
-    });
-    try {
-      save_checkpoint(p, b);
-    } catch (...) {
+  // A child killed half-way through writing b.
+  const auto kill_mid_save = [&](const Checkpoint& next) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      set_atomic_write_hook_for_testing([](const char* s) {
+        if (std::string(s) == "write-half") raise(SIGKILL);
+      });
+      try {
+        save_checkpoint(p, next);
+      } catch (...) {
+      }
+      _exit(0);   // not reached if the kill happened
     }
-    _exit(0);   // not reached if the kill happened
-  }
+    int st = 0;
+    ASSERT_EQ(waitpid(child, &st, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  };
   int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  kill_mid_save(b);
   expect_same(a, load_checkpoint(p, specs(a)));
 
   // Random instants: a child saving a and b in turn, killed after 1..40 ms.
@@ -325,7 +330,10 @@ TEST(Checkpoint, SigkillDuringSaveLeavesALoadableCheckpoint) {
     expect_same(is_b ? b : a, got);
     saw[is_b]++;
   }
-  // The killed saves left temporaries; the next save removes them.
+  // A killed save leaves its temporary; the next save removes it.
+  save_checkpoint(p, a);
+  kill_mid_save(b);
+  expect_same(a, load_checkpoint(p, specs(a)));
   const auto entries = [&] { return std::distance(fs::directory_iterator(d.path), fs::directory_iterator()); };
   EXPECT_GT(entries(), 1);
   save_checkpoint(p, a);

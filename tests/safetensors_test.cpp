@@ -90,7 +90,8 @@ TEST(Safetensors, RoundTripIsBitExactForEveryDtype) {
     EXPECT_EQ(out.tensors[i].name, in[i].name);   // written order is kept
     EXPECT_EQ(out.tensors[i].array.type(), in[i].array.type()) << in[i].name;
     EXPECT_TRUE(out.tensors[i].array.bit_equal(in[i].array)) << in[i].name;
-    EXPECT_EQ(std::memcmp(out.tensors[i].array.raw(), in[i].array.raw(), in[i].array.bytes()), 0) << in[i].name;
+    if (in[i].array.bytes() > 0)   // an empty Array may hold no buffer at all
+      EXPECT_EQ(std::memcmp(out.tensors[i].array.raw(), in[i].array.raw(), in[i].array.bytes()), 0) << in[i].name;
   }
   EXPECT_EQ(out.metadata, meta);
   ASSERT_NE(out.find("i32"), nullptr);
