@@ -1,7 +1,7 @@
 // The `capstep` command, run as a program: train on the built-in corpus, save,
 // log, plot, sample; every usage error's message and exit code 2; runtime
 // failures exit 1; a run killed with SIGKILL while saving leaves a loadable
-// checkpoint. The binary is $CAPSTEP_BINARY_DIR/capstep (ctest sets it).
+// checkpoint. The binary: see binary() below.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -27,9 +27,13 @@ using namespace capstep;
 
 namespace {
 
+// $CAPSTEP_BINARY_DIR/capstep; without the variable, beside this test binary
+// (both are built at the top of the build tree).
 std::string binary() {
-  const char* dir = std::getenv("CAPSTEP_BINARY_DIR");
-  return dir ? std::string(dir) + "/capstep" : "";
+  if (const char* dir = std::getenv("CAPSTEP_BINARY_DIR"); dir && *dir) return std::string(dir) + "/capstep";
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "" : (self.parent_path() / "capstep").string();
 }
 
 #define NEED_BINARY()                                                                       \
