@@ -66,6 +66,7 @@ Checkpoint sample(uint64_t seed = 1, int64_t width = 3) {
   c.step = 123;
   c.data_position = (1ULL << 40) + 5;
   c.model_config = R"({"d_model":3,"layers":1})";
+  c.extra = {{"seed", "42"}, {"lr", "0.01"}};
   return c;
 }
 
@@ -88,6 +89,7 @@ void expect_same(const Checkpoint& a, const Checkpoint& b) {
   EXPECT_EQ(a.step, b.step);
   EXPECT_EQ(a.data_position, b.data_position);
   EXPECT_EQ(a.model_config, b.model_config);
+  EXPECT_EQ(a.extra, b.extra);
 }
 
 }  // namespace
@@ -120,6 +122,8 @@ TEST(Checkpoint, IsAPlainSafetensorsFile) {
   EXPECT_EQ(f.metadata.at("capstep.model_config"), c.model_config);
   EXPECT_EQ(f.metadata.at("capstep.version"), CAPSTEP_VERSION);
   EXPECT_EQ(f.metadata.at("capstep.format"), "checkpoint-1");
+  EXPECT_EQ(f.metadata.at("seed"), "42");
+  EXPECT_EQ(f.metadata.size(), 7u);
 }
 
 TEST(Checkpoint, ExpectedOrderIsKept) {
@@ -250,6 +254,9 @@ TEST(Checkpoint, RefusesToSaveADivergedRun) {
   bad.adam_v.push_back(bad.adam_v[0]);
   m = error_of([&] { save_checkpoint(p, bad); });
   EXPECT_NE(m.find("3 parameters but 4 adam_v/ moments"), std::string::npos) << m;
+  bad = sample(50);
+  bad.extra["capstep.step"] = "1";
+  EXPECT_NE(error_of([&] { save_checkpoint(p, bad); }).find("reserved prefix"), std::string::npos);
   bad = sample(50);
   bad.model_config = "{oops";
   EXPECT_NE(error_of([&] { save_checkpoint(p, bad); }).find("model_config is not valid JSON"), std::string::npos);

@@ -86,6 +86,8 @@ TEST(Tokenizer, MapsEverythingElseToTheOneUnknownSymbol) {
   // UTF-8: "é" is 2 bytes, "日" 3 bytes, "😀" 4 bytes: one unknown per character.
   EXPECT_EQ(encode("caf\xC3\xA9!"), (std::vector<int32_t>{39, 37, 42, 63, 2}));
   EXPECT_EQ(encode("\xE6\x97\xA5\xF0\x9F\x98\x80"), (std::vector<int32_t>{63, 63}));
+  // Latin-1 bytes: 0xB0 (degree sign) alone, 0xE9 (e acute) before ASCII.
+  EXPECT_EQ(encode("\xB0" "C \xE9t\xE9"), (std::vector<int32_t>{63, 13, 1, 63, 56, 63}));
   for (int c = 0; c < 256; ++c) {
     const int32_t id = encode_char(static_cast<unsigned char>(c));
     ASSERT_GE(id, 0);

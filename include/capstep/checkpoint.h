@@ -7,6 +7,8 @@
 //            "capstep.step"          decimal uint64: optimizer steps taken
 //            "capstep.data_position" decimal uint64: BatchStream::position()
 //            "capstep.model_config"  JSON text describing the model
+//            any other key           Checkpoint::extra (the trainer's own: seed,
+//                                    schedule, ...); keys "capstep.*" are reserved
 //
 // Saving is atomic (see write_safetensors): a crash, a full disk or a kill
 // during a save leaves the previous checkpoint file as it was.
@@ -29,6 +31,7 @@ struct Checkpoint {
   uint64_t data_position = 0;
   std::string model_config = "{}";          // JSON text
   std::string version;                      // filled by save; read by load
+  Metadata extra;                           // the trainer's own string pairs
 
   const Array* param(std::string_view name) const;
 };

@@ -25,7 +25,8 @@ namespace capstep::data {
 //
 // Every other character (digits, tabs, '\r', '(', any non-ASCII character, and
 // '~' itself) encodes as id 63, which decodes as '~'. A multi-byte UTF-8
-// character counts as one character: it becomes a single '~', not one per byte.
+// character counts as one character: it becomes a single '~', not one per byte
+// (a byte 0x80-0xBF not preceded by a lead byte is one unknown character).
 // Text made only of the 63 known symbols round-trips exactly.
 constexpr int kVocabSize = 64;
 constexpr int32_t kUnknownId = 63;

@@ -96,6 +96,11 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
                 {"capstep.step", std::to_string(c.step)},
                 {"capstep.data_position", std::to_string(c.data_position)},
                 {"capstep.model_config", c.model_config}};
+  for (const auto& [key, value] : c.extra) {
+    if (key.rfind("capstep.", 0) == 0)
+      throw Error(where + ": extra metadata key '" + key + "' uses the reserved prefix 'capstep.'");
+    meta[key] = value;
+  }
   write_safetensors(path, tensors, meta);
 }
 
@@ -117,6 +122,8 @@ Checkpoint load_checkpoint(const std::string& path) {
   if (config == f.metadata.end()) throw Error(where + ": metadata lacks 'capstep.model_config'");
   if (!json_ok(config->second)) throw Error(where + ": metadata 'capstep.model_config' is not valid JSON");
   c.model_config = config->second;
+  for (const auto& [key, value] : f.metadata)
+    if (key.rfind("capstep.", 0) != 0) c.extra[key] = value;
 
   std::vector<NamedArray>* groups[3] = {&c.params, &c.adam_m, &c.adam_v};
   for (NamedArray& t : f.tensors) {

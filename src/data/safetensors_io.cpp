@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <set>
 
 #include <sys/stat.h>
@@ -95,7 +96,13 @@ SafetensorsFile read_safetensors(const std::string& path) {
     std::fclose(f);
     throw Error("safetensors file '" + path + "' is not a regular file");
   }
-  std::string image(static_cast<size_t>(st.st_size), '\0');
+  std::string image;
+  try {
+    image.resize(static_cast<size_t>(st.st_size));
+  } catch (const std::bad_alloc&) {
+    std::fclose(f);
+    throw Error("safetensors file '" + path + "' (" + std::to_string(st.st_size) + " bytes) does not fit in memory");
+  }
   const size_t got = image.empty() ? 0 : std::fread(image.data(), 1, image.size(), f);
   const bool read_error = std::ferror(f);
   const int err = errno;

@@ -31,10 +31,13 @@ int32_t encode_char(unsigned char c) { return kTable[c]; }
 std::vector<int32_t> encode(std::string_view text) {
   std::vector<int32_t> ids;
   ids.reserve(text.size());
+  bool in_character = false;   // inside a multi-byte UTF-8 character
   for (unsigned char c : text) {
-    // UTF-8 continuation bytes (10xxxxxx) belong to the character whose lead
-    // byte already produced one unknown id.
-    if ((c & 0xC0) == 0x80) continue;
+    // UTF-8 continuation bytes (10xxxxxx) after a lead byte belong to the
+    // character whose lead byte already produced one unknown id. A stray one
+    // (Latin-1 text, say) is a character of its own.
+    if ((c & 0xC0) == 0x80 && in_character) continue;
+    in_character = c >= 0xC0;
     ids.push_back(kTable[c]);
   }
   return ids;
