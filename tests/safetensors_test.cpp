@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -282,4 +283,38 @@ TEST(Safetensors, SaveIntoAMissingDirectoryIsAClearError) {
   EXPECT_NE(m.find("cannot save '" + p + "'"), std::string::npos) << m;
   EXPECT_NE(m.find("No such file or directory"), std::string::npos) << m;
   EXPECT_NE(error_of([&] { write_safetensors(d.path.string(), {}); }).find("is a directory"), std::string::npos);
+}
+
+// Optional outside oracle: Hugging Face's own safetensors package reads our
+// file and writes it back with its writer, which we must read bit-exactly.
+// Runs when CAPSTEP_SAFETENSORS_PYTHON names a python with safetensors and numpy.
+TEST(Safetensors, HuggingFaceReaderAgrees) {
+  const char* python = std::getenv("CAPSTEP_SAFETENSORS_PYTHON");
+  if (!python || !*python) GTEST_SKIP() << "set CAPSTEP_SAFETENSORS_PYTHON to a python with safetensors and numpy";
+  TempDir d;
+  const std::vector<NamedArray> in = every_dtype();
+  const Metadata meta{{"capstep.step", "7"}, {"note", "x"}};
+  write_safetensors(d.file("ours.safetensors"), in, meta);
+  const std::string script = d.file("roundtrip.py");
+  std::ofstream(script) << "import sys\n"
+                           "from safetensors import safe_open\n"
+                           "from safetensors.numpy import load_file, save_file\n"
+                           "t = load_file(sys.argv[1])\n"
+                           "with safe_open(sys.argv[1], framework='np') as f: meta = f.metadata()\n"
+                           "assert sorted(t) == sorted(['f32','f64','i32','bool','scalar','empty']), sorted(t)\n"
+                           "assert t['f32'].shape == (2, 3) and str(t['f32'].dtype) == 'float32'\n"
+                           "assert t['i32'][0, 0] == -2**31 and str(t['bool'].dtype) == 'bool'\n"
+                           "save_file(t, sys.argv[2], metadata=meta)\n";
+  const std::string cmd = std::string(python) + " " + script + " " + d.file("ours.safetensors") + " " +
+                          d.file("theirs.safetensors");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const SafetensorsFile back = read_safetensors(d.file("theirs.safetensors"));
+  EXPECT_EQ(back.metadata, meta);
+  ASSERT_EQ(back.tensors.size(), in.size());
+  for (const NamedArray& t : in) {
+    const Array* got = back.find(t.name);
+    ASSERT_NE(got, nullptr) << t.name;
+    EXPECT_EQ(got->type(), t.array.type()) << t.name;
+    EXPECT_TRUE(got->bit_equal(t.array)) << t.name;
+  }
 }
