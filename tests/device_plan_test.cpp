@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 
+#include "backend/plan/gemm_layout.h"
 #include "capstep/device_plan.h"
 
 namespace capstep {
@@ -441,6 +443,140 @@ TEST(DevicePlan, PackerLowerBoundAndScratchCountMismatch) {
   p.add_input("x", f32({3}));
   p.add_output("x", 0);
   EXPECT_THROW(plan::plan_device_memory(p, {1, 2}), Error);
+}
+
+
+// ---- the GEMM layout of dot_general -------------------------------------------
+// Emulates what the CUDA executor does with a GemmLayout (transpose into
+// scratch where asked, then a strided batch of row-major products with the
+// planned leading dimensions and transposes) and compares it with dot_general
+// computed from its definition.
+
+std::vector<double> iota_values(int64_t n, double scale) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = std::sin(static_cast<double>(i) * scale) + 0.1;
+  return v;
+}
+
+std::vector<int64_t> unflatten(int64_t flat, const Shape& s) {
+  std::vector<int64_t> c(s.size());
+  for (size_t d = s.size(); d-- > 0;) {
+    c[d] = flat % s[d];
+    flat /= s[d];
+  }
+  return c;
+}
+
+int64_t flatten(const std::vector<int64_t>& c, const Shape& s) {
+  int64_t f = 0;
+  for (size_t d = 0; d < s.size(); ++d) f = f * s[d] + c[d];
+  return f;
+}
+
+std::vector<double> transposed(const std::vector<double>& x, const Shape& s, const std::vector<int64_t>& perm) {
+  Shape out;
+  for (int64_t p : perm) out.push_back(s[static_cast<size_t>(p)]);
+  std::vector<double> y(x.size());
+  for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
+    std::vector<int64_t> oc = unflatten(i, out), ic(s.size());
+    for (size_t d = 0; d < perm.size(); ++d) ic[static_cast<size_t>(perm[d])] = oc[d];
+    y[static_cast<size_t>(i)] = x[static_cast<size_t>(flatten(ic, s))];
+  }
+  return y;
+}
+
+std::vector<double> dot_by_definition(const std::vector<double>& l, const Shape& ls, const std::vector<double>& r,
+                                      const Shape& rs, const Attrs& a, const Shape& out) {
+  auto is_in = [](const std::vector<int64_t>& v, int64_t d) { return std::find(v.begin(), v.end(), d) != v.end(); };
+  std::vector<int64_t> lf, rf;
+  for (int64_t d = 0; d < static_cast<int64_t>(ls.size()); ++d)
+    if (!is_in(a.lhs_batch, d) && !is_in(a.lhs_contract, d)) lf.push_back(d);
+  for (int64_t d = 0; d < static_cast<int64_t>(rs.size()); ++d)
+    if (!is_in(a.rhs_batch, d) && !is_in(a.rhs_contract, d)) rf.push_back(d);
+  Shape cs;
+  for (int64_t d : a.lhs_contract) cs.push_back(ls[static_cast<size_t>(d)]);
+  int64_t kn = 1;
+  for (int64_t x : cs) kn *= x;
+  int64_t on = 1;
+  for (int64_t x : out) on *= x;
+  std::vector<double> y(static_cast<size_t>(on), 0.0);
+  for (int64_t o = 0; o < on; ++o) {
+    std::vector<int64_t> oc = unflatten(o, out), lc(ls.size()), rc(rs.size());
+    size_t at = 0;
+    for (size_t i = 0; i < a.lhs_batch.size(); ++i, ++at) {
+      lc[static_cast<size_t>(a.lhs_batch[i])] = oc[at];
+      rc[static_cast<size_t>(a.rhs_batch[i])] = oc[at];
+    }
+    for (int64_t d : lf) lc[static_cast<size_t>(d)] = oc[at++];
+    for (int64_t d : rf) rc[static_cast<size_t>(d)] = oc[at++];
+    for (int64_t k = 0; k < kn; ++k) {
+      std::vector<int64_t> kc = unflatten(k, cs);
+      for (size_t i = 0; i < kc.size(); ++i) {
+        lc[static_cast<size_t>(a.lhs_contract[i])] = kc[i];
+        rc[static_cast<size_t>(a.rhs_contract[i])] = kc[i];
+      }
+      y[static_cast<size_t>(o)] += l[static_cast<size_t>(flatten(lc, ls))] * r[static_cast<size_t>(flatten(rc, rs))];
+    }
+  }
+  return y;
+}
+
+std::vector<double> dot_by_layout(const std::vector<double>& l, const Shape& ls, const std::vector<double>& r,
+                                  const Shape& rs, const plan::GemmLayout& g) {
+  const std::vector<double> A = g.a.pack ? transposed(l, ls, g.a.perm) : l;
+  const std::vector<double> B = g.b.pack ? transposed(r, rs, g.b.perm) : r;
+  std::vector<double> C(static_cast<size_t>(g.batch * g.m * g.n), 0.0);
+  for (int64_t b = 0; b < g.batch; ++b)
+    for (int64_t m = 0; m < g.m; ++m)
+      for (int64_t n = 0; n < g.n; ++n) {
+        double acc = 0;
+        for (int64_t k = 0; k < g.k; ++k) {
+          const int64_t ai = b * g.a.batch_stride + (g.a.trans ? k * g.a.ld + m : m * g.a.ld + k);
+          const int64_t bi = b * g.b.batch_stride + (g.b.trans ? n * g.b.ld + k : k * g.b.ld + n);
+          acc += A[static_cast<size_t>(ai)] * B[static_cast<size_t>(bi)];
+        }
+        C[static_cast<size_t>((b * g.m + m) * g.n + n)] = acc;
+      }
+  return C;
+}
+
+TEST(GemmLayout, EveryDotGeneralFormMatchesItsDefinition) {
+  struct Case { Shape l, r; std::vector<int64_t> lb, rb, lc, rc; bool pack_a, pack_b, trans_a, trans_b; };
+  const Case cases[] = {
+      {{7, 5}, {5, 3}, {}, {}, {1}, {0}, false, false, false, false},
+      {{5, 7}, {5, 3}, {}, {}, {0}, {0}, false, false, true, false},
+      {{7, 5}, {3, 5}, {}, {}, {1}, {1}, false, false, false, true},
+      {{2, 7, 5}, {2, 5, 3}, {0}, {0}, {2}, {1}, false, false, false, false},
+      {{2, 5, 7}, {2, 3, 5}, {0}, {0}, {1}, {2}, false, false, true, true},
+      {{7, 2, 5}, {5, 2, 3}, {1}, {1}, {2}, {0}, true, true, false, false},
+      {{4, 3, 7}, {3, 4, 6}, {}, {}, {0, 1}, {1, 0}, false, true, true, false},  // contract order follows lhs
+      {{2, 3, 7, 5}, {2, 3, 5, 4}, {0, 1}, {0, 1}, {3}, {2}, false, false, false, false},
+      {{7, 1, 5}, {5, 3}, {}, {}, {2}, {0}, false, false, false, false},  // size-1 axis: no packing
+      {{7}, {6}, {}, {}, {}, {}, false, false, false, false},
+      {{7, 5}, {5}, {}, {}, {1}, {0}, false, false, false, false},
+  };
+  for (const Case& c : cases) {
+    Attrs a;
+    a.lhs_batch = c.lb;
+    a.rhs_batch = c.rb;
+    a.lhs_contract = c.lc;
+    a.rhs_contract = c.rc;
+    const Type lt = f32(c.l), rt = f32(c.r);
+    const Type out = infer_type(Op::dot_general, {lt, rt}, a);
+    const plan::GemmLayout g = plan::plan_gemm(lt, rt, a);
+    const std::string what = lt.str() + " x " + rt.str();
+    EXPECT_EQ(g.a.pack, c.pack_a) << what;
+    EXPECT_EQ(g.b.pack, c.pack_b) << what;
+    EXPECT_EQ(g.a.trans, c.trans_a) << what;
+    EXPECT_EQ(g.b.trans, c.trans_b) << what;
+    EXPECT_EQ(g.scratch_bytes(), (c.pack_a ? lt.bytes() : 0) + (c.pack_b ? rt.bytes() : 0)) << what;
+    EXPECT_EQ(g.batch * g.m * g.n, out.numel()) << what;
+    const std::vector<double> l = iota_values(lt.numel(), 0.37), r = iota_values(rt.numel(), 0.91);
+    const std::vector<double> want = dot_by_definition(l, c.l, r, c.r, a, out.shape);
+    const std::vector<double> got = dot_by_layout(l, c.l, r, c.r, g);
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-12) << what << " element " << i;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,287 @@
+// Compiling a Program for the device: one launch per equation (a kernel, a
+// device copy, or a cuBLAS call), with every address, walk and GEMM layout
+// resolved now, so that a step only enqueues. The switch over Op has no
+// default: a primitive without a CUDA kernel is a build error.
+#include <algorithm>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/executable_impl.h"
+#include "capstep/array.h"
+
+namespace capstep::cuda {
+namespace {
+
+std::vector<int64_t> strides_of(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
+  return st;
+}
+
+k::Walk make_walk(const Shape& dims, const std::vector<int64_t>& stride, const std::string& what) {
+  if (dims.size() > static_cast<size_t>(k::kMaxRank))
+    throw Error(what + ": rank " + std::to_string(dims.size()) + " exceeds the CUDA backend's limit of " +
+                std::to_string(k::kMaxRank));
+  k::Walk w;
+  w.rank = static_cast<int>(dims.size());
+  for (size_t d = 0; d < dims.size(); ++d) {
+    w.dims[d] = dims[d];
+    w.stride[d] = stride[d];
+  }
+  return w;
+}
+
+// out = in transposed by perm (out axis i is in axis perm[i])
+k::Walk transpose_walk(const Shape& in, const std::vector<int64_t>& perm, const std::string& what) {
+  const std::vector<int64_t> is = strides_of(in);
+  Shape dims;
+  std::vector<int64_t> st;
+  for (int64_t p : perm) {
+    dims.push_back(in[static_cast<size_t>(p)]);
+    st.push_back(is[static_cast<size_t>(p)]);
+  }
+  return make_walk(dims, st, what);
+}
+
+k::Unary unary_of(Op op) {
+  switch (op) {
+    case Op::negate: return k::Unary::negate;
+    case Op::exponential: return k::Unary::exponential;
+    case Op::log: return k::Unary::log;
+    case Op::tanh: return k::Unary::tanh;
+    case Op::rsqrt: return k::Unary::rsqrt;
+    default: return k::Unary::sqrt;
+  }
+}
+
+k::Binary binary_of(Op op) {
+  switch (op) {
+    case Op::add: return k::Binary::add;
+    case Op::subtract: return k::Binary::subtract;
+    case Op::multiply: return k::Binary::multiply;
+    case Op::divide: return k::Binary::divide;
+    default: return k::Binary::maximum;
+  }
+}
+
+}  // namespace
+
+void Executable::Impl::fill_statics() {
+  for (int d = 0; d < static_cast<int>(prog.eqns.size()); ++d) {
+    const Eqn& e = prog.eqns[static_cast<size_t>(d)];
+    if (e.op != Op::constant && e.op != Op::iota) continue;
+    const Type& t = prog.type(e.out);
+    const int64_t n = t.numel();
+    std::vector<double> v(static_cast<size_t>(n));
+    if (e.op == Op::constant) {
+      for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = e.attrs.literal.size() == 1 ? e.attrs.literal[0]
+                                                                  : e.attrs.literal[static_cast<size_t>(i)];
+    } else {
+      int64_t inner = 1;
+      for (size_t d = static_cast<size_t>(e.attrs.axis) + 1; d < t.shape.size(); ++d) inner *= t.shape[d];
+      const int64_t size = t.shape[static_cast<size_t>(e.attrs.axis)];
+      for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<double>((i / inner) % size);
+    }
+    const Array a = Array::from_doubles(t, v);
+    if (a.bytes() > 0)
+      CAPSTEP_CU(cudaMemcpy(value_addr(e.out), a.raw(), a.bytes(), cudaMemcpyHostToDevice), "filling " + eqn_what(d));
+  }
+}
+
+void Executable::Impl::build_launches() {
+  Impl* self = this;
+  launches.push_back({-1, [self] {
+                        CAPSTEP_CU(cudaMemsetAsync(self->d_err, 0, sizeof(k::DeviceError), self->stream),
+                                   "(resetting the device error flag)");
+                      }});
+  for (int d = 0; d < static_cast<int>(prog.eqns.size()); ++d) {
+    const Eqn& e = prog.eqns[static_cast<size_t>(d)];
+    const Type& ot = prog.type(e.out);
+    const int64_t n = ot.numel();
+    const std::string what = eqn_what(d);
+    char* out = value_addr(e.out);
+    std::vector<char*> in;
+    for (int x : e.inputs) in.push_back(value_addr(x));
+    auto kernel = [&](std::function<cudaError_t()> f) {
+      launches.push_back({d, [f, what] { check(f(), "kernel launch", "in " + what); }});
+    };
+    auto device_copy = [&](char* dst, const char* src, size_t bytes) {
+      if (dst == src || bytes == 0) return;
+      launches.push_back({d, [self, dst, src, bytes, what] {
+                            CAPSTEP_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, self->stream),
+                                       "in " + what);
+                          }});
+    };
+    cudaStream_t* st = &stream;
+    switch (e.op) {
+      case Op::constant:
+      case Op::iota:
+      case Op::reshape:
+        break;  // statics filled once; a reshape is a view of its operand
+      case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum: {
+        const k::Binary f = binary_of(e.op);
+        const DType t = ot.dtype;
+        kernel([=] { return k::binary(*st, f, t, in[0], in[1], out, n); });
+        break;
+      }
+      case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt: {
+        const k::Unary f = unary_of(e.op);
+        const DType t = ot.dtype;
+        kernel([=] { return k::unary(*st, f, t, in[0], out, n); });
+        break;
+      }
+      case Op::compare: {
+        const int c = static_cast<int>(e.attrs.cmp);
+        const DType t = prog.type(e.inputs[0]).dtype;
+        kernel([=] { return k::compare(*st, c, t, in[0], in[1], out, n); });
+        break;
+      }
+      case Op::select: {
+        const size_t w = dtype_size(ot.dtype);
+        kernel([=] { return k::select(*st, w, in[0], in[1], in[2], out, n); });
+        break;
+      }
+      case Op::convert: {
+        const DType from = prog.type(e.inputs[0]).dtype, to = ot.dtype;
+        if (from == to) device_copy(out, in[0], ot.bytes());
+        else kernel([=] { return k::convert(*st, from, to, in[0], out, n); });
+        break;
+      }
+      case Op::broadcast_in_dim: {
+        const Type& it = prog.type(e.inputs[0]);
+        const std::vector<int64_t> is = strides_of(it.shape);
+        std::vector<int64_t> stride(ot.shape.size(), 0);
+        for (size_t i = 0; i < e.attrs.dims.size(); ++i)
+          if (it.shape[i] != 1) stride[static_cast<size_t>(e.attrs.dims[i])] = is[i];
+        if (it.numel() == n) {
+          device_copy(out, in[0], ot.bytes());  // only size-1 axes appear: the bytes are the same
+        } else {
+          const k::Walk w = make_walk(ot.shape, stride, what);
+          const size_t eb = dtype_size(ot.dtype);
+          kernel([=] { return k::strided_copy(*st, eb, in[0], out, w, n); });
+        }
+        break;
+      }
+      case Op::transpose: {
+        const Type& it = prog.type(e.inputs[0]);
+        if (plan::transpose_moves_nothing(it.shape, e.attrs.dims)) {
+          device_copy(out, in[0], ot.bytes());
+        } else {
+          const k::Walk w = transpose_walk(it.shape, e.attrs.dims, what);
+          const size_t eb = dtype_size(ot.dtype);
+          kernel([=] { return k::strided_copy(*st, eb, in[0], out, w, n); });
+        }
+        break;
+      }
+      case Op::dot_general: {
+        const plan::GemmLayout& g = gemm[static_cast<size_t>(d)];
+        if (n == 0) break;
+        if (g.k == 0) {
+          launches.push_back({d, [self, out, bytes = ot.bytes(), what] {
+                                CAPSTEP_CU(cudaMemsetAsync(out, 0, bytes, self->stream), "in " + what);
+                              }});
+          break;
+        }
+        const size_t eb = dtype_size(ot.dtype);
+        const char* a = in[0];
+        const char* b = in[1];
+        char* scratch = addr(plan.scratch_loc[static_cast<size_t>(d)]);
+        if (g.a.pack) {
+          const k::Walk w = transpose_walk(prog.type(e.inputs[0]).shape, g.a.perm, what);
+          const int64_t na = prog.type(e.inputs[0]).numel();
+          const char* src = a;
+          kernel([=] { return k::strided_copy(*st, eb, src, scratch, w, na); });
+          a = scratch;
+        }
+        if (g.b.pack) {
+          const k::Walk w = transpose_walk(prog.type(e.inputs[1]).shape, g.b.perm, what);
+          const int64_t nb = prog.type(e.inputs[1]).numel();
+          const char* src = b;
+          char* dst = scratch + g.a.scratch_bytes;
+          kernel([=] { return k::strided_copy(*st, eb, src, dst, w, nb); });
+          b = dst;
+        }
+        for (int64_t v : {g.m, g.n, g.k, g.batch, g.a.ld, g.b.ld})
+          if (v > 2147483647) throw Error(what + ": a GEMM dimension exceeds 2^31-1");
+        const bool f64 = ot.dtype == DType::f64;
+        const cudaDataType dt = f64 ? CUDA_R_64F : CUDA_R_32F;
+        const cublasComputeType_t ct =
+            f64 ? CUBLAS_COMPUTE_64F : (opt.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+        // Row-major C = A*B is column-major C^T = B^T * A^T: B comes first.
+        const cublasOperation_t opb = g.b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+        const cublasOperation_t opa = g.a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+        launches.push_back({d, [self, g, a, b, out, f64, dt, ct, opa, opb, what] {
+                              const float one_f = 1.0f, zero_f = 0.0f;
+                              const double one_d = 1.0, zero_d = 0.0;
+                              const void* alpha = f64 ? static_cast<const void*>(&one_d) : &one_f;
+                              const void* beta = f64 ? static_cast<const void*>(&zero_d) : &zero_f;
+                              CAPSTEP_CU(cublasGemmStridedBatchedEx(
+                                             self->blas, opb, opa, static_cast<int>(g.n), static_cast<int>(g.m),
+                                             static_cast<int>(g.k), alpha, b, dt, static_cast<int>(g.b.ld),
+                                             g.b.batch_stride, a, dt, static_cast<int>(g.a.ld), g.a.batch_stride, beta,
+                                             out, dt, static_cast<int>(g.n), g.m * g.n, static_cast<int>(g.batch), ct,
+                                             CUBLAS_GEMM_DEFAULT),
+                                         "in " + what);
+                            }});
+        break;
+      }
+      case Op::reduce_sum: case Op::reduce_max: {
+        const Type& it = prog.type(e.inputs[0]);
+        const std::vector<int64_t> is = strides_of(it.shape);
+        Shape kd, rd;
+        std::vector<int64_t> ks, rs;
+        for (size_t a = 0; a < it.shape.size(); ++a) {
+          const bool red = std::find(e.attrs.dims.begin(), e.attrs.dims.end(), static_cast<int64_t>(a)) !=
+                           e.attrs.dims.end();
+          (red ? rd : kd).push_back(it.shape[a]);
+          (red ? rs : ks).push_back(is[a]);
+        }
+        const k::Walk kw = make_walk(kd, ks, what), rw = make_walk(rd, rs, what);
+        int64_t n_red = 1;
+        for (int64_t x : rd) n_red *= x;
+        const bool mx = e.op == Op::reduce_max;
+        const DType t = ot.dtype;
+        kernel([=] { return k::reduce(*st, mx, t, in[0], out, kw, n, rw, n_red); });
+        break;
+      }
+      case Op::gather_rows: {
+        const Type& tt = prog.type(e.inputs[0]);
+        const int64_t rows = tt.shape[0], row_elems = tt.numel() / std::max<int64_t>(rows, 1);
+        const int64_t rel = rows == 0 ? 0 : row_elems;
+        const int64_t n_idx = prog.type(e.inputs[1]).numel();
+        const size_t eb = dtype_size(tt.dtype);
+        k::DeviceError* err = d_err;
+        kernel([=] {
+          return k::gather_rows(*st, eb, in[0], reinterpret_cast<const int32_t*>(in[1]), out, rows, n_idx, rel, err, d);
+        });
+        break;
+      }
+      case Op::scatter_add_rows: {
+        const Type& tt = prog.type(e.inputs[0]);
+        const int64_t rows = tt.shape[0], row_elems = tt.numel() / std::max<int64_t>(rows, 1);
+        const int64_t n_idx = prog.type(e.inputs[1]).numel();
+        const DType t = ot.dtype;
+        k::DeviceError* err = d_err;
+        device_copy(out, in[0], ot.bytes());
+        kernel([=] {
+          return k::scatter_add_rows(*st, t, out, reinterpret_cast<const int32_t*>(in[1]), in[2], rows, n_idx,
+                                     row_elems, err, d);
+        });
+        break;
+      }
+    }
+  }
+  for (const plan::EndCopy& c : plan.end_copies) {
+    char* dst = addr(c.to);
+    const char* src = addr(c.from);
+    const size_t bytes = c.bytes;
+    if (dst == src || bytes == 0) continue;
+    const std::string what = std::string(c.kind == plan::EndCopy::snapshot ? "saving input \"" : "copying back into input \"") +
+                             prog.inputs[static_cast<size_t>(c.input)].name + "\"";
+    launches.push_back({-1, [self, dst, src, bytes, what] {
+                          CAPSTEP_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, self->stream),
+                                     "(" + what + ")");
+                        }});
+  }
+}
+
+}  // namespace capstep::cuda

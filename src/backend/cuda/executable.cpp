@@ -1,0 +1,244 @@
+// cuda::Executable: device memory (inputs, statics, arena, cuBLAS workspace),
+// uploads and downloads, and the step: enqueued eagerly the first time (which
+// also lets cuBLAS finish its lazy set-up outside a capture), then captured
+// once as a CUDA graph and replayed (Options::cuda_graph).
+//
+// Per step nothing crosses the host but what the caller uploads and downloads,
+// plus the 24-byte device error flag of gather/scatter, read back so that a bad
+// index is reported by the step that saw it.
+#include <cstdio>
+#include <cstring>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/executable_impl.h"
+
+namespace capstep::cuda {
+namespace {
+
+std::string coords(int64_t flat, const Shape& s) {
+  std::vector<int64_t> c(s.size());
+  for (size_t d = s.size(); d-- > 0;) {
+    c[d] = s[d] == 0 ? 0 : flat % s[d];
+    flat = s[d] == 0 ? 0 : flat / s[d];
+  }
+  return shape_str(c);
+}
+
+}  // namespace
+
+Executable::Impl::~Impl() {
+  // Errors are ignored here: a destructor must not throw, and after a sticky
+  // device fault every call fails anyway.
+  if (graph_exec) cudaGraphExecDestroy(graph_exec);
+  if (graph) cudaGraphDestroy(graph);
+  for (cudaEvent_t e : stage_done)
+    if (e) cudaEventDestroy(e);
+  for (void* p : h_stage)
+    if (p) cudaFreeHost(p);
+  if (h_err) cudaFreeHost(h_err);
+  if (blas) cublasDestroy(blas);
+  for (void* p : {static_cast<void*>(d_inputs), static_cast<void*>(d_statics), static_cast<void*>(d_arena), d_workspace,
+                  static_cast<void*>(d_err)})
+    if (p) cudaFree(p);
+  if (stream) cudaStreamDestroy(stream);
+}
+
+char* Executable::Impl::addr(const plan::Loc& l) const {
+  switch (l.space) {
+    case plan::Space::inputs: return d_inputs + l.offset;
+    case plan::Space::statics: return d_statics + l.offset;
+    case plan::Space::arena: return d_arena + l.offset;
+  }
+  return nullptr;
+}
+
+void* Executable::Impl::device_alloc(size_t bytes, const char* what) {
+  void* p = nullptr;
+  const size_t ask = bytes < plan::kDeviceAlign ? plan::kDeviceAlign : bytes;
+  const cudaError_t e = cudaMalloc(&p, ask);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    (void)cudaMemGetInfo(&free_b, &total_b);
+    auto mib = [](size_t b) { return std::to_string(b / (1024 * 1024)) + " MiB"; };
+    throw Error("out of device memory: program \"" + prog.name + "\" needs " + mib(ask) + " for its " + what +
+                " (" + mib(held_bytes) + " already held by it); the device has " + mib(free_b) + " free of " +
+                mib(total_b));
+  }
+  check(e, "cudaMalloc", std::string("for the ") + what);
+  held_bytes += ask;
+  return p;
+}
+
+std::string Executable::Impl::eqn_what(int eqn) const {
+  return "equation " + std::to_string(eqn) + " (" + eqn_text(prog, prog.eqns[static_cast<size_t>(eqn)]) + ")";
+}
+
+void Executable::Impl::enqueue_step() {
+  for (const Launch& l : launches) l.enqueue();
+}
+
+void Executable::Impl::check_device_error() {
+  CAPSTEP_CU(cudaMemcpyAsync(h_err, d_err, sizeof(k::DeviceError), cudaMemcpyDeviceToHost, stream),
+             "(reading the device error flag)");
+  CAPSTEP_CU(cudaStreamSynchronize(stream), "(waiting for the step)");
+  if (h_err->flag == 0) return;
+  const Eqn& e = prog.eqns[static_cast<size_t>(h_err->eqn)];
+  const Type& idx = prog.type(e.inputs[1]);
+  const int64_t rows = prog.type(e.inputs[0]).shape[0];
+  throw Error(std::string(op_name(e.op)) + ": index " + std::to_string(h_err->value) + " at position " +
+              std::to_string(h_err->position) + " (coordinates " + coords(h_err->position, idx.shape) +
+              " of the index array " + idx.str() + ") is outside [0, " + std::to_string(rows) + ") in " +
+              eqn_what(h_err->eqn));
+}
+
+Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
+  std::string why;
+  if (!available(&why)) throw Error("cuda::Executable: " + why);
+  Impl& m = *impl_;
+  m.prog = std::move(p);
+  m.opt = o;
+  verify(m.prog);
+
+  // GEMM layouts first: their scratch joins the memory plan.
+  const size_t E = m.prog.eqns.size();
+  m.gemm.resize(E);
+  std::vector<size_t> scratch(E, 0);
+  for (size_t d = 0; d < E; ++d) {
+    const Eqn& e = m.prog.eqns[d];
+    if (e.op != Op::dot_general) continue;
+    m.gemm[d] = plan::plan_gemm(m.prog.type(e.inputs[0]), m.prog.type(e.inputs[1]), e.attrs);
+    scratch[d] = m.gemm[d].scratch_bytes();
+  }
+  m.plan = plan::plan_device_memory(m.prog, scratch);
+
+  CAPSTEP_CU(cudaSetDevice(0));
+  CAPSTEP_CU(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
+  m.d_inputs = static_cast<char*>(m.device_alloc(m.plan.inputs_bytes, "inputs"));
+  m.d_statics = static_cast<char*>(m.device_alloc(m.plan.statics_bytes, "constants"));
+  m.d_arena = static_cast<char*>(m.device_alloc(m.plan.arena_bytes, "arena of intermediate values"));
+  m.d_err = static_cast<k::DeviceError*>(m.device_alloc(sizeof(k::DeviceError), "error flag"));
+  CAPSTEP_CU(cudaMallocHost(reinterpret_cast<void**>(&m.h_err), sizeof(k::DeviceError)));
+  std::memset(m.h_err, 0, sizeof(k::DeviceError));
+  CAPSTEP_CU(cudaMemset(m.d_inputs, 0, m.plan.inputs_bytes));  // a never-uploaded input reads as zeros
+
+  bool any_dot = false;
+  for (const Eqn& e : m.prog.eqns) any_dot |= e.op == Op::dot_general;
+  if (any_dot) {
+    CAPSTEP_CU(cublasCreate(&m.blas));
+    CAPSTEP_CU(cublasSetStream(m.blas, m.stream));
+    CAPSTEP_CU(cublasSetMathMode(m.blas, CUBLAS_DEFAULT_MATH));
+    m.workspace_bytes = size_t{32} << 20;  // NVIDIA's advice for Hopper; fixed so capture allocates nothing
+    m.d_workspace = m.device_alloc(m.workspace_bytes, "cuBLAS workspace");
+    CAPSTEP_CU(cublasSetWorkspace(m.blas, m.d_workspace, m.workspace_bytes));
+  }
+  m.fill_statics();
+  m.build_launches();
+  m.h_stage.assign(m.prog.inputs.size(), nullptr);
+  m.stage_done.assign(m.prog.inputs.size(), nullptr);
+}
+
+Executable::~Executable() = default;
+Executable::Executable(Executable&&) noexcept = default;
+Executable& Executable::operator=(Executable&&) noexcept = default;
+
+const Program& Executable::program() const { return impl_->prog; }
+
+size_t Executable::device_bytes() const { return impl_ ? impl_->held_bytes : 0; }
+
+void Executable::upload(int input, const Array& a) {
+  Impl& m = *impl_;
+  if (input < 0 || input >= static_cast<int>(m.prog.inputs.size()))
+    throw Error("cuda::Executable::upload: input " + std::to_string(input) + " out of range (the program has " +
+                std::to_string(m.prog.inputs.size()) + " inputs)");
+  const Type& want = m.prog.input_type(input);
+  if (a.type() != want)
+    throw Error("cuda::Executable::upload: input \"" + m.prog.inputs[static_cast<size_t>(input)].name + "\" is " +
+                want.str() + ", got " + a.type().str());
+  if (a.bytes() == 0) return;
+  const size_t i = static_cast<size_t>(input);
+  // Through pinned staging: the copy is truly asynchronous and ordered before
+  // the next step on the same stream; the event guards the staging buffer.
+  if (!m.h_stage[i]) {
+    CAPSTEP_CU(cudaMallocHost(&m.h_stage[i], a.bytes()));
+    CAPSTEP_CU(cudaEventCreateWithFlags(&m.stage_done[i], cudaEventDisableTiming));
+  } else {
+    CAPSTEP_CU(cudaEventSynchronize(m.stage_done[i]));
+  }
+  std::memcpy(m.h_stage[i], a.raw(), a.bytes());
+  CAPSTEP_CU(cudaMemcpyAsync(m.addr(m.plan.input_loc[i]), m.h_stage[i], a.bytes(), cudaMemcpyHostToDevice, m.stream),
+             "(uploading input \"" + m.prog.inputs[i].name + "\")");
+  CAPSTEP_CU(cudaEventRecord(m.stage_done[i], m.stream));
+}
+
+void Executable::step() {
+  Impl& m = *impl_;
+  CAPSTEP_CU(cudaSetDevice(0));
+  // The first step runs eagerly; a graph is captured on the second.
+  if (m.opt.cuda_graph && m.steps_run > 0 && !m.graph_exec && !m.graph_failed) {
+    CAPSTEP_CU(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));
+    try {
+      m.enqueue_step();
+    } catch (const Error& ex) {
+      cudaGraph_t g = nullptr;
+      (void)cudaStreamEndCapture(m.stream, &g);
+      if (g) cudaGraphDestroy(g);
+      (void)cudaGetLastError();
+      m.graph_failed = true;
+      std::fprintf(stderr, "capstep cuda: graph capture failed, running launches one by one: %s\n", ex.what());
+    }
+    if (!m.graph_failed) {
+      CAPSTEP_CU(cudaStreamEndCapture(m.stream, &m.graph), "(capturing the step as a CUDA graph)");
+      CAPSTEP_CU(cudaGraphInstantiate(&m.graph_exec, m.graph, 0), "(instantiating the step's CUDA graph)");
+    }
+  }
+  if (m.graph_exec) {
+    CAPSTEP_CU(cudaGraphLaunch(m.graph_exec, m.stream), "(replaying the step's CUDA graph)");
+  } else {
+    m.enqueue_step();
+  }
+  ++m.steps_run;
+  m.check_device_error();
+}
+
+void Executable::download_output(int output, Array& dst) {
+  Impl& m = *impl_;
+  if (output < 0 || output >= static_cast<int>(m.prog.outputs.size()))
+    throw Error("cuda::Executable::download_output: output " + std::to_string(output) +
+                " out of range (the program has " + std::to_string(m.prog.outputs.size()) + " outputs)");
+  const Type& t = m.prog.output_type(output);
+  dst.reset(t);
+  if (t.bytes() == 0) return;
+  CAPSTEP_CU(cudaMemcpyAsync(dst.raw(), m.addr(m.plan.output_loc[static_cast<size_t>(output)]), t.bytes(),
+                             cudaMemcpyDeviceToHost, m.stream),
+             "(downloading output \"" + m.prog.outputs[static_cast<size_t>(output)].name + "\")");
+  CAPSTEP_CU(cudaStreamSynchronize(m.stream));
+}
+
+void Executable::download_input(int input, Array& dst) {
+  Impl& m = *impl_;
+  if (input < 0 || input >= static_cast<int>(m.prog.inputs.size()))
+    throw Error("cuda::Executable::download_input: input " + std::to_string(input) + " out of range (the program has " +
+                std::to_string(m.prog.inputs.size()) + " inputs)");
+  const Type& t = m.prog.input_type(input);
+  dst.reset(t);
+  if (t.bytes() == 0) return;
+  CAPSTEP_CU(cudaMemcpyAsync(dst.raw(), m.addr(m.plan.input_loc[static_cast<size_t>(input)]), t.bytes(),
+                             cudaMemcpyDeviceToHost, m.stream),
+             "(downloading input \"" + m.prog.inputs[static_cast<size_t>(input)].name + "\")");
+  CAPSTEP_CU(cudaStreamSynchronize(m.stream));
+}
+
+std::vector<Array> Executable::run(const std::vector<Array>& inputs) {
+  Impl& m = *impl_;
+  if (inputs.size() != m.prog.inputs.size())
+    throw Error("cuda::Executable::run: program \"" + m.prog.name + "\" takes " + std::to_string(m.prog.inputs.size()) +
+                " inputs, got " + std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) upload(static_cast<int>(i), inputs[i]);
+  step();
+  std::vector<Array> out(m.prog.outputs.size());
+  for (size_t o = 0; o < out.size(); ++o) download_output(static_cast<int>(o), out[o]);
+  return out;
+}
+
+}  // namespace capstep::cuda

@@ -1,0 +1,573 @@
+// The CUDA executor against the host interpreter, primitive by primitive, on
+// random inputs whose shapes are not multiples of 32; then a transformer-shaped
+// program, the seed's model with AdamW in the program over several donated
+// steps, and the error paths. Without a device every test skips by name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "capstep/autodiff.h"
+#include "capstep/cuda.h"
+#include "capstep/interpreter.h"
+#include "capstep/nn.h"
+#include "capstep/optim.h"
+#include "capstep/trace.h"
+
+namespace capstep {
+namespace {
+
+Type T(DType d, Shape s) { return {d, std::move(s)}; }
+
+// Random values: floats in [lo, hi]; integers in [lo, hi]; i1 as 0/1.
+Array random_array(const Type& t, std::mt19937& rng, double lo = -1.0, double hi = 1.0) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  if (t.dtype == DType::i1) {
+    for (double& x : v) x = static_cast<double>(rng() & 1u);
+  } else if (t.dtype == DType::i32) {
+    std::uniform_int_distribution<int> d(static_cast<int>(lo), static_cast<int>(hi));
+    for (double& x : v) x = d(rng);
+  } else {
+    std::uniform_real_distribution<double> d(lo, hi);
+    for (double& x : v) x = d(rng);
+  }
+  return Array::from_doubles(t, v);
+}
+
+// Exact: bit for bit. Otherwise elementwise relative |a-b| <= rel*max(|a|,|b|)
+// (`norm` false), or relative to the largest host magnitude (`norm` true: for
+// sums and dots, whose small entries are cancellations).
+void expect_close(const Array& dev, const Array& host, double rel, bool norm, const std::string& what) {
+  ASSERT_EQ(dev.type(), host.type()) << what;
+  if (rel == 0.0) {
+    if (dev.bit_equal(host)) return;
+    for (int64_t i = 0; i < host.numel(); ++i)
+      if (dev.get(i) != host.get(i)) {
+        ADD_FAILURE() << what << ": element " << i << " device " << dev.get(i) << " host " << host.get(i);
+        return;
+      }
+    return;
+  }
+  double scale = 0.0;
+  for (int64_t i = 0; i < host.numel(); ++i) scale = std::max(scale, std::fabs(host.get(i)));
+  double worst = 0.0;
+  int64_t at = -1;
+  for (int64_t i = 0; i < host.numel(); ++i) {
+    const double a = dev.get(i), b = host.get(i);
+    const double denom = norm ? scale : std::max({std::fabs(a), std::fabs(b), 1e-30});
+    const double r = (a == b) ? 0.0 : std::fabs(a - b) / denom;
+    if (!(r <= worst)) {  // NaN counts as worst
+      worst = r;
+      at = i;
+    }
+  }
+  EXPECT_LE(worst, rel) << what << ": worst at element " << at << " device " << (at >= 0 ? dev.get(at) : 0.0)
+                        << " host " << (at >= 0 ? host.get(at) : 0.0);
+}
+
+// Runs p on the device and the host on the same inputs; compares every output.
+void check_program(const Program& p, const std::vector<Array>& inputs, double rel, bool norm,
+                   const std::string& what, cuda::Options opt = {}) {
+  std::vector<Array> want = host::run(p, inputs);
+  cuda::Executable ex(p, opt);
+  // twice: the first step runs eagerly, the second replays the captured graph
+  for (int rep = 0; rep < 2; ++rep) {
+    std::vector<Array> got = ex.run(inputs);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t o = 0; o < got.size(); ++o)
+      expect_close(got[o], want[o], rel, norm, what + " output " + p.outputs[o].name + " run " + std::to_string(rep));
+  }
+}
+
+Program one_op(Op op, const std::vector<Type>& in, const Attrs& a = {}, const Type* given = nullptr) {
+  Program p;
+  std::vector<int> ids;
+  for (size_t i = 0; i < in.size(); ++i) ids.push_back(p.add_input("x" + std::to_string(i), in[i]));
+  const int out = given ? p.add_eqn_typed(op, ids, a, *given) : p.add_eqn(op, ids, a);
+  p.add_output("y", out);
+  return p;
+}
+
+const Shape kShape = {37, 53};
+const Shape kBatched = {3, 37, 53};
+
+// ---- elementwise ----------------------------------------------------------------
+
+TEST(Cuda, BinaryOpsEveryDtype) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  std::mt19937 rng(1);
+  for (Op op : {Op::add, Op::subtract, Op::multiply, Op::divide, Op::maximum})
+    for (DType d : {DType::f32, DType::f64, DType::i32}) {
+      const Type t = T(d, kBatched);
+      Array a = random_array(t, rng, -1000, 1000);
+      Array b = random_array(t, rng, 1, 1000);  // nonzero divisors (integer division by zero is undefined)
+      if (op != Op::divide)
+        for (int64_t i = 0; i < b.numel(); i += 2) b.set(i, -b.get(i));
+      const double rel = d == DType::f32 ? 1e-6 : (d == DType::f64 ? 1e-15 : 0.0);
+      check_program(one_op(op, {t, t}), {a, b}, rel, false, std::string(op_name(op)) + " " + dtype_name(d));
+    }
+}
+
+TEST(Cuda, UnaryOps) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  std::mt19937 rng(2);
+  for (Op op : {Op::negate, Op::exponential, Op::log, Op::tanh, Op::rsqrt, Op::sqrt})
+    for (DType d : {DType::f32, DType::f64}) {
+      const Type t = T(d, kBatched);
+      const bool positive = op == Op::log || op == Op::rsqrt || op == Op::sqrt;
+      Array a = random_array(t, rng, positive ? 1e-3 : -5.0, 5.0);
+      check_program(one_op(op, {t}), {a}, d == DType::f32 ? 1e-6 : 1e-14, false,
+                    std::string(op_name(op)) + " " + dtype_name(d));
+    }
+  const Type ti = T(DType::i32, kShape);
+  check_program(one_op(Op::negate, {ti}), {random_array(ti, rng, -100, 100)}, 0.0, false, "negate i32");
+}
+
+TEST(Cuda, CompareEveryDirectionAndDtype) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  std::mt19937 rng(3);
+  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i1})
+    for (int c = 0; c < 6; ++c) {
+      const Type t = T(d, kShape);
+      Attrs a;
+      a.cmp = static_cast<Cmp>(c);
+      // small integers, so that equal pairs are common
+      check_program(one_op(Op::compare, {t, t}, a), {random_array(t, rng, -3, 3), random_array(t, rng, -3, 3)}, 0.0,
+                    false, std::string("compare ") + cmp_name(a.cmp) + " " + dtype_name(d));
+    }
+}
+
+TEST(Cuda, SelectEveryDtype) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  std::mt19937 rng(4);
+  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i1}) {
+    const Type t = T(d, kBatched), tp = T(DType::i1, kBatched);
+    check_program(one_op(Op::select, {tp, t, t}),
+                  {random_array(tp, rng), random_array(t, rng, -50, 50), random_array(t, rng, -50, 50)}, 0.0, false,
+                  std::string("select ") + dtype_name(d));
+  }
+}
+
+TEST(Cuda, ConvertEveryPair) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  std::mt19937 rng(5);
+  for (DType from : {DType::f32, DType::f64, DType::i32, DType::i1})
+    for (DType to : {DType::f32, DType::f64, DType::i32, DType::i1}) {
+      const Type ti = T(from, kShape), to_t = T(to, kShape);
+      Array a = random_array(ti, rng, -100.0, 100.0);
+      for (int64_t i = 0; i < a.numel(); i += 7) a.set(i, 0.0);  // zeros: the i1 edge
+      check_program(one_op(Op::convert, {ti}, {}, &to_t), {a}, 0.0, false,
+                    std::string("convert ") + dtype_name(from) + "->" + dtype_name(to));
+    }
+}
+
+// ---- layout -----------------------------------------------------------------------
+
+TEST(Cuda, BroadcastReshapeTranspose) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  std::mt19937 rng(6);
+  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i1}) {
+    const std::string dn = dtype_name(d);
+    {  // [37] -> [5,37,53] along axis 1
+      Attrs a;
+      a.dims = {1};
+      const Type out = T(d, {5, 37, 53});
+      check_program(one_op(Op::broadcast_in_dim, {T(d, {37})}, a, &out), {random_array(T(d, {37}), rng, -9, 9)}, 0.0,
+                    false, "broadcast [37] " + dn);
+    }
+    {  // [1,53] -> [37,53], and a scalar -> [37,53]
+      Attrs a;
+      a.dims = {0, 1};
+      const Type out = T(d, kShape);
+      check_program(one_op(Op::broadcast_in_dim, {T(d, {1, 53})}, a, &out), {random_array(T(d, {1, 53}), rng, -9, 9)},
+                    0.0, false, "broadcast [1,53] " + dn);
+      Attrs s;
+      check_program(one_op(Op::broadcast_in_dim, {T(d, {})}, s, &out), {random_array(T(d, {}), rng, -9, 9)}, 0.0,
+                    false, "broadcast scalar " + dn);
+    }
+    {  // reshape, then used by an op (a view on the device)
+      Program p;
+      int x = p.add_input("x", T(d, kBatched));
+      int r = p.add_eqn_typed(Op::reshape, {x}, {}, T(d, {53, 111}));
+      Attrs t;
+      t.dims = {1, 0};
+      int y = p.add_eqn(Op::transpose, {r}, t);
+      p.add_output("r", r);
+      p.add_output("y", y);
+      check_program(p, {random_array(T(d, kBatched), rng, -9, 9)}, 0.0, false, "reshape+transpose " + dn);
+    }
+    for (std::vector<int64_t> perm : {std::vector<int64_t>{2, 0, 1}, {1, 0, 2}, {0, 2, 1}, {2, 1, 0}}) {
+      Attrs t;
+      t.dims = perm;
+      check_program(one_op(Op::transpose, {T(d, kBatched)}, t), {random_array(T(d, kBatched), rng, -9, 9)}, 0.0, false,
+                    "transpose " + shape_str(perm) + " " + dn);
+    }
+  }
+}
+
+TEST(Cuda, ConstantAndIota) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  for (DType d : {DType::f32, DType::f64, DType::i32}) {
+    Program p;
+    Attrs c;
+    c.literal = {2.5};
+    int k = p.add_eqn_typed(Op::constant, {}, c, T(d, kShape));
+    Attrs c2;
+    for (int i = 0; i < 37; ++i) c2.literal.push_back(i * 0.5 - 3);
+    int k2 = p.add_eqn_typed(Op::constant, {}, c2, T(d, {37}));
+    Attrs io;
+    io.axis = 1;
+    int it = p.add_eqn_typed(Op::iota, {}, io, T(d, kBatched));
+    p.add_output("splat", k);
+    p.add_output("values", k2);
+    p.add_output("iota", it);
+    check_program(p, {}, 0.0, false, std::string("constant/iota ") + dtype_name(d));
+  }
+}
+
+// ---- reductions ---------------------------------------------------------------------
+
+TEST(Cuda, ReduceOverAnyAxes) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  std::mt19937 rng(7);
+  for (Op op : {Op::reduce_sum, Op::reduce_max})
+    for (DType d : {DType::f32, DType::f64, DType::i32})
+      for (std::vector<int64_t> axes :
+           {std::vector<int64_t>{0}, {1}, {2}, {0, 2}, {1, 2}, {0, 1, 2}}) {
+        Attrs a;
+        a.dims = axes;
+        const Type t = T(d, {7, 37, 53});
+        const double rel = op == Op::reduce_max || d == DType::i32 ? 0.0 : (d == DType::f32 ? 1e-5 : 1e-13);
+        check_program(one_op(op, {t}, a), {random_array(t, rng, -100, 100)}, rel, true,
+                      std::string(op_name(op)) + " " + dtype_name(d) + " axes " + shape_str(axes));
+      }
+}
+
+// ---- dot_general ----------------------------------------------------------------------
+
+struct DotCase {
+  Shape lhs, rhs;
+  std::vector<int64_t> lb, rb, lc, rc;
+  const char* what;
+};
+
+const DotCase kDots[] = {
+    {{37, 53}, {53, 41}, {}, {}, {1}, {0}, "plain"},
+    {{53, 37}, {53, 41}, {}, {}, {0}, {0}, "lhs transposed"},
+    {{37, 53}, {41, 53}, {}, {}, {1}, {1}, "rhs transposed"},
+    {{3, 37, 53}, {3, 53, 41}, {0}, {0}, {2}, {1}, "batched"},
+    {{3, 53, 37}, {3, 41, 53}, {0}, {0}, {1}, {2}, "batched, both transposed"},
+    {{37, 3, 53}, {53, 3, 41}, {1}, {1}, {2}, {0}, "batch in the middle (packed)"},
+    {{5, 7, 37}, {7, 5, 41}, {}, {}, {0, 1}, {1, 0}, "two contracting dims, swapped (packed)"},
+    {{4, 3, 17, 9}, {4, 3, 9, 19}, {0, 1}, {0, 1}, {3}, {2}, "two batch dims (attention)"},
+    {{37, 53}, {53}, {}, {}, {1}, {0}, "matrix-vector"},
+    {{37}, {41}, {}, {}, {}, {}, "outer product"},
+};
+
+TEST(Cuda, DotGeneralFullF32AndF64) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  std::mt19937 rng(8);
+  cuda::Options full;
+  full.tf32 = false;
+  for (const DotCase& c : kDots)
+    for (DType d : {DType::f32, DType::f64}) {
+      Attrs a;
+      a.lhs_batch = c.lb;
+      a.rhs_batch = c.rb;
+      a.lhs_contract = c.lc;
+      a.rhs_contract = c.rc;
+      check_program(one_op(Op::dot_general, {T(d, c.lhs), T(d, c.rhs)}, a),
+                    {random_array(T(d, c.lhs), rng), random_array(T(d, c.rhs), rng)}, d == DType::f32 ? 1e-5 : 1e-13,
+                    true, std::string("dot ") + c.what + " " + dtype_name(d), full);
+    }
+}
+
+TEST(Cuda, DotGeneralTf32) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  std::mt19937 rng(9);
+  for (const DotCase& c : kDots) {
+    Attrs a;
+    a.lhs_batch = c.lb;
+    a.rhs_batch = c.rb;
+    a.lhs_contract = c.lc;
+    a.rhs_contract = c.rc;
+    const DType d = DType::f32;
+    check_program(one_op(Op::dot_general, {T(d, c.lhs), T(d, c.rhs)}, a),
+                  {random_array(T(d, c.lhs), rng), random_array(T(d, c.rhs), rng)}, 1e-2, true,
+                  std::string("dot (tf32) ") + c.what);
+  }
+}
+
+// TF32 must actually be in use when on: a product whose exact value TF32's
+// 10-bit mantissa cannot hold differs from full f32.
+TEST(Cuda, Tf32OptionChangesTheResult) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  const Type t = T(DType::f32, {64, 64});
+  Attrs a;
+  a.lhs_contract = {1};
+  a.rhs_contract = {0};
+  Program p = one_op(Op::dot_general, {t, t}, a);
+  std::vector<double> x(64 * 64, 1.0 + 1.0 / 4096.0), id(64 * 64, 0.0);
+  for (int i = 0; i < 64; ++i) id[static_cast<size_t>(i * 64 + i)] = 1.0;
+  std::vector<Array> in = {Array::from_doubles(t, x), Array::from_doubles(t, id)};
+  cuda::Options on, off;
+  off.tf32 = false;
+  Array full = cuda::Executable(p, off).run(in)[0];
+  Array fast = cuda::Executable(p, on).run(in)[0];
+  EXPECT_EQ(full.get(0), 1.0 + 1.0 / 4096.0);         // exact in f32
+  EXPECT_NE(fast.get(0), full.get(0)) << "tf32 on gave the full-f32 result";
+}
+
+// ---- rows -------------------------------------------------------------------------------
+
+TEST(Cuda, GatherAndScatterAddRows) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  std::mt19937 rng(10);
+  const Type idx = T(DType::i32, {4, 17});
+  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i1}) {
+    const Type table = T(d, {61, 37});
+    check_program(one_op(Op::gather_rows, {table, idx}), {random_array(table, rng, -9, 9), random_array(idx, rng, 0, 60)},
+                  0.0, false, std::string("gather_rows ") + dtype_name(d));
+  }
+  for (DType d : {DType::f32, DType::f64, DType::i32}) {
+    const Type op = T(d, {61, 37}), upd = T(d, {4, 17, 37});
+    // indices in [0, 9]: many duplicates, so the atomic adds collide
+    const double rel = d == DType::f32 ? 1e-6 : (d == DType::f64 ? 1e-14 : 0.0);
+    check_program(one_op(Op::scatter_add_rows, {op, idx, upd}),
+                  {random_array(op, rng, -9, 9), random_array(idx, rng, 0, 9), random_array(upd, rng, -9, 9)}, rel,
+                  true, std::string("scatter_add_rows ") + dtype_name(d));
+  }
+}
+
+// ---- programs ---------------------------------------------------------------------------
+
+// One attention block with pre-norm, written with the capture front end:
+// rms_norm, q/k/v projections, causal softmax attention over 4 heads, output
+// projection, GELU feed-forward, residuals; reduce to a scalar too.
+Program transformer_block(int64_t B, int64_t Tn, int64_t D, int64_t H, int64_t F) {
+  Tracer tr;
+  Tensor x = tr.input("x", T(DType::f32, {B, Tn, D}));
+  Tensor g1 = tr.input("g1", T(DType::f32, {D}));
+  Tensor wq = tr.input("wq", T(DType::f32, {D, D}));
+  Tensor wk = tr.input("wk", T(DType::f32, {D, D}));
+  Tensor wv = tr.input("wv", T(DType::f32, {D, D}));
+  Tensor wo = tr.input("wo", T(DType::f32, {D, D}));
+  Tensor w1 = tr.input("w1", T(DType::f32, {D, F}));
+  Tensor w2 = tr.input("w2", T(DType::f32, {F, D}));
+  const int64_t Dh = D / H;
+  auto heads = [&](const Tensor& t) { return transpose(reshape(t, {B, Tn, H, Dh}), {0, 2, 1, 3}); };
+  Tensor h = rms_norm(x, g1);
+  Tensor att = causal_attention(heads(matmul(h, wq)), heads(matmul(h, wk)), heads(matmul(h, wv)));
+  Tensor merged = reshape(transpose(att, {0, 2, 1, 3}), {B, Tn, D});
+  Tensor x2 = x + matmul(merged, wo);
+  Tensor y = x2 + matmul(gelu_tanh(matmul(rms_norm(x2, g1), w1)), w2);
+  return tr.finish({{"y", y}, {"sum", sum(y * y)}});
+}
+
+TEST(Cuda, TransformerShapedProgram) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  std::mt19937 rng(11);
+  Program p = transformer_block(3, 19, 36, 4, 70);
+  std::vector<Array> in;
+  for (const NamedValue& v : p.inputs) in.push_back(random_array(p.type(v.value), rng, -0.5, 0.5));
+  cuda::Options full;
+  full.tf32 = false;
+  check_program(p, in, 1e-5, true, "transformer block (full f32)", full);
+  check_program(p, in, 1e-2, true, "transformer block (tf32)");
+}
+
+// Lane 3 in miniature: the seed's model (smaller), value_and_grad, AdamW in the
+// program; parameters and moments donated, ten steps, losses and parameters
+// against the host interpreter running the same fused program.
+TEST(Cuda, FusedAdamWStepsWithDonatedBuffers) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  nn::LmConfig c;
+  c.d_model = 32;
+  c.n_heads = 2;
+  c.d_ff = 48;
+  c.context = 16;
+  c.batch = 3;
+  c.seq = 11;
+  const std::vector<nn::ParamSpec> specs = nn::lm_parameters(c);
+  std::vector<std::string> names;
+  for (const auto& s : specs) names.push_back(s.name);
+  const optim::AdamW opt;
+  Program fused = optim::with_adamw(value_and_grad(nn::lm_loss_program(c), names), names, opt);
+  ASSERT_FALSE(fused.aliases.empty());
+
+  std::vector<Array> state = nn::init_parameters(c, 7);
+  const size_t P = specs.size();
+  for (size_t i = 0; i < P; ++i) state.push_back(Array(state[i].type()));  // m
+  for (size_t i = 0; i < P; ++i) state.push_back(Array(state[i].type()));  // v
+  host::Interpreter ref(fused);
+  for (bool graph : {true, false}) {
+    cuda::Options o;
+    o.tf32 = false;
+    o.cuda_graph = graph;
+    cuda::Executable ex(fused, o);
+    std::vector<Array> host_in(fused.inputs.size());
+    for (size_t i = 0; i < 3 * P; ++i) {
+      host_in[i] = state[i];
+      ex.upload(static_cast<int>(i), state[i]);
+    }
+    std::mt19937 rng(12);
+    const int tokens = fused.input_index("tokens"), targets = fused.input_index("targets");
+    for (int s = 1; s <= 10; ++s) {
+      const Type bt = fused.input_type(tokens);
+      host_in[static_cast<size_t>(tokens)] = random_array(bt, rng, 0, static_cast<double>(c.vocab - 1));
+      host_in[static_cast<size_t>(targets)] = random_array(bt, rng, 0, static_cast<double>(c.vocab - 1));
+      const optim::AdamWScalars sc = optim::adamw_scalars(opt, s);
+      const float four[4] = {sc.lr, sc.bc1, sc.bc2, sc.decay};
+      for (int k = 0; k < 4; ++k)
+        host_in[static_cast<size_t>(fused.input_index(optim::kScalarNames[k]))] = Array::scalar(four[k]);
+      // only the batch and the scalars cross per step
+      ex.upload(tokens, host_in[static_cast<size_t>(tokens)]);
+      ex.upload(targets, host_in[static_cast<size_t>(targets)]);
+      for (int k = 0; k < 4; ++k) {
+        const int i = fused.input_index(optim::kScalarNames[k]);
+        ex.upload(i, host_in[static_cast<size_t>(i)]);
+      }
+      std::vector<Array> want = ref.run(host_in);
+      ex.step();
+      Array loss;
+      ex.download_output(fused.output_index("loss"), loss);
+      expect_close(loss, want[static_cast<size_t>(fused.output_index("loss"))], 1e-4, false,
+                   "loss at step " + std::to_string(s));
+      for (const Alias& a : fused.aliases)  // the host feeds its own updated state forward
+        host_in[static_cast<size_t>(a.input)] = want[static_cast<size_t>(a.output)];
+    }
+    for (size_t i = 0; i < 3 * P; ++i) {
+      Array dev;
+      ex.download_input(static_cast<int>(i), dev);
+      expect_close(dev, host_in[i], 1e-2, true, "after 10 steps: " + fused.inputs[i].name);
+    }
+  }
+}
+
+// Donation paths the planner must get right on the device: an input read after
+// its new value exists (copy-back), a swap of two inputs, and an output that is
+// an old input value; several steps, graph on.
+TEST(Cuda, AliasCopyBackAndSwapOverSteps) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  const Type t = T(DType::f32, {37, 53});
+  Program p;
+  int a = p.add_input("a", t);
+  int b = p.add_input("b", t);
+  int a2 = p.add_eqn(Op::exponential, {a}, {});
+  int late = p.add_eqn(Op::add, {a, b}, {});
+  p.add_output("a'", b);       // swap: a <- b
+  p.add_output("b'", a2);      // b <- exp(a), copied back since a is read later
+  p.add_output("late", late);
+  p.add_output("old a", a);
+  p.aliases = {{0, 0}, {1, 1}};
+  std::mt19937 rng(13);
+  std::vector<Array> host_in = {random_array(t, rng, -1, 1), random_array(t, rng, -1, 1)};
+  cuda::Executable ex(p);
+  ex.upload(0, host_in[0]);
+  ex.upload(1, host_in[1]);
+  for (int s = 0; s < 4; ++s) {
+    std::vector<Array> want = host::run(p, host_in);
+    ex.step();
+    for (int o = 0; o < 4; ++o) {
+      Array got;
+      ex.download_output(o, got);
+      expect_close(got, want[static_cast<size_t>(o)], 1e-6, false, "step " + std::to_string(s) + " output " +
+                                                                        p.outputs[static_cast<size_t>(o)].name);
+    }
+    host_in = {want[0], want[1]};
+    for (int i = 0; i < 2; ++i) {
+      Array got;
+      ex.download_input(i, got);
+      expect_close(got, host_in[static_cast<size_t>(i)], 1e-6, false, "step " + std::to_string(s) + " input " +
+                                                                          p.inputs[static_cast<size_t>(i)].name);
+    }
+  }
+}
+
+// ---- errors ---------------------------------------------------------------------------
+
+TEST(Cuda, WrongInputTypeNamesInputAndBothTypes) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  const Type t = T(DType::f32, {37});
+  cuda::Executable ex(one_op(Op::negate, {t}));
+  try {
+    ex.upload(0, Array(T(DType::i32, {37})));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("\"x0\""), std::string::npos) << m;
+    EXPECT_NE(m.find("f32[37]"), std::string::npos) << m;
+    EXPECT_NE(m.find("i32[37]"), std::string::npos) << m;
+  }
+  EXPECT_THROW(ex.run({}), Error);
+  EXPECT_THROW(ex.upload(3, Array(t)), Error);
+  Array dst;
+  EXPECT_THROW(ex.download_output(1, dst), Error);
+}
+
+TEST(Cuda, GatherIndexOutOfRangeIsReportedWithPosition) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  const Type table = T(DType::f32, {61, 37}), idx = T(DType::i32, {4, 17});
+  for (bool graph : {false, true}) {
+    cuda::Options o;
+    o.cuda_graph = graph;
+    cuda::Executable ex(one_op(Op::gather_rows, {table, idx}), o);
+    std::mt19937 rng(14);
+    Array good = random_array(idx, rng, 0, 60);
+    ex.run({random_array(table, rng), good});  // a good step first (captures the graph when on)
+    Array bad = good;
+    bad.set(2 * 17 + 5, 61.0);
+    try {
+      ex.run({random_array(table, rng), bad});
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("index 61"), std::string::npos) << m;
+      EXPECT_NE(m.find("position 39"), std::string::npos) << m;
+      EXPECT_NE(m.find("[2,5]"), std::string::npos) << m;
+    }
+    EXPECT_NO_THROW(ex.run({random_array(table, rng), good}));  // the flag is reset by the next step
+  }
+}
+
+TEST(Cuda, OutOfDeviceMemoryIsAClearError) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  const Type huge = T(DType::f64, {int64_t{1} << 36});  // 512 GiB
+  try {
+    cuda::Executable ex(one_op(Op::negate, {huge}));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of device memory"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Cuda, DescriptionAndDeviceBytes) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  EXPECT_NE(cuda::device_description().find("sm_"), std::string::npos) << cuda::device_description();
+  const Type t = T(DType::f32, {1000});
+  cuda::Executable ex(one_op(Op::negate, {t}));
+  EXPECT_GE(ex.device_bytes(), 2 * t.bytes());
+  EXPECT_EQ(ex.program().inputs.size(), 1u);
+}
+
+}  // namespace
+}  // namespace capstep
