@@ -70,10 +70,13 @@ const Jax& jax() {
       return r;
     }
     // From here on JAX is there: a failing probe is a test failure, not a skip.
-    if (run_command(shell_quote(r.python) + " " + shell_quote(r.runner) + " --probe", out) != 0)
+    // The probe's line starts "jax "; JAX may log warnings around it.
+    size_t at;
+    if (run_command(shell_quote(r.python) + " " + shell_quote(r.runner) + " --probe", out) != 0 ||
+        (at = out.find("jax ")) == std::string::npos)
       r.version = "PROBE FAILED: " + out;
     else
-      r.version = out;
+      r.version = out.substr(at, out.find('\n', at) - at);
     return r;
   }();
   return j;
@@ -116,12 +119,13 @@ struct XlaRun {
 
 // Files go to <build>/stablehlo_xla/<tag>: one folder per test, since ctest
 // runs the tests of this binary in parallel.
-XlaRun run_with_xla(const Case& c, const std::string& text, const std::string& tag) {
+XlaRun run_with_xla(const Case& c, const std::string& text, const std::string& tag,
+                    const std::string& platform = "cpu") {
   fs::path dir = fs::path(binary_dir()) / "stablehlo_xla" / tag;
   fs::remove_all(dir);
   fs::create_directories(dir / "out");
   write_file((dir / "module.mlir").string(), text);
-  std::string cmd = shell_quote(jax().python) + " " + shell_quote(jax().runner) + " " +
+  std::string cmd = shell_quote(jax().python) + " " + shell_quote(jax().runner) + " --platform " + platform + " " +
                     shell_quote((dir / "module.mlir").string()) + " " + shell_quote((dir / "out").string());
   for (size_t i = 0; i < c.inputs.size(); ++i) {
     std::string p = (dir / ("in" + std::to_string(i) + ".npy")).string();
@@ -138,9 +142,9 @@ XlaRun run_with_xla(const Case& c, const std::string& text, const std::string& t
   return r;
 }
 
-void check_with_xla(const Case& c, double f32_tol = 1e-5) {
+void check_with_xla(const Case& c, double f32_tol = 1e-5, const std::string& platform = "cpu") {
   std::string text = to_stablehlo(c.program, "capstep_" + c.name);
-  XlaRun x = run_with_xla(c, text, c.name);
+  XlaRun x = run_with_xla(c, text, platform + "_" + c.name, platform);
   std::vector<Array> want = host::run(c.program, c.inputs);
   ASSERT_EQ(x.outputs.size(), want.size());
   Diff worst;
@@ -155,8 +159,8 @@ void check_with_xla(const Case& c, double f32_tol = 1e-5) {
     if (d.tensor >= worst.tensor) worst.tensor = d.tensor, worst_t = name;
     if (d.element >= worst.element) worst.element = d.element, worst_e = name;
   }
-  std::printf("%s: %zu outputs; worst |xla-host|/max|host| %.3g (%s); worst elementwise relative %.3g (%s)\n",
-              c.name.c_str(), want.size(), worst.tensor, worst_t.c_str(), worst.element, worst_e.c_str());
+  std::printf("%s (%s): %zu outputs; worst |xla-host|/max|host| %.3g (%s); worst elementwise relative %.3g (%s)\n",
+              c.name.c_str(), platform.c_str(), want.size(), worst.tensor, worst_t.c_str(), worst.element, worst_e.c_str());
   // XLA honoured every donation: each aliased input's buffer was consumed.
   std::vector<int> ins;
   for (const Alias& a : c.program.aliases) ins.push_back(a.input);
@@ -201,4 +205,20 @@ TEST(StablehloXla, GoldenFilesCompile) {
     XlaRun x = run_with_xla(c, text, "golden_" + c.name);
     EXPECT_EQ(x.outputs.size(), c.program.outputs.size()) << c.name;
   }
+}
+
+// The same check on a GPU, within 1e-3 (XLA uses TF32 for f32 dots there).
+// The pinned venv is CPU-only: this runs where .venv-jax's JAX has a CUDA
+// backend (pip install 'jax[cuda12]==<the pinned version>' into it on a GPU
+// machine), and skips by name, saying so, everywhere else.
+TEST(StablehloXlaGpu, FullFusedTrainingStepAgrees) {
+  REQUIRE_JAX();
+  std::string out;
+  if (run_command(shell_quote(jax().python) + " " + shell_quote(jax().runner) + " --platform cuda --probe", out) != 0) {
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    GTEST_SKIP() << "the JAX in .venv-jax has no CUDA backend, so the GPU check has not run (JAX says: "
+                 << out.substr(out.rfind('\n') + 1) << ")";
+  }
+  std::printf("GPU: %s", out.c_str());
+  check_with_xla(fused_step_case(nn::LmConfig{}, "full_step"), 1e-3, "cuda");
 }

@@ -33,7 +33,13 @@ def main(argv):
     from jax._src.lib import xla_client as xc
 
     if argv[:1] == ["--probe"]:
-        backend = xla_bridge.get_backend(platform)
+        try:
+            backend = xla_bridge.get_backend(platform)
+        except Exception as e:  # say which backend is missing, not an assert trace
+            plugins = "jax-cuda12-plugin" if platform in ("cuda", "gpu") else "jaxlib"
+            print(f"no XLA {platform} backend in this JAX ({type(e).__name__}: {e}); "
+                  f"is {plugins} installed and a device present?")
+            return 1
         print(f"jax {jax.__version__} jaxlib {jaxlib.__version__} {backend.platform} "
               f"{backend.local_devices()[0].device_kind}")
         return 0
