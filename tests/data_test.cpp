@@ -1,7 +1,10 @@
 // Tokenizer, built-in corpus, text files and the batch stream.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <new>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +17,16 @@
 namespace fs = std::filesystem;
 using namespace capstep;
 using namespace capstep::data;
+
+// Counts heap allocations, to prove BatchStream::fill makes none.
+static std::atomic<long> g_allocations{0};
+void* operator new(size_t n) {
+  g_allocations++;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -264,6 +277,10 @@ TEST(Batches, AreDeterministicAndResumable) {
   resumed.fill(5, in, tg);
   EXPECT_TRUE(in.bit_equal(seen[5].inputs));
   EXPECT_TRUE(tg.bit_equal(seen[5].targets));
+  const long before = g_allocations.load();
+  for (uint64_t k = 0; k < 100; ++k) resumed.fill(k, in, tg);
+  EXPECT_EQ(g_allocations.load() - before, 0) << "fill allocated";
+  EXPECT_TRUE(in.bit_equal(resumed.at(99).inputs));
 }
 
 TEST(Batches, StartsCoverEveryWindowUniformly) {
@@ -304,4 +321,7 @@ TEST(Batches, RejectBadTokensAndShapes) {
   Array wrong(Type{DType::i32, {4, 8}}), right(Type{DType::i32, {4, 16}});
   m = error_of([&] { s.fill(0, wrong, right); });
   EXPECT_NE(m.find("i32[4,16]"), std::string::npos) << m;
+  Array f32(Type{DType::f32, {4, 16}});
+  EXPECT_THROW(s.fill(0, right, f32), Error);
+  EXPECT_NO_THROW(s.fill(0, right, right));
 }

@@ -88,7 +88,8 @@ class BatchStream {
   Batch next();                                  // batch at position(), then advance
   Batch at(uint64_t index) const;                // any batch, without moving
   // Writes batch `index` into arrays that already have type i32[batch, seq]
-  // (no allocation: for a training loop's steady state); throws Error otherwise.
+  // (no allocation, checks included: for a training loop's steady state);
+  // throws Error otherwise.
   void fill(uint64_t index, Array& inputs, Array& targets) const;
   // Start of window `row` of batch `index` in the token vector.
   int64_t window_start(uint64_t index, int64_t row) const;

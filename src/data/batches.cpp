@@ -35,10 +35,14 @@ int64_t BatchStream::window_start(uint64_t index, int64_t row) const {
 }
 
 void BatchStream::fill(uint64_t index, Array& inputs, Array& targets) const {
-  const Type want{DType::i32, {batch_, seq_}};
-  if (inputs.type() != want || targets.type() != want)
-    throw Error("batch stream: fill needs inputs and targets of type " + want.str() + ", got " + inputs.type().str() +
-                " and " + targets.type().str());
+  // Checked without building a Type: fill must not allocate (the host lane's
+  // steady state promises zero heap allocations per step).
+  const auto fits = [&](const Array& a) {
+    return a.dtype() == DType::i32 && a.shape().size() == 2 && a.shape()[0] == batch_ && a.shape()[1] == seq_;
+  };
+  if (!fits(inputs) || !fits(targets))
+    throw Error("batch stream: fill needs inputs and targets of type " + Type{DType::i32, {batch_, seq_}}.str() +
+                ", got " + inputs.type().str() + " and " + targets.type().str());
   int32_t* in = inputs.data<int32_t>();
   int32_t* tg = targets.data<int32_t>();
   for (int64_t b = 0; b < batch_; ++b) {
