@@ -184,10 +184,12 @@ bool is_png(const std::string& bytes) { return bytes.size() > 8 && bytes.compare
 
 }  // namespace
 
-// 200 steps of the seed's model on the built-in corpus, on the host. The loss
-// starts at ln 64 = 4.16; measured over seeds 1-5, the mean of steps 181-200
-// is 2.25-2.50 (about 1 s of training). The bound, 2.8, is below the corpus's
-// unigram entropy (2.95 nats): the model has learned more than letter counts.
+// 200 steps of the seed's model on the built-in corpus, on the host, at the
+// default lr 1e-3. The loss starts at ln 64 = 4.16; measured over seeds 1-3,
+// the mean of steps 181-200 is 1.47-1.55 (about 1 s of training). The bound,
+// 1.9, is far under the corpus's unigram entropy (2.95 nats) and near its
+// entropy given the previous character (1.70): the model has learned which
+// letter follows which.
 TEST(Cli, TrainSaveLogPlotThenSample) {
   NEED_BINARY();
   TempDir d;
@@ -220,7 +222,7 @@ TEST(Cli, TrainSaveLogPlotThenSample) {
   EXPECT_NEAR(loss.front(), std::log(64.0), 0.15);
   double last20 = 0;
   for (size_t k = 180; k < 200; ++k) last20 += loss[k] / 20;
-  EXPECT_LT(last20, 2.8) << "mean loss of steps 181-200";
+  EXPECT_LT(last20, 1.9) << "mean loss of steps 181-200";
 
   const Checkpoint c = load_checkpoint(ckpt);
   EXPECT_EQ(c.step, 200u);
