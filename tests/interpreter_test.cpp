@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <new>
@@ -282,6 +283,37 @@ TEST(Elementwise, UnaryOpsMatchLibm) {
   }
   const Type ti = T(DType::i32, {4});
   expect_exact(run1(unary_program(Op::negate, ti), {Array::i32({4}, {3, -4, 0, 12})}), ti, {-3, 4, 0, -12});
+}
+
+// The host's f32 tanh is its own vectorised formula (not libm's): within 2 ulp
+// of the correctly rounded value over the whole useful range, exact at the
+// special values.
+TEST(Elementwise, TanhF32WithinTwoUlp) {
+  std::vector<float> xs;
+  for (float x = 1e-30f; x < 12.0f; x *= 1.0007f) {
+    xs.push_back(x);
+    xs.push_back(-x);
+  }
+  for (float x : {0.0f, -0.0f, 0.625f, -0.625f, 0.62499994f, 9.0f, 20.0f, -20.0f, 1e-45f, INFINITY, -INFINITY, NAN})
+    xs.push_back(x);
+  const Type t = T(DType::f32, {static_cast<int64_t>(xs.size())});
+  Array out = run1(unary_program(Op::tanh, t), {Array::f32(t.shape, xs)});
+  int64_t worst = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float got = out.data<float>()[i], want = static_cast<float>(std::tanh(static_cast<double>(xs[i])));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got));
+      continue;
+    }
+    EXPECT_EQ(std::signbit(got), std::signbit(want)) << xs[i];
+    int32_t a, b;
+    std::memcpy(&a, &got, 4);
+    std::memcpy(&b, &want, 4);
+    worst = std::max<int64_t>(worst, std::llabs(static_cast<int64_t>(a) - b));
+    EXPECT_LE(std::llabs(static_cast<int64_t>(a) - b), 2) << "tanh(" << xs[i] << ") = " << got << ", want " << want;
+  }
+  EXPECT_EQ(out.data<float>()[xs.size() - 3], 1.0f);   // tanh(inf)
+  EXPECT_EQ(out.data<float>()[xs.size() - 2], -1.0f);  // tanh(-inf)
 }
 
 TEST(Elementwise, CompareEveryDirectionAndDtype) {

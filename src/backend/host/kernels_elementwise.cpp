@@ -1,10 +1,20 @@
 // Elementwise kernels: one tight loop per (op, dtype), each calling the shared
-// formula in ir/scalar_math.h so that the CUDA backend computes the same thing.
+// formula in ir/scalar_math.h so that the CUDA backend computes the same thing
+// (f32 tanh excepted: see vector_math.h).
 // Pointers are __restrict: the memory plan never gives an output the bytes of a
 // live operand, so output and operands never overlap.
+
+// Without this GCC will not turn `c ? a : b` on floats into a vector blend (it
+// assumes a comparison may trap), so NaN-propagating maximum, select-like code
+// and vmath::tanh would stay scalar. It changes no result: capstep never reads
+// the floating-point exception flags. (Could be a project-wide flag, like
+// -fno-math-errno.)
+#pragma GCC optimize("no-trapping-math")
+
 #include <climits>
 
 #include "backend/host/step.h"
+#include "backend/host/vector_math.h"
 #include "ir/scalar_math.h"
 
 namespace capstep::host {
@@ -153,7 +163,11 @@ Kernel unary_kernel(Op op, DType t) {
       break;
     case Op::exponential: CAPSTEP_FLOAT_UNARY(exponential) break;
     case Op::log: CAPSTEP_FLOAT_UNARY(log) break;
-    case Op::tanh: CAPSTEP_FLOAT_UNARY(tanh) break;
+    case Op::tanh:
+      // glibc's tanhf is a scalar call; vmath::tanh vectorises (within 2 ulp).
+      if (t == DType::f32) return &k_unary<float, &vmath::tanh>;
+      if (t == DType::f64) return &k_unary<double, &scalar::tanh<double>>;
+      break;
     case Op::rsqrt: CAPSTEP_FLOAT_UNARY(rsqrt) break;
     case Op::sqrt: CAPSTEP_FLOAT_UNARY(sqrt) break;
     default: break;

@@ -1,6 +1,9 @@
 // Kernels that move or combine elements by position: broadcast_in_dim and
 // transpose (one strided walk), reduce_sum/reduce_max, gather_rows and
 // scatter_add_rows.
+// See kernels_elementwise.cpp: lets the NaN-propagating max vectorise.
+#pragma GCC optimize("no-trapping-math")
+
 #include <cmath>
 #include <limits>
 

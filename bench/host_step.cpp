@@ -1,0 +1,55 @@
+// Times the host interpreter on the seed model's gradient program (the work of
+// lane 1 without AdamW) and breaks the time down by primitive.
+//
+// Not built by CMake (bench/ is not globbed); build it against a build tree:
+//   g++ -O2 -std=c++20 -Iinclude -Isrc bench/host_step.cpp build-interp/libcapstep.a \
+//       -lopenblas -lpthread -o /tmp/host_step && /tmp/host_step [steps]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+#include "capstep/autodiff.h"
+#include "capstep/interpreter.h"
+#include "capstep/nn.h"
+
+using namespace capstep;
+using Clock = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+  const int steps = argc > 1 ? std::atoi(argv[1]) : 50;
+  nn::LmConfig c;
+  Program loss = nn::lm_loss_program(c);
+  std::vector<std::string> names;
+  for (const nn::ParamSpec& p : nn::lm_parameters(c)) names.push_back(p.name);
+  Program grad = value_and_grad(loss, names);
+  std::map<std::string, int> ops;
+  for (const Eqn& e : grad.eqns) ops[op_name(e.op)]++;
+  std::printf("%s\ngradient program: %zu equations\n", c.describe().c_str(), grad.eqns.size());
+  for (auto& [k, v] : ops) std::printf("  %-18s %d\n", k.c_str(), v);
+
+  host::Interpreter it(grad);
+  std::printf("arena: %.1f KiB\n", static_cast<double>(it.arena_bytes()) / 1024.0);
+  std::vector<Array> params = nn::init_parameters(c, 1);
+  Array tokens({DType::i32, {c.batch, c.seq}}), targets = tokens;
+  for (int64_t i = 0; i < tokens.numel(); ++i) {
+    tokens.set(i, static_cast<double>((i * 7) % c.vocab));
+    targets.set(i, static_cast<double>((i * 7 + 1) % c.vocab));
+  }
+  std::vector<const Array*> in;
+  for (Array& p : params) in.push_back(&p);
+  in.push_back(&tokens);
+  in.push_back(&targets);
+  std::vector<Array> out;
+  it.run(in, out);
+  std::vector<double> ms;
+  for (int s = 0; s < steps; ++s) {
+    auto t0 = Clock::now();
+    it.run(in, out);
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  std::printf("loss %.6f; run() median %.3f ms, min %.3f ms over %d runs\n", out[0].get(0), ms[ms.size() / 2], ms[0],
+              steps);
+}
