@@ -132,6 +132,10 @@ TEST(Train, CheckpointHoldsOneAdamWStepComputedIndependently) {
   EXPECT_EQ(meta.seed, 7u);
   EXPECT_EQ(meta.adamw.lr, o.adamw.lr);
   EXPECT_EQ(meta.text, "builtin");
+  // The model config is the model's own JSON; the training settings ride in
+  // the extra "train" metadata.
+  EXPECT_EQ(c.model_config, o.model.to_json());
+  EXPECT_EQ(c.extra.count(train::kTrainMetadataKey), 1u);
 
   // The gradient of batch 0 at the initial parameters, from the programs
   // directly: after one step m = (1-b1) g and v = (1-b2) g^2.

@@ -19,7 +19,7 @@ namespace {
 // matches an uninterrupted run.
 void adopt_checkpoint(TrainArgs& a) {
   train::Options& o = a.opts;
-  const train::TrainMeta meta = train::parse_meta(load_checkpoint(o.resume_path).model_config);
+  const train::TrainMeta meta = train::parse_meta(load_checkpoint(o.resume_path));
   if (a.model.given && a.model.checked().to_json() != meta.model.to_json())
     throw UsageError("--resume: checkpoint '" + o.resume_path + "' holds \"" + meta.model.describe() +
                      "\" but the model options ask for \"" + a.model.config.describe() +

@@ -91,21 +91,25 @@ struct Result {
 Result train(const Options& o);
 
 // ---- checkpoints of a training run -------------------------------------------
-// The checkpoint's "capstep.model_config" metadata is the model's JSON
-// (nn::LmConfig::to_json) with one more key, "train": {"seed", "lr", "beta1",
-// "beta2", "eps", "weight_decay", "text"} (text: "builtin" or the file's path),
-// so a resumed run can default to what the checkpoint was trained with.
+// Beside the model config ("capstep.model_config", nn::LmConfig::to_json), a
+// training checkpoint carries one extra metadata key, "train": JSON
+// {"seed", "lr", "beta1", "beta2", "eps", "weight_decay", "text"} (text:
+// "builtin" or the file's path), so a resumed run or a sampler can default to
+// what the checkpoint was trained with.
+constexpr const char* kTrainMetadataKey = "train";
+
 struct TrainMeta {
   nn::LmConfig model;
-  bool has_train = false;                // false for checkpoints written elsewhere
+  bool has_train = false;                // false for checkpoints without "train"
   uint64_t seed = 1;
   optim::AdamW adamw;
   std::string text;                      // "builtin" or a path
 };
-std::string meta_json(const nn::LmConfig& c, uint64_t seed, const optim::AdamW& a, const std::string& text);
-TrainMeta parse_meta(const std::string& model_config_json);   // Error naming what is wrong
+std::string train_metadata(uint64_t seed, const optim::AdamW& a, const std::string& text);
+TrainMeta parse_meta(const Checkpoint& c);   // Error naming what is wrong
 
-// Loads a checkpoint and checks it against its own model config.
+// Loads a checkpoint and checks every tensor against the model its config
+// describes; parameters come in lm_parameters order.
 Checkpoint load_model_checkpoint(const std::string& path, TrainMeta* meta);
 
 // ---- sampling ------------------------------------------------------------------

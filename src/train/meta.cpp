@@ -6,45 +6,44 @@
 
 namespace capstep::train {
 
-std::string meta_json(const nn::LmConfig& c, uint64_t seed, const optim::AdamW& a, const std::string& text) {
-  nlohmann::json j = nlohmann::json::parse(c.to_json());
-  j["train"] = {{"seed", seed},         {"lr", a.lr},   {"beta1", a.beta1},
-                {"beta2", a.beta2},     {"eps", a.eps}, {"weight_decay", a.weight_decay},
-                {"text", text}};
+std::string train_metadata(uint64_t seed, const optim::AdamW& a, const std::string& text) {
+  nlohmann::json j = {{"seed", seed},     {"lr", a.lr},   {"beta1", a.beta1},
+                      {"beta2", a.beta2}, {"eps", a.eps}, {"weight_decay", a.weight_decay},
+                      {"text", text}};
   return j.dump();
 }
 
-TrainMeta parse_meta(const std::string& s) {
+TrainMeta parse_meta(const Checkpoint& c) {
   TrainMeta m;
-  m.model = nn::LmConfig::from_json(s);   // Error naming the missing key
-  try {
-    nlohmann::json j = nlohmann::json::parse(s);
-    if (j.contains("train")) {
-      const nlohmann::json& t = j.at("train");
-      m.seed = t.at("seed").get<uint64_t>();
-      m.adamw.lr = t.at("lr").get<double>();
-      m.adamw.beta1 = t.at("beta1").get<double>();
-      m.adamw.beta2 = t.at("beta2").get<double>();
-      m.adamw.eps = t.at("eps").get<double>();
-      m.adamw.weight_decay = t.at("weight_decay").get<double>();
-      m.text = t.at("text").get<std::string>();
-      m.has_train = true;
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(std::string("the checkpoint's training metadata is malformed: ") + e.what());
-  }
+  m.model = nn::LmConfig::from_json(c.model_config);   // Error naming the missing key
   m.model.validate();
+  auto it = c.extra.find(kTrainMetadataKey);
+  if (it == c.extra.end()) return m;
+  try {
+    const nlohmann::json t = nlohmann::json::parse(it->second);
+    m.seed = t.at("seed").get<uint64_t>();
+    m.adamw.lr = t.at("lr").get<double>();
+    m.adamw.beta1 = t.at("beta1").get<double>();
+    m.adamw.beta2 = t.at("beta2").get<double>();
+    m.adamw.eps = t.at("eps").get<double>();
+    m.adamw.weight_decay = t.at("weight_decay").get<double>();
+    m.text = t.at("text").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("the checkpoint's \"train\" metadata is malformed: ") + e.what());
+  }
+  m.adamw.validate();
+  m.has_train = true;
   return m;
 }
 
 Checkpoint load_model_checkpoint(const std::string& path, TrainMeta* meta) {
   // The first read finds the model; the second checks every tensor against it
   // and puts the parameters in the programs' order.
-  TrainMeta m = parse_meta(load_checkpoint(path).model_config);
+  const TrainMeta m = parse_meta(load_checkpoint(path));
   std::vector<ParamSpec> expected;
   for (const nn::ParamSpec& p : nn::lm_parameters(m.model)) expected.push_back({p.name, p.type});
   Checkpoint c = load_checkpoint(path, expected);
-  if (meta) *meta = parse_meta(c.model_config);   // of the file that was read
+  if (meta) *meta = parse_meta(c);   // of the file that was read
   return c;
 }
 

@@ -58,23 +58,6 @@ State start_state(const Options& o, const std::vector<nn::ParamSpec>& specs, uin
   return s;
 }
 
-// BatchStream::fill's rows, written here because fill builds a Type (a heap
-// Shape) to check its arguments on every call, and the host lane promises no
-// allocation per step. Same windows, same bytes (train_test checks batch 0
-// against BatchStream::at).
-void fill_batch(const data::BatchStream& s, uint64_t index, Array& inputs, Array& targets) {
-  const int64_t batch = s.batch(), seq = s.seq();
-  int32_t* in = inputs.data<int32_t>();
-  int32_t* tg = targets.data<int32_t>();
-  for (int64_t b = 0; b < batch; ++b) {
-    const int32_t* w = s.tokens().data() + s.window_start(index, b);
-    for (int64_t t = 0; t < seq; ++t) {
-      in[b * seq + t] = w[t];
-      tg[b * seq + t] = w[t + 1];
-    }
-  }
-}
-
 }  // namespace
 
 Result train(const Options& o) {
@@ -120,7 +103,8 @@ Result train(const Options& o) {
 
   // Held across saves so that each save reuses the same host arrays.
   Checkpoint ckpt;
-  ckpt.model_config = meta_json(o.model, o.seed, o.adamw, text_name);
+  ckpt.model_config = o.model.to_json();
+  ckpt.extra[kTrainMetadataKey] = train_metadata(o.seed, o.adamw, text_name);
   auto save = [&](int64_t step) -> bool {
     stepper->state(ckpt);
     const std::string bad = first_non_finite(ckpt);
@@ -151,7 +135,7 @@ Result train(const Options& o) {
   info.last_step = o.steps;
   const Clock::time_point t0 = Clock::now();
   for (int64_t step = first; step <= o.steps; ++step) {
-    fill_batch(batches, batches.position(), tokens, targets);
+    batches.fill(batches.position(), tokens, targets);
     batches.set_position(batches.position() + 1);
     const float loss = stepper->step(tokens, targets, optim::adamw_scalars(o.adamw, step));
     if (!std::isfinite(loss)) {
