@@ -29,6 +29,15 @@ int main(int argc, char** argv) {
   std::printf("%s\ngradient program: %zu equations\n", c.describe().c_str(), grad.eqns.size());
   for (auto& [k, v] : ops) std::printf("  %-18s %d\n", k.c_str(), v);
 
+  double flops = 0;  // 2 * batch * M * N * K over every dot_general
+  for (const Eqn& e : grad.eqns) {
+    if (e.op != Op::dot_general) continue;
+    double n = 2;
+    for (int64_t d : grad.type(e.out).shape) n *= static_cast<double>(d);
+    for (int64_t a : e.attrs.lhs_contract) n *= static_cast<double>(grad.type(e.inputs[0]).shape[static_cast<size_t>(a)]);
+    flops += n;
+  }
+  std::printf("dot_general work: %.1f MFLOP per run\n", flops / 1e6);
   host::Interpreter it(grad);
   std::printf("arena: %.1f KiB\n", static_cast<double>(it.arena_bytes()) / 1024.0);
   std::vector<Array> params = nn::init_parameters(c, 1);

@@ -955,6 +955,32 @@ TEST(Run, OutputsAreRetypedAndMovedInterpreterStillRuns) {
   EXPECT_EQ(b.program().inputs[0].name, "x");
 }
 
+TEST(Run, OutputArraysMayBeTheInputArrays) {
+  // An in-place update: out "x2" (computed) goes into the Array that is input
+  // "x", and out "x_same" passes "x" through. The pass-through must see x as given.
+  Program p;
+  int x = p.add_input("x", T(DType::f32, {4}));
+  p.add_output("x2", p.add_eqn(Op::add, {x, x}, {}));
+  p.add_output("x_same", x);
+  host::Interpreter it(p);
+  std::vector<Array> arrays(2);
+  arrays[0] = Array::f32({4}, {1, 2, 3, 4});
+  it.run({&arrays[0]}, arrays);
+  expect_exact(arrays[0], T(DType::f32, {4}), {2, 4, 6, 8});
+  expect_exact(arrays[1], T(DType::f32, {4}), {1, 2, 3, 4});
+}
+
+TEST(Reduce, IntSumWrapsInsteadOfOverflowing) {
+  Program p;
+  int x = p.add_input("x", T(DType::i32, {3}));
+  Attrs at;
+  at.dims = {0};
+  p.add_output("s", p.add_eqn(Op::reduce_sum, {x}, at));
+  const int32_t big = std::numeric_limits<int32_t>::max();
+  Array out = run1(p, {Array::i32({3}, {big, 1, 5})});
+  EXPECT_EQ(out.data<int32_t>()[0], std::numeric_limits<int32_t>::min() + 5);
+}
+
 TEST(Run, RejectsAnInvalidProgram) {
   Program p;
   int x = p.add_input("x", T(DType::f32, {3}));

@@ -11,6 +11,9 @@
 // dot_general's packing scratch lives in the same arena for the one step that
 // uses it. run() then only stores the input addresses, calls each step's kernel
 // and copies the outputs out: no lookups, no allocation.
+//
+// run() writes the Interpreter's own arena and slot table: one Interpreter runs
+// on one thread at a time (make one per thread to run in parallel).
 #include "capstep/interpreter.h"
 
 #include <algorithm>
@@ -96,6 +99,10 @@ struct Interpreter::Impl {
   std::vector<void*> slots;                      // one per value, then scratch
   std::vector<std::pair<int, int>> input_slots;  // (slot, input index) set per run
   std::vector<int> output_slot;                  // per Program output
+  // Outputs in copy-out order: pass-throughs of inputs first, so that a caller
+  // whose output Array is also one of the input Arrays (an in-place update)
+  // still gets every pass-through from the input as it was.
+  std::vector<int> output_order;
   Block arena, statics;
   size_t arena_bytes = 0;
 
@@ -270,6 +277,11 @@ Interpreter::Impl::Impl(Program p) : prog(std::move(p)) {
     else if (r != v) slots[static_cast<size_t>(v)] = slots[static_cast<size_t>(r)];
   }
   for (const NamedValue& out : prog.outputs) output_slot.push_back(out.value);
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t j = 0; j < prog.outputs.size(); ++j) {
+      const bool from_input = where[static_cast<size_t>(root[static_cast<size_t>(prog.outputs[j].value)])] == Where::input;
+      if (from_input == (pass == 0)) output_order.push_back(static_cast<int>(j));
+    }
 }
 
 void Interpreter::Impl::check_inputs(const std::vector<const Array*>& inputs) const {
@@ -295,12 +307,12 @@ void Interpreter::Impl::run(const std::vector<const Array*>& inputs, std::vector
   for (const auto& [slot, i] : input_slots) sl[slot] = const_cast<void*>(inputs[static_cast<size_t>(i)]->raw());
   for (const Step& s : steps) s.fn(s, sl);
   if (outputs.size() != output_slot.size()) outputs.resize(output_slot.size());
-  for (size_t j = 0; j < output_slot.size(); ++j) {
-    const Type& t = prog.output_type(static_cast<int>(j));
-    Array& out = outputs[j];
+  for (const int j : output_order) {
+    const Type& t = prog.output_type(j);
+    Array& out = outputs[static_cast<size_t>(j)];
     // A default Array claims f32[] but owns no bytes: reset allocates for it.
     if (out.type() != t || (out.raw() == nullptr && t.bytes() != 0)) out.reset(t);
-    if (t.bytes()) std::memcpy(out.raw(), sl[output_slot[j]], t.bytes());
+    if (t.bytes()) std::memcpy(out.raw(), sl[output_slot[static_cast<size_t>(j)]], t.bytes());
   }
 }
 

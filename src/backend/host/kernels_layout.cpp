@@ -22,6 +22,8 @@ void k_strided(const Step& s, void* const* p) {
 template <class T, bool Max>
 inline T combine(T acc, T x) {
   if constexpr (Max) return scalar::maximum<T>(acc, x);
+  else if constexpr (std::is_same_v<T, int32_t>)  // wraps, as XLA does, instead of overflow UB
+    return static_cast<int32_t>(static_cast<uint32_t>(acc) + static_cast<uint32_t>(x));
   else return scalar::add<T>(acc, x);
 }
 
