@@ -373,6 +373,25 @@ TEST(Cli, ShowAndExportPrintThePrograms) {
   EXPECT_EQ(slurp(d.file("g.mlir")).rfind("module @capstep", 0), 0u);
 }
 
+// Ctrl-C (SIGINT) finishes the step, saves it, writes the log, exits 130.
+TEST(Cli, InterruptSavesTheCurrentStepAndExits130) {
+  NEED_BINARY();
+  TempDir d;
+  const pid_t pid = spawn({"train", "--steps", "100000000", "--layers", "1", "--d-model", "32", "--heads", "2", "--save",
+                           d.file("i.safetensors"), "--log", d.file("i.csv")},
+                          d.file("out"), d.file("err"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 130) << slurp(d.file("err"));
+  const size_t rows = lines_of(slurp(d.file("i.csv"))).size() - 1;
+  ASSERT_GT(rows, 0u);
+  EXPECT_EQ(load_checkpoint(d.file("i.safetensors")).step, rows);
+  EXPECT_NE(slurp(d.file("out")).find("stopped after step " + std::to_string(rows)), std::string::npos);
+}
+
 // SIGKILL at varied moments of a run that saves after every step (a small
 // model, so most of its time is spent saving): after each kill the checkpoint
 // loads, and its step never goes back.

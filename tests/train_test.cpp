@@ -190,6 +190,22 @@ TEST(Train, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
     for (int64_t i = 0; i < p.array.numel(); ++i) ASSERT_TRUE(std::isfinite(p.array.get(i))) << p.name;
 }
 
+TEST(Train, ShouldStopEndsTheRunWithACheckpointOfThatStep) {
+  TempDir d;
+  train::Options o = small_options();
+  o.steps = 100;
+  o.save_path = d.file("stop.safetensors");
+  int calls = 0;
+  o.should_stop = [&] { return ++calls == 4; };
+  const train::Result r = train::train(o);
+  EXPECT_TRUE(r.interrupted);
+  EXPECT_TRUE(r.stopped.empty());
+  EXPECT_EQ(r.last_step, 4);
+  EXPECT_EQ(r.losses.size(), 4u);
+  EXPECT_EQ(r.last_saved_step, 4);
+  EXPECT_EQ(load_checkpoint(o.save_path).step, 4u);
+}
+
 TEST(Train, HostLaneAllocatesNothingPerStep) {
   train::Options o = small_options();
   o.steps = 12;

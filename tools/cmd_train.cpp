@@ -1,6 +1,9 @@
 // `capstep train`: options -> train::Options, progress on the terminal or as
 // log lines, then the loss log (CSV) and the loss curve (gnuplot).
+#include <signal.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cstdio>
 #include <fstream>
@@ -34,6 +37,14 @@ void adopt_checkpoint(TrainArgs& a) {
   if (a.text_given && meta.text != o.text_path)
     std::cout << "note: the checkpoint was trained on " << (meta.text == "builtin" ? "the built-in corpus" : "'" + meta.text + "'")
               << "; continuing on '" << o.text_path << "'\n";
+}
+
+// Ctrl-C: finish the step, save it (with --save), write the log and the
+// plot, exit 130. A second Ctrl-C kills at once (the default action).
+volatile std::sig_atomic_t g_interrupted = 0;
+void on_sigint(int) {
+  g_interrupted = 1;
+  signal(SIGINT, SIG_DFL);
 }
 
 void write_csv(const std::string& path, const std::vector<train::StepInfo>& steps) {
@@ -78,6 +89,8 @@ int run_train(TrainArgs a) {
     progress.step(s);
   };
   o.on_message = [&](const std::string& m) { progress.message(m); };
+  o.should_stop = [] { return g_interrupted != 0; };
+  signal(SIGINT, on_sigint);
 
   std::printf("%s\n", o.model.describe().c_str());
   std::printf("lane %s; text: %s; seed %llu; lr %g\n", train::lane_name(o.lane),
@@ -110,7 +123,7 @@ int run_train(TrainArgs a) {
     std::cerr << "capstep train: " << r.stopped << '\n';
     return kFailed;
   }
-  return kOk;
+  return r.interrupted ? 128 + SIGINT : kOk;
 }
 
 }  // namespace capstep::cli

@@ -69,6 +69,9 @@ struct Options {
 
   std::function<void(const StepInfo&)> on_step;          // progress, each step
   std::function<void(const std::string&)> on_message;    // fallbacks, saves, stops
+  // Asked after each step; true ends the run there, with a checkpoint of that
+  // step when save_path is set (Ctrl-C in `capstep train`).
+  std::function<bool()> should_stop;
 
   void validate() const;                 // Error naming the option out of range
 };
@@ -84,6 +87,7 @@ struct Result {
   // The last good checkpoint (if any) is left untouched.
   std::string stopped;
   int64_t last_saved_step = -1;          // step of the last checkpoint written, -1 if none
+  bool interrupted = false;              // should_stop ended the run early
 };
 
 // Trains; throws Error for bad options, an unreadable text file or checkpoint,

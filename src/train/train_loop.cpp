@@ -157,7 +157,13 @@ Result train(const Options& o) {
     info.tokens_per_s = info.elapsed_s > 0 ? tokens_per_step * static_cast<double>(step - first + 1) / info.elapsed_s : 0;
     if (o.on_step) o.on_step(info);
     const bool periodic = o.save_every > 0 && step % o.save_every == 0;
-    if (!o.save_path.empty() && (periodic || step == o.steps) && !save(step)) break;
+    const bool stop = step < o.steps && o.should_stop && o.should_stop();
+    if (!o.save_path.empty() && (periodic || step == o.steps || stop) && !save(step)) break;
+    if (stop) {
+      r.interrupted = true;
+      say("stopped after step " + std::to_string(step) + " of " + std::to_string(o.steps) + " as asked");
+      break;
+    }
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   r.tokens_per_s = r.seconds > 0 ? tokens_per_step * static_cast<double>(r.losses.size()) / r.seconds : 0;
