@@ -176,20 +176,27 @@ void Executable::step() {
   CAPSTEP_CU(cudaSetDevice(0));
   // The first step runs eagerly; a graph is captured on the second.
   if (m.opt.cuda_graph && m.steps_run > 0 && !m.graph_exec && !m.graph_failed) {
+    // A capture that fails (a library call that cannot be captured, say) is
+    // not fatal: the step then runs its launches one by one, as said on stderr.
     CAPSTEP_CU(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));
+    bool capturing = true;
     try {
       m.enqueue_step();
+      capturing = false;
+      CAPSTEP_CU(cudaStreamEndCapture(m.stream, &m.graph), "(capturing the step as a CUDA graph)");
+      CAPSTEP_CU(cudaGraphInstantiate(&m.graph_exec, m.graph, 0), "(instantiating the step's CUDA graph)");
     } catch (const Error& ex) {
-      cudaGraph_t g = nullptr;
-      (void)cudaStreamEndCapture(m.stream, &g);
-      if (g) cudaGraphDestroy(g);
+      if (capturing) {
+        cudaGraph_t g = nullptr;
+        (void)cudaStreamEndCapture(m.stream, &g);
+        if (g) cudaGraphDestroy(g);
+      }
+      if (m.graph) cudaGraphDestroy(m.graph);
+      m.graph = nullptr;
+      m.graph_exec = nullptr;
       (void)cudaGetLastError();
       m.graph_failed = true;
       std::fprintf(stderr, "capstep cuda: graph capture failed, running launches one by one: %s\n", ex.what());
-    }
-    if (!m.graph_failed) {
-      CAPSTEP_CU(cudaStreamEndCapture(m.stream, &m.graph), "(capturing the step as a CUDA graph)");
-      CAPSTEP_CU(cudaGraphInstantiate(&m.graph_exec, m.graph, 0), "(instantiating the step's CUDA graph)");
     }
   }
   if (m.graph_exec) {
