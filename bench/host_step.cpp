@@ -1,5 +1,5 @@
 // Times the host interpreter on the seed model's gradient program (the work of
-// lane 1 without AdamW) and breaks the time down by primitive.
+// lane 1 without AdamW) and lists the program's primitives and matmul work.
 //
 // Not built by CMake (bench/ is not globbed); build it against a build tree:
 //   g++ -O2 -std=c++20 -Iinclude -Isrc bench/host_step.cpp build-interp/libcapstep.a \

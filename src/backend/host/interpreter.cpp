@@ -8,6 +8,9 @@
 //              the same bytes as its operand, no step at all
 //   arena      everything else: an offset in one arena shared by buffers whose
 //              lifetimes do not overlap (see memory_plan.h)
+//   direct     a buffer that ends as a program output: the caller's output Array
+//              itself (its address is set per run), so nothing is copied out and
+//              the arena holds only true intermediates
 // dot_general's packing scratch lives in the same arena for the one step that
 // uses it. run() then only stores the input addresses, calls each step's kernel
 // and copies the outputs out: no lookups, no allocation.
@@ -25,7 +28,7 @@
 namespace capstep::host {
 namespace {
 
-enum class Where : uint8_t { input, stat, alias, arena };
+enum class Where : uint8_t { input, stat, alias, arena, direct };
 
 struct AlignedFree {
   void operator()(void* p) const { ::operator delete(p, std::align_val_t{kArenaAlign}); }
@@ -103,8 +106,19 @@ struct Interpreter::Impl {
   // whose output Array is also one of the input Arrays (an in-place update)
   // still gets every pass-through from the input as it was.
   std::vector<int> output_order;
-  Block arena, statics;
-  size_t arena_bytes = 0;
+  // Buffers computed straight into the caller's output Arrays. When the caller
+  // passes an output Array that is also an input, that buffer goes to `fallback`
+  // (allocated on first need, then kept) and is copied out at the end.
+  struct Direct {
+    int output = -1;            // index into Program::outputs
+    std::vector<int> slots;     // every value living in this buffer
+    size_t fallback_offset = 0;
+    bool in_fallback = false;   // this run
+  };
+  std::vector<Direct> direct;
+  std::vector<char> output_is_direct;
+  Block arena, statics, fallback;
+  size_t arena_bytes = 0, fallback_bytes = 0;
 
   explicit Impl(Program p);
   void run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs);
@@ -113,6 +127,7 @@ struct Interpreter::Impl {
 
 Interpreter::Impl::Impl(Program p) : prog(std::move(p)) {
   verify(prog);
+  configure_blas_threads();
   const int nv = prog.num_values();
   const int ne = static_cast<int>(prog.eqns.size());
   std::vector<Where> where(static_cast<size_t>(nv), Where::arena);
@@ -228,6 +243,69 @@ Interpreter::Impl::Impl(Program p) : prog(std::move(p)) {
     }
   for (const NamedValue& out : prog.outputs) last[static_cast<size_t>(root[static_cast<size_t>(out.value)])] = ne;
 
+  // ---- in place: an elementwise result takes the buffer of an operand of its
+  // own dtype whose last reader is this very equation. Each element is read
+  // before the same element is written, so the loop stays correct (the
+  // elementwise kernels carry no __restrict for this reason).
+  std::vector<int> merged(static_cast<size_t>(nv));
+  for (int v = 0; v < nv; ++v) merged[static_cast<size_t>(v)] = v;
+  auto find = [&](int v) {
+    while (merged[static_cast<size_t>(v)] != v) v = merged[static_cast<size_t>(v)];
+    return v;
+  };
+  for (int i = 0; i < ne; ++i) {
+    const Eqn& e = prog.eqns[static_cast<size_t>(i)];
+    const size_t o = static_cast<size_t>(e.out);
+    if (where[o] != Where::arena) continue;
+    int first = 0, count = 0;  // operands that may share the output's buffer
+    switch (e.op) {
+      case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
+        count = 2;
+        break;
+      case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
+        count = 1;
+        break;
+      case Op::select:
+        first = 1;
+        count = 2;
+        break;
+      case Op::constant: case Op::iota: case Op::compare: case Op::convert: case Op::broadcast_in_dim:
+      case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
+      case Op::gather_rows: case Op::scatter_add_rows:
+        break;
+    }
+    for (int k = first; k < first + count; ++k) {
+      const int v = e.inputs[static_cast<size_t>(k)];
+      const size_t r = static_cast<size_t>(find(root[static_cast<size_t>(v)]));
+      if (where[r] != Where::arena || last[r] != i || prog.type(v).dtype != prog.type(e.out).dtype ||
+          prog.type(static_cast<int>(r)).bytes() != prog.type(e.out).bytes())
+        continue;
+      merged[o] = static_cast<int>(r);
+      where[o] = Where::alias;
+      last[r] = std::max(i, last[o]);
+      break;
+    }
+  }
+  for (int v = 0; v < nv; ++v) root[static_cast<size_t>(v)] = find(root[static_cast<size_t>(v)]);
+
+  // ---- outputs computed in the caller's Arrays: the first output on each
+  // arena buffer that has the output's size (one buffer, one Array).
+  output_is_direct.assign(prog.outputs.size(), 0);
+  for (size_t j = 0; j < prog.outputs.size(); ++j) {
+    const size_t r = static_cast<size_t>(root[static_cast<size_t>(prog.outputs[j].value)]);
+    const size_t bytes = prog.output_type(static_cast<int>(j)).bytes();
+    if (where[r] != Where::arena || bytes == 0 || prog.type(static_cast<int>(r)).bytes() != bytes) continue;
+    where[r] = Where::direct;
+    Direct d;
+    d.output = static_cast<int>(j);
+    for (int v = 0; v < nv; ++v)
+      if (root[static_cast<size_t>(v)] == static_cast<int>(r)) d.slots.push_back(v);
+    d.fallback_offset = fallback_bytes;
+    fallback_bytes += align_up(bytes);
+    direct.push_back(std::move(d));
+    output_is_direct[j] = 1;
+  }
+
   std::vector<BufferLife> lives;
   std::vector<int> buffer_slot;
   for (int v = 0; v < nv; ++v) {
@@ -274,6 +352,7 @@ Interpreter::Impl::Impl(Program p) : prog(std::move(p)) {
   for (int v = 0; v < nv; ++v) {
     const int r = root[static_cast<size_t>(v)];
     if (where[static_cast<size_t>(r)] == Where::input) input_slots.emplace_back(v, input_of[static_cast<size_t>(r)]);
+    else if (where[static_cast<size_t>(r)] == Where::direct) continue;  // set per run
     else if (r != v) slots[static_cast<size_t>(v)] = slots[static_cast<size_t>(r)];
   }
   for (const NamedValue& out : prog.outputs) output_slot.push_back(out.value);
@@ -305,15 +384,34 @@ void Interpreter::Impl::run(const std::vector<const Array*>& inputs, std::vector
   check_inputs(inputs);
   void** sl = slots.data();
   for (const auto& [slot, i] : input_slots) sl[slot] = const_cast<void*>(inputs[static_cast<size_t>(i)]->raw());
-  for (const Step& s : steps) s.fn(s, sl);
   if (outputs.size() != output_slot.size()) outputs.resize(output_slot.size());
+  for (Direct& d : direct) {
+    Array& out = outputs[static_cast<size_t>(d.output)];
+    d.in_fallback = std::find(inputs.begin(), inputs.end(), &out) != inputs.end();
+    void* dst;
+    if (d.in_fallback) {  // the caller reads this Array as an input: write it only at the end
+      if (!fallback) fallback = alloc_block(fallback_bytes);
+      dst = static_cast<char*>(fallback.get()) + d.fallback_offset;
+    } else {
+      const Type& t = prog.output_type(d.output);
+      // A default Array claims f32[] but owns no bytes: reset allocates for it.
+      if (out.type() != t || out.raw() == nullptr) out.reset(t);
+      dst = out.raw();
+    }
+    for (int v : d.slots) sl[v] = dst;
+  }
+  for (const Step& s : steps) s.fn(s, sl);
+  for (const Direct& d : direct)
+    if (d.in_fallback) output_is_direct[static_cast<size_t>(d.output)] = 0;
   for (const int j : output_order) {
+    if (output_is_direct[static_cast<size_t>(j)]) continue;
     const Type& t = prog.output_type(j);
     Array& out = outputs[static_cast<size_t>(j)];
     // A default Array claims f32[] but owns no bytes: reset allocates for it.
     if (out.type() != t || (out.raw() == nullptr && t.bytes() != 0)) out.reset(t);
     if (t.bytes()) std::memcpy(out.raw(), sl[output_slot[static_cast<size_t>(j)]], t.bytes());
   }
+  for (const Direct& d : direct) output_is_direct[static_cast<size_t>(d.output)] = 1;
 }
 
 Interpreter::Interpreter(Program p) : impl_(std::make_unique<Impl>(std::move(p))) {}

@@ -1,8 +1,9 @@
 // Elementwise kernels: one tight loop per (op, dtype), each calling the shared
 // formula in ir/scalar_math.h so that the CUDA backend computes the same thing
 // (f32 tanh excepted: see vector_math.h).
-// Pointers are __restrict: the memory plan never gives an output the bytes of a
-// live operand, so output and operands never overlap.
+// No __restrict here: the memory plan may give an output the very bytes of an
+// operand (in place, same index); GCC's runtime overlap check lets equal
+// pointers take the vector loop.
 
 // Without this GCC will not turn `c ? a : b` on floats into a vector blend (it
 // assumes a comparison may trap), so NaN-propagating maximum, select-like code
@@ -47,44 +48,44 @@ inline int32_t int_negate(int32_t a) { return static_cast<int32_t>(0u - static_c
 
 template <class T, T (*F)(T, T)>
 void k_binary(const Step& s, void* const* p) {
-  const T* __restrict a = static_cast<const T*>(p[s.in[0]]);
-  const T* __restrict b = static_cast<const T*>(p[s.in[1]]);
-  T* __restrict o = static_cast<T*>(p[s.out]);
+  const T* a = static_cast<const T*>(p[s.in[0]]);
+  const T* b = static_cast<const T*>(p[s.in[1]]);
+  T* o = static_cast<T*>(p[s.out]);
   const int64_t n = s.n;
   for (int64_t i = 0; i < n; ++i) o[i] = F(a[i], b[i]);
 }
 
 template <class T, T (*F)(T)>
 void k_unary(const Step& s, void* const* p) {
-  const T* __restrict a = static_cast<const T*>(p[s.in[0]]);
-  T* __restrict o = static_cast<T*>(p[s.out]);
+  const T* a = static_cast<const T*>(p[s.in[0]]);
+  T* o = static_cast<T*>(p[s.out]);
   const int64_t n = s.n;
   for (int64_t i = 0; i < n; ++i) o[i] = F(a[i]);
 }
 
 template <class T, int Dir>
 void k_compare(const Step& s, void* const* p) {
-  const S<T>* __restrict a = static_cast<const S<T>*>(p[s.in[0]]);
-  const S<T>* __restrict b = static_cast<const S<T>*>(p[s.in[1]]);
-  uint8_t* __restrict o = static_cast<uint8_t*>(p[s.out]);
+  const S<T>* a = static_cast<const S<T>*>(p[s.in[0]]);
+  const S<T>* b = static_cast<const S<T>*>(p[s.in[1]]);
+  uint8_t* o = static_cast<uint8_t*>(p[s.out]);
   const int64_t n = s.n;
   for (int64_t i = 0; i < n; ++i) o[i] = scalar::compare<S<T>>(Dir, a[i], b[i]) ? 1 : 0;
 }
 
 template <class E>
 void k_select(const Step& s, void* const* p) {
-  const uint8_t* __restrict c = static_cast<const uint8_t*>(p[s.in[0]]);
-  const E* __restrict a = static_cast<const E*>(p[s.in[1]]);
-  const E* __restrict b = static_cast<const E*>(p[s.in[2]]);
-  E* __restrict o = static_cast<E*>(p[s.out]);
+  const uint8_t* c = static_cast<const uint8_t*>(p[s.in[0]]);
+  const E* a = static_cast<const E*>(p[s.in[1]]);
+  const E* b = static_cast<const E*>(p[s.in[2]]);
+  E* o = static_cast<E*>(p[s.out]);
   const int64_t n = s.n;
   for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? a[i] : b[i];
 }
 
 template <class To, class From>
 void k_convert(const Step& s, void* const* p) {
-  const S<From>* __restrict a = static_cast<const S<From>*>(p[s.in[0]]);
-  S<To>* __restrict o = static_cast<S<To>*>(p[s.out]);
+  const S<From>* a = static_cast<const S<From>*>(p[s.in[0]]);
+  S<To>* o = static_cast<S<To>*>(p[s.out]);
   const int64_t n = s.n;
   for (int64_t i = 0; i < n; ++i)
     o[i] = static_cast<S<To>>(scalar::convert<To, From>(static_cast<From>(a[i])));

@@ -61,6 +61,10 @@ Kernel gather_rows_kernel(DType t);
 Kernel scatter_add_rows_kernel(DType t);
 Kernel dot_general_kernel(DType t);
 
+// Sets OpenBLAS to one thread, once per process, unless OPENBLAS_NUM_THREADS
+// is set (see kernels_dot.cpp for why). Called by every Interpreter.
+void configure_blas_threads();
+
 // Plans dot_general for these operand types (strides from row-major layout).
 DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& a, const std::string& what);
 // Plans a reduce: the walk over the input with the output stride of each axis.
