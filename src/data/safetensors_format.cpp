@@ -14,7 +14,11 @@
 namespace capstep {
 namespace {
 
-using json = nlohmann::ordered_json;
+// std::map-based on purpose: ordered_json keeps members in a vector, and
+// growing that vector copies each member, recursively: a deeply nested value
+// followed by one more key overflowed the stack. Tensors are ordered by their
+// offsets anyway (empty tensors at one offset then come by name).
+using json = nlohmann::json;
 
 [[noreturn]] void fail(const std::string& msg) { throw Error(msg); }
 
@@ -48,34 +52,49 @@ std::string range_text(uint64_t b, uint64_t e) {
   return out;
 }
 
+// Text for an error message, cut short: a header may hold 100 MB strings.
+std::string short_text(const std::string& s) { return s.size() <= 80 ? s : s.substr(0, 77) + "..."; }
+
+// A JSON value for an error message. Never dump() a nested value: dump is
+// recursive, and a header of 5 million '[' would overflow the stack.
+std::string brief(const json& v) {
+  if (v.is_array()) {
+    bool flat = v.size() <= 8;
+    for (const json& e : v) flat = flat && e.is_primitive();
+    return flat ? short_text(v.dump()) : "an array of " + std::to_string(v.size()) + " elements";
+  }
+  if (v.is_object()) return "an object of " + std::to_string(v.size()) + " fields";
+  return short_text(v.dump());
+}
+
 // A JSON value that must be a non-negative integer that fits in 64 bits.
 uint64_t as_u64(const json& v, const std::string& what) {
-  if (!v.is_number_unsigned()) fail(what + " must be a non-negative integer, not " + v.dump());
+  if (!v.is_number_unsigned()) fail(what + " must be a non-negative integer, not " + brief(v));
   return v.get<uint64_t>();
 }
 
 TensorEntry parse_entry(const std::string& name, const json& info) {
-  const std::string where = "tensor '" + name + "'";
+  const std::string where = "tensor '" + short_text(name) + "'";
   if (name.empty()) fail("a tensor has an empty name");
   if (!info.is_object()) fail(where + ": expected an object with dtype, shape and data_offsets, got " + std::string(info.type_name()));
   for (const auto& [key, _] : info.items())
     if (key != "dtype" && key != "shape" && key != "data_offsets")
-      fail(where + ": unknown field '" + key + "' (expected dtype, shape, data_offsets)");
+      fail(where + ": unknown field '" + short_text(key) + "' (expected dtype, shape, data_offsets)");
   for (const char* key : {"dtype", "shape", "data_offsets"})
     if (!info.contains(key)) fail(where + ": missing field '" + key + "'");
 
   TensorEntry e;
   e.name = name;
   const json& dt = info.at("dtype");
-  if (!dt.is_string()) fail(where + ": dtype must be a string, not " + dt.dump());
+  if (!dt.is_string()) fail(where + ": dtype must be a string, not " + brief(dt));
   try {
     e.dtype = parse_safetensors_dtype(dt.get<std::string>());
   } catch (const Error& err) {
-    fail(where + ": " + err.what());
+    fail(where + ": dtype '" + short_text(dt.get<std::string>()) + "' is not supported (capstep reads F32, F64, I32 and BOOL)");
   }
 
   const json& shape = info.at("shape");
-  if (!shape.is_array()) fail(where + ": shape must be an array, not " + shape.dump());
+  if (!shape.is_array()) fail(where + ": shape must be an array, not " + brief(shape));
   // numel * element size, checked for overflow at every dimension.
   uint64_t bytes = element_size(e.dtype);
   bool overflow = false;
@@ -91,7 +110,7 @@ TensorEntry parse_entry(const std::string& name, const json& info) {
   if (overflow) fail(where + ": shape " + shape_text(e.shape) + " is too large to address");
 
   const json& off = info.at("data_offsets");
-  if (!off.is_array() || off.size() != 2) fail(where + ": data_offsets must be [begin, end], not " + off.dump());
+  if (!off.is_array() || off.size() != 2) fail(where + ": data_offsets must be [begin, end], not " + brief(off));
   e.begin = as_u64(off[0], where + ": data_offsets begin");
   e.end = as_u64(off[1], where + ": data_offsets end");
   if (e.end < e.begin) fail(where + ": data_offsets " + range_text(e.begin, e.end) + " end before they begin");
@@ -105,7 +124,7 @@ Metadata parse_metadata(const json& m) {
   if (!m.is_object()) fail("__metadata__ must be an object of strings, not " + std::string(m.type_name()));
   Metadata out;
   for (const auto& [key, value] : m.items()) {
-    if (!value.is_string()) fail("__metadata__ value of '" + key + "' must be a string, not " + value.dump());
+    if (!value.is_string()) fail("__metadata__ value of '" + short_text(key) + "' must be a string, not " + brief(value));
     out[key] = value.get<std::string>();
   }
   return out;
@@ -160,9 +179,11 @@ SafetensorsLayout parse_safetensors_layout(const uint8_t* bytes, size_t size) {
   try {
     h = json::parse(header, header + n, cb);
   } catch (const json::exception& e) {
-    fail(std::string("header is not valid JSON: ") + e.what());
+    // nlohmann quotes the token it stopped at, which may be huge.
+    const std::string what = e.what();
+    fail("header is not valid JSON: " + (what.size() <= 300 ? what : what.substr(0, 297) + "..."));
   }
-  if (!duplicate.empty()) fail("header names '" + duplicate + "' twice");
+  if (!duplicate.empty()) fail("header names '" + short_text(duplicate) + "' twice");
   if (!h.is_object()) fail("header must be a JSON object");
 
   SafetensorsLayout out;
@@ -175,7 +196,7 @@ SafetensorsLayout parse_safetensors_layout(const uint8_t* bytes, size_t size) {
     }
     TensorEntry e = parse_entry(name, info);
     if (e.end > data_size)
-      fail("tensor '" + name + "': data_offsets " + range_text(e.begin, e.end) + " run past the end of the data (" +
+      fail("tensor '" + short_text(name) + "': data_offsets " + range_text(e.begin, e.end) + " run past the end of the data (" +
            std::to_string(data_size) + " bytes): file truncated?");
     out.tensors.push_back(std::move(e));
   }
@@ -187,10 +208,11 @@ SafetensorsLayout parse_safetensors_layout(const uint8_t* bytes, size_t size) {
   const TensorEntry* prev = nullptr;
   for (const TensorEntry& e : out.tensors) {
     if (e.begin < covered)
-      fail("tensor '" + e.name + "' data " + range_text(e.begin, e.end) + " overlaps tensor '" + prev->name + "' " +
+      fail("tensor '" + short_text(e.name) + "' data " + range_text(e.begin, e.end) + " overlaps tensor '" +
+           short_text(prev->name) + "' " +
            range_text(prev->begin, prev->end));
     if (e.begin > covered)
-      fail("data bytes " + range_text(covered, e.begin) + " belong to no tensor (gap before tensor '" + e.name + "')");
+      fail("data bytes " + range_text(covered, e.begin) + " belong to no tensor (gap before tensor '" + short_text(e.name) + "')");
     covered = e.end;
     if (e.end > e.begin) prev = &e;
   }
@@ -204,7 +226,7 @@ SafetensorsLayout parse_safetensors_layout(const uint8_t* bytes, size_t size) {
     const uint8_t* p = bytes + out.data_start + e.begin;
     for (uint64_t i = 0; i < e.end - e.begin; ++i)
       if (p[i] > 1)
-        fail("tensor '" + e.name + "' (BOOL) has byte value " + std::to_string(p[i]) + " at element " + std::to_string(i) +
+        fail("tensor '" + short_text(e.name) + "' (BOOL) has byte value " + std::to_string(p[i]) + " at element " + std::to_string(i) +
              "; BOOL bytes must be 0 or 1");
   }
   return out;
