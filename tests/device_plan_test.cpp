@@ -11,6 +11,9 @@
 #include <random>
 
 #include "backend/plan/gemm_layout.h"
+#include "backend/plan/walk.h"
+#include "capstep/array.h"
+#include "capstep/interpreter.h"
 #include "capstep/device_plan.h"
 
 namespace capstep {
@@ -577,6 +580,104 @@ TEST(GemmLayout, EveryDotGeneralFormMatchesItsDefinition) {
     ASSERT_EQ(got.size(), want.size()) << what;
     for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-12) << what << " element " << i;
   }
+}
+
+// ---- the strided walks of the CUDA layout kernels -------------------------------
+// The device kernels compute out[i] = in[walk_offset(w, i)] (broadcast,
+// transpose) and out[o] = reduce over r of in[walk_offset(kept, o) +
+// walk_offset(reduced, r)]; the same plan::walk_offset, run here on the host,
+// must give the host interpreter's results.
+
+Array numbered(const Type& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>((i * 7919) % 1009) - 500.0;
+  return Array::from_doubles(t, v);
+}
+
+Array walk_copy(const Array& in, const Type& out_t, const plan::Walk& w) {
+  Array out(out_t);
+  for (int64_t i = 0; i < out_t.numel(); ++i) out.set(i, in.get(plan::walk_offset(w, i)));
+  return out;
+}
+
+TEST(Walks, BroadcastAndTransposeMatchTheInterpreter) {
+  std::mt19937 rng(77);
+  for (int trial = 0; trial < 40; ++trial) {
+    // a random rank-1..4 shape with sizes 1..6, its transposes and broadcasts
+    const int rank = 1 + static_cast<int>(rng() % 4);
+    Shape s;
+    for (int d = 0; d < rank; ++d) s.push_back(1 + static_cast<int64_t>(rng() % 6));
+    const Type t = f32(s);
+    std::vector<int64_t> perm(static_cast<size_t>(rank));
+    for (int d = 0; d < rank; ++d) perm[static_cast<size_t>(d)] = d;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    {
+      Program p;
+      int x = p.add_input("x", t);
+      Attrs a;
+      a.dims = perm;
+      p.add_output("y", p.add_eqn(Op::transpose, {x}, a));
+      const Array in = numbered(t);
+      const Array want = host::run(p, {in})[0];
+      const Array got = walk_copy(in, want.type(), plan::transpose_walk(s, perm, "test"));
+      EXPECT_TRUE(got.bit_equal(want)) << "transpose " << t.str() << " by " << shape_str(perm);
+    }
+    {
+      // broadcast into a rank+1 result: a new axis at a random place, and each
+      // size-1 operand axis stretched
+      const size_t at = rng() % static_cast<size_t>(rank + 1);
+      Shape out;
+      std::vector<int64_t> dims;
+      for (int d = 0, o = 0; d <= rank; ++d, ++o) {
+        if (static_cast<size_t>(d) == at) out.push_back(3);
+        if (d == rank) break;
+        dims.push_back(static_cast<int64_t>(out.size()));
+        out.push_back(s[static_cast<size_t>(d)] == 1 ? 4 : s[static_cast<size_t>(d)]);
+      }
+      Program p;
+      int x = p.add_input("x", t);
+      Attrs a;
+      a.dims = dims;
+      p.add_output("y", p.add_eqn_typed(Op::broadcast_in_dim, {x}, a, f32(out)));
+      const Array in = numbered(t);
+      const Array want = host::run(p, {in})[0];
+      const Array got = walk_copy(in, want.type(), plan::broadcast_walk(s, out, dims, "test"));
+      EXPECT_TRUE(got.bit_equal(want)) << "broadcast " << t.str() << " to " << shape_str(out) << " dims "
+                                       << shape_str(dims);
+    }
+  }
+}
+
+TEST(Walks, ReduceOverAnyAxesMatchesTheInterpreter) {
+  const Shape s = {3, 5, 4, 2};
+  const Type t = {DType::i32, s};
+  for (unsigned mask = 1; mask < 16; ++mask) {
+    std::vector<int64_t> axes;
+    for (int d = 0; d < 4; ++d)
+      if (mask & (1u << d)) axes.push_back(d);
+    for (Op op : {Op::reduce_sum, Op::reduce_max}) {
+      Program p;
+      int x = p.add_input("x", t);
+      Attrs a;
+      a.dims = axes;
+      p.add_output("y", p.add_eqn(op, {x}, a));
+      const Array in = numbered(t);
+      const Array want = host::run(p, {in})[0];
+      const plan::ReduceWalks rw = plan::reduce_walks(s, axes, "test");
+      ASSERT_EQ(rw.n_out, want.numel());
+      Array got(want.type());
+      for (int64_t o = 0; o < rw.n_out; ++o) {
+        double acc = op == Op::reduce_max ? -1e300 : 0.0;
+        for (int64_t r = 0; r < rw.n_red; ++r) {
+          const double v = in.get(plan::walk_offset(rw.kept, o) + plan::walk_offset(rw.reduced, r));
+          acc = op == Op::reduce_max ? std::max(acc, v) : acc + v;
+        }
+        got.set(o, acc);
+      }
+      EXPECT_TRUE(got.bit_equal(want)) << op_name(op) << " over " << shape_str(axes);
+    }
+  }
+  EXPECT_THROW(plan::transpose_walk(Shape(9, 2), {0, 1, 2, 3, 4, 5, 6, 7, 8}, "rank 9"), Error);
 }
 
 }  // namespace

@@ -6,41 +6,11 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/executable_impl.h"
+#include "backend/plan/walk.h"
 #include "capstep/array.h"
 
 namespace capstep::cuda {
 namespace {
-
-std::vector<int64_t> strides_of(const Shape& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
-  return st;
-}
-
-k::Walk make_walk(const Shape& dims, const std::vector<int64_t>& stride, const std::string& what) {
-  if (dims.size() > static_cast<size_t>(k::kMaxRank))
-    throw Error(what + ": rank " + std::to_string(dims.size()) + " exceeds the CUDA backend's limit of " +
-                std::to_string(k::kMaxRank));
-  k::Walk w;
-  w.rank = static_cast<int>(dims.size());
-  for (size_t d = 0; d < dims.size(); ++d) {
-    w.dims[d] = dims[d];
-    w.stride[d] = stride[d];
-  }
-  return w;
-}
-
-// out = in transposed by perm (out axis i is in axis perm[i])
-k::Walk transpose_walk(const Shape& in, const std::vector<int64_t>& perm, const std::string& what) {
-  const std::vector<int64_t> is = strides_of(in);
-  Shape dims;
-  std::vector<int64_t> st;
-  for (int64_t p : perm) {
-    dims.push_back(in[static_cast<size_t>(p)]);
-    st.push_back(is[static_cast<size_t>(p)]);
-  }
-  return make_walk(dims, st, what);
-}
 
 k::Unary unary_of(Op op) {
   switch (op) {
@@ -148,14 +118,10 @@ void Executable::Impl::build_launches() {
       }
       case Op::broadcast_in_dim: {
         const Type& it = prog.type(e.inputs[0]);
-        const std::vector<int64_t> is = strides_of(it.shape);
-        std::vector<int64_t> stride(ot.shape.size(), 0);
-        for (size_t i = 0; i < e.attrs.dims.size(); ++i)
-          if (it.shape[i] != 1) stride[static_cast<size_t>(e.attrs.dims[i])] = is[i];
         if (it.numel() == n) {
           device_copy(out, in[0], ot.bytes());  // only size-1 axes appear: the bytes are the same
         } else {
-          const k::Walk w = make_walk(ot.shape, stride, what);
+          const k::Walk w = plan::broadcast_walk(it.shape, ot.shape, e.attrs.dims, what);
           const size_t eb = dtype_size(ot.dtype);
           kernel([=] { return k::strided_copy(*st, eb, in[0], out, w, n); });
         }
@@ -166,7 +132,7 @@ void Executable::Impl::build_launches() {
         if (plan::transpose_moves_nothing(it.shape, e.attrs.dims)) {
           device_copy(out, in[0], ot.bytes());
         } else {
-          const k::Walk w = transpose_walk(it.shape, e.attrs.dims, what);
+          const k::Walk w = plan::transpose_walk(it.shape, e.attrs.dims, what);
           const size_t eb = dtype_size(ot.dtype);
           kernel([=] { return k::strided_copy(*st, eb, in[0], out, w, n); });
         }
@@ -186,14 +152,14 @@ void Executable::Impl::build_launches() {
         const char* b = in[1];
         char* scratch = addr(plan.scratch_loc[static_cast<size_t>(d)]);
         if (g.a.pack) {
-          const k::Walk w = transpose_walk(prog.type(e.inputs[0]).shape, g.a.perm, what);
+          const k::Walk w = plan::transpose_walk(prog.type(e.inputs[0]).shape, g.a.perm, what);
           const int64_t na = prog.type(e.inputs[0]).numel();
           const char* src = a;
           kernel([=] { return k::strided_copy(*st, eb, src, scratch, w, na); });
           a = scratch;
         }
         if (g.b.pack) {
-          const k::Walk w = transpose_walk(prog.type(e.inputs[1]).shape, g.b.perm, what);
+          const k::Walk w = plan::transpose_walk(prog.type(e.inputs[1]).shape, g.b.perm, what);
           const int64_t nb = prog.type(e.inputs[1]).numel();
           const char* src = b;
           char* dst = scratch + g.a.scratch_bytes;
@@ -225,22 +191,10 @@ void Executable::Impl::build_launches() {
         break;
       }
       case Op::reduce_sum: case Op::reduce_max: {
-        const Type& it = prog.type(e.inputs[0]);
-        const std::vector<int64_t> is = strides_of(it.shape);
-        Shape kd, rd;
-        std::vector<int64_t> ks, rs;
-        for (size_t a = 0; a < it.shape.size(); ++a) {
-          const bool red = std::find(e.attrs.dims.begin(), e.attrs.dims.end(), static_cast<int64_t>(a)) !=
-                           e.attrs.dims.end();
-          (red ? rd : kd).push_back(it.shape[a]);
-          (red ? rs : ks).push_back(is[a]);
-        }
-        const k::Walk kw = make_walk(kd, ks, what), rw = make_walk(rd, rs, what);
-        int64_t n_red = 1;
-        for (int64_t x : rd) n_red *= x;
+        const plan::ReduceWalks rw = plan::reduce_walks(prog.type(e.inputs[0]).shape, e.attrs.dims, what);
         const bool mx = e.op == Op::reduce_max;
         const DType t = ot.dtype;
-        kernel([=] { return k::reduce(*st, mx, t, in[0], out, kw, n, rw, n_red); });
+        kernel([=] { return k::reduce(*st, mx, t, in[0], out, rw.kept, rw.n_out, rw.reduced, rw.n_red); });
         break;
       }
       case Op::gather_rows: {

@@ -9,19 +9,14 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend/plan/walk.h"
 #include "capstep/ir.h"
 
 namespace capstep::cuda::k {
 
-constexpr int kMaxRank = 8;
-
-// A walk over an output of `rank` dims: element i at coordinates c has source
-// offset sum(c[d] * stride[d]) (stride 0 for broadcast axes).
-struct Walk {
-  int rank = 0;
-  int64_t dims[kMaxRank] = {};
-  int64_t stride[kMaxRank] = {};
-};
+// The strided walks (plan/walk.h): built on the host, walked by the kernels
+// with the same plan::walk_offset that the host tests check.
+using plan::Walk;
 
 // Where a device kernel reports a bad index (gather/scatter); zeroed before
 // each step, read after it. The first error wins.

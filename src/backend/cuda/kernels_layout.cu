@@ -19,16 +19,7 @@ unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(b < 1 ? 1 : b);
 }
 
-// Source offset of flat index i of the walk's dims.
-__device__ __forceinline__ int64_t walk_offset(const Walk& w, int64_t i) {
-  int64_t off = 0;
-  for (int d = w.rank - 1; d >= 0; --d) {
-    const int64_t c = i % w.dims[d];
-    i /= w.dims[d];
-    off += c * w.stride[d];
-  }
-  return off;
-}
+using plan::walk_offset;
 
 template <class T>
 __global__ void k_strided_copy(const T* __restrict__ src, T* __restrict__ out, Walk w, int64_t n) {
