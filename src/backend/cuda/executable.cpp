@@ -120,7 +120,8 @@ Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
   m.d_err = static_cast<k::DeviceError*>(m.device_alloc(sizeof(k::DeviceError), "error flag"));
   CAPSTEP_CU(cudaMallocHost(reinterpret_cast<void**>(&m.h_err), sizeof(k::DeviceError)));
   std::memset(m.h_err, 0, sizeof(k::DeviceError));
-  CAPSTEP_CU(cudaMemset(m.d_inputs, 0, m.plan.inputs_bytes));  // a never-uploaded input reads as zeros
+  // a never-uploaded input reads as zeros; on our stream, so that it is ordered before any upload
+  CAPSTEP_CU(cudaMemsetAsync(m.d_inputs, 0, m.plan.inputs_bytes, m.stream));
 
   bool any_dot = false;
   for (const Eqn& e : m.prog.eqns) any_dot |= e.op == Op::dot_general;
@@ -136,6 +137,9 @@ Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
   m.build_launches();
   m.h_stage.assign(m.prog.inputs.size(), nullptr);
   m.stage_done.assign(m.prog.inputs.size(), nullptr);
+  // The statics went up on the legacy default stream, which our non-blocking
+  // stream does not wait for: finish all set-up work before the first step.
+  CAPSTEP_CU(cudaDeviceSynchronize(), "(finishing the set-up of program \"" + m.prog.name + "\")");
 }
 
 Executable::~Executable() = default;
