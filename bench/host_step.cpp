@@ -61,4 +61,38 @@ int main(int argc, char** argv) {
   std::sort(ms.begin(), ms.end());
   std::printf("loss %.6f; run() median %.3f ms, min %.3f ms over %d runs\n", out[0].get(0), ms[ms.size() / 2], ms[0],
               steps);
+
+  // Each equation alone, as a one-equation program on zero inputs, to see where
+  // the time goes (cache effects of the whole step are not reproduced).
+  std::map<std::string, double> per_op;
+  std::vector<std::pair<double, std::string>> slowest;
+  for (const Eqn& e : grad.eqns) {
+    if (e.op == Op::reshape || e.op == Op::constant || e.op == Op::iota) continue;
+    Program one;
+    std::vector<int> ins;
+    for (size_t k = 0; k < e.inputs.size(); ++k) ins.push_back(one.add_input("in" + std::to_string(k), grad.type(e.inputs[k])));
+    one.add_output("out", one.add_eqn_typed(e.op, ins, e.attrs, grad.type(e.out)));
+    host::Interpreter oi(one);
+    std::vector<Array> arrays;
+    for (size_t k = 0; k < e.inputs.size(); ++k) arrays.emplace_back(grad.type(e.inputs[k]));
+    std::vector<const Array*> ptrs;
+    for (Array& a : arrays) ptrs.push_back(&a);
+    std::vector<Array> o;
+    oi.run(ptrs, o);
+    std::vector<double> t;
+    for (int r = 0; r < 50; ++r) {
+      auto t0 = Clock::now();
+      oi.run(ptrs, o);
+      t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    per_op[op_name(e.op)] += t[t.size() / 2];
+    slowest.emplace_back(t[t.size() / 2], eqn_text(grad, e));
+  }
+  double total = 0;
+  for (auto& [k, v] : per_op) total += v;
+  std::printf("equations one at a time: %.0f us in all\n", total);
+  for (auto& [k, v] : per_op) std::printf("  %-18s %7.1f us\n", k.c_str(), v);
+  std::sort(slowest.rbegin(), slowest.rend());
+  for (size_t i = 0; i < 12 && i < slowest.size(); ++i) std::printf("  %6.1f us  %s\n", slowest[i].first, slowest[i].second.c_str());
 }
