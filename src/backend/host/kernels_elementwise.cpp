@@ -47,7 +47,7 @@ inline int32_t int_multiply(int32_t a, int32_t b) {
 inline int32_t int_negate(int32_t a) { return static_cast<int32_t>(0u - static_cast<uint32_t>(a)); }
 
 template <class T, T (*F)(T, T)>
-void k_binary(const Step& s, void* const* p) {
+CAPSTEP_HOST_CLONES void k_binary(const Step& s, void* const* p) {
   const T* a = static_cast<const T*>(p[s.in[0]]);
   const T* b = static_cast<const T*>(p[s.in[1]]);
   T* o = static_cast<T*>(p[s.out]);
@@ -56,7 +56,7 @@ void k_binary(const Step& s, void* const* p) {
 }
 
 template <class T, T (*F)(T)>
-void k_unary(const Step& s, void* const* p) {
+CAPSTEP_HOST_CLONES void k_unary(const Step& s, void* const* p) {
   const T* a = static_cast<const T*>(p[s.in[0]]);
   T* o = static_cast<T*>(p[s.out]);
   const int64_t n = s.n;
@@ -64,7 +64,7 @@ void k_unary(const Step& s, void* const* p) {
 }
 
 template <class T, int Dir>
-void k_compare(const Step& s, void* const* p) {
+CAPSTEP_HOST_CLONES void k_compare(const Step& s, void* const* p) {
   const S<T>* a = static_cast<const S<T>*>(p[s.in[0]]);
   const S<T>* b = static_cast<const S<T>*>(p[s.in[1]]);
   uint8_t* o = static_cast<uint8_t*>(p[s.out]);
@@ -73,7 +73,7 @@ void k_compare(const Step& s, void* const* p) {
 }
 
 template <class E>
-void k_select(const Step& s, void* const* p) {
+CAPSTEP_HOST_CLONES void k_select(const Step& s, void* const* p) {
   const uint8_t* c = static_cast<const uint8_t*>(p[s.in[0]]);
   const E* a = static_cast<const E*>(p[s.in[1]]);
   const E* b = static_cast<const E*>(p[s.in[2]]);
@@ -83,7 +83,7 @@ void k_select(const Step& s, void* const* p) {
 }
 
 template <class To, class From>
-void k_convert(const Step& s, void* const* p) {
+CAPSTEP_HOST_CLONES void k_convert(const Step& s, void* const* p) {
   const S<From>* a = static_cast<const S<From>*>(p[s.in[0]]);
   S<To>* o = static_cast<S<To>*>(p[s.out]);
   const int64_t n = s.n;

@@ -38,7 +38,7 @@ constexpr T identity() {
 // a (0 for reduced axes). The innermost axis is either reduced (one running
 // accumulator) or kept (a vector update of contiguous outputs).
 template <class T, bool Max>
-void k_reduce(const Step& s, void* const* p) {
+CAPSTEP_HOST_CLONES void k_reduce(const Step& s, void* const* p) {
   const T* __restrict in = static_cast<const T*>(p[s.in[0]]);
   T* __restrict out = static_cast<T*>(p[s.out]);
   for (int64_t i = 0; i < s.n; ++i) out[i] = identity<T, Max>();

@@ -12,6 +12,16 @@
 
 namespace capstep::host {
 
+// Hot loops are compiled for AVX2 and AVX-512 as well as the baseline and the
+// best is picked when the program loads (GCC function multi-versioning), so one
+// portable binary uses the wide vectors where the CPU has them. The clones run
+// the same IEEE operations in the same order, so results do not change.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define CAPSTEP_HOST_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CAPSTEP_HOST_CLONES
+#endif
+
 struct Step;
 // slots[k] is the address of slot k: one per Program value, then scratch buffers.
 using Kernel = void (*)(const Step& s, void* const* slots);
