@@ -1024,6 +1024,36 @@ TEST(Run, OneBufferBehindSeveralOutputs) {
   }
 }
 
+TEST(Run, ZeroSizedValuesFlowThroughEveryLayoutOp) {
+  Program p;
+  int x = p.add_input("x", T(DType::f32, {0, 3}));
+  int idx = p.add_input("idx", T(DType::i32, {0}));
+  int table = p.add_input("table", T(DType::f32, {4, 3}));
+  Attrs perm;
+  perm.dims = {1, 0};
+  int t = p.add_eqn(Op::transpose, {x}, perm);                                  // [3,0]
+  Attrs bd;
+  bd.dims = {0, 2};
+  int b = p.add_eqn_typed(Op::broadcast_in_dim, {x}, bd, T(DType::f32, {0, 5, 3}));
+  int g = p.add_eqn(Op::gather_rows, {table, idx}, {});                        // [0,3]
+  int s = p.add_eqn(Op::add, {g, x}, {});
+  int sc = p.add_eqn(Op::scatter_add_rows, {table, idx, s}, {});               // = table
+  Attrs d;
+  d.lhs_contract = {0};
+  d.rhs_contract = {0};
+  int m = p.add_eqn(Op::dot_general, {x, x}, d);                                // [3,3] of zeros
+  p.add_output("t", t);
+  p.add_output("b", b);
+  p.add_output("sc", sc);
+  p.add_output("m", m);
+  Array tv = random(T(DType::f32, {4, 3}), 36);
+  std::vector<Array> out = host::run(p, {Array(T(DType::f32, {0, 3})), Array(T(DType::i32, {0})), tv});
+  EXPECT_EQ(out[0].type(), T(DType::f32, {3, 0}));
+  EXPECT_EQ(out[1].type(), T(DType::f32, {0, 5, 3}));
+  EXPECT_TRUE(out[2].bit_equal(tv));
+  expect_exact(out[3], T(DType::f32, {3, 3}), std::vector<double>(9, 0.0));
+}
+
 TEST(Reduce, IntSumWrapsInsteadOfOverflowing) {
   Program p;
   int x = p.add_input("x", T(DType::i32, {3}));
