@@ -279,6 +279,37 @@ TEST(Train, GpuLaneWithoutADeviceFallsBackOrFails) {
   EXPECT_NE(error_of([&] { train::train(o); }).find("needs a GPU"), std::string::npos);
 }
 
+// On a machine with a GPU: both GPU lanes follow the host's losses within the
+// seed's 1e-3 relative (TF32 dots), and a checkpoint of the fused lane (its
+// state downloaded from the device) resumes on the host.
+TEST(Train, GpuLanesFollowTheHostAndTheirCheckpointsResume) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no GPU: " << why;
+  TempDir d;
+  train::Options h = small_options();
+  h.steps = 12;
+  const train::Result host = train::train(h);
+  for (train::Lane lane : {train::Lane::gpu, train::Lane::gpu_fused}) {
+    train::Options g = small_options();
+    g.steps = 6;
+    g.lane = lane;
+    g.require_gpu = true;
+    g.save_path = d.file(std::string(train::lane_name(lane)) + ".safetensors");
+    const train::Result first = train::train(g);
+    ASSERT_EQ(first.lane_used, lane);
+    train::Options rest = small_options();
+    rest.steps = 12;
+    rest.resume_path = g.save_path;
+    const train::Result second = train::train(rest);   // on the host
+    std::vector<double> all = first.losses;
+    all.insert(all.end(), second.losses.begin(), second.losses.end());
+    ASSERT_EQ(all.size(), 12u);
+    for (size_t k = 0; k < 12; ++k)
+      EXPECT_LE(std::fabs(all[k] - host.losses[k]) / std::fabs(host.losses[k]), 1e-3)
+          << train::lane_name(lane) << " step " << k + 1 << ": " << all[k] << " vs host " << host.losses[k];
+  }
+}
+
 TEST(Train, OptionsOutOfRangeAreRefusedByName) {
   train::Options o = small_options();
   o.steps = 0;
