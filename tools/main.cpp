@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   using namespace capstep::cli;
   CLI::App app{"capstep: capture a training step as a program, differentiate it, run it on the host or a GPU.\n"
                "Train a small causal language model on your own text, and sample from it."};
+  app.footer("Exit codes: 0 success, 1 runtime failure, 2 usage error. `capstep SUBCOMMAND --help` for its options.");
   app.require_subcommand(1);
   app.fallthrough(false);
   app.set_version_flag("--version", std::string("capstep ") + CAPSTEP_VERSION);
