@@ -94,5 +94,5 @@ int main(int argc, char** argv) {
   std::printf("equations one at a time: %.0f us in all\n", total);
   for (auto& [k, v] : per_op) std::printf("  %-18s %7.1f us\n", k.c_str(), v);
   std::sort(slowest.rbegin(), slowest.rend());
-  for (size_t i = 0; i < 12 && i < slowest.size(); ++i) std::printf("  %6.1f us  %s\n", slowest[i].first, slowest[i].second.c_str());
+  for (size_t i = 0; i < (getenv("ALL") ? slowest.size() : 12) && i < slowest.size(); ++i) std::printf("  %6.1f us  %s\n", slowest[i].first, slowest[i].second.c_str());
 }

@@ -12,8 +12,11 @@
 //              itself (its address is set per run), so nothing is copied out and
 //              the arena holds only true intermediates
 // dot_general's packing scratch lives in the same arena for the one step that
-// uses it. run() then only stores the input addresses, calls each step's kernel
-// and copies the outputs out: no lookups, no allocation.
+// uses it. Elementwise results take over the buffer of an operand read for the
+// last time (in place). run() then only stores the input and output addresses,
+// calls each step's kernel and copies out what was not computed in place
+// (pass-through inputs, constants, a second output of one buffer): no lookups,
+// no allocation once the caller's output Arrays have their types.
 //
 // run() writes the Interpreter's own arena and slot table: one Interpreter runs
 // on one thread at a time (make one per thread to run in parallel).
@@ -92,6 +95,56 @@ StridedView transpose_view(const Type& in, const std::vector<int64_t>& perm, con
     stride.push_back(is[static_cast<size_t>(p)]);
   }
   return make_view(size, stride, what);
+}
+
+// In place: an elementwise result takes the buffer of an operand of its own
+// dtype whose last reader is this very equation (root and last are per buffer;
+// both are updated, and the output becomes an alias). Each element is read
+// before the same element is written, so the loop stays correct; the
+// elementwise kernels carry no __restrict for this reason.
+void merge_in_place(const Program& prog, std::vector<Where>& where, std::vector<int>& root, std::vector<int>& last) {
+  const int nv = prog.num_values();
+  const int ne = static_cast<int>(prog.eqns.size());
+  std::vector<int> merged(static_cast<size_t>(nv));
+  for (int v = 0; v < nv; ++v) merged[static_cast<size_t>(v)] = v;
+  auto find = [&](int v) {
+    while (merged[static_cast<size_t>(v)] != v) v = merged[static_cast<size_t>(v)];
+    return v;
+  };
+  for (int i = 0; i < ne; ++i) {
+    const Eqn& e = prog.eqns[static_cast<size_t>(i)];
+    const size_t o = static_cast<size_t>(e.out);
+    if (where[o] != Where::arena) continue;
+    int first = 0, count = 0;  // operands that may share the output's buffer
+    switch (e.op) {
+      case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
+        count = 2;
+        break;
+      case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
+        count = 1;
+        break;
+      case Op::select:
+        first = 1;
+        count = 2;
+        break;
+      case Op::constant: case Op::iota: case Op::compare: case Op::convert: case Op::broadcast_in_dim:
+      case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
+      case Op::gather_rows: case Op::scatter_add_rows:
+        break;
+    }
+    for (int k = first; k < first + count; ++k) {
+      const int v = e.inputs[static_cast<size_t>(k)];
+      const size_t r = static_cast<size_t>(find(root[static_cast<size_t>(v)]));
+      if (where[r] != Where::arena || last[r] != i || prog.type(v).dtype != prog.type(e.out).dtype ||
+          prog.type(static_cast<int>(r)).bytes() != prog.type(e.out).bytes())
+        continue;
+      merged[o] = static_cast<int>(r);
+      where[o] = Where::alias;
+      last[r] = std::max(i, last[o]);
+      break;
+    }
+  }
+  for (int v = 0; v < nv; ++v) root[static_cast<size_t>(v)] = find(root[static_cast<size_t>(v)]);
 }
 
 }  // namespace
@@ -243,50 +296,7 @@ Interpreter::Impl::Impl(Program p) : prog(std::move(p)) {
     }
   for (const NamedValue& out : prog.outputs) last[static_cast<size_t>(root[static_cast<size_t>(out.value)])] = ne;
 
-  // ---- in place: an elementwise result takes the buffer of an operand of its
-  // own dtype whose last reader is this very equation. Each element is read
-  // before the same element is written, so the loop stays correct (the
-  // elementwise kernels carry no __restrict for this reason).
-  std::vector<int> merged(static_cast<size_t>(nv));
-  for (int v = 0; v < nv; ++v) merged[static_cast<size_t>(v)] = v;
-  auto find = [&](int v) {
-    while (merged[static_cast<size_t>(v)] != v) v = merged[static_cast<size_t>(v)];
-    return v;
-  };
-  for (int i = 0; i < ne; ++i) {
-    const Eqn& e = prog.eqns[static_cast<size_t>(i)];
-    const size_t o = static_cast<size_t>(e.out);
-    if (where[o] != Where::arena) continue;
-    int first = 0, count = 0;  // operands that may share the output's buffer
-    switch (e.op) {
-      case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
-        count = 2;
-        break;
-      case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
-        count = 1;
-        break;
-      case Op::select:
-        first = 1;
-        count = 2;
-        break;
-      case Op::constant: case Op::iota: case Op::compare: case Op::convert: case Op::broadcast_in_dim:
-      case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
-      case Op::gather_rows: case Op::scatter_add_rows:
-        break;
-    }
-    for (int k = first; k < first + count; ++k) {
-      const int v = e.inputs[static_cast<size_t>(k)];
-      const size_t r = static_cast<size_t>(find(root[static_cast<size_t>(v)]));
-      if (where[r] != Where::arena || last[r] != i || prog.type(v).dtype != prog.type(e.out).dtype ||
-          prog.type(static_cast<int>(r)).bytes() != prog.type(e.out).bytes())
-        continue;
-      merged[o] = static_cast<int>(r);
-      where[o] = Where::alias;
-      last[r] = std::max(i, last[o]);
-      break;
-    }
-  }
-  for (int v = 0; v < nv; ++v) root[static_cast<size_t>(v)] = find(root[static_cast<size_t>(v)]);
+  merge_in_place(prog, where, root, last);
 
   // ---- outputs computed in the caller's Arrays: the first output on each
   // arena buffer that has the output's size (one buffer, one Array).
