@@ -13,6 +13,9 @@
 #include "backend/plan/gemm_layout.h"
 #include "backend/plan/walk.h"
 #include "capstep/array.h"
+#include "capstep/autodiff.h"
+#include "capstep/nn.h"
+#include "capstep/optim.h"
 #include "capstep/interpreter.h"
 #include "capstep/device_plan.h"
 
@@ -678,6 +681,41 @@ TEST(Walks, ReduceOverAnyAxesMatchesTheInterpreter) {
     }
   }
   EXPECT_THROW(plan::transpose_walk(Shape(9, 2), {0, 1, 2, 3, 4, 5, 6, 7, 8}, "rank 9"), Error);
+}
+
+// Lane 3's program: the seed's model (smaller), its gradient, AdamW appended
+// with params/m/v donated. Every alias must be written in place (no copy-back
+// costs a step), and one step simulated on the planned addresses reads every
+// operand intact and leaves each updated buffer where the next step reads it.
+TEST(DevicePlan, FusedAdamWProgramDonatesEveryBufferInPlace) {
+  nn::LmConfig c;
+  c.d_model = 32;
+  c.n_heads = 2;
+  c.d_ff = 48;
+  c.context = 16;
+  c.batch = 2;
+  c.seq = 7;
+  std::vector<std::string> names;
+  for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
+  Program p = optim::with_adamw(value_and_grad(nn::lm_loss_program(c), names), names, optim::AdamW{});
+  std::vector<size_t> scratch(p.eqns.size(), 0);
+  for (size_t d = 0; d < p.eqns.size(); ++d)
+    if (p.eqns[d].op == Op::dot_general)
+      scratch[d] = plan::plan_gemm(p.type(p.eqns[d].inputs[0]), p.type(p.eqns[d].inputs[1]), p.eqns[d].attrs)
+                       .scratch_bytes();
+  Plan pl = plan::plan_device_memory(p, scratch);
+  ASSERT_EQ(p.aliases.size(), 3 * names.size());
+  int donated = 0;
+  for (int d : pl.donated_input) donated += d >= 0;
+  EXPECT_EQ(donated, static_cast<int>(p.aliases.size())) << plan::describe(p, pl);
+  EXPECT_TRUE(pl.end_copies.empty()) << plan::describe(p, pl);
+  EXPECT_EQ(pairwise_overlaps(p, pl, scratch), 0);
+  EXPECT_EQ(simulate(p, pl, scratch), 0);
+  // the arena is far smaller than keeping every value
+  size_t all = 0;
+  for (const auto& v : pl.values)
+    if (v.home == Home::arena) all += v.bytes;
+  EXPECT_LT(pl.arena_bytes, all);
 }
 
 }  // namespace
