@@ -46,5 +46,15 @@ template <class To, class From> CAPSTEP_HD To convert(From a) { return static_ca
 template <> CAPSTEP_HD bool convert<bool, float>(float a) { return a != 0.0f; }
 template <> CAPSTEP_HD bool convert<bool, double>(double a) { return a != 0.0; }
 template <> CAPSTEP_HD bool convert<bool, int>(int a) { return a != 0; }
+// float -> i32 saturates and sends NaN to 0, as XLA and CUDA's cvt.rzi.sat do;
+// a plain cast is undefined in C++ for those values, and x86 would give INT_MIN.
+template <class F> CAPSTEP_HD int saturating_to_i32(F a) {
+  if (a != a) return 0;
+  if (a >= F(2147483647.0)) return 2147483647;
+  if (a <= F(-2147483648.0)) return -2147483647 - 1;
+  return static_cast<int>(a);
+}
+template <> CAPSTEP_HD int convert<int, float>(float a) { return saturating_to_i32(a); }
+template <> CAPSTEP_HD int convert<int, double>(double a) { return saturating_to_i32(a); }
 
 }  // namespace capstep::scalar
