@@ -1,0 +1,476 @@
+#!/usr/bin/env python3
+"""The seed's training step in PyTorch (eager, optionally torch.compile) and JAX
+(jit), on the CPU, timed the way capstep's lane 1 is timed: one step is
+forward + backward + AdamW, median over the timed steps after warm-up.
+
+The model is capstep's (include/capstep/nn.h, src/nn/causal_lm.cpp), written
+out op by op so every framework runs the same arithmetic: vocab 64, d_model
+128, 2 pre-norm blocks, 4 heads of 32, q/k/v/o [128,128] without biases,
+causal softmax attention (scale 1/sqrt(32), -1e9 above the diagonal),
+feed-forward 128->256->128 with tanh-GELU and no biases, RMSNorm (gain only,
+eps 1e-5) before attention, before the MLP and at the end, positions 256x128
+(rows 0..T-1), untied head [128,64]: 311,936 parameters; batch 4 x 16;
+next-token cross-entropy, mean. AdamW lr 1e-2, betas 0.9/0.999, eps 1e-8,
+weight decay 0.01 on every parameter (torch.optim.AdamW's formula).
+
+Two modes:
+  --run torch|torch-compile|jax --threads N   one measurement in this process,
+      printed as one JSON line (thread settings must be made before the
+      framework is imported, so each measurement is its own process);
+  --table [--capstep-json FILE]               runs every measurement as a
+      subprocess and prints one table, with ratios to capstep's lane 1.
+scripts/bench-baselines is the usual way in: it makes the venv, builds and
+runs capstep, then calls --table.
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+V, D, L, H, F, P, B, T = 64, 128, 2, 4, 256, 256, 4, 16
+DH = D // H
+EPS_NORM = 1e-5
+LR, BETA1, BETA2, EPS, WD = 1e-2, 0.9, 0.999, 1e-8, 0.01
+N_PARAMS = 311_936
+
+
+def param_specs():
+    """(name, shape, is_gain) in capstep's order (nn::lm_parameters)."""
+    ps = [("tok_emb", (V, D), False), ("pos_emb", (P, D), False)]
+    for l in range(L):
+        b = f"blocks.{l}."
+        ps.append((b + "attn_norm", (D,), True))
+        for w in ("wq", "wk", "wv", "wo"):
+            ps.append((b + "attn." + w, (D, D), False))
+        ps.append((b + "mlp_norm", (D,), True))
+        ps.append((b + "mlp.w1", (D, F), False))
+        ps.append((b + "mlp.w2", (F, D), False))
+    ps.append(("final_norm", (D,), True))
+    ps.append(("head", (D, V), False))
+    return ps
+
+
+def init_numpy(seed):
+    """normal(0, 0.02) matrices, ones for gains (capstep's scheme; not its bits)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    out = []
+    for name, shape, gain in param_specs():
+        a = np.ones(shape, np.float32) if gain else (0.02 * rng.standard_normal(shape)).astype(np.float32)
+        out.append(a)
+    assert sum(a.size for a in out) == N_PARAMS, sum(a.size for a in out)
+    return out
+
+
+def batches_numpy(seed, n):
+    """n random (tokens, targets) int32 [B, T] pairs: next-token targets of one stream."""
+    import numpy as np
+    rng = np.random.default_rng(seed + 1000)
+    seqs = rng.integers(0, V, size=(n, B, T + 1), dtype=np.int32)
+    return [(s[:, :T].copy(), s[:, 1:].copy()) for s in seqs]
+
+
+# ---------------------------------------------------------------- PyTorch
+
+def torch_setup(threads):
+    import torch
+    import torch.nn.functional as Fn
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass
+
+    def rms(x, g):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS_NORM) * g
+
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+
+    def loss_fn(ps, tokens, targets):
+        it = iter(ps)
+        tok, pos = next(it), next(it)
+        x = Fn.embedding(tokens, tok) + pos[:T]
+        heads = lambda t: t.view(B, T, H, DH).transpose(1, 2)
+        for _ in range(L):
+            g1, wq, wk, wv, wo = (next(it) for _ in range(5))
+            h = rms(x, g1)
+            q, k, v = heads(h @ wq), heads(h @ wk), heads(h @ wv)
+            s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(DH))
+            s = torch.where(mask, s, torch.full_like(s, -1e9))
+            att = torch.softmax(s, -1) @ v
+            x = x + att.transpose(1, 2).reshape(B, T, D) @ wo
+            g2, w1, w2 = next(it), next(it), next(it)
+            x = x + Fn.gelu(rms(x, g2) @ w1, approximate="tanh") @ w2
+        gf, head = next(it), next(it)
+        logits = rms(x, gf) @ head
+        return Fn.cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T).long())
+
+    return torch, loss_fn
+
+
+def run_torch(args, compiled):
+    torch, loss_fn = torch_setup(args.threads)
+    params = [torch.nn.Parameter(torch.from_numpy(a.copy())) for a in init_numpy(args.seed)]
+    opt_kw = dict(lr=LR, betas=(BETA1, BETA2), eps=EPS, weight_decay=WD)
+    if args.fused:
+        opt_kw["fused"] = True
+    opt = torch.optim.AdamW(params, **opt_kw)
+    data = [(torch.from_numpy(a), torch.from_numpy(b)) for a, b in batches_numpy(args.seed, args.warmup + args.steps)]
+    fwd = loss_fn
+    opt_step = opt.step
+    compile_s = None
+    if compiled:
+        import torch._inductor.config as ic
+        ic.compile_threads = 1  # the machine has 2 cores; keep compile from competing with others
+        fwd = torch.compile(loss_fn)
+        opt_step = torch.compile(opt.step)
+
+    def step(tokens, targets):
+        opt.zero_grad(set_to_none=True)
+        loss = fwd(params, tokens, targets)
+        loss.backward()
+        opt_step()
+        return loss.item()
+
+    t0 = time.perf_counter()
+    losses = [step(*data[0])]
+    if compiled:
+        compile_s = time.perf_counter() - t0
+    return measure(args, step, data, losses, info={
+        "framework": "torch", "version": torch.__version__, "compiled": compiled, "compile_s": compile_s,
+        "torch_threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+        "adamw": "fused" if args.fused else "default (for-loop on CPU)",
+        "parallel_info": torch.__config__.parallel_info().splitlines()[:4],
+    })
+
+
+# ---------------------------------------------------------------- JAX
+
+def run_jax(args):
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_platforms", "cpu")
+
+    def rms(x, g):
+        return x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + EPS_NORM) * g
+
+    mask = jnp.tril(jnp.ones((T, T), bool))
+
+    def loss_fn(ps, tokens, targets):
+        it = iter(ps)
+        tok, pos = next(it), next(it)
+        x = tok[tokens] + pos[:T]
+        heads = lambda t: t.reshape(B, T, H, DH).transpose(0, 2, 1, 3)
+        for _ in range(L):
+            g1, wq, wk, wv, wo = (next(it) for _ in range(5))
+            h = rms(x, g1)
+            q, k, v = heads(h @ wq), heads(h @ wk), heads(h @ wv)
+            s = (q @ k.transpose(0, 1, 3, 2)) * (1.0 / math.sqrt(DH))
+            s = jnp.where(mask, s, -1e9)
+            att = jax.nn.softmax(s, -1) @ v
+            x = x + att.transpose(0, 2, 1, 3).reshape(B, T, D) @ wo
+            g2, w1, w2 = next(it), next(it), next(it)
+            x = x + jax.nn.gelu(rms(x, g2) @ w1, approximate=True) @ w2
+        gf, head = next(it), next(it)
+        logits = rms(x, gf) @ head
+        logp = jax.nn.log_softmax(logits, -1)
+        return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], -1))
+
+    def train_step(ps, ms, vs, t, tokens, targets):
+        # torch.optim.AdamW, written out: decay first, then the bias-corrected step.
+        loss, gs = jax.value_and_grad(loss_fn)(ps, tokens, targets)
+        bc1 = 1.0 - BETA1 ** t
+        bc2 = 1.0 - BETA2 ** t
+        new_p, new_m, new_v = [], [], []
+        for p, g, m, v in zip(ps, gs, ms, vs):
+            m = BETA1 * m + (1 - BETA1) * g
+            v = BETA2 * v + (1 - BETA2) * g * g
+            p = p * (1 - LR * WD) - (LR / bc1) * m / (jnp.sqrt(v) / jnp.sqrt(bc2) + EPS)
+            new_p.append(p), new_m.append(m), new_v.append(v)
+        return loss, new_p, new_m, new_v
+
+    step_jit = jax.jit(train_step, donate_argnums=(0, 1, 2))
+    ps = [jnp.asarray(a) for a in init_numpy(args.seed)]
+    state = {"p": ps, "m": [jnp.zeros_like(a) for a in ps], "v": [jnp.zeros_like(a) for a in ps], "t": 0}
+    data = [(jnp.asarray(a), jnp.asarray(b)) for a, b in batches_numpy(args.seed, args.warmup + args.steps)]
+
+    def step(tokens, targets):
+        state["t"] += 1
+        loss, state["p"], state["m"], state["v"] = step_jit(
+            state["p"], state["m"], state["v"], jnp.float32(state["t"]), tokens, targets)
+        return float(loss)  # waits for the step: the whole executable finishes together
+
+    t0 = time.perf_counter()
+    losses = [step(*data[0])]
+    compile_s = time.perf_counter() - t0
+    import jaxlib
+    return measure(args, step, data, losses, info={
+        "framework": "jax", "version": jax.__version__, "jaxlib": jaxlib.__version__,
+        "compile_s": compile_s, "devices": [str(d) for d in jax.devices()],
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    })
+
+
+# ---------------------------------------------------------------- timing
+
+def measure(args, step, data, losses, info):
+    """First step (compile, if any) already ran on data[0]; warm-up, then timed steps."""
+    for k in range(1, args.warmup):
+        losses.append(step(*data[k]))
+    wall, cpu = [], []
+    for k in range(args.warmup, args.warmup + args.steps):
+        c0, t0 = time.process_time(), time.perf_counter()
+        losses.append(step(*data[k]))
+        t1, c1 = time.perf_counter(), time.process_time()
+        wall.append((t1 - t0) * 1e3)
+        cpu.append((c1 - c0) * 1e3)
+    info.update({
+        "threads": args.threads, "affinity": sorted(os.sched_getaffinity(0)),
+        "warmup": args.warmup, "steps": args.steps,
+        "median_ms": statistics.median(wall), "min_ms": min(wall), "max_ms": max(wall),
+        "p90_ms": sorted(wall)[int(0.9 * (len(wall) - 1))],
+        # process CPU time / wall time: how many cores the step really kept busy
+        "cpu_per_wall": statistics.median(cpu) / statistics.median(wall),
+        "cpu_ms": statistics.median(cpu),
+        "losses": losses,
+    })
+    return info
+
+
+# ---------------------------------------------------------------- the table
+
+def thread_env(threads):
+    env = dict(os.environ)
+    n = str(threads)
+    env.update(OMP_NUM_THREADS=n, MKL_NUM_THREADS=n, OPENBLAS_NUM_THREADS=n)
+    if threads == 1:
+        # XLA's CPU runtime has no thread-count setting: this one keeps its dots
+        # on the calling thread; "cores busy" in the table shows what it used.
+        # (--pin-cpu is the hard limit, at the cost of sharing that core with
+        # whatever else runs there.)
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
+    return env
+
+
+PIN_CPU = None  # set from --pin-cpu
+
+
+def pin_prefix(threads, cpu=None):
+    return ["taskset", "-c", str(PIN_CPU)] if threads == 1 and PIN_CPU is not None else []
+
+
+def run_one(kind, threads, args, fused=False, extra_env=None):
+    cmd = pin_prefix(threads) + [sys.executable, os.path.abspath(__file__), "--run", kind,
+                                           "--threads", str(threads), "--warmup", str(args.warmup),
+                                           "--steps", str(args.steps), "--seed", str(args.seed)]
+    if fused:
+        cmd.append("--fused")
+    try:
+        env = thread_env(threads)
+        env.update(extra_env or {})
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"skipped": f"did not finish in {args.timeout} s"}
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if p.returncode != 0 or not lines:
+        tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"skipped": f"exit {p.returncode}: {tail[:200]}"}
+    return json.loads(lines[-1])
+
+
+OPENBLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def openblas_core(unset):
+    """The kernel set the system OpenBLAS (capstep's) picks, with or without the overrides."""
+    env = {k: v for k, v in os.environ.items() if not (unset and k in OPENBLAS_ENV)}
+    code = ("import ctypes; b = ctypes.CDLL('libopenblas.so.0'); b.openblas_get_corename.restype = ctypes.c_char_p; "
+            "print(b.openblas_get_corename().decode())")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    return p.stdout.strip() or "unknown"
+
+
+def run_capstep(args, unset_openblas):
+    """capstep lane 1 (pinned like the 1-thread runs, when --pin-cpu is given).
+
+    Its JSON gives wall time per step; its CPU time per step comes from two
+    runs that differ only in the number of timed steps: the difference of the
+    two processes' CPU times (getrusage) over the difference of steps, so the
+    setup both share cancels out."""
+    import resource
+    env = {k: v for k, v in os.environ.items() if not (unset_openblas and k in OPENBLAS_ENV)}
+
+    def once(steps):
+        cmd = pin_prefix(1) + [args.capstep_bin, "--json", "--warmup", str(args.warmup), "--steps", str(steps)]
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if p.returncode != 0:
+            raise RuntimeError(f"exit {p.returncode}: {p.stderr.strip()[-200:]}")
+        cpu_ms = 1e3 * (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
+        return json.loads(p.stdout), cpu_ms
+
+    try:
+        j, cpu_full = once(args.steps)
+        _, cpu_one = once(1)
+    except subprocess.TimeoutExpired:
+        return {"skipped": f"did not finish in {args.timeout} s"}
+    except RuntimeError as e:
+        return {"skipped": str(e)}
+    lane = j["lanes"][0]
+    wall = lane["step_ms"]
+    cpu_step = (cpu_full - cpu_one) / (args.steps - 1) if args.steps > 1 else None
+    return {"median_ms": lane["median_ms"], "min_ms": min(wall), "max_ms": max(wall),
+            "p90_ms": sorted(wall)[int(0.9 * (len(wall) - 1))], "losses": lane["losses"],
+            "cpu_ms": cpu_step, "cpu_per_wall": cpu_step / statistics.mean(wall) if cpu_step else None,
+            "threads": 1, "model": j["model"], "steps": j["steps"], "warmup": j["warmup"],
+            "openblas_core": openblas_core(unset_openblas)}
+
+
+def load1():
+    return os.getloadavg()[0]
+
+
+def table(args):
+    # (label, threads column, how to measure)
+    plan = []
+    one = "1, pinned" if PIN_CPU is not None else "1"
+    if args.capstep_bin:
+        plan.append(("capstep lane 1 (interpreter, 1 BLAS thread)", one,
+                     lambda: run_capstep(args, False)))
+        plan.append(("capstep lane 1, OPENBLAS_CORETYPE/L2_SIZE unset", one,
+                     lambda: run_capstep(args, True)))
+    # libgomp's default wait policy spins; with 2 threads on 2 shared cores a
+    # step sometimes stalls for most of a second, so the passive policy is a row too.
+    passive = {"OMP_WAIT_POLICY": "PASSIVE"}
+    runs = [("PyTorch eager", "torch", 1, False, None), ("PyTorch eager", "torch", 2, False, None),
+            ("PyTorch eager, OMP_WAIT_POLICY=PASSIVE", "torch", 2, False, passive),
+            ("PyTorch eager, AdamW(fused=True)", "torch", 1, True, None)]
+    if not args.no_compile:
+        runs.append(("PyTorch torch.compile (inductor, optimizer too)", "torch-compile", 1, False, None))
+    runs += [("JAX jit", "jax", 1, False, None), ("JAX jit", "jax", 2, False, None)]
+    for label, kind, n, fused, env in runs:
+        plan.append((label, f"{n}, pinned" if n == 1 and PIN_CPU is not None else f"{n}",
+                     lambda kind=kind, n=n, fused=fused, env=env: run_one(kind, n, args, fused, env)))
+
+    # Rounds interleave the runs, so a burst of load from elsewhere hits one
+    # round of everything rather than every round of one run.
+    results = [[] for _ in plan]
+    loads = [load1()]
+    for rnd in range(args.rounds):
+        for i, (label, threads, fn) in enumerate(plan):
+            print(f"  round {rnd + 1}/{args.rounds}: {label}, {threads} (load {load1():.2f})",
+                  file=sys.stderr, flush=True)
+            results[i].append(fn())
+            loads.append(load1())
+
+    def summary(rs):
+        ok = [r for r in rs if "median_ms" in r]
+        if not ok:
+            return None, rs[0].get("skipped", "no result")
+        meds = sorted(r["median_ms"] for r in ok)
+        cpus = [r["cpu_ms"] for r in ok if r.get("cpu_ms") is not None]
+        return {"median_ms": statistics.median(meds), "round_min": meds[0], "round_max": meds[-1],
+                "cpu_ms": statistics.median(cpus) if cpus else None,
+                "first": ok[0], "n": len(ok)}, None
+
+    sums = [summary(rs) for rs in results]
+    cap = sums[0][0] if args.capstep_bin and sums[0][0] else None
+    out = [f"ms per step (forward + backward + AdamW): median over {args.rounds} interleaved rounds of each "
+           f"run's median of {args.steps} timed steps (after {args.warmup} warm-up)",
+           "", f"| {'run':<48} | {'threads':<9} | {'wall ms':>8} | {'rounds min-max':>15} | {'CPU ms':>7} | "
+               f"{'wall vs capstep':>15} | {'CPU vs capstep':>14} |",
+           f"|{'-' * 50}|{'-' * 11}|{'-' * 10}|{'-' * 17}|{'-' * 9}|{'-' * 17}|{'-' * 16}|"]
+    for (label, threads, _), (sm, why) in zip(plan, sums):
+        if sm is None:
+            out.append(f"| {label:<48} | {threads:<9} | {'skipped':>8} | {'':>15} | {'':>7} | {'':>15} | {'':>14} |")
+            out.append(f"|   skipped: {why}")
+            continue
+        spread = f"{sm['round_min']:.2f}-{sm['round_max']:.2f}"
+        cpu = f"{sm['cpu_ms']:.2f}" if sm["cpu_ms"] is not None else "-"
+        ratio = f"{sm['median_ms'] / cap['median_ms']:.2f}x" if cap else "-"
+        cratio = (f"{sm['cpu_ms'] / cap['cpu_ms']:.2f}x"
+                  if cap and cap["cpu_ms"] and sm["cpu_ms"] is not None else "-")
+        out.append(f"| {label:<48} | {threads:<9} | {sm['median_ms']:>8.3f} | {spread:>15} | {cpu:>7} | "
+                   f"{ratio:>15} | {cratio:>14} |")
+    out += ["",
+            "wall ms: median wall time of a step. CPU ms: the process's CPU time per step, all its threads "
+            "(Python: median of per-step process_time; capstep: CPU time of a run of N steps minus one of 1 step, "
+            "over N-1, so setup cancels). On a loaded machine CPU ms is the steadier figure for 1-thread runs; "
+            "for 2-thread runs it counts both threads' work (spinning included).",
+            "vs capstep: over capstep lane 1's figure (above 1 = slower than capstep).",
+            ("1-thread runs pinned to CPU %d (taskset)" % PIN_CPU if PIN_CPU is not None else
+             "no run is pinned") + "; 2-thread runs may use both cores.",
+            "threads N: torch.set_num_threads(N) and set_num_interop_threads(1); OMP/MKL/OPENBLAS_NUM_THREADS=N; "
+            "JAX 1: XLA_FLAGS=--xla_cpu_multi_thread_eigen=false, JAX 2: XLA's defaults (its pool = the 2 CPUs); "
+            "capstep: one thread, OpenBLAS set to 1 thread by its interpreter.",
+            f"1-minute load average: {min(loads):.2f} to {max(loads):.2f} during the measurement."]
+
+    firsts = [(label, threads, sm["first"]) for (label, threads, _), (sm, _) in zip(plan, sums) if sm]
+    ref = next((r for l, t, r in firsts if r.get("framework") == "torch" and not r.get("compiled")), None)
+    if ref:
+        for label, threads, r in firsts:
+            if r is not ref and "framework" in r:
+                d = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], ref["losses"]))
+                out.append(f"losses, {label} ({threads}) vs PyTorch eager (1): at most {d:.1e} relative "
+                           f"over {len(r['losses'])} steps")
+        lo = ref["losses"]
+        out.append(f"PyTorch eager losses: {lo[0]:.4f} (step 1) -> {lo[-1]:.4f} (step {len(lo)}) on random "
+                   f"tokens; ln(64) = {math.log(64):.4f}")
+    for label, threads, r in firsts:
+        if "openblas_core" in r:
+            out.append(f"{label}: OpenBLAS core {r['openblas_core']}, losses {r['losses'][0]:.4f} -> "
+                       f"{r['losses'][-1]:.4f} (capstep's corpus and init)")
+    versions = {}
+    for label, threads, r in firsts:
+        if "version" in r:
+            versions[r["framework"]] = r["version"] + (f" (jaxlib {r['jaxlib']})" if "jaxlib" in r else "")
+        if r.get("compile_s") is not None and threads.startswith("1"):
+            out.append(f"first step incl. tracing+compile, {label}: {r['compile_s']:.1f} s")
+    out.append("versions: python " + platform.python_version() + ", " +
+               ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
+    print("\n".join(out))
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump([{"label": l, "threads": t, "rounds": rs} for (l, t, _), rs in zip(plan, results)], f, indent=1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", choices=["torch", "torch-compile", "jax"], help="one measurement, one JSON line")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--fused", action="store_true", help="torch: AdamW(fused=True)")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--table", action="store_true", help="every measurement, one table")
+    ap.add_argument("--capstep-bin", help="path of training_step_on_device (lane 1 joins the table)")
+    ap.add_argument("--pin-cpu", type=int, help="pin capstep and the 1-thread runs to this CPU (taskset)")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every run")
+    ap.add_argument("--json-out", help="also write every figure here")
+    args = ap.parse_args()
+    global PIN_CPU
+    PIN_CPU = args.pin_cpu
+    if args.warmup < 1 or args.steps < 1 or args.rounds < 1:
+        ap.error("--warmup, --steps and --rounds must be at least 1")
+    if args.run == "torch":
+        print(json.dumps(run_torch(args, compiled=False)))
+    elif args.run == "torch-compile":
+        print(json.dumps(run_torch(args, compiled=True)))
+    elif args.run == "jax":
+        print(json.dumps(run_jax(args)))
+    elif args.table:
+        table(args)
+    else:
+        ap.error("give --run KIND or --table")
+
+
+if __name__ == "__main__":
+    main()
