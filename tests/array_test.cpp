@@ -125,6 +125,21 @@ TEST(Array, OutOfRangeElementAccessThrows) {
   EXPECT_THROW(a.set(-1, 0.0), Error);
 }
 
+// A shape whose byte count overflows used to wrap to a tiny (here zero-byte)
+// allocation that claimed 2^64 elements.
+TEST(Array, ShapesWhoseSizeOverflowsAreRefused) {
+  const int64_t huge = int64_t{1} << 62;
+  try {
+    Array a(T(DType::f32, {huge, 4}));
+    ADD_FAILURE() << "no error for f32[2^62,4]; numel() = " << a.numel();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("more bytes than a 64-bit size can count"));
+  }
+  Array b;
+  EXPECT_THROW(b.reset(T(DType::f64, {huge, 2})), Error);
+  EXPECT_THROW(Array(T(DType::f32, {-1, 3})), Error);
+}
+
 TEST(Array, DefaultConstructedHasNoStorageUntilReset) {
   Array a;  // f32[] by type, but no bytes
   EXPECT_EQ(a.raw(), nullptr);

@@ -143,6 +143,43 @@ TEST(Verifier, RejectsMalformedPrograms) {
   }
 }
 
+// Types the verifier used to take on trust: an input's type set directly (a
+// negative dimension made reshape's element count match by accident), and
+// shapes whose element count overflows int64 (numel() wraps, so the interpreter
+// would plan a buffer of the wrong size).
+TEST(Verifier, RejectsNegativeAndOverflowingShapes) {
+  {
+    Program p;
+    p.types.push_back(f32({-2, -3}));
+    p.inputs.push_back({"x", 0});
+    Attrs none;
+    p.types.push_back(f32({6}));
+    p.eqns.push_back({Op::reshape, {0}, 1, none});
+    p.outputs.push_back({"y", 1});
+    expect_error([&] { verify(p); }, {"input \"x\"", "negative dimension in f32[-2,-3]"});
+  }
+  const int64_t huge = int64_t{1} << 62;
+  {
+    Program p;
+    p.types.push_back(f32({3, huge}));
+    p.inputs.push_back({"x", 0});
+    p.outputs.push_back({"x", 0});
+    expect_error([&] { verify(p); }, {"input \"x\"", "more bytes than a 64-bit size can count"});
+  }
+  {  // a result type, too (4 * 2^61 bytes overflow)
+    Program p;
+    Attrs lit;
+    lit.literal = {0};
+    expect_error([&] { p.add_eqn_typed(Op::constant, {}, lit, f32({2, huge / 2})); },
+                 {"constant", "more bytes than a 64-bit size can count"});
+  }
+  expect_error([&] { Program p; p.add_input("x", f32({huge, 4})); }, {"input \"x\"", "more bytes"});
+  expect_error([] { parse_text("program @m {\n  input \"x\" %0 : f32[4611686018427387904,4]\n  output \"x\" %0\n}\n"); },
+               {"2:", "more bytes than a 64-bit size can count"});
+  EXPECT_NO_THROW(validate_type(f32({0, huge}), "zero elements"));
+  EXPECT_NO_THROW(validate_type(f32({huge, huge, 0}), "zero elements"));
+}
+
 TEST(Text, RoundTripIsExact) {
   Program p;
   int x = p.add_input("x", f32({2, 3}));

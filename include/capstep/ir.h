@@ -34,6 +34,10 @@ struct Type {
   bool operator!=(const Type& o) const { return !(*this == o); }
 };
 std::string shape_str(const Shape& s);        // "[4,16]"
+// Throws Error "<what>: ..." unless every dimension is >= 0 and the byte size
+// fits in int64_t, so that numel() and bytes() cannot overflow. Every value of
+// a verified Program, and every Array, passes it.
+void validate_type(const Type& t, const std::string& what);
 
 // ---- the single table of primitives -----------------------------------------
 // Adding a primitive here without its shape rule, VJP, host kernel, CUDA kernel
@@ -176,8 +180,9 @@ bool has_given_type(Op op);
 // Error naming the op and the shapes.
 void check_type(Op op, const std::vector<Type>& operands, const Attrs& attrs, const Type& out);
 
-// Checks the whole program: value ids in range and defined before use, each
-// equation's type equal to its shape rule, names unique, aliases well typed.
+// Checks the whole program: value ids in range and defined before use, every
+// type valid (validate_type), each equation's type equal to its shape rule,
+// names unique, aliases well typed.
 // Throws Error naming the equation (index and text), the op and the shapes.
 void verify(const Program& p);
 

@@ -168,8 +168,11 @@ Type infer_type(Op op, const std::vector<Type>& ts, const Attrs& at) {
 // Ops whose result type is part of the equation (constant, iota, convert,
 // broadcast_in_dim, reshape): checks the given type against operands/attrs.
 void check_type(Op op, const std::vector<Type>& ts, const Attrs& at, const Type& out) {
-  for (int64_t d : out.shape)
-    if (d < 0) fail(op, ts, "negative dimension in result " + out.str());
+  try {
+    validate_type(out, "result");
+  } catch (const Error& e) {
+    fail(op, ts, e.what());
+  }
   switch (op) {
     case Op::constant: {
       if (!ts.empty()) fail(op, ts, "takes no operands");

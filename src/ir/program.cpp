@@ -7,8 +7,7 @@ namespace capstep {
 
 int Program::add_input(const std::string& nm, const Type& t) {
   if (input_index(nm) >= 0) throw Error("input \"" + nm + "\" defined twice");
-  for (int64_t d : t.shape)
-    if (d < 0) throw Error("input \"" + nm + "\": negative dimension in " + t.str());
+  validate_type(t, "input \"" + nm + "\"");
   int id = num_values();
   types.push_back(t);
   inputs.push_back({nm, id});
@@ -91,6 +90,7 @@ void verify(const Program& p) {
     if (in.value < 0 || in.value >= n)
       throw Error("input \"" + in.name + "\": %" + std::to_string(in.value) + " is not a value of the program");
     if (defined[static_cast<size_t>(in.value)]) throw Error("input \"" + in.name + "\": %" + std::to_string(in.value) + " defined twice");
+    validate_type(p.types[static_cast<size_t>(in.value)], "input \"" + in.name + "\"");
     defined[static_cast<size_t>(in.value)] = 1;
   }
   for (size_t k = 0; k < p.eqns.size(); ++k) {

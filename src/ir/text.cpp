@@ -178,8 +178,9 @@ class Reader {
     DType d;
     try { d = parse_dtype(w); } catch (const Error& e) { fail(e.what()); }
     Shape sh = int_list();
-    for (int64_t x : sh) if (x < 0) fail("negative dimension");
-    return {d, sh};
+    Type t{d, sh};
+    try { validate_type(t, "type"); } catch (const Error& e) { fail(e.what()); }
+    return t;
   }
 
   Program program() {

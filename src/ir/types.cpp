@@ -42,6 +42,17 @@ int64_t Type::numel() const {
   return n;
 }
 
+void validate_type(const Type& t, const std::string& what) {
+  for (int64_t d : t.shape) {
+    if (d < 0) throw Error(what + ": negative dimension in " + t.str());
+    if (d == 0) return;  // no elements, whatever the other dimensions are
+  }
+  int64_t n = static_cast<int64_t>(dtype_size(t.dtype));
+  for (int64_t d : t.shape)
+    if (__builtin_mul_overflow(n, d, &n))
+      throw Error(what + ": " + t.str() + " has more bytes than a 64-bit size can count");
+}
+
 std::string shape_str(const Shape& s) {
   std::ostringstream o;
   o << '[';

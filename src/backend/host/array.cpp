@@ -23,10 +23,7 @@ void* alloc_bytes(size_t bytes) {
 
 size_t rounded(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-void check_shape(const Type& t) {
-  for (int64_t d : t.shape)
-    if (d < 0) throw Error("Array: negative dimension in " + t.str());
-}
+void check_shape(const Type& t) { validate_type(t, "Array"); }
 
 void check_count(const char* who, const Type& t, size_t n) {
   if (static_cast<int64_t>(n) != t.numel())
