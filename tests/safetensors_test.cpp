@@ -179,6 +179,8 @@ TEST(Safetensors, EachCorruptionHasItsMessage) {
       {image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", d24), "end before they begin"},
       {image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", d24), "must be [begin, end]"},
       {image(R"({"a":{"dtype":"F32","shape":[2]}})", d24), "missing field 'data_offsets'"},
+      // Empty, but Type::numel would overflow int64 multiplying 2^62 by 4.
+      {image(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4,0],"data_offsets":[0,0]}})"), "too large to address"},
       {image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", "1234"), "unknown field 'x'"},
       {image(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})", d24),
        "tensor 'b' data [8, 24] overlaps tensor 'a' [0, 16]"},

@@ -95,19 +95,23 @@ TensorEntry parse_entry(const std::string& name, const json& info) {
 
   const json& shape = info.at("shape");
   if (!shape.is_array()) fail(where + ": shape must be an array, not " + brief(shape));
-  // numel * element size, checked for overflow at every dimension.
-  uint64_t bytes = element_size(e.dtype);
-  bool overflow = false;
+  // The product of the nonzero dimensions must fit in int64 even when a zero
+  // dimension makes the tensor empty: Type::numel multiplies the dimensions in
+  // order, and a partial product that overflows is undefined behaviour.
+  constexpr uint64_t kMaxCount = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  uint64_t count = 1;
+  bool overflow = false, empty = false;
   for (const json& d : shape) {
-    uint64_t n = as_u64(d, where + ": each shape dimension");
-    if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) fail(where + ": shape dimension " + std::to_string(n) + " is too large");
+    const uint64_t n = as_u64(d, where + ": each shape dimension");
+    if (n > kMaxCount) fail(where + ": shape dimension " + std::to_string(n) + " is too large");
     e.shape.push_back(static_cast<int64_t>(n));
-    if (n != 0 && bytes > std::numeric_limits<uint64_t>::max() / n) overflow = true;
-    bytes *= n;
+    if (n == 0) empty = true;
+    else if (count > kMaxCount / n) overflow = true;
+    else count *= n;
   }
-  // A zero dimension makes the tensor empty however large the others are.
-  if (std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end()) bytes = 0, overflow = false;
-  if (overflow) fail(where + ": shape " + shape_text(e.shape) + " is too large to address");
+  if (overflow || (!empty && count > std::numeric_limits<uint64_t>::max() / element_size(e.dtype)))
+    fail(where + ": shape " + shape_text(e.shape) + " is too large to address");
+  const uint64_t bytes = empty ? 0 : count * element_size(e.dtype);
 
   const json& off = info.at("data_offsets");
   if (!off.is_array() || off.size() != 2) fail(where + ": data_offsets must be [begin, end], not " + brief(off));

@@ -13,6 +13,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // the validated offsets stay inside the input.
     uint64_t sum = 0, covered = 0;
     for (const capstep::TensorEntry& t : layout.tensors) {
+      // Type::numel multiplies the dimensions in order as int64: an accepted
+      // shape must not overflow there, even when a later dimension is 0.
+      int64_t numel = 1;
+      for (int64_t d : t.shape)
+        if (__builtin_mul_overflow(numel, d, &numel)) __builtin_trap();
       for (uint64_t i = t.begin; i < t.end; ++i) sum += data[layout.data_start + i];
       covered += t.end - t.begin;
     }
