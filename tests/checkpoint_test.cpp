@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -123,7 +124,16 @@ TEST(Checkpoint, IsAPlainSafetensorsFile) {
   EXPECT_EQ(f.metadata.at("capstep.version"), CAPSTEP_VERSION);
   EXPECT_EQ(f.metadata.at("capstep.format"), "checkpoint-1");
   EXPECT_EQ(f.metadata.at("seed"), "42");
-  EXPECT_EQ(f.metadata.size(), 7u);
+  // FNV-1a 64 of the data section, computed here from the file's own bytes.
+  const std::string bytes = slurp(d.file("c.safetensors"));
+  uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = (header << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (size_t i = 8 + header; i < bytes.size(); ++i) h = (h ^ static_cast<unsigned char>(bytes[i])) * 0x100000001b3ULL;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  EXPECT_EQ(f.metadata.at("capstep.data_fnv1a64"), hex);
+  EXPECT_EQ(f.metadata.size(), 8u);
 }
 
 TEST(Checkpoint, ExpectedOrderIsKept) {
@@ -230,6 +240,28 @@ TEST(Checkpoint, TruncatedOrCorruptedFileIsAnError) {
   bad[good.find(':', 8)] = '#';   // inside the JSON header
   std::ofstream(p, std::ios::binary | std::ios::trunc) << bad;
   EXPECT_NE(error_of([&] { load_checkpoint(p); }).find("not valid JSON"), std::string::npos);
+
+  // One flipped bit in a weight still parses as a plausible float: the
+  // checksum is what catches it.
+  bad = good;
+  bad[bad.size() - 10] ^= 0x01;
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << bad;
+  std::string m = error_of([&] { load_checkpoint(p); });
+  EXPECT_NE(m.find("checkpoint '" + p + "' is corrupted: its tensor data hashes to"), std::string::npos) << m;
+
+  // Without a checksum (another writer), a NaN still shows: save never
+  // writes one, so it can only be corruption.
+  Checkpoint c = sample();
+  std::vector<NamedArray> tensors;
+  for (const NamedArray& t : c.params) tensors.push_back({"param/" + t.name, t.array});
+  for (const NamedArray& t : c.adam_m) tensors.push_back({"adam_m/" + t.name, t.array});
+  for (const NamedArray& t : c.adam_v) tensors.push_back({"adam_v/" + t.name, t.array});
+  tensors[4].array.data<float>()[2] = std::numeric_limits<float>::quiet_NaN();
+  write_safetensors(p, tensors,
+                    {{"capstep.format", "checkpoint-1"}, {"capstep.step", "1"}, {"capstep.data_position", "1"},
+                     {"capstep.model_config", "{}"}});
+  m = error_of([&] { load_checkpoint(p); });
+  EXPECT_NE(m.find("is corrupted: tensor 'adam_m/blocks.0.attn.wq' element 2 is nan"), std::string::npos) << m;
 }
 
 TEST(Checkpoint, RefusesToSaveADivergedRun) {

@@ -7,6 +7,8 @@
 //            "capstep.step"          decimal uint64: optimizer steps taken
 //            "capstep.data_position" decimal uint64: BatchStream::position()
 //            "capstep.model_config"  JSON text describing the model
+//            "capstep.data_fnv1a64"  16 hex digits: FNV-1a 64 of the data section,
+//                                    checked on load when present (corruption)
 //            any other key           Checkpoint::extra (the trainer's own: seed,
 //                                    schedule, ...); keys "capstep.*" are reserved
 //
@@ -48,8 +50,9 @@ struct ParamSpec {
 // good checkpoint.
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt);
 
-// Reads and validates a checkpoint (file format, metadata, moments matching
-// parameters). Parameters come in file order.
+// Reads and validates a checkpoint (file format, metadata, the data's
+// checksum, every value finite, moments matching parameters). Parameters come
+// in file order.
 Checkpoint load_checkpoint(const std::string& path);
 
 // As above, and checks the tensors against the model: a missing or extra

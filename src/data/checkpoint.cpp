@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -17,6 +18,7 @@ namespace capstep {
 namespace {
 
 constexpr const char* kFormat = "checkpoint-1";
+constexpr const char* kChecksumKey = "capstep.data_fnv1a64";
 constexpr const char* kGroups[3] = {"param/", "adam_m/", "adam_v/"};
 
 bool json_ok(const std::string& text) { return nlohmann::json::accept(text); }
@@ -33,6 +35,25 @@ int64_t first_non_finite(const Array& a) {
       if (!std::isfinite(p[i])) return i;
   }
   return -1;
+}
+
+// FNV-1a (64 bits) over the data section, in file order: any flipped byte of a
+// tensor shows, where a plausible but wrong weight would otherwise load.
+// BOOL bytes are hashed as written (0 or 1).
+void hash_into(uint64_t& h, const Array& a) {
+  const unsigned char* p = static_cast<const unsigned char*>(a.raw());
+  const bool truth = a.dtype() == DType::i1;
+  for (size_t i = 0; i < a.bytes(); ++i) {
+    h ^= truth ? (p[i] ? 1u : 0u) : p[i];
+    h *= 0x100000001b3ULL;
+  }
+}
+constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ULL;
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
 }
 
 uint64_t parse_u64(const Metadata& m, const std::string& key, const std::string& where) {
@@ -83,6 +104,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   const std::vector<NamedArray>* groups[3] = {&c.params, &c.adam_m, &c.adam_v};
   std::vector<NamedArray> tensors;
   tensors.reserve(3 * c.params.size());
+  uint64_t hash = kFnvBasis;
   for (int g = 0; g < 3; ++g)
     for (const NamedArray& t : *groups[g]) {
       const int64_t bad = first_non_finite(t.array);
@@ -90,12 +112,14 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
         throw Error(where + ": tensor '" + kGroups[g] + t.name + "' element " + std::to_string(bad) + " is " +
                     std::to_string(t.array.get(bad)) + "; refusing to overwrite the last good checkpoint");
       tensors.push_back({kGroups[g] + t.name, t.array});
+      hash_into(hash, t.array);   // the data section is the tensors in this order
     }
   Metadata meta{{"capstep.format", kFormat},
                 {"capstep.version", CAPSTEP_VERSION},
                 {"capstep.step", std::to_string(c.step)},
                 {"capstep.data_position", std::to_string(c.data_position)},
-                {"capstep.model_config", c.model_config}};
+                {"capstep.model_config", c.model_config},
+                {kChecksumKey, hex64(hash)}};
   for (const auto& [key, value] : c.extra) {
     if (key.rfind("capstep.", 0) == 0)
       throw Error(where + ": extra metadata key '" + key + "' uses the reserved prefix 'capstep.'");
@@ -124,6 +148,20 @@ Checkpoint load_checkpoint(const std::string& path) {
   c.model_config = config->second;
   for (const auto& [key, value] : f.metadata)
     if (key.rfind("capstep.", 0) != 0) c.extra[key] = value;
+
+  // The data as written (checkpoints of other writers may lack the checksum),
+  // and finite: save never writes a NaN or an infinity, so one is corruption.
+  if (auto sum = f.metadata.find(kChecksumKey); sum != f.metadata.end()) {
+    uint64_t hash = kFnvBasis;
+    for (const NamedArray& t : f.tensors) hash_into(hash, t.array);   // file order
+    if (hex64(hash) != sum->second)
+      throw Error(where + " is corrupted: its tensor data hashes to " + hex64(hash) + " but was saved as " + sum->second +
+                  " ('" + kChecksumKey + "')");
+  }
+  for (const NamedArray& t : f.tensors)
+    if (const int64_t bad = first_non_finite(t.array); bad >= 0)
+      throw Error(where + " is corrupted: tensor '" + t.name + "' element " + std::to_string(bad) + " is " +
+                  std::to_string(t.array.get(bad)) + ", which a checkpoint never holds");
 
   std::vector<NamedArray>* groups[3] = {&c.params, &c.adam_m, &c.adam_v};
   for (NamedArray& t : f.tensors) {
