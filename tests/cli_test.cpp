@@ -364,6 +364,20 @@ TEST(Cli, GpuLaneFallsBackOrFailsWithRequireGpu) {
   if (probe.out.find("falls back to the host") == std::string::npos)
     GTEST_SKIP() << "a GPU is present: no fallback to check";
   const Outcome r = run({"train", "--steps", "1", "--lane", "gpu-fused", "--require-gpu"});
+  // Binary data (a NUL byte), and a text shorter than one window.
+  std::ofstream(d.file("bin.dat"), std::ios::binary) << std::string("abc\0def", 7);
+  r = run({"train", "--text", d.file("bin.dat"), "--steps", "2"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("bin.dat' holds a NUL byte"), std::string::npos) << r.err;
+  std::ofstream(d.file("short.txt")) << "Too short.";
+  r = run({"train", "--text", d.file("short.txt"), "--steps", "2"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("short.txt' has 10 characters; a window of 16"), std::string::npos) << r.err;
+  // A model whose parameters alone exceed any machine's memory is refused
+  // before anything is allocated (rather than killed by the kernel).
+  r = run({"train", "--steps", "1", "--layers", "256", "--d-model", "16384", "--d-ff", "65536", "--context", "65536"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("GiB of memory"), std::string::npos) << r.err;
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("needs a GPU"), std::string::npos) << r.err;
 }
@@ -373,6 +387,33 @@ TEST(Cli, ShowAndExportPrintThePrograms) {
   TempDir d;
   const Outcome f = run({"show", "--program", "forward", "--layers", "1"});
   ASSERT_EQ(f.code, 0) << f.err;
+// --save, --log and --plot that cannot be written fail before the first
+// step, not after a run of hours, and leave nothing behind.
+TEST(Cli, OutputsThatCannotBeWrittenFailBeforeTraining) {
+  NEED_BINARY();
+  TempDir d;
+  std::ofstream(d.file("plain")) << "x";   // a file where a directory should be
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--save", d.file("missing/run.safetensors")}, {"--log", d.file("missing/loss.csv")},
+      {"--plot", d.file("missing/loss.svg")},        {"--save", d.file("plain/run.safetensors")},
+  };
+  for (const auto& [option, path] : cases) {
+    const Outcome r = run({"train", "--steps", "300", option, path});
+    EXPECT_EQ(r.code, 1) << option << " " << path << "\n" << r.err;
+    EXPECT_NE(r.err.find(option + ": cannot save '" + path + "'"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << "trained before failing:\n" << r.out;
+  }
+  EXPECT_EQ(std::distance(fs::directory_iterator(d.path), fs::directory_iterator()), 1) << "a file was left behind";
+  if (geteuid() != 0) {   // root writes into a read-only directory anyway
+    fs::create_directory(d.path / "ro");
+    fs::permissions(d.path / "ro", fs::perms::owner_read | fs::perms::owner_exec);
+    const Outcome r = run({"train", "--steps", "300", "--save", d.file("ro/run.safetensors")});
+    fs::permissions(d.path / "ro", fs::perms::owner_all);
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.err;
+  }
+}
+
   EXPECT_EQ(f.out.rfind("program @", 0), 0u) << f.out.substr(0, 200);
   EXPECT_NE(f.out.find("\"tokens\""), std::string::npos);
   const Outcome g = run({"show", "--program", "fused", "--layers", "1"});

@@ -12,6 +12,8 @@
 #include <regex>
 #include <set>
 
+#include <sys/stat.h>
+
 #include "capstep/data.h"
 
 namespace fs = std::filesystem;
@@ -212,6 +214,18 @@ TEST(TextFile, ClearErrorsNamingThePath) {
   EXPECT_NE(m.find("holds none"), std::string::npos) << m;
 
   m = error_of([&] { read_text_file(d.path.string()); });
+  EXPECT_NE(m.find("not a regular file"), std::string::npos) << m;
+
+  // Binary data has letters too, but it has NUL bytes (so has UTF-16).
+  const std::string nul = d.write("nul.bin", std::string("The cat naps.\x00\x01\x7f", 16));
+  m = error_of([&] { read_text_file(nul); });
+  EXPECT_NE(m.find(nul), std::string::npos) << m;
+  EXPECT_NE(m.find("NUL byte at offset 13"), std::string::npos) << m;
+
+  // A FIFO without a writer is refused at once: opening it must not wait.
+  const std::string fifo = (d.path / "fifo").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  m = error_of([&] { read_text_file(fifo); });
   EXPECT_NE(m.find("not a regular file"), std::string::npos) << m;
 }
 

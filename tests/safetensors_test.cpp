@@ -12,6 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "capstep/data.h"
 #include "capstep/safetensors.h"
 
@@ -176,11 +179,11 @@ TEST(Safetensors, EachCorruptionHasItsMessage) {
       {image(R"({"a":{"dtype":"F32","shape":"2","data_offsets":[0,24]}})", d24), "shape must be an array"},
       {image(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4611686018427387904],"data_offsets":[0,24]}})", d24),
        "too large to address"},
+      // Empty, but Type::numel would overflow int64 multiplying 2^62 by 4.
+      {image(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4,0],"data_offsets":[0,0]}})"), "too large to address"},
       {image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", d24), "end before they begin"},
       {image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", d24), "must be [begin, end]"},
       {image(R"({"a":{"dtype":"F32","shape":[2]}})", d24), "missing field 'data_offsets'"},
-      // Empty, but Type::numel would overflow int64 multiplying 2^62 by 4.
-      {image(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4,0],"data_offsets":[0,0]}})"), "too large to address"},
       {image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", "1234"), "unknown field 'x'"},
       {image(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})", d24),
        "tensor 'b' data [8, 24] overlaps tensor 'a' [0, 16]"},
@@ -238,6 +241,31 @@ TEST(Safetensors, ReadErrorsNameThePath) {
 
   m = error_of([&] { read_safetensors(d.path.string()); });
   EXPECT_NE(m.find("not a regular file"), std::string::npos) << m;
+
+  // A FIFO without a writer is refused at once: opening it must not wait.
+  const std::string fifo = d.file("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  m = error_of([&] { read_safetensors(fifo); });
+  EXPECT_NE(m.find("not a regular file"), std::string::npos) << m;
+}
+
+TEST(Safetensors, CheckWritableFailsWhereASaveWouldAndLeavesNothing) {
+  TempDir d;
+  const std::string p = d.file("x.safetensors");
+  EXPECT_NO_THROW(check_writable(p));
+  EXPECT_EQ(d.entries(), 0u) << "the probe's temporary file was left behind";
+  std::string m = error_of([&] { check_writable(d.file("no/dir/x.safetensors")); });
+  EXPECT_NE(m.find("cannot save '" + d.file("no/dir/x.safetensors") + "'"), std::string::npos) << m;
+  EXPECT_NE(m.find("No such file or directory"), std::string::npos) << m;
+  EXPECT_NE(error_of([&] { check_writable(d.path.string()); }).find("is a directory"), std::string::npos);
+  spit(d.file("plain"), "x");   // a file where a directory should be
+  EXPECT_NE(error_of([&] { check_writable(d.file("plain/x.safetensors")); }).find("Not a directory"), std::string::npos);
+  if (geteuid() != 0) {   // root writes into a read-only directory anyway
+    fs::create_directory(d.path / "ro");
+    fs::permissions(d.path / "ro", fs::perms::owner_read | fs::perms::owner_exec);
+    EXPECT_NE(error_of([&] { check_writable(d.file("ro/x.safetensors")); }).find("Permission denied"), std::string::npos);
+    fs::permissions(d.path / "ro", fs::perms::owner_all);
+  }
 }
 
 TEST(Safetensors, EveryTruncationAndByteFlipIsAnErrorOrAFile) {

@@ -6,7 +6,7 @@
 #include <csignal>
 
 #include <cstdio>
-#include <fstream>
+#include <filesystem>
 #include <iostream>
 
 #include "capstep/data.h"
@@ -48,17 +48,29 @@ void on_sigint(int) {
 }
 
 void write_csv(const std::string& path, const std::vector<train::StepInfo>& steps) {
-  std::ofstream f(path, std::ios::trunc);
-  if (!f) throw Error("cannot write the loss log '" + path + "'");
-  f << "step,loss,elapsed_s,tokens_per_s\n";
+  std::string text = "step,loss,elapsed_s,tokens_per_s\n";
   char buf[128];
   for (const train::StepInfo& s : steps) {
     std::snprintf(buf, sizeof buf, "%lld,%.9g,%.6f,%.1f\n", static_cast<long long>(s.step), s.loss, s.elapsed_s,
                   s.tokens_per_s);
-    f << buf;
+    text += buf;
   }
-  f.flush();
-  if (!f) throw Error("cannot write the loss log '" + path + "'");
+  write_file_atomically(path, text);
+}
+
+// Before any training: a run must not end in a file that cannot be written.
+// A directory is a wrong value (exit 2); a directory that is missing or takes
+// no new file is the machine's state (exit 1).
+void check_output(const char* option, const std::string& path) {
+  if (path.empty()) return;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw UsageError(std::string(option) + ": '" + path + "' is a directory; give a file name");
+  try {
+    check_writable(path);
+  } catch (const Error& e) {
+    throw Error(std::string(option) + ": " + e.what());
+  }
 }
 
 }  // namespace
@@ -76,7 +88,10 @@ int run_train(TrainArgs a) {
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
-  // Fail before training, not after it, when the picture cannot be drawn.
+  // Fail before training, not after it, when a result cannot be written.
+  check_output("--save", o.save_path);
+  check_output("--log", a.log_csv);
+  check_output("--plot", a.plot);
   if (!a.plot.empty() && find_gnuplot().empty())
     throw Error("--plot draws with gnuplot, which is not on PATH (Debian: apt-get install gnuplot-nox)");
 

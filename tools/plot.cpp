@@ -1,5 +1,6 @@
 #include "plot.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -88,6 +89,9 @@ void plot_losses(const Curve& c, const std::string& path) {
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, fds[0], 0);
   posix_spawn_file_actions_addclose(&fa, fds[1]);
+  // gnuplot draws on its standard output when it cannot open the file: that
+  // picture must not land in ours. Its messages (standard error) stay.
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   char* argv[] = {const_cast<char*>(gp.c_str()), nullptr};
   pid_t pid = 0;
   const int rc = posix_spawn(&pid, gp.c_str(), &fa, nullptr, argv, environ);

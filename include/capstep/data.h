@@ -62,8 +62,10 @@ std::string builtin_corpus(uint64_t seed = kCorpusSeed, size_t size = kCorpusSiz
 
 // ---- text files ---------------------------------------------------------------
 // The file's bytes. Throws Error naming the path when it cannot be read, is
-// not a regular file, is empty, is larger than 1 GiB, or holds no symbol of
-// the tokenizer's 63 known ones (binary data would train on nothing but '~').
+// not a regular file (a directory, a FIFO: never waits for a writer), is
+// empty, is larger than 1 GiB, holds a NUL byte (binary data or UTF-16), or
+// holds no symbol of the tokenizer's 63 known ones (it would train on nothing
+// but '~').
 std::string read_text_file(const std::string& path);
 
 // ---- batches --------------------------------------------------------------------

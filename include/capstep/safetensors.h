@@ -89,6 +89,12 @@ SafetensorsFile read_safetensors(const std::string& path);
 // temporaries of this host whose process has died (killed mid-save) are removed.
 void write_file_atomically(const std::string& path, std::string_view bytes);
 
+// Throws the Error a save to `path` would throw before writing anything: the
+// path is a directory, or no file can be created beside it (a missing or
+// read-only directory). Creates and removes one empty temporary. For a long
+// run, call it before the work whose result is to be saved.
+void check_writable(const std::string& path);
+
 // For tests only: called with the name of each stage of an atomic write
 // ("open", "write-half", "fsync", "rename", "fsync-dir"), just before that stage.
 // A hook that throws makes the save fail at that stage (the temporary file is

@@ -93,15 +93,45 @@ void set_atomic_write_hook_for_testing(std::function<void(const char* stage)> h)
   hook = std::move(h);
 }
 
+namespace {
+
+// The target must be a file name, not a directory; "" when it is fine.
+std::string target_problem(const std::string& path) {
+  if (path.empty() || path.back() == '/') return "not a file name";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return "it is a directory";
+  return "";
+}
+
+// "<path>.tmp.<host>.<pid>.<n>", unique within this process.
+std::string temporary_name(const std::string& path, const std::string& host) {
+  static std::atomic<uint64_t> counter{0};
+  return path + ".tmp." + host + "." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+}
+
+}  // namespace
+
+void check_writable(const std::string& path) {
+  const std::string prefix = "cannot save '" + path + "': ";
+  if (const std::string p = target_problem(path); !p.empty()) throw Error(prefix + p);
+  // Create and remove the temporary a save would create: that proves the
+  // directory exists and takes new files (permissions, a read-only mount).
+  const std::string tmp = temporary_name(path, host_name());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    throw Error(prefix + "cannot create a file in directory '" + directory_of(path) + "': " + std::strerror(err));
+  }
+  ::close(fd);
+  ::unlink(tmp.c_str());
+}
+
 void write_file_atomically(const std::string& path, std::string_view bytes) {
   const std::string prefix = "cannot save '" + path + "': ";
-  if (path.empty() || path.back() == '/') throw Error(prefix + "not a file name");
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw Error(prefix + "it is a directory");
+  if (const std::string p = target_problem(path); !p.empty()) throw Error(prefix + p);
 
-  static std::atomic<uint64_t> counter{0};
   const std::string host = host_name();
-  const std::string tmp = path + ".tmp." + host + "." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  const std::string tmp = temporary_name(path, host);
   int fd = -1;
   bool renamed = false;
   auto sys_fail = [&](const std::string& what) {

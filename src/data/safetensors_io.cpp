@@ -6,7 +6,9 @@
 #include <new>
 #include <set>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -89,12 +91,20 @@ void write_safetensors(const std::string& path, const std::vector<NamedArray>& t
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw Error("cannot open safetensors file '" + path + "': " + std::strerror(errno));
+  // O_NONBLOCK: opening a FIFO without a writer would otherwise wait forever;
+  // fstat then refuses it (it has no effect on a regular file's reads).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw Error("cannot open safetensors file '" + path + "': " + std::strerror(errno));
   struct stat st {};
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    std::fclose(f);
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
     throw Error("safetensors file '" + path + "' is not a regular file");
+  }
+  std::FILE* f = ::fdopen(fd, "rb");
+  if (!f) {
+    const int err = errno;
+    ::close(fd);
+    throw Error("cannot open safetensors file '" + path + "': " + std::strerror(err));
   }
   std::string image;
   try {

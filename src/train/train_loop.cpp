@@ -3,7 +3,10 @@
 // stop on the first non-finite loss that leaves the last good checkpoint alone.
 #include <chrono>
 #include <cmath>
+#include <iomanip>
 #include <sstream>
+
+#include <unistd.h>
 
 #include "capstep/autodiff.h"
 #include "capstep/cuda.h"
@@ -79,9 +82,29 @@ Result train(const Options& o) {
     }
   }
 
+  // Parameters, gradients and both moments take 16 bytes a parameter; a model
+  // that needs more than the machine's memory would be killed by the kernel
+  // part-way through initialisation. Refuse it with the figures instead.
+  const double need = 16.0 * static_cast<double>(nn::count_parameters(o.model));
+  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (have > 0 && need > have) {
+    std::ostringstream m;
+    m << std::fixed << std::setprecision(1) << "the model needs " << need / (1 << 30) << " GiB for its "
+      << nn::count_parameters(o.model) << " parameters, their gradients and AdamW moments (16 bytes each); this machine has "
+      << have / (1 << 30) << " GiB of memory";
+    throw Error(m.str());
+  }
+
+  // A run that cannot save its result must fail now, not after hours.
+  if (!o.save_path.empty()) check_writable(o.save_path);
+
   const std::string text_name = o.text_path.empty() ? "builtin" : o.text_path;
-  data::BatchStream batches(data::encode(o.text_path.empty() ? data::builtin_corpus() : data::read_text_file(o.text_path)),
-                            o.seed, o.model.batch, o.model.seq);
+  std::vector<int32_t> text = data::encode(o.text_path.empty() ? data::builtin_corpus() : data::read_text_file(o.text_path));
+  if (static_cast<int64_t>(text.size()) <= o.model.seq)
+    throw Error("text file '" + o.text_path + "' has " + std::to_string(text.size()) + " characters; a window of " +
+                std::to_string(o.model.seq) + " and its next-token targets need at least " +
+                std::to_string(o.model.seq + 1));
+  data::BatchStream batches(std::move(text), o.seed, o.model.batch, o.model.seq);
   const std::vector<nn::ParamSpec> specs = nn::lm_parameters(o.model);
   uint64_t done = 0, position = 0;
   State state = start_state(o, specs, &done, &position);
