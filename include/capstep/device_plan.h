@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "capstep/ir.h"
@@ -89,6 +90,22 @@ struct Plan {
 // `eqn_scratch[e]` (optional; empty or one per equation) is the scratch that
 // equation e needs while it runs (dot_general's transposed operands).
 Plan plan_device_memory(const Program& p, const std::vector<size_t>& eqn_scratch = {});
+
+// For a fused executor (src/backend/plan/fusion.h): equations that run as one
+// kernel. `span[e]` = [first, last] of the equations that run together with e
+// (empty: each on its own). Every read by e counts as a read at `last` and every
+// result of e is live from `first`, since all of them happen during the one
+// kernel. A donated output may share its input's bytes inside a span only when
+// every reader of that input in the span is elementwise with equal widths (the
+// same thread reads element k of every operand before writing element k).
+// `internal[v]` (empty or one per value): v lives in registers only and gets no
+// buffer.
+struct PlanOptions {
+  std::vector<size_t> eqn_scratch;
+  std::vector<std::pair<int, int>> span;
+  std::vector<char> internal;
+};
+Plan plan_device_memory(const Program& p, const PlanOptions& o);
 
 // A readable summary: sizes of each space, the donated and copied aliases.
 std::string describe(const Program& p, const Plan& plan);

@@ -35,7 +35,8 @@ struct Type {
 };
 std::string shape_str(const Shape& s);        // "[4,16]"
 // Throws Error "<what>: ..." unless every dimension is >= 0 and the byte size
-// fits in int64_t, so that numel() and bytes() cannot overflow. Every value of
+// (the product of the nonzero dimensions, times the element size) fits in
+// int64_t, so that numel() and bytes() cannot overflow. Every value of
 // a verified Program, and every Array, passes it.
 void validate_type(const Type& t, const std::string& what);
 

@@ -43,14 +43,14 @@ int64_t Type::numel() const {
 }
 
 void validate_type(const Type& t, const std::string& what) {
+  // The nonzero dimensions count even when a zero makes the tensor empty:
+  // numel() multiplies in order, and a partial product must not overflow.
+  int64_t n = static_cast<int64_t>(dtype_size(t.dtype));
   for (int64_t d : t.shape) {
     if (d < 0) throw Error(what + ": negative dimension in " + t.str());
-    if (d == 0) return;  // no elements, whatever the other dimensions are
-  }
-  int64_t n = static_cast<int64_t>(dtype_size(t.dtype));
-  for (int64_t d : t.shape)
-    if (__builtin_mul_overflow(n, d, &n))
+    if (d != 0 && __builtin_mul_overflow(n, d, &n))
       throw Error(what + ": " + t.str() + " has more bytes than a 64-bit size can count");
+  }
 }
 
 std::string shape_str(const Shape& s) {

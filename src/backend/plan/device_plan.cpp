@@ -53,8 +53,29 @@ const char* home_name(Home h) {
 }
 
 Plan plan_device_memory(const Program& p, const std::vector<size_t>& eqn_scratch) {
+  PlanOptions o;
+  o.eqn_scratch = eqn_scratch;
+  return plan_device_memory(p, o);
+}
+
+Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
   verify(p);
   const int E = static_cast<int>(p.eqns.size());
+  const std::vector<size_t>& eqn_scratch = opt.eqn_scratch;
+  if (!opt.span.empty() && static_cast<int>(opt.span.size()) != E)
+    throw Error("plan_device_memory: " + std::to_string(opt.span.size()) + " spans for " + std::to_string(E) +
+                " equations");
+  if (!opt.internal.empty() && static_cast<int>(opt.internal.size()) != p.num_values())
+    throw Error("plan_device_memory: " + std::to_string(opt.internal.size()) + " internal flags for " +
+                std::to_string(p.num_values()) + " values");
+  // equations that run as one kernel: reads at the span's end, writes from its start
+  auto span_first = [&](int d) { return opt.span.empty() ? d : opt.span[static_cast<size_t>(d)].first; };
+  auto span_last = [&](int d) { return opt.span.empty() ? d : opt.span[static_cast<size_t>(d)].second; };
+  for (int d = 0; d < static_cast<int>(opt.span.size()); ++d)
+    if (span_first(d) > d || span_last(d) < d || span_last(d) >= E)
+      throw Error("plan_device_memory: equation " + std::to_string(d) + " is outside its span [" +
+                  std::to_string(span_first(d)) + ", " + std::to_string(span_last(d)) + "]");
+  auto internal = [&](int id) { return !opt.internal.empty() && opt.internal[static_cast<size_t>(id)] != 0; };
   if (!eqn_scratch.empty() && static_cast<int>(eqn_scratch.size()) != E)
     throw Error("plan_device_memory: " + std::to_string(eqn_scratch.size()) + " scratch sizes for " +
                 std::to_string(E) + " equations");
@@ -101,11 +122,11 @@ Plan plan_device_memory(const Program& p, const std::vector<size_t>& eqn_scratch
   for (int d = 0; d < E; ++d)
     for (int x : p.eqns[static_cast<size_t>(d)].inputs) {
       ValuePlan& r = v[static_cast<size_t>(v[static_cast<size_t>(x)].root)];
-      r.last = std::max(r.last, d);
+      r.last = std::max(r.last, span_last(d));
     }
   for (const NamedValue& o : p.outputs) v[static_cast<size_t>(v[static_cast<size_t>(o.value)].root)].last = E;
   for (ValuePlan& x : v)
-    if (x.home == Home::arena) x.last = std::max(x.last, x.def);  // a result nobody reads still gets written
+    if (x.home == Home::arena) x.last = std::max(x.last, span_last(x.def));  // a result nobody reads still gets written
 
   // 3. aliases
   plan.donated_input.assign(p.outputs.size(), -1);
@@ -126,12 +147,18 @@ Plan plan_device_memory(const Program& p, const std::vector<size_t>& eqn_scratch
                                      : std::string("its value lives in ") + home_name(rv.home);
     } else if (last_read == E) {
       why = "the input's old value is itself an output";
-    } else if (last_read > rv.def) {
+    } else if (last_read > span_last(rv.def)) {
       why = "the input is still read by equation " + std::to_string(last_read) + " after equation " +
             std::to_string(rv.def) + " makes the output";
-    } else if (last_read == rv.def && !in_place_ok(p, v, rv.def, in_root)) {
-      why = "equation " + std::to_string(rv.def) + " reads the input while writing the output and is not "
-            "an elementwise op of equal widths";
+    } else if (last_read == span_last(rv.def)) {
+      // read during the kernel that writes the output: every reader there must be in-place safe
+      for (int d = span_first(rv.def); d <= span_last(rv.def) && why.empty(); ++d) {
+        bool reads = false;
+        for (int x : p.eqns[static_cast<size_t>(d)].inputs) reads |= v[static_cast<size_t>(x)].root == in_root;
+        if (reads && !in_place_ok(p, v, d, in_root))
+          why = "equation " + std::to_string(d) + " reads the input while equation " + std::to_string(rv.def) +
+                " writes the output in the same kernel, and is not an elementwise op of equal widths";
+      }
     }
     if (why.empty()) {
       rv.home = Home::donated;
@@ -177,8 +204,8 @@ Plan plan_device_memory(const Program& p, const std::vector<size_t>& eqn_scratch
   // 5. arena: roots computed per step, snapshots, scratch
   for (int id = 0; id < p.num_values(); ++id) {
     const ValuePlan& x = v[static_cast<size_t>(id)];
-    if (x.home != Home::arena) continue;
-    buffers.push_back({x.bytes, x.def, x.last});
+    if (x.home != Home::arena || internal(id)) continue;
+    buffers.push_back({x.bytes, span_first(x.def), x.last});
     buffer_value.push_back(id);
   }
   plan.scratch_loc.assign(static_cast<size_t>(E), Loc{});
@@ -186,7 +213,7 @@ Plan plan_device_memory(const Program& p, const std::vector<size_t>& eqn_scratch
   for (int d = 0; d < static_cast<int>(eqn_scratch.size()); ++d)
     if (eqn_scratch[static_cast<size_t>(d)] > 0) {
       scratch_buffer.emplace_back(d, buffers.size());
-      buffers.push_back({eqn_scratch[static_cast<size_t>(d)], d, d});
+      buffers.push_back({eqn_scratch[static_cast<size_t>(d)], span_first(d), span_last(d)});
       buffer_value.push_back(-1);
     }
   const std::vector<size_t> offset = pack(buffers, &plan.arena_bytes);

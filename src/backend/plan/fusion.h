@@ -1,0 +1,63 @@
+// Fusion grouping: partitions a verified Program's equations into groups that
+// a backend runs as one pass over memory each (DESIGN.md, "Speed comes from
+// fewer passes"). Pure C++, so that the grouping is tested on any machine.
+//
+// Group kinds:
+//   loop    a maximal connected set of elementwise ops and broadcast_in_dim,
+//           every one producing the same number of elements N. One kernel
+//           computes, per output element i, every member's value at i:
+//           an elementwise member reads its operands at i; a broadcast_in_dim
+//           whose operand has fewer elements reads it through the broadcast's
+//           index map (plan::broadcast_walk), and that operand is always
+//           produced outside the group. The group writes only `outputs`.
+//   single  one equation run as before (dot_general, gather, scatter,
+//           transpose, reductions): never fused across.
+//   free    constant, iota (filled once) and reshape (a view): no launch.
+//           A loop group reads them like any outside value; a splat constant
+//           is inlined into the kernel as a literal.
+//
+// A merge is refused when it would make a cycle: no path may leave a group
+// through an outside equation and come back into it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "capstep/ir.h"
+
+namespace capstep::plan {
+
+enum class GroupKind : unsigned char { loop, single, free };
+const char* group_kind_name(GroupKind k);
+
+struct Group {
+  GroupKind kind = GroupKind::single;
+  int first = 0, last = 0;     // equations [first, last] of Fused::program (contiguous)
+  int64_t numel = 0;           // loop: elements of every member's result
+  std::vector<int> inputs;     // values read from outside the group, in first-read order
+  std::vector<int> outputs;    // members' values read outside the group or Program outputs, in equation order
+  int size() const { return last - first + 1; }
+};
+
+struct Fused {
+  Program program;             // the input's equations reordered so that each group is contiguous
+  std::vector<Group> groups;   // in execution order (a topological order of the groups)
+  std::vector<int> group_of;   // per equation of `program`: its group
+  std::vector<int> old_index;  // per equation of `program`: its index in the original Program
+  int launches_before = 0;     // equations that launch work one by one (all but free ones)
+  int launches_after = 0;      // single groups + loop groups that write something
+  std::string summary() const; // "839 equations: 700 launches -> 210 (120 loop groups, ...)"
+};
+
+// loops=false gives every equation a group of its own (the unfused baseline).
+Fused fuse_program(const Program& p, bool loops = true);
+
+// Per equation of f.program: [first, last] of its group when that group runs as
+// one kernel (a loop group), else [d, d]; for plan_device_memory's spans.
+std::vector<std::pair<int, int>> group_spans(const Fused& f);
+
+// Values produced inside loop groups that are never written (no buffer needed).
+std::vector<char> internal_values(const Fused& f);
+
+}  // namespace capstep::plan
