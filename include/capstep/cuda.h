@@ -8,6 +8,7 @@
 // into that input's buffer, so parameters and moments never leave the device.
 #pragma once
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,9 +25,22 @@ bool available(std::string* why = nullptr);
 // "NVIDIA H200 (sm_90, 139 GiB)" or the reason there is none.
 std::string device_description();
 
+// The default of Options::fuse: on, unless the environment variable
+// CAPSTEP_CUDA_FUSE is "0" (so that one binary measures both paths:
+// CAPSTEP_CUDA_FUSE=0 ./training_step_on_device).
+inline bool fuse_default() {
+  const char* e = std::getenv("CAPSTEP_CUDA_FUSE");
+  return !(e && e[0] == '0' && e[1] == '\0');
+}
+
 struct Options {
   bool tf32 = true;           // TF32 tensor cores for f32 dots
   bool cuda_graph = true;     // capture the whole step once, replay it
+  // Fuse chains of elementwise ops and broadcasts into one generated kernel
+  // each (src/backend/plan/fusion.h), compiled with NVRTC when the Program is
+  // compiled; false: one kernel per equation. Either way the equations may run
+  // in another (valid) order, and program() returns them in that order.
+  bool fuse = fuse_default();
 };
 
 class Executable {
@@ -48,6 +62,8 @@ class Executable {
 
   const Program& program() const;
   size_t device_bytes() const;                     // all device memory held
+  // "fused: 839 equations: 703 launches -> 180 (...), NVRTC 1.2 s" or "unfused: ..."
+  std::string describe_launches() const;
 
  private:
   struct Impl;

@@ -1,6 +1,7 @@
 // Compiling a Program for the device: one launch per equation (a kernel, a
-// device copy, or a cuBLAS call), with every address, walk and GEMM layout
-// resolved now, so that a step only enqueues. The switch over Op has no
+// device copy, or a cuBLAS call), or per loop group when fused
+// (fused_launch.cpp), with every address, walk and GEMM layout resolved now,
+// so that a step only enqueues. The switch over Op has no
 // default: a primitive without a CUDA kernel is a build error.
 #include <algorithm>
 
@@ -64,6 +65,13 @@ void Executable::Impl::build_launches() {
                                    "(resetting the device error flag)");
                       }});
   for (int d = 0; d < static_cast<int>(prog.eqns.size()); ++d) {
+    if (!fused.groups.empty()) {  // Options::fuse: a loop group is one kernel, at its first equation
+      const int g = fused.group_of[static_cast<size_t>(d)];
+      if (fused.groups[static_cast<size_t>(g)].kind == plan::GroupKind::loop) {
+        if (d == fused.groups[static_cast<size_t>(g)].first) add_loop_launch(g);
+        continue;
+      }
+    }
     const Eqn& e = prog.eqns[static_cast<size_t>(d)];
     const Type& ot = prog.type(e.out);
     const int64_t n = ot.numel();

@@ -31,6 +31,7 @@ Executable::Impl::~Impl() {
   // device fault every call fails anyway.
   if (graph_exec) cudaGraphExecDestroy(graph_exec);
   if (graph) cudaGraphDestroy(graph);
+  if (loop_lib) cudaLibraryUnload(loop_lib);
   for (cudaEvent_t e : stage_done)
     if (e) cudaEventDestroy(e);
   for (void* p : h_stage)
@@ -99,6 +100,10 @@ Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
   m.prog = std::move(p);
   m.opt = o;
   verify(m.prog);
+  if (m.opt.fuse) {
+    m.fused = plan::fuse_program(m.prog);
+    m.prog = m.fused.program;  // the same equations, each loop group contiguous
+  }
 
   // GEMM layouts first: their scratch joins the memory plan.
   const size_t E = m.prog.eqns.size();
@@ -110,7 +115,16 @@ Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
     m.gemm[d] = plan::plan_gemm(m.prog.type(e.inputs[0]), m.prog.type(e.inputs[1]), e.attrs);
     scratch[d] = m.gemm[d].scratch_bytes();
   }
-  m.plan = plan::plan_device_memory(m.prog, scratch);
+  if (m.opt.fuse) {
+    // a loop group's reads and writes all happen during its one kernel
+    plan::PlanOptions po;
+    po.eqn_scratch = scratch;
+    po.span = plan::group_spans(m.fused);
+    po.internal = plan::internal_values(m.fused);
+    m.plan = plan::plan_device_memory(m.prog, po);
+  } else {
+    m.plan = plan::plan_device_memory(m.prog, scratch);
+  }
 
   CAPSTEP_CU(cudaSetDevice(0));
   CAPSTEP_CU(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
@@ -134,6 +148,7 @@ Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
     CAPSTEP_CU(cublasSetWorkspace(m.blas, m.d_workspace, m.workspace_bytes));
   }
   m.fill_statics();
+  if (m.opt.fuse) m.compile_loop_kernels();
   m.build_launches();
   m.h_stage.assign(m.prog.inputs.size(), nullptr);
   m.stage_done.assign(m.prog.inputs.size(), nullptr);
@@ -149,6 +164,18 @@ Executable& Executable::operator=(Executable&&) noexcept = default;
 const Program& Executable::program() const { return impl_->prog; }
 
 size_t Executable::device_bytes() const { return impl_ ? impl_->held_bytes : 0; }
+
+std::string Executable::describe_launches() const {
+  const Impl& m = *impl_;
+  if (!m.opt.fuse) {
+    int n = 0;
+    for (const Eqn& e : m.prog.eqns) n += e.op != Op::constant && e.op != Op::iota && e.op != Op::reshape;
+    return "unfused: " + std::to_string(m.prog.eqns.size()) + " equations, " + std::to_string(n) + " launches";
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, ", NVRTC %.2f s", m.nvrtc_seconds);
+  return "fused: " + m.fused.summary() + buf;
+}
 
 void Executable::upload(int input, const Array& a) {
   Impl& m = *impl_;

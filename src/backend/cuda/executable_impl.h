@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/kernels.h"
+#include "backend/plan/fusion.h"
 #include "backend/plan/gemm_layout.h"
 #include "capstep/cuda.h"
 #include "capstep/device_plan.h"
@@ -29,6 +30,14 @@ struct Executable::Impl {
   Options opt;
   plan::Plan plan;
   std::vector<plan::GemmLayout> gemm;     // per equation (dot_general only)
+  // Fusion (Options::fuse): groups of prog's equations, which fuse_program has
+  // already reordered so that each group is contiguous; a loop group is one
+  // NVRTC-compiled kernel from loop_lib.
+  plan::Fused fused;
+  cudaLibrary_t loop_lib = nullptr;
+  std::vector<cudaKernel_t> group_kernel;  // per group: its kernel, or null
+  std::vector<std::vector<int>> group_params;  // per group: the kernel's value parameters
+  double nvrtc_seconds = 0;
 
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
@@ -56,6 +65,8 @@ struct Executable::Impl {
   char* value_addr(int value) const { return addr(plan.values[static_cast<size_t>(value)].loc); }
   void* device_alloc(size_t bytes, const char* what);
   std::string eqn_what(int eqn) const;    // "equation 12 (%15 = dot_general(...) ...)"
+  void compile_loop_kernels();            // fused_launch.cpp: NVRTC, then load
+  void add_loop_launch(int group);        // fused_launch.cpp
   void build_launches();                  // compile.cpp
   void fill_statics();                    // compile.cpp
   void enqueue_step();                    // every launch, in order, on the stream

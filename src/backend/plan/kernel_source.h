@@ -1,0 +1,52 @@
+// CUDA C++ source of the fused kernels: one __global__ function per loop group
+// (fusion.h), all of a Program's kernels in one NVRTC program. Pure C++ (text
+// only), so the generated source is golden-tested on any machine; the CUDA
+// backend compiles it with NVRTC when a Program is compiled.
+//
+// Each kernel is a grid-stride loop over the group's N elements. For element i
+// it evaluates every member in order, with the formulas of src/ir/scalar_math.h
+// (the same header the host interpreter and the per-equation kernels call,
+// handed to NVRTC as text: kScalarMathText), keeps members' values in
+// registers, and stores only the group's outputs, after every load (so that a
+// donated output may share its input's bytes; see device_plan.h).
+//   - an elementwise member reads an outside operand at i;
+//   - a broadcast_in_dim with a smaller operand reads it at the broadcast's
+//     index map (plan::broadcast_walk, unrolled with constant dims/strides);
+//   - a splat constant is a literal (exact: hex floats or bit patterns).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backend/plan/fusion.h"
+#include "capstep/ir.h"
+
+namespace capstep::plan {
+
+// The text of src/ir/scalar_math.h, compiled into the library (fusion_test
+// checks that it equals the file).
+extern const char* const kScalarMathText;
+// A stand-in for <cmath> under NVRTC: the CUDA math overloads in namespace std.
+extern const char* const kNvrtcCmathText;
+
+struct KernelSource {
+  std::string name;            // "capstep_loop_12" (12: the group's index)
+  std::vector<int> params;     // value ids: the group's inputs read from memory, then its outputs
+  int n_inputs = 0;            // params[0, n_inputs) are inputs
+  int64_t numel = 0;           // elements (the last parameter, a long long)
+  std::string code;            // the extern "C" __global__ function
+};
+
+// The kernel of loop group `index` of f (Error unless it is a loop group).
+KernelSource loop_kernel_source(const Fused& f, int index);
+// Every loop group that writes something.
+std::vector<KernelSource> loop_kernel_sources(const Fused& f);
+// One translation unit with all of them.
+std::string kernel_module_source(const std::vector<KernelSource>& ks);
+// NVRTC options for an architecture ("sm_90"): no FMA contraction, so that the
+// fused kernels round as the host interpreter does; IEEE division and sqrt.
+std::vector<std::string> nvrtc_options(const std::string& arch);
+
+constexpr int kLoopThreads = 256;
+
+}  // namespace capstep::plan

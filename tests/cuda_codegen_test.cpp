@@ -1,0 +1,187 @@
+// The fused kernels' source (src/backend/plan/kernel_source.h), checked
+// without a device:
+//  - golden text for small groups (elementwise chain, broadcast index map,
+//    inlined splat constant, compare/select/convert through i1 and i32);
+//  - the library's copy of src/ir/scalar_math.h equals the file;
+//  - with the CUDA toolkit (CAPSTEP_HAVE_CUDA): NVRTC compiles the kernels of
+//    every loop group of the seed's gradient and fused AdamW programs for
+//    sm_90, in one program, and f32 groups use no double-precision arithmetic.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "backend/plan/fusion.h"
+#include "backend/plan/kernel_source.h"
+#include "capstep/autodiff.h"
+#include "capstep/nn.h"
+#include "capstep/optim.h"
+
+#ifdef CAPSTEP_HAVE_CUDA
+#include "backend/cuda/nvrtc.h"
+#endif
+
+namespace capstep {
+namespace {
+
+Type f32(Shape s) { return {DType::f32, std::move(s)}; }
+
+std::string source_dir() {
+  if (const char* s = std::getenv("CAPSTEP_SOURCE_DIR")) return s;
+  std::string f = __FILE__;
+  return f.substr(0, f.rfind("/tests/"));
+}
+
+TEST(CudaCodegen, EmbeddedScalarMathEqualsTheHeader) {
+  const std::string path = source_dir() + "/src/ir/scalar_math.h";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "cannot read " << path;
+  std::stringstream s;
+  s << in.rdbuf();
+  EXPECT_EQ(s.str(), plan::kScalarMathText)
+      << "src/backend/plan/scalar_math_text.cpp is out of date: paste src/ir/scalar_math.h into it";
+}
+
+// y = exp(x) * broadcast(b) + 2 ; x [2,3], b [3] along axis 1
+TEST(CudaCodegen, GoldenElementwiseChainWithBroadcastAndSplat) {
+  Program p;
+  const int x = p.add_input("x", f32({2, 3}));
+  const int b = p.add_input("b", f32({3}));
+  Attrs c;
+  c.literal = {2.0};
+  const int two = p.add_eqn_typed(Op::constant, {}, c, f32({2, 3}));
+  Attrs bd;
+  bd.dims = {1};
+  const int bb = p.add_eqn_typed(Op::broadcast_in_dim, {b}, bd, f32({2, 3}));
+  const int e = p.add_eqn(Op::exponential, {x}, {});
+  const int m = p.add_eqn(Op::multiply, {e, bb}, {});
+  const int y = p.add_eqn(Op::add, {m, two}, {});
+  p.add_output("y", y);
+  const plan::Fused f = plan::fuse_program(p);
+  const std::vector<plan::KernelSource> ks = plan::loop_kernel_sources(f);
+  ASSERT_EQ(ks.size(), 1u);
+  EXPECT_EQ(ks[0].params, (std::vector<int>{b, x, y}));
+  EXPECT_EQ(ks[0].n_inputs, 2);
+  EXPECT_EQ(ks[0].numel, 6);
+  EXPECT_EQ(ks[0].code,
+            "extern \"C\" __global__ void __launch_bounds__(256) capstep_loop_1(const float* in0, const float* in1, "
+            "float* out0, long long n) {\n"
+            "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;\n"
+            "       i += (long long)blockDim.x * gridDim.x) {\n"
+            "    const float v3 = in0[(i % 3LL)];\n"
+            "    const float x0 = in1[i];\n"
+            "    const float v4 = capstep::scalar::exponential<float>(x0);\n"
+            "    const float v5 = capstep::scalar::multiply<float>(v4, v3);\n"
+            "    const float v6 = capstep::scalar::add<float>(v5, 0x1p+1f);\n"
+            "    out0[i] = v6;\n"
+            "  }\n}\n");
+}
+
+// column broadcast [4] -> [4,5] along axis 0, and a scalar broadcast
+TEST(CudaCodegen, GoldenIndexMaps) {
+  Program p;
+  const int r = p.add_input("r", f32({4}));
+  const int s = p.add_input("s", f32({}));
+  Attrs d0;
+  d0.dims = {0};
+  const int rb = p.add_eqn_typed(Op::broadcast_in_dim, {r}, d0, f32({4, 5}));
+  Attrs none;
+  const int sb = p.add_eqn_typed(Op::broadcast_in_dim, {s}, none, f32({4, 5}));
+  p.add_output("y", p.add_eqn(Op::subtract, {rb, sb}, {}));
+  const plan::Fused f = plan::fuse_program(p);
+  const std::vector<plan::KernelSource> ks = plan::loop_kernel_sources(f);
+  ASSERT_EQ(ks.size(), 1u);
+  EXPECT_NE(ks[0].code.find("const float v2 = in0[(i / 5LL)];"), std::string::npos) << ks[0].code;
+  EXPECT_NE(ks[0].code.find("const float v3 = in1[0];"), std::string::npos) << ks[0].code;
+}
+
+// z = select(a < b, convert<f32>(convert<i32>(a)), b); also writes the i1 mask
+TEST(CudaCodegen, GoldenCompareSelectConvert) {
+  Program p;
+  const int a = p.add_input("a", f32({7}));
+  const int b = p.add_input("b", f32({7}));
+  Attrs lt;
+  lt.cmp = Cmp::LT;
+  const int c = p.add_eqn(Op::compare, {a, b}, lt);
+  const int i = p.add_eqn_typed(Op::convert, {a}, {}, {DType::i32, {7}});
+  const int back = p.add_eqn_typed(Op::convert, {i}, {}, f32({7}));
+  const int z = p.add_eqn(Op::select, {c, back, b}, {});
+  p.add_output("z", z);
+  p.add_output("mask", c);
+  const std::vector<plan::KernelSource> ks = plan::loop_kernel_sources(plan::fuse_program(p));
+  ASSERT_EQ(ks.size(), 1u);
+  const std::string& k = ks[0].code;
+  // outputs in equation order: the mask first
+  for (const char* want : {"unsigned char* out0, float* out1, long long n",
+                           "const bool v2 = capstep::scalar::compare<float>(2, x0, x1);",
+                           "const int v3 = capstep::scalar::convert<int, float>(x0);",
+                           "const float v4 = capstep::scalar::convert<float, int>(v3);",
+                           "const float v5 = (v2 ? v4 : x1);", "out0[i] = v2 ? 1 : 0;", "out1[i] = v5;"})
+    EXPECT_NE(k.find(want), std::string::npos) << want << "\nin\n" << k;
+  // loads come before every store (a donated output may share an input's bytes)
+  EXPECT_LT(k.rfind("= in"), k.find("out0[i]"));
+}
+
+TEST(CudaCodegen, NonLoopGroupIsRefused) {
+  Program p;
+  const int x = p.add_input("x", f32({2, 3}));
+  Attrs r;
+  r.dims = {1};
+  p.add_output("y", p.add_eqn(Op::reduce_sum, {x}, r));
+  const plan::Fused f = plan::fuse_program(p);
+  EXPECT_THROW(plan::loop_kernel_source(f, 0), Error);
+  EXPECT_TRUE(plan::loop_kernel_sources(f).empty());
+}
+
+std::vector<Program> seed_programs() {
+  const nn::LmConfig c;
+  std::vector<std::string> names;
+  for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
+  Program grad = value_and_grad(nn::lm_loss_program(c), names);
+  Program fused = optim::with_adamw(grad, names, optim::AdamW{});
+  return {grad, fused};
+}
+
+TEST(CudaCodegen, NvrtcCompilesEverySeedKernelForSm90) {
+#ifndef CAPSTEP_HAVE_CUDA
+  GTEST_SKIP() << "built without the CUDA toolkit (no NVRTC)";
+#else
+  for (const Program& p : seed_programs()) {
+    const plan::Fused f = plan::fuse_program(p);
+    const std::vector<plan::KernelSource> ks = plan::loop_kernel_sources(f);
+    ASSERT_FALSE(ks.empty());
+    cuda::NvrtcResult r;
+    ASSERT_NO_THROW(r = cuda::nvrtc_compile(plan::kernel_module_source(ks), "sm_90", "the seed's program"));
+    EXPECT_GT(r.image.size(), 1000u);
+    std::printf("[codegen] %zu kernels: cubin %zu bytes in %.2f s\n", ks.size(), r.image.size(), r.seconds);
+    // PTX too: no f64 instruction in kernels whose values are all f32
+    const cuda::NvrtcResult ptx = cuda::nvrtc_compile(plan::kernel_module_source(ks), "compute_90", "the seed's program");
+    const std::string text(ptx.image.begin(), ptx.image.end());
+    bool any_f64 = false;
+    for (const plan::KernelSource& k : ks)
+      for (int x : k.params) any_f64 |= f.program.type(x).dtype == DType::f64;
+    if (!any_f64) EXPECT_EQ(text.find(".f64"), std::string::npos) << "an f32 kernel computes in double";
+    EXPECT_NE(text.find(".entry " + ks[0].name), std::string::npos);
+  }
+#endif
+}
+
+TEST(CudaCodegen, NvrtcReportsABrokenSourceWithItsLog) {
+#ifndef CAPSTEP_HAVE_CUDA
+  GTEST_SKIP() << "built without the CUDA toolkit (no NVRTC)";
+#else
+  try {
+    cuda::nvrtc_compile("extern \"C\" __global__ void k() { undefined_thing(); }\n", "sm_90", "a test");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("undefined_thing"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cuda::nvrtc_arch_for(9, 0), "sm_90");
+  EXPECT_EQ(cuda::nvrtc_arch_for(99, 9).rfind("compute_", 0), 0u) << "an unknown future device gets PTX";
+#endif
+}
+
+}  // namespace
+}  // namespace capstep
