@@ -256,6 +256,13 @@ TEST(Cli, TrainSaveLogPlotThenSample) {
   // Same seed, same sample.
   EXPECT_EQ(run({"sample", "--checkpoint", ckpt, "--prompt", prompt, "--tokens", "120", "--seed", "5"}).out, s.out);
 
+  // A window beyond the checkpoint's context is a value out of range.
+  const Outcome w = run({"sample", "--checkpoint", ckpt, "--window", "300"});
+  EXPECT_EQ(w.code, 2) << w.err;
+  EXPECT_NE(w.err.find("--window: 300 is longer than the context of the checkpoint's model (256)"), std::string::npos)
+      << w.err;
+  EXPECT_TRUE(w.out.empty()) << w.out;
+
   // Resuming with other model options is refused, naming both models.
   const Outcome r = run({"train", "--resume", ckpt, "--layers", "3", "--steps", "210"});
   EXPECT_EQ(r.code, 2);
@@ -294,6 +301,15 @@ TEST(Cli, UsageErrorsExitTwoWithTheirMessage) {
       {{"train", "--steps", "0"}, "--steps: Value 0 not in range 1 to 100000000"},
       {{"train", "--steps", "many"}, "--steps"},
       {{"train", "--lr", "-1"}, "--lr"},
+      {{"train", "--lr", "inf"}, "--lr: 'inf' is not a positive finite number"},
+      // CLI11 alone would wrap -1 to 2^64-1 and clamp 2^64 to it: another seed.
+      {{"train", "--seed", "-1"}, "--seed: '-1' is not an integer in [0, 18446744073709551615]"},
+      {{"train", "--seed", "18446744073709551616"}, "--seed: '18446744073709551616' is not an integer"},
+      {{"sample", "--checkpoint", some_file, "--seed", "-1"}, "--seed: '-1' is not an integer"},
+      {{"bench", "--seed", "x"}, "--seed: 'x' is not an integer"},
+      {{"train", "--save", d.path.string()}, "--save: '" + d.path.string() + "' is a directory; give a file name"},
+      {{"train", "--log", d.path.string()}, "--log: '" + d.path.string() + "' is a directory"},
+      {{"train", "--text", d.path.string()}, "--text: File is actually a directory"},
       {{"train", "--heads", "5"}, "d_model 128 is not a multiple of heads 5"},
       {{"train", "--seq", "300"}, "sequence length 300 must be in [1, context 256]"},
       {{"train", "--layers", "0"}, "--layers: Value 0 not in range 1 to 256"},
@@ -348,22 +364,6 @@ TEST(Cli, RuntimeFailuresExitOne) {
   r = run({"train", "--text", d.file("empty.txt"), "--steps", "2"});
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("empty.txt"), std::string::npos) << r.err;
-  // A diverging run stops at a named step and keeps its last good checkpoint.
-  r = run({"train", "--steps", "50", "--lr", "1e10", "--layers", "1", "--d-model", "32", "--heads", "2", "--save",
-           d.file("c.safetensors"), "--save-every", "1"});
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.err.find("capstep train: step "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("training stopped"), std::string::npos) << r.err;
-  EXPECT_NO_THROW(load_checkpoint(d.file("c.safetensors")));
-}
-
-TEST(Cli, GpuLaneFallsBackOrFailsWithRequireGpu) {
-  NEED_BINARY();
-  const Outcome probe = run({"train", "--steps", "1", "--lane", "gpu", "--layers", "1", "--d-model", "32", "--heads", "2"});
-  ASSERT_EQ(probe.code, 0) << probe.err;
-  if (probe.out.find("falls back to the host") == std::string::npos)
-    GTEST_SKIP() << "a GPU is present: no fallback to check";
-  const Outcome r = run({"train", "--steps", "1", "--lane", "gpu-fused", "--require-gpu"});
   // Binary data (a NUL byte), and a text shorter than one window.
   std::ofstream(d.file("bin.dat"), std::ios::binary) << std::string("abc\0def", 7);
   r = run({"train", "--text", d.file("bin.dat"), "--steps", "2"});
@@ -378,15 +378,15 @@ TEST(Cli, GpuLaneFallsBackOrFailsWithRequireGpu) {
   r = run({"train", "--steps", "1", "--layers", "256", "--d-model", "16384", "--d-ff", "65536", "--context", "65536"});
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("GiB of memory"), std::string::npos) << r.err;
-  EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("needs a GPU"), std::string::npos) << r.err;
+  // A diverging run stops at a named step and keeps its last good checkpoint.
+  r = run({"train", "--steps", "50", "--lr", "1e10", "--layers", "1", "--d-model", "32", "--heads", "2", "--save",
+           d.file("c.safetensors"), "--save-every", "1"});
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.err.find("capstep train: step "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("training stopped"), std::string::npos) << r.err;
+  EXPECT_NO_THROW(load_checkpoint(d.file("c.safetensors")));
 }
 
-TEST(Cli, ShowAndExportPrintThePrograms) {
-  NEED_BINARY();
-  TempDir d;
-  const Outcome f = run({"show", "--program", "forward", "--layers", "1"});
-  ASSERT_EQ(f.code, 0) << f.err;
 // --save, --log and --plot that cannot be written fail before the first
 // step, not after a run of hours, and leave nothing behind.
 TEST(Cli, OutputsThatCannotBeWrittenFailBeforeTraining) {
@@ -414,6 +414,22 @@ TEST(Cli, OutputsThatCannotBeWrittenFailBeforeTraining) {
   }
 }
 
+TEST(Cli, GpuLaneFallsBackOrFailsWithRequireGpu) {
+  NEED_BINARY();
+  const Outcome probe = run({"train", "--steps", "1", "--lane", "gpu", "--layers", "1", "--d-model", "32", "--heads", "2"});
+  ASSERT_EQ(probe.code, 0) << probe.err;
+  if (probe.out.find("falls back to the host") == std::string::npos)
+    GTEST_SKIP() << "a GPU is present: no fallback to check";
+  const Outcome r = run({"train", "--steps", "1", "--lane", "gpu-fused", "--require-gpu"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("needs a GPU"), std::string::npos) << r.err;
+}
+
+TEST(Cli, ShowAndExportPrintThePrograms) {
+  NEED_BINARY();
+  TempDir d;
+  const Outcome f = run({"show", "--program", "forward", "--layers", "1"});
+  ASSERT_EQ(f.code, 0) << f.err;
   EXPECT_EQ(f.out.rfind("program @", 0), 0u) << f.out.substr(0, 200);
   EXPECT_NE(f.out.find("\"tokens\""), std::string::npos);
   const Outcome g = run({"show", "--program", "fused", "--layers", "1"});

@@ -12,6 +12,13 @@ int run_sample(const SampleArgs& a) {
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
+  // --window is bounded by the checkpoint's model: out of range is a usage error.
+  if (o.window > 0) {
+    const nn::LmConfig m = train::parse_meta(load_checkpoint(o.checkpoint)).model;
+    if (o.window > m.context)
+      throw UsageError("--window: " + std::to_string(o.window) + " is longer than the context of the checkpoint's model (" +
+                       std::to_string(m.context) + ")");
+  }
   // The prompt goes out with the first character, once the checkpoint has
   // loaded: a bad checkpoint prints nothing on standard output.
   bool started = false;

@@ -4,7 +4,11 @@
 //
 // Exit codes: 0 success, 1 runtime failure, 2 usage error (docs/cli.md).
 #include <CLI/CLI.hpp>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <iostream>
+#include <new>
 #include <set>
 
 #include "capstep/ir.h"
@@ -25,6 +29,29 @@ void add_model_options(CLI::App* c, ModelArgs& m) {
   mark(c->add_option("--batch", k.batch, "sequences per batch")->capture_default_str()->check(CLI::Range(1, 65536)));
   mark(c->add_option("--seq", k.seq, "tokens per sequence (at most --context)")->capture_default_str()->check(CLI::Range(1, 65536)));
 }
+
+// A seed: a decimal integer in [0, 2^64). CLI11's own conversion would wrap
+// "-1" to 2^64-1 and clamp 2^64 to it: silently another seed.
+const CLI::Validator kSeed(
+    [](std::string& s) -> std::string {
+      uint64_t v = 0;
+      const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      if (s.empty() || ec != std::errc() || end != s.data() + s.size())
+        return "'" + s + "' is not an integer in [0, 18446744073709551615]";
+      return "";
+    },
+    "UINT64");
+
+// A positive, finite number (CLI11's PositiveNumber would print the largest
+// double as the range).
+const CLI::Validator kPositiveFinite(
+    [](std::string& s) -> std::string {
+      char* end = nullptr;
+      const double v = std::strtod(s.c_str(), &end);
+      if (s.empty() || *end != '\0' || !std::isfinite(v) || v <= 0) return "'" + s + "' is not a positive finite number";
+      return "";
+    },
+    "POSITIVE");
 
 }  // namespace
 
@@ -66,9 +93,9 @@ int main(int argc, char** argv) {
   train->add_option("--resume", ta.opts.resume_path, "continue from this checkpoint (its model, seed and lr by default)")
       ->check(CLI::ExistingFile);
   train->add_option("--seed", ta.opts.seed, "seed of the initial parameters and of the batch order")
-      ->capture_default_str()->each([&](const std::string&) { ta.seed_given = true; });
+      ->capture_default_str()->check(kSeed)->each([&](const std::string&) { ta.seed_given = true; });
   train->add_option("--lr", ta.opts.adamw.lr, "AdamW learning rate")
-      ->capture_default_str()->check(CLI::PositiveNumber)->each([&](const std::string&) { ta.lr_given = true; });
+      ->capture_default_str()->check(kPositiveFinite)->each([&](const std::string&) { ta.lr_given = true; });
   train->add_option("--log", ta.log_csv, "write the loss of every step to this CSV file");
   train->add_option("--plot", ta.plot, "draw the loss curve into this .svg or .png file (with gnuplot)");
   train->add_option("--print-every", ta.print_every, "without a terminal: a log line every N steps (default: about 20 a run)")
@@ -85,7 +112,7 @@ int main(int argc, char** argv) {
   sample->add_option("--tokens", sa.opts.tokens, "characters to generate")->capture_default_str()->check(CLI::Range(0, 1000000));
   sample->add_option("--temperature", sa.opts.temperature, "softmax temperature; 0 picks the most likely symbol")
       ->capture_default_str()->check(CLI::Range(0.0, 100.0));
-  sample->add_option("--seed", sa.opts.seed, "seed of the sampler")->capture_default_str();
+  sample->add_option("--seed", sa.opts.seed, "seed of the sampler")->capture_default_str()->check(kSeed);
   sample->add_option("--window", sa.opts.window, "tokens the model reads (default: its training --seq, at most --context)")
       ->check(CLI::Range(1, 65536));
   sample->callback([&] { action = [&] { return run_sample(sa); }; });
@@ -96,7 +123,8 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "one training step of the seed's model, three ways, each timed");
   bench->add_option("--steps", ba.opts.steps, "compared and timed steps per lane")->capture_default_str()->check(CLI::Range(1, 1000000));
   bench->add_option("--warmup", ba.opts.warmup, "untimed warm-up steps per lane")->capture_default_str()->check(CLI::Range(0, 1000));
-  bench->add_option("--seed", ba.opts.seed, "seed of the initial parameters and the batch order")->capture_default_str();
+  bench->add_option("--seed", ba.opts.seed, "seed of the initial parameters and the batch order")
+      ->capture_default_str()->check(kSeed);
   bench->add_option("--text", ba.opts.text_path, "train on this text file instead of the built-in corpus")->check(CLI::ExistingFile);
   bench->add_flag("--no-tf32", no_tf32, "full f32 dots on the GPU (TF32 is the default)");
   bench->add_flag("--json", ba.json, "print one JSON object with every figure");
@@ -141,6 +169,9 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     std::cerr << "capstep " << name << ": " << e.what() << "\nRun with --help for more information.\n";
     return kUsage;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "capstep " << name << ": error: out of memory: the model or the batch is too large for this machine\n";
+    return kFailed;
   } catch (const std::exception& e) {
     std::cerr << "capstep " << name << ": error: " << e.what() << '\n';
     return kFailed;
