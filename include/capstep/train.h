@@ -54,8 +54,8 @@ struct StepInfo {
 struct Options {
   nn::LmConfig model;                    // the seed's model by default
   // lr 1e-3, not the seed's 1e-2: measured on the built-in corpus, 1e-2 is
-  // too high to train far (mean loss of steps 2501-3000: 1e-2 ~1.9, 3e-3 1.10,
-  // 1e-3 0.70). Betas 0.9/0.999, eps 1e-8, weight decay 0.01 as in the seed.
+  // too high to train far (mean loss of steps 2501-3000, seed 1: 1e-2 2.13,
+  // 3e-3 1.25, 1e-3 0.70). Betas 0.9/0.999, eps 1e-8, weight decay 0.01 as in the seed.
   optim::AdamW adamw{.lr = 1e-3};
   int64_t steps = 1000;                  // train until this step count (see above)
   uint64_t seed = 1;                     // initial parameters and batch order
