@@ -249,3 +249,23 @@ TEST(Constants, LiteralsAreKeptAsTheDtypeHoldsThem) {
   p.add_output("c", c);
   EXPECT_THAT(to_text(p), HasSubstr("literal=[9.9999997473787516e-06,0.10000000149011612]"));
 }
+
+// The text reader builds equations without add_eqn_typed: the verifier must
+// refuse literals that no backend can store (a double -> int32 or -> float
+// cast out of range is undefined; x86 gave INT32_MIN for 1e20).
+TEST(Constants, LiteralsOutOfTheDtypesRangeAreRefused) {
+  auto text = [](const std::string& lit, const std::string& type) {
+    return "program @m {\n  %0 = constant() {literal=[" + lit + "]} : " + type + "\n  output \"y\" %0\n}\n";
+  };
+  expect_error([&] { parse_text(text("1e20", "i32[]")); },
+               {"equation 0", "constant", "at position 0 does not fit in i32"});
+  expect_error([&] { parse_text(text("1,nan", "i32[2]")); }, {"at position 1 does not fit in i32"});
+  expect_error([&] { parse_text(text("-1e300", "f32[]")); }, {"does not fit in f32"});
+  EXPECT_NO_THROW(parse_text(text("-2147483648,2147483647", "i32[2]")));
+  EXPECT_NO_THROW(parse_text(text("nan,-inf,3.4028234663852886e+38", "f32[3]")));
+  EXPECT_NO_THROW(parse_text(text("1e300", "f64[]")));
+  Program p;
+  Attrs big;
+  big.literal = {1e39};
+  expect_error([&] { p.add_eqn_typed(Op::constant, {}, big, f32({})); }, {"does not fit in f32"});
+}

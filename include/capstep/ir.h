@@ -177,6 +177,10 @@ class Error : public std::runtime_error {
 // cannot be inferred: build them with Program::add_eqn_typed.
 Type infer_type(Op op, const std::vector<Type>& operands, const Attrs& attrs);
 bool has_given_type(Op op);
+// Whether a constant's literal value v can be stored in dtype d (within range;
+// f32 and f64 take NaN and infinities). check_type refuses a constant whose
+// values do not fit, since storing them would be undefined behaviour.
+bool literal_fits(double v, DType d);
 // Checks a result type against the operands and attrs, for every op; throws
 // Error naming the op and the shapes.
 void check_type(Op op, const std::vector<Type>& operands, const Attrs& attrs, const Type& out);

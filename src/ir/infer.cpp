@@ -1,5 +1,7 @@
 // Shape rules: one per primitive, the output type for given operand types.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "capstep/ir.h"
@@ -39,6 +41,16 @@ void check_axes(Op op, const std::vector<Type>& ts, const std::vector<int64_t>& 
 }
 
 }  // namespace
+
+bool literal_fits(double v, DType d) {
+  switch (d) {
+    case DType::f32: return !std::isfinite(v) || std::fabs(v) <= std::numeric_limits<float>::max();
+    case DType::f64: return true;
+    case DType::i32: return v > -2147483649.0 && v < 2147483648.0;  // false for NaN
+    case DType::i1: return true;                                     // stored as v != 0
+  }
+  return false;
+}
 
 Type infer_type(Op op, const std::vector<Type>& ts, const Attrs& at) {
   if (op_arity(op) != static_cast<int>(ts.size()) && op != Op::constant && op != Op::iota)
@@ -180,6 +192,11 @@ void check_type(Op op, const std::vector<Type>& ts, const Attrs& at, const Type&
       if (n != 1 && static_cast<int64_t>(n) != out.numel())
         fail(op, ts, "literal has " + std::to_string(n) + " values for result " + out.str() +
                          " (need 1 or " + std::to_string(out.numel()) + ")");
+      // Backends store each value with a plain cast, undefined in C++ out of range.
+      for (size_t i = 0; i < n; ++i)
+        if (!literal_fits(at.literal[i], out.dtype))
+          fail(op, ts, "literal value " + std::to_string(at.literal[i]) + " at position " + std::to_string(i) +
+                           " does not fit in " + dtype_name(out.dtype));
       return;
     }
     case Op::iota:

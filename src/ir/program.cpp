@@ -34,10 +34,13 @@ int Program::add_eqn(Op op, std::vector<int> ins, Attrs attrs) {
 static void canonicalise_literal(std::vector<double>& lit, DType d) {
   for (double& v : lit) {
     switch (d) {
-      case DType::f32: v = static_cast<double>(static_cast<float>(v)); break;
+      case DType::f32:
+        if (!literal_fits(v, d)) throw Error("constant: " + std::to_string(v) + " does not fit in f32");
+        v = static_cast<double>(static_cast<float>(v));
+        break;
       case DType::f64: break;
       case DType::i32:
-        if (!(v >= -2147483648.0 && v <= 2147483647.0)) throw Error("constant: " + std::to_string(v) + " does not fit in i32");
+        if (!literal_fits(v, d)) throw Error("constant: " + std::to_string(v) + " does not fit in i32");
         v = static_cast<double>(static_cast<int32_t>(v));
         break;
       case DType::i1: v = v != 0 ? 1.0 : 0.0; break;
