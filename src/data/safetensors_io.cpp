@@ -1,18 +1,12 @@
 // safetensors: Arrays to a file image and back, and the file-level read/write.
 // The checks on a file live in safetensors_format.cpp.
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <new>
+#include <cstdint>
 #include <set>
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include "capstep/safetensors.h"
+#include "read_file.h"
 
 namespace capstep {
 
@@ -91,34 +85,7 @@ void write_safetensors(const std::string& path, const std::vector<NamedArray>& t
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {
-  // O_NONBLOCK: opening a FIFO without a writer would otherwise wait forever;
-  // fstat then refuses it (it has no effect on a regular file's reads).
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw Error("cannot open safetensors file '" + path + "': " + std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error("safetensors file '" + path + "' is not a regular file");
-  }
-  std::FILE* f = ::fdopen(fd, "rb");
-  if (!f) {
-    const int err = errno;
-    ::close(fd);
-    throw Error("cannot open safetensors file '" + path + "': " + std::strerror(err));
-  }
-  std::string image;
-  try {
-    image.resize(static_cast<size_t>(st.st_size));
-  } catch (const std::bad_alloc&) {
-    std::fclose(f);
-    throw Error("safetensors file '" + path + "' (" + std::to_string(st.st_size) + " bytes) does not fit in memory");
-  }
-  const size_t got = image.empty() ? 0 : std::fread(image.data(), 1, image.size(), f);
-  const bool read_error = std::ferror(f);
-  const int err = errno;
-  std::fclose(f);
-  if (read_error) throw Error("cannot read safetensors file '" + path + "': " + std::strerror(err));
-  image.resize(got);   // a file that shrank while we read is judged as it is
+  const std::string image = data::read_regular_file(path, "safetensors file", UINT64_MAX);
   try {
     return parse_safetensors(reinterpret_cast<const uint8_t*>(image.data()), image.size());
   } catch (const Error& e) {
