@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
 #include "capstep/autodiff.h"
@@ -88,12 +89,24 @@ Program one_op(Op op, const std::vector<Type>& in, const Attrs& a = {}, const Ty
   return p;
 }
 
+// Every device test runs twice: with the fused loop kernels (Options::fuse,
+// NVRTC) and with one kernel per equation. The parameter reaches every
+// Options{} in this file through fuse_default's environment variable, which
+// is how the example and device-check switch it too.
+class Cuda : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { setenv("CAPSTEP_CUDA_FUSE", GetParam() ? "1" : "0", 1); }
+  void TearDown() override { unsetenv("CAPSTEP_CUDA_FUSE"); }
+};
+INSTANTIATE_TEST_SUITE_P(Fuse, Cuda, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "on" : "off"; });
+
 const Shape kShape = {37, 53};
 const Shape kBatched = {3, 37, 53};
 
 // ---- elementwise ----------------------------------------------------------------
 
-TEST(Cuda, BinaryOpsEveryDtype) {
+TEST_P(Cuda, BinaryOpsEveryDtype) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   std::mt19937 rng(1);
@@ -109,7 +122,7 @@ TEST(Cuda, BinaryOpsEveryDtype) {
     }
 }
 
-TEST(Cuda, UnaryOps) {
+TEST_P(Cuda, UnaryOps) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   std::mt19937 rng(2);
@@ -125,7 +138,7 @@ TEST(Cuda, UnaryOps) {
   check_program(one_op(Op::negate, {ti}), {random_array(ti, rng, -100, 100)}, 0.0, false, "negate i32");
 }
 
-TEST(Cuda, CompareEveryDirectionAndDtype) {
+TEST_P(Cuda, CompareEveryDirectionAndDtype) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   std::mt19937 rng(3);
@@ -140,7 +153,7 @@ TEST(Cuda, CompareEveryDirectionAndDtype) {
     }
 }
 
-TEST(Cuda, SelectEveryDtype) {
+TEST_P(Cuda, SelectEveryDtype) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   std::mt19937 rng(4);
@@ -152,7 +165,7 @@ TEST(Cuda, SelectEveryDtype) {
   }
 }
 
-TEST(Cuda, ConvertEveryPair) {
+TEST_P(Cuda, ConvertEveryPair) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   std::mt19937 rng(5);
@@ -168,7 +181,7 @@ TEST(Cuda, ConvertEveryPair) {
 
 // ---- layout -----------------------------------------------------------------------
 
-TEST(Cuda, BroadcastReshapeTranspose) {
+TEST_P(Cuda, BroadcastReshapeTranspose) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   std::mt19937 rng(6);
@@ -211,7 +224,7 @@ TEST(Cuda, BroadcastReshapeTranspose) {
   }
 }
 
-TEST(Cuda, ConstantAndIota) {
+TEST_P(Cuda, ConstantAndIota) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   for (DType d : {DType::f32, DType::f64, DType::i32}) {
@@ -234,7 +247,7 @@ TEST(Cuda, ConstantAndIota) {
 
 // ---- reductions ---------------------------------------------------------------------
 
-TEST(Cuda, ReduceOverAnyAxes) {
+TEST_P(Cuda, ReduceOverAnyAxes) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   std::mt19937 rng(7);
@@ -272,7 +285,7 @@ const DotCase kDots[] = {
     {{37}, {41}, {}, {}, {}, {}, "outer product"},
 };
 
-TEST(Cuda, DotGeneralFullF32AndF64) {
+TEST_P(Cuda, DotGeneralFullF32AndF64) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   std::mt19937 rng(8);
@@ -291,7 +304,7 @@ TEST(Cuda, DotGeneralFullF32AndF64) {
     }
 }
 
-TEST(Cuda, DotGeneralTf32) {
+TEST_P(Cuda, DotGeneralTf32) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   std::mt19937 rng(9);
@@ -310,7 +323,7 @@ TEST(Cuda, DotGeneralTf32) {
 
 // TF32 must actually be in use when on: a product whose exact value TF32's
 // 10-bit mantissa cannot hold differs from full f32.
-TEST(Cuda, Tf32OptionChangesTheResult) {
+TEST_P(Cuda, Tf32OptionChangesTheResult) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   const Type t = T(DType::f32, {64, 64});
@@ -331,7 +344,7 @@ TEST(Cuda, Tf32OptionChangesTheResult) {
 
 // ---- rows -------------------------------------------------------------------------------
 
-TEST(Cuda, GatherAndScatterAddRows) {
+TEST_P(Cuda, GatherAndScatterAddRows) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   std::mt19937 rng(10);
@@ -376,7 +389,7 @@ Program transformer_block(int64_t B, int64_t Tn, int64_t D, int64_t H, int64_t F
   return tr.finish({{"y", y}, {"sum", sum(y * y)}});
 }
 
-TEST(Cuda, TransformerShapedProgram) {
+TEST_P(Cuda, TransformerShapedProgram) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   std::mt19937 rng(11);
@@ -392,7 +405,7 @@ TEST(Cuda, TransformerShapedProgram) {
 // Lane 3 in miniature: the seed's model (smaller), value_and_grad, AdamW in the
 // program; parameters and moments donated, ten steps, losses and parameters
 // against the host interpreter running the same fused program.
-TEST(Cuda, FusedAdamWStepsWithDonatedBuffers) {
+TEST_P(Cuda, FusedAdamWStepsWithDonatedBuffers) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   nn::LmConfig c;
@@ -461,7 +474,7 @@ TEST(Cuda, FusedAdamWStepsWithDonatedBuffers) {
 // Donation paths the planner must get right on the device: an input read after
 // its new value exists (copy-back), a swap of two inputs, and an output that is
 // an old input value; several steps, graph on.
-TEST(Cuda, AliasCopyBackAndSwapOverSteps) {
+TEST_P(Cuda, AliasCopyBackAndSwapOverSteps) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   const Type t = T(DType::f32, {37, 53});
@@ -501,7 +514,7 @@ TEST(Cuda, AliasCopyBackAndSwapOverSteps) {
 
 // ---- errors ---------------------------------------------------------------------------
 
-TEST(Cuda, WrongInputTypeNamesInputAndBothTypes) {
+TEST_P(Cuda, WrongInputTypeNamesInputAndBothTypes) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   const Type t = T(DType::f32, {37});
@@ -521,7 +534,7 @@ TEST(Cuda, WrongInputTypeNamesInputAndBothTypes) {
   EXPECT_THROW(ex.download_output(1, dst), Error);
 }
 
-TEST(Cuda, GatherIndexOutOfRangeIsReportedWithPosition) {
+TEST_P(Cuda, GatherIndexOutOfRangeIsReportedWithPosition) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   const Type table = T(DType::f32, {61, 37}), idx = T(DType::i32, {4, 17});
@@ -547,7 +560,7 @@ TEST(Cuda, GatherIndexOutOfRangeIsReportedWithPosition) {
   }
 }
 
-TEST(Cuda, OutOfDeviceMemoryIsAClearError) {
+TEST_P(Cuda, OutOfDeviceMemoryIsAClearError) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   const Type huge = T(DType::f64, {int64_t{1} << 36});  // 512 GiB
@@ -559,7 +572,30 @@ TEST(Cuda, OutOfDeviceMemoryIsAClearError) {
   }
 }
 
-TEST(Cuda, DescriptionAndDeviceBytes) {
+TEST_P(Cuda, FuseOptionFollowsTheParameterAndCutsLaunches) {
+  EXPECT_EQ(cuda::Options{}.fuse, GetParam());
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  // y = tanh(x * w + b): three launches unfused, one fused
+  Program p;
+  const int x = p.add_input("x", T(DType::f32, kShape));
+  const int w = p.add_input("w", T(DType::f32, kShape));
+  const int b = p.add_input("b", T(DType::f32, {kShape[1]}));
+  Attrs bd;
+  bd.dims = {1};
+  const int bb = p.add_eqn_typed(Op::broadcast_in_dim, {b}, bd, T(DType::f32, kShape));
+  p.add_output("y", p.add_eqn(Op::tanh, {p.add_eqn(Op::add, {p.add_eqn(Op::multiply, {x, w}, {}), bb}, {})}, {}));
+  cuda::Executable ex(p);
+  const std::string d = ex.describe_launches();
+  EXPECT_EQ(d.rfind(GetParam() ? "fused: 4 equations: 4 launches -> 1 " : "unfused: 4 equations, 4 launches", 0), 0u)
+      << d;
+  std::mt19937 rng(5);
+  std::vector<Array> in = {random_array(p.input_type(0), rng), random_array(p.input_type(1), rng),
+                           random_array(p.input_type(2), rng)};
+  check_program(p, in, 1e-6, false, "tanh(x*w+b)");
+}
+
+TEST_P(Cuda, DescriptionAndDeviceBytes) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   EXPECT_NE(cuda::device_description().find("sm_"), std::string::npos) << cuda::device_description();

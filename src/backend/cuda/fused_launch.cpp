@@ -4,6 +4,8 @@
 // with the runtime's library API (no driver-API link needed), and launched in
 // place of the group's per-equation kernels, inside the captured graph.
 #include <algorithm>
+#include <map>
+#include <mutex>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/executable_impl.h"
@@ -11,6 +13,31 @@
 #include "backend/plan/kernel_source.h"
 
 namespace capstep::cuda {
+namespace {
+
+// Compiled images by (architecture, source), for this process: a program
+// compiled again (lane 2 and a retry, checkpoint resume, the tests) costs no
+// second NVRTC run. Images are small (under a MiB for the seed's model).
+NvrtcResult compile_cached(const std::string& source, const std::string& arch, const std::string& what) {
+  static std::mutex mu;
+  static std::map<std::pair<std::string, std::string>, NvrtcResult> cache;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find({arch, source});
+    if (it != cache.end()) {
+      NvrtcResult r = it->second;
+      r.seconds = 0;
+      return r;
+    }
+  }
+  NvrtcResult r = nvrtc_compile(source, arch, what);
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() > 256) cache.clear();
+  cache.emplace(std::make_pair(arch, source), r);
+  return r;
+}
+
+}  // namespace
 
 void Executable::Impl::compile_loop_kernels() {
   const std::vector<plan::KernelSource> ks = plan::loop_kernel_sources(fused);
@@ -21,7 +48,7 @@ void Executable::Impl::compile_loop_kernels() {
   CAPSTEP_CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
   CAPSTEP_CU(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
   const std::string arch = nvrtc_arch_for(major, minor);
-  const NvrtcResult r = nvrtc_compile(plan::kernel_module_source(ks), arch, "program \"" + prog.name + "\"");
+  const NvrtcResult r = compile_cached(plan::kernel_module_source(ks), arch, "program \"" + prog.name + "\"");
   nvrtc_seconds = r.seconds;
   CAPSTEP_CU(cudaLibraryLoadData(&loop_lib, r.image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
              "(loading the fused kernels of program \"" + prog.name + "\", compiled for " + arch + ")");
