@@ -1001,6 +1001,39 @@ TEST(Run, OutputArraysMayBeTheInputArrays) {
   expect_exact(arrays[1], T(DType::f32, {4}), {1, 2, 3, 4});
 }
 
+TEST(Run, PassThroughOutputsIntoInputArraysSwapAndStayPut) {
+  // Outputs (b, a, a+b, a) of inputs (a, b), run in place: output Arrays 0 and
+  // 1 are the input Arrays a and b. Each pass-through must read its input as
+  // given (both became b when they were copied one after the other), and the
+  // one whose Array is its own input has nothing to copy (a memcpy onto itself
+  // is undefined behaviour).
+  Program p;
+  int a = p.add_input("a", T(DType::f32, {3}));
+  int b = p.add_input("b", T(DType::f32, {3}));
+  p.add_output("a'", b);
+  p.add_output("b'", a);
+  p.add_output("sum", p.add_eqn(Op::add, {a, b}, {}));
+  p.add_output("a_again", a);
+  host::Interpreter it(p);
+  std::vector<Array> arrays(4);
+  arrays[0] = Array::f32({3}, {1, 2, 3});
+  arrays[1] = Array::f32({3}, {10, 20, 30});
+  for (int k = 0; k < 2; ++k) {  // swaps back and forth; the second run reuses the staging
+    const std::vector<double> av = arrays[0].to_doubles(), bv = arrays[1].to_doubles();
+    it.run({&arrays[0], &arrays[1]}, arrays);
+    expect_exact(arrays[0], T(DType::f32, {3}), bv);
+    expect_exact(arrays[1], T(DType::f32, {3}), av);
+    expect_exact(arrays[2], T(DType::f32, {3}), {11, 22, 33});
+    expect_exact(arrays[3], T(DType::f32, {3}), av);
+  }
+  // An input passed through into its own Array.
+  Program q;
+  q.add_output("x", q.add_input("x", T(DType::i32, {2})));
+  std::vector<Array> one{Array::i32({2}, {7, -7})};
+  host::Interpreter(q).run({&one[0]}, one);
+  expect_exact(one[0], T(DType::i32, {2}), {7, -7});
+}
+
 TEST(Run, OneBufferBehindSeveralOutputs) {
   // e is an output twice and, reshaped, a third time; e is also read after.
   Program p;

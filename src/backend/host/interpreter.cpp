@@ -155,10 +155,18 @@ struct Interpreter::Impl {
   std::vector<void*> slots;                      // one per value, then scratch
   std::vector<std::pair<int, int>> input_slots;  // (slot, input index) set per run
   std::vector<int> output_slot;                  // per Program output
-  // Outputs in copy-out order: pass-throughs of inputs first, so that a caller
-  // whose output Array is also one of the input Arrays (an in-place update)
-  // still gets every pass-through from the input as it was.
-  std::vector<int> output_order;
+  // Outputs that are program inputs, copied out first, from the caller's input
+  // Arrays. One whose output Array is itself one of the input Arrays (an
+  // in-place caller) is written only after every pass-through has read its
+  // input: through `staging` (allocated on first need, then kept), so that
+  // outputs (b, a) of inputs (a, b) swap rather than both becoming b.
+  struct PassThrough {
+    int output = -1;            // index into Program::outputs
+    int input = -1;             // index into Program::inputs
+    size_t staging_offset = 0;
+  };
+  std::vector<PassThrough> pass_through;
+  std::vector<int> computed_outputs;  // the other outputs not computed in place
   // Buffers computed straight into the caller's output Arrays. When the caller
   // passes an output Array that is also an input, that buffer goes to `fallback`
   // (allocated on first need, then kept) and is copied out at the end.
@@ -170,12 +178,14 @@ struct Interpreter::Impl {
   };
   std::vector<Direct> direct;
   std::vector<char> output_is_direct;
-  Block arena, statics, fallback;
-  size_t arena_bytes = 0, fallback_bytes = 0;
+  Block arena, statics, fallback, staging;
+  size_t arena_bytes = 0, fallback_bytes = 0, staging_bytes = 0;
 
   explicit Impl(Program p);
   void run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs);
   void check_inputs(const std::vector<const Array*>& inputs) const;
+  // Output j's bytes from src into outputs[j], retyped if needed.
+  void copy_out(int j, const void* src, std::vector<Array>& outputs) const;
 };
 
 Interpreter::Impl::Impl(Program p) : prog(std::move(p)) {
@@ -366,11 +376,15 @@ Interpreter::Impl::Impl(Program p) : prog(std::move(p)) {
     else if (r != v) slots[static_cast<size_t>(v)] = slots[static_cast<size_t>(r)];
   }
   for (const NamedValue& out : prog.outputs) output_slot.push_back(out.value);
-  for (int pass = 0; pass < 2; ++pass)
-    for (size_t j = 0; j < prog.outputs.size(); ++j) {
-      const bool from_input = where[static_cast<size_t>(root[static_cast<size_t>(prog.outputs[j].value)])] == Where::input;
-      if (from_input == (pass == 0)) output_order.push_back(static_cast<int>(j));
+  for (size_t j = 0; j < prog.outputs.size(); ++j) {
+    const int r = root[static_cast<size_t>(prog.outputs[j].value)];
+    if (where[static_cast<size_t>(r)] == Where::input) {
+      pass_through.push_back({static_cast<int>(j), input_of[static_cast<size_t>(r)], staging_bytes});
+      staging_bytes += align_up(prog.output_type(static_cast<int>(j)).bytes());
+    } else {
+      computed_outputs.push_back(static_cast<int>(j));
     }
+  }
 }
 
 void Interpreter::Impl::check_inputs(const std::vector<const Array*>& inputs) const {
@@ -411,17 +425,47 @@ void Interpreter::Impl::run(const std::vector<const Array*>& inputs, std::vector
     for (int v : d.slots) sl[v] = dst;
   }
   for (const Step& s : steps) s.fn(s, sl);
-  for (const Direct& d : direct)
-    if (d.in_fallback) output_is_direct[static_cast<size_t>(d.output)] = 0;
-  for (const int j : output_order) {
-    if (output_is_direct[static_cast<size_t>(j)]) continue;
-    const Type& t = prog.output_type(j);
-    Array& out = outputs[static_cast<size_t>(j)];
-    // A default Array claims f32[] but owns no bytes: reset allocates for it.
-    if (out.type() != t || (out.raw() == nullptr && t.bytes() != 0)) out.reset(t);
-    if (t.bytes()) std::memcpy(out.raw(), sl[output_slot[static_cast<size_t>(j)]], t.bytes());
+  // Pass-throughs: straight copies, except into an Array that is an input:
+  // staged until every input has been read, or, when it is the very input it
+  // passes through, only retyped (a reshape may pass an input through).
+  auto into_input = [&](const Array& out) { return std::find(inputs.begin(), inputs.end(), &out) != inputs.end(); };
+  bool deferred = false;
+  for (const PassThrough& pt : pass_through) {
+    const Array& out = outputs[static_cast<size_t>(pt.output)];
+    const Array* src = inputs[static_cast<size_t>(pt.input)];
+    if (!into_input(out)) {
+      copy_out(pt.output, src->raw(), outputs);
+      continue;
+    }
+    deferred = true;
+    if (&out == src || src->bytes() == 0) continue;
+    if (!staging) staging = alloc_block(staging_bytes);
+    std::memcpy(static_cast<char*>(staging.get()) + pt.staging_offset, src->raw(), src->bytes());
   }
-  for (const Direct& d : direct) output_is_direct[static_cast<size_t>(d.output)] = 1;
+  if (deferred)
+    for (const PassThrough& pt : pass_through) {
+      Array& out = outputs[static_cast<size_t>(pt.output)];
+      const Array* src = inputs[static_cast<size_t>(pt.input)];
+      if (&out == src) {
+        if (out.type() != prog.output_type(pt.output)) out.reset(prog.output_type(pt.output));  // same bytes
+      } else if (into_input(out)) {
+        copy_out(pt.output, static_cast<char*>(staging.get()) + pt.staging_offset, outputs);
+      }
+    }
+  for (const int j : computed_outputs)
+    if (!output_is_direct[static_cast<size_t>(j)])
+      copy_out(j, sl[output_slot[static_cast<size_t>(j)]], outputs);
+  for (const Direct& d : direct)
+    if (d.in_fallback)
+      copy_out(d.output, static_cast<char*>(fallback.get()) + d.fallback_offset, outputs);
+}
+
+void Interpreter::Impl::copy_out(int j, const void* src, std::vector<Array>& outputs) const {
+  const Type& t = prog.output_type(j);
+  Array& out = outputs[static_cast<size_t>(j)];
+  // A default Array claims f32[] but owns no bytes: reset allocates for it.
+  if (out.type() != t || (out.raw() == nullptr && t.bytes() != 0)) out.reset(t);
+  if (t.bytes()) std::memcpy(out.raw(), src, t.bytes());
 }
 
 Interpreter::Interpreter(Program p) : impl_(std::make_unique<Impl>(std::move(p))) {}
