@@ -1034,6 +1034,21 @@ TEST(Run, PassThroughOutputsIntoInputArraysSwapAndStayPut) {
   expect_exact(one[0], T(DType::i32, {2}), {7, -7});
 }
 
+TEST(Run, InPlaceRunWithTooFewOutputArraysIsAnError) {
+  // Growing the outputs vector would move the Array that input "x" points at.
+  Program p;
+  int x = p.add_input("x", T(DType::f32, {2}));
+  p.add_output("x2", p.add_eqn(Op::add, {x, x}, {}));
+  p.add_output("n", p.add_eqn(Op::negate, {x}, {}));
+  host::Interpreter it(p);
+  std::vector<Array> arrays{Array::f32({2}, {1, 2})};
+  expect_error([&] { it.run({&arrays[0]}, arrays); }, {"input \"x\" is one of the output Arrays", "has 1 Arrays, not 2"});
+  arrays.resize(2);
+  it.run({&arrays[0]}, arrays);
+  expect_exact(arrays[0], T(DType::f32, {2}), {2, 4});
+  expect_exact(arrays[1], T(DType::f32, {2}), {-1, -2});
+}
+
 TEST(Run, OneBufferBehindSeveralOutputs) {
   // e is an output twice and, reshaped, a third time; e is also read after.
   Program p;

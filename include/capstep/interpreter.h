@@ -25,6 +25,9 @@ class Interpreter {
   // Error naming the index and its position.
   std::vector<Array> run(const std::vector<Array>& inputs);
   // The allocation-free form: `outputs` is resized/retyped only when needed.
+  // An output Array may also be one of the inputs (an in-place update; every
+  // input is read before it is overwritten); then `outputs` must already hold
+  // one Array per output, since resizing it would move them (Error otherwise).
   void run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs);
 
   const Program& program() const;

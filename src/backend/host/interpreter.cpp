@@ -23,6 +23,7 @@
 #include "capstep/interpreter.h"
 
 #include <algorithm>
+#include <functional>
 #include <new>
 
 #include "backend/host/memory_plan.h"
@@ -408,7 +409,16 @@ void Interpreter::Impl::run(const std::vector<const Array*>& inputs, std::vector
   check_inputs(inputs);
   void** sl = slots.data();
   for (const auto& [slot, i] : input_slots) sl[slot] = const_cast<void*>(inputs[static_cast<size_t>(i)]->raw());
-  if (outputs.size() != output_slot.size()) outputs.resize(output_slot.size());
+  if (outputs.size() != output_slot.size()) {
+    // Resizing may move the Arrays, and an input pointing at one would dangle.
+    const std::less<const Array*> before;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (!outputs.empty() && !before(inputs[i], outputs.data()) && before(inputs[i], outputs.data() + outputs.size()))
+        throw Error("program \"" + prog.name + "\": input \"" + prog.inputs[i].name + "\" is one of the output Arrays, " +
+                    "but the outputs vector has " + std::to_string(outputs.size()) + " Arrays, not " +
+                    std::to_string(output_slot.size()) + ": size it to the outputs before an in-place run");
+    outputs.resize(output_slot.size());
+  }
   for (Direct& d : direct) {
     Array& out = outputs[static_cast<size_t>(d.output)];
     d.in_fallback = std::find(inputs.begin(), inputs.end(), &out) != inputs.end();
