@@ -9,6 +9,7 @@
 #include "capstep/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
+#include "capstep/trace.h"
 
 using namespace capstep;
 
@@ -96,4 +97,30 @@ TEST(WithAdamW, FusedProgramOnHostMatchesHostAdamW) {
       EXPECT_LE(max_rel_diff(fin[n + j], m[j], 1e-9), 1e-6) << "m " << names[j] << " step " << t;
     }
   }
+}
+
+// Bad gradient programs are refused with a message naming what is wrong. A
+// scalar "grad.w" for a [4] parameter broadcast silently through the update
+// before with_adamw compared the types.
+TEST(WithAdamW, RefusesMissingOrMistypedGradients) {
+  auto message = [](const auto& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  Tracer tr;
+  Tensor w = tr.input("w", {DType::f32, {4}});
+  Tensor loss = sum(w * w);
+  Program no_grads = tr.finish({{"loss", loss}});
+  EXPECT_THAT(message([&] { optim::with_adamw(no_grads, {"w"}, {}); }),
+              ::testing::HasSubstr("has no output \"grad.w\""));
+  Program scalar_grad = tr.finish({{"loss", loss}, {"grad.w", loss}});
+  EXPECT_THAT(message([&] { optim::with_adamw(scalar_grad, {"w"}, {}); }),
+              ::testing::HasSubstr("output \"grad.w\" is f32[] but parameter \"w\" is f32[4]"));
+  EXPECT_THAT(message([&] { optim::with_adamw(value_and_grad(no_grads, {"w"}), {"v"}, {}); }),
+              ::testing::HasSubstr("\"v\" is not an input"));
+  EXPECT_NO_THROW(optim::with_adamw(value_and_grad(no_grads, {"w"}), {"w"}, {}));
 }

@@ -25,6 +25,10 @@ Program with_adamw(const Program& g, const std::vector<std::string>& params, con
       throw Error("with_adamw: parameter \"" + p + "\" is " + g.input_type(i).str() + "; AdamW here is f32");
     int k = g.output_index("grad." + p);
     if (k < 0) throw Error("with_adamw: the gradient program has no output \"grad." + p + "\"");
+    // The update's arithmetic broadcasts, so a mistyped gradient would not fail on its own.
+    if (g.output_type(k) != g.input_type(i))
+      throw Error("with_adamw: output \"grad." + p + "\" is " + g.output_type(k).str() + " but parameter \"" + p +
+                  "\" is " + g.input_type(i).str());
     pin.push_back(i);
     gout.push_back(k);
   }
