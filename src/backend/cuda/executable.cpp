@@ -100,9 +100,27 @@ Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
   m.prog = std::move(p);
   m.opt = o;
   verify(m.prog);
+  CAPSTEP_CU(cudaSetDevice(0));
   if (m.opt.fuse) {
-    m.fused = plan::fuse_program(m.prog);
-    m.prog = m.fused.program;  // the same equations, each loop group contiguous
+    // Generated code is new code: when NVRTC or the loader refuses it, the
+    // program still runs, one kernel per equation, and says why on stderr
+    // (describe_launches() too; the GPU tests insist on the fused path).
+    try {
+      m.fused = plan::fuse_program(m.prog);
+      m.compile_loop_kernels();
+      m.prog = m.fused.program;  // the same equations, each loop group contiguous
+    } catch (const Error& ex) {
+      m.fuse_failure = ex.what();
+      std::fprintf(stderr, "capstep cuda: no fused kernels for program \"%s\", running one kernel per equation: %s\n",
+                   m.prog.name.c_str(), ex.what());
+      (void)cudaGetLastError();
+      if (m.loop_lib) (void)cudaLibraryUnload(m.loop_lib);
+      m.loop_lib = nullptr;
+      m.fused = {};
+      m.group_kernel.clear();
+      m.group_params.clear();
+      m.opt.fuse = false;
+    }
   }
 
   // GEMM layouts first: their scratch joins the memory plan.
@@ -126,7 +144,6 @@ Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
     m.plan = plan::plan_device_memory(m.prog, scratch);
   }
 
-  CAPSTEP_CU(cudaSetDevice(0));
   CAPSTEP_CU(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
   m.d_inputs = static_cast<char*>(m.device_alloc(m.plan.inputs_bytes, "inputs"));
   m.d_statics = static_cast<char*>(m.device_alloc(m.plan.statics_bytes, "constants"));
@@ -148,7 +165,6 @@ Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
     CAPSTEP_CU(cublasSetWorkspace(m.blas, m.d_workspace, m.workspace_bytes));
   }
   m.fill_statics();
-  if (m.opt.fuse) m.compile_loop_kernels();
   m.build_launches();
   m.h_stage.assign(m.prog.inputs.size(), nullptr);
   m.stage_done.assign(m.prog.inputs.size(), nullptr);
@@ -170,7 +186,8 @@ std::string Executable::describe_launches() const {
   if (!m.opt.fuse) {
     int n = 0;
     for (const Eqn& e : m.prog.eqns) n += e.op != Op::constant && e.op != Op::iota && e.op != Op::reshape;
-    return "unfused: " + std::to_string(m.prog.eqns.size()) + " equations, " + std::to_string(n) + " launches";
+    return "unfused: " + std::to_string(m.prog.eqns.size()) + " equations, " + std::to_string(n) + " launches" +
+           (m.fuse_failure.empty() ? "" : " (the fused kernels failed: " + m.fuse_failure + ")");
   }
   char buf[64];
   std::snprintf(buf, sizeof buf, ", NVRTC %.2f s", m.nvrtc_seconds);

@@ -38,6 +38,7 @@ struct Executable::Impl {
   std::vector<cudaKernel_t> group_kernel;  // per group: its kernel, or null
   std::vector<std::vector<int>> group_params;  // per group: the kernel's value parameters
   double nvrtc_seconds = 0;
+  std::string fuse_failure;                // why Options::fuse fell back to one kernel per equation
 
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;

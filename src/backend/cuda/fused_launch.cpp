@@ -58,6 +58,19 @@ void Executable::Impl::compile_loop_kernels() {
                "(finding fused kernel " + k.name + ")");
     group_params[static_cast<size_t>(g)] = k.params;
   }
+  // The launch passes each kernel handle as the runtime's function pointer;
+  // ask for one kernel's attributes that way now, so a runtime that refuses
+  // it fails here (and the executor falls back) rather than in the first step.
+  cudaFuncAttributes attr{};
+  for (cudaKernel_t kern : group_kernel)
+    if (kern) {
+      CAPSTEP_CU(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kern)),
+                 "(querying a fused kernel of program \"" + prog.name + "\")");
+      if (attr.maxThreadsPerBlock < plan::kLoopThreads)
+        throw Error("fused kernels of program \"" + prog.name + "\" allow only " +
+                    std::to_string(attr.maxThreadsPerBlock) + " threads per block");
+      break;
+    }
 }
 
 void Executable::Impl::add_loop_launch(int group) {
