@@ -422,10 +422,12 @@ def table(args):
         lo = ref["losses"]
         out.append(f"PyTorch eager losses: {lo[0]:.4f} (step 1) -> {lo[-1]:.4f} (step {len(lo)}) on random "
                    f"tokens; ln(64) = {math.log(64):.4f}")
+    caps = [r for _, _, r in firsts if "openblas_core" in r]
     for label, threads, r in firsts:
         if "openblas_core" in r:
+            d = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], caps[0]["losses"]))
             out.append(f"{label}: OpenBLAS core {r['openblas_core']}, losses {r['losses'][0]:.4f} -> "
-                       f"{r['losses'][-1]:.4f} (capstep's corpus and init)")
+                       f"{r['losses'][-1]:.4f} (capstep's corpus and init), at most {d:.1e} from the first capstep row")
     versions = {}
     for label, threads, r in firsts:
         if "version" in r:
