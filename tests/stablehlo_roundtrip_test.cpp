@@ -94,6 +94,34 @@ TEST(StablehloRoundTrip, ConstantsAreBitExact) {
   }
 }
 
+// Constants without elements print as MLIR does, dense<>: the nested list
+// "[[]]" the writer used to print for f32[0,3] reads as shape [1,0], and the
+// reader refused its own output.
+TEST(StablehloRoundTrip, ConstantsWithoutElements) {
+  Program p;
+  int x = p.add_input("x", {DType::f32, {0, 3}});
+  const Type empty2{DType::f32, {0, 3}}, empty1{DType::i32, {0}};
+  int c2 = p.add_eqn_typed(Op::constant, {}, literal({}), empty2);
+  p.add_output("sum", p.add_eqn(Op::add, {x, c2}, {}));
+  p.add_output("c1", p.add_eqn_typed(Op::constant, {}, literal({}), empty1));
+  p.add_output("splat", p.add_eqn_typed(Op::constant, {}, literal({2.0}), empty2));
+  const std::string text = to_stablehlo(p);
+  EXPECT_NE(text.find("stablehlo.constant dense<> : tensor<0x3xf32>"), std::string::npos) << text;
+  EXPECT_NE(text.find("stablehlo.constant dense<> : tensor<0xi32>"), std::string::npos) << text;
+  Program back = from_stablehlo(text);
+  EXPECT_EQ(program_difference(p, back), "");
+  EXPECT_EQ(to_stablehlo(back), text);
+  try {
+    from_stablehlo(
+        "module @m {\n  func.func public @main() -> (tensor<2xf32>) {\n"
+        "    %0 = stablehlo.constant dense<> : tensor<2xf32>\n    return %0 : tensor<2xf32>\n  }\n}\n");
+    ADD_FAILURE() << "dense<> for a tensor with elements was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("stablehlo:3:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("dense<> has no elements but f32[2] has 2"), std::string::npos) << e.what();
+  }
+}
+
 // What JAX itself prints (jax 0.10.2, jax.jit(f, donate_argnums=0).lower(...)
 // .as_text(), debug info on) reads as the same computation.
 TEST(StablehloRoundTrip, ReadsJaxsOwnText) {

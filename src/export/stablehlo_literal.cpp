@@ -132,6 +132,8 @@ DenseLiteral read_dense(Cursor& c) {
     int leaf_depth = -1;
     read_list(c, d, 0, leaf_depth);
     d.form = DenseLiteral::Form::list;
+  } else if (next == '>') {
+    d.form = DenseLiteral::Form::empty;
   } else {
     d.elems.push_back(read_elem(c));
     d.form = DenseLiteral::Form::splat;
@@ -145,6 +147,9 @@ std::vector<double> literal_values(Cursor& c, const DenseLiteral& d, const Type&
   switch (d.form) {
     case DenseLiteral::Form::splat:
       out.push_back(elem_value(c, d.elems[0], t.dtype));
+      return out;
+    case DenseLiteral::Form::empty:
+      if (t.numel() != 0) c.fail(d.pos, "dense<> has no elements but " + t.str() + " has " + std::to_string(t.numel()));
       return out;
     case DenseLiteral::Form::list: {
       // The list's shape must be the type's; a scalar type has no list form.

@@ -1,4 +1,5 @@
-// Reading the body of dense<...>: a splat, a nested list or a hex string,
+// Reading the body of dense<...>: a splat, a nested list, a hex string or
+// nothing (dense<>, MLIR's form for a tensor without elements),
 // turned into Attrs::literal values once the tensor type (after ':') is known.
 #pragma once
 
@@ -11,7 +12,7 @@
 namespace capstep::stablehlo_detail {
 
 struct DenseLiteral {
-  enum class Form { splat, list, hex } form = Form::splat;
+  enum class Form { splat, list, hex, empty } form = Form::splat;
   struct Elem {
     std::string text;      // number token, "true" or "false"
     size_t pos = 0;

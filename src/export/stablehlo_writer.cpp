@@ -56,6 +56,8 @@ bool is_bare_identifier(const std::string& s) {
 // dense<...> of a constant: splat, nested list, or one hex string for large ones.
 std::string dense_text(const Type& t, const std::vector<double>& lit) {
   if (lit.size() == 1) return "dense<" + element_text(t.dtype, lit[0]) + ">";
+  // No elements: MLIR writes dense<> (a nested "[[]]" would read as shape [1,0]).
+  if (lit.empty()) return "dense<>";
   if (lit.size() > 16 && t.dtype != DType::i1) {
     // i1 stays a list: the packing of i1 hex strings has changed across MLIR versions.
     std::string bytes;
@@ -91,7 +93,6 @@ std::string dense_text(const Type& t, const std::vector<double>& lit) {
       for (int k = 0; k < closed; ++k) s += '[';
     }
   }
-  if (n == 0) for (int a = 0; a < r; ++a) s += ']';
   return s + ">";
 }
 
