@@ -438,6 +438,42 @@ TEST(DevicePlan, IdentityAliasNeedsNothingAndStaticsAreSeparate) {
   EXPECT_EQ(simulate(p, pl), 0);
 }
 
+// Spans (a fused kernel's equations): reads count at the span's end and
+// results from its start, so an operand read early in the span does not lend
+// its bytes to a result made later in it; internal values get no bytes.
+TEST(DevicePlan, SpansExtendLifetimesAndInternalValuesTakeNoBytes) {
+  Program p;
+  const int x = p.add_input("x", f32({64}));
+  const int a = p.add_eqn(Op::exponential, {x}, {});   // 0
+  const int b = p.add_eqn(Op::negate, {a}, {});        // 1: last read of a
+  const int c = p.add_eqn(Op::tanh, {b}, {});          // 2
+  const int d = p.add_eqn(Op::add, {c, c}, {});        // 3
+  p.add_output("d", d);
+  // unfused: a (0..1) and c (2..3) may share bytes
+  const Plan plain = plan::plan_device_memory(p);
+  EXPECT_EQ(plain.values[static_cast<size_t>(a)].loc, plain.values[static_cast<size_t>(c)].loc);
+  // one kernel for equations 1..3: a is read at 3 and c is live from 1
+  plan::PlanOptions o;
+  o.span = {{0, 0}, {1, 3}, {1, 3}, {1, 3}};
+  Plan pl = plan::plan_device_memory(p, o);
+  EXPECT_NE(pl.values[static_cast<size_t>(a)].loc, pl.values[static_cast<size_t>(c)].loc);
+  EXPECT_NE(pl.values[static_cast<size_t>(a)].loc, pl.values[static_cast<size_t>(d)].loc);
+  // b and c only in registers: the arena holds a and d
+  o.internal.assign(static_cast<size_t>(p.num_values()), 0);
+  o.internal[static_cast<size_t>(b)] = o.internal[static_cast<size_t>(c)] = 1;
+  pl = plan::plan_device_memory(p, o);
+  EXPECT_EQ(pl.arena_bytes, 2 * plan::kDeviceAlign);
+  // malformed options are errors
+  plan::PlanOptions bad;
+  bad.span = {{0, 0}};
+  EXPECT_THROW(plan::plan_device_memory(p, bad), Error);
+  bad.span = {{0, 0}, {2, 3}, {2, 3}, {2, 3}};  // equation 1 outside its span
+  EXPECT_THROW(plan::plan_device_memory(p, bad), Error);
+  bad.span.clear();
+  bad.internal = {1};
+  EXPECT_THROW(plan::plan_device_memory(p, bad), Error);
+}
+
 TEST(DevicePlan, PackerLowerBoundAndScratchCountMismatch) {
   // three buffers live together, one later: the total is the live peak
   std::vector<plan::Interval> bs = {{1000, 0, 2}, {300, 1, 3}, {256, 2, 2}, {2000, 4, 5}};
