@@ -229,6 +229,24 @@ TEST(GradCheck, ReduceMax) {
   }
 }
 
+// At a tie the max is not differentiable, but along x + t*(1,...,1) it is:
+// max(x + t) = max(x) + t, so any gradient must sum to 1 over each reduced
+// group (each tied position used to get the whole cotangent: the sum was the
+// number of ties). Ties share it equally, as in JAX.
+TEST(GradCheck, ReduceMaxTiesShareTheCotangent) {
+  Tracer tr;
+  Tensor x = tr.input("x", {f64, {2, 4}});
+  Program g = value_and_grad(tr.finish({{"loss", sum(max(x, {1}) * Tensor(tr.constant({f64, {2}}, {1.0, 3.0})))}}), {"x"});
+  std::vector<Array> out = host::run(g, {Array::f64({2, 4}, {5, 1, 5, 5, -2, 7, 7, 0})});
+  const std::vector<double> want = {1.0 / 3, 0, 1.0 / 3, 1.0 / 3, 0, 1.5, 1.5, 0};
+  for (int64_t i = 0; i < 8; ++i) EXPECT_DOUBLE_EQ(out[1].get(i), want[static_cast<size_t>(i)]) << "element " << i;
+  // All axes, one tie of two.
+  Tracer t2;
+  Tensor y = t2.input("y", {f64, {3}});
+  std::vector<Array> o2 = host::run(value_and_grad(t2.finish({{"m", max(y, {0})}}), {"y"}), {Array::f64({3}, {2, -1, 2})});
+  EXPECT_EQ(o2[1].to_doubles(), (std::vector<double>{0.5, 0, 0.5}));
+}
+
 // ---- rows ------------------------------------------------------------------------------
 
 TEST(GradCheck, GatherRows) {

@@ -140,11 +140,15 @@ std::vector<Tensor> vjp(Tracer& tr, const Eqn& e, const Tensor& g, const std::ve
       break;
     }
     case Op::reduce_max: {
-      // The cotangent goes to the positions equal to the max.
+      // The cotangent is shared equally by the positions equal to the max (as
+      // in JAX): a tie of n positions gives each g/n, so the gradient still
+      // sums to g, the max's derivative along x + t*(1,...,1). Without ties
+      // the division is by exactly 1.
       const Type in = p.type(e.inputs[0]);
       const std::vector<int64_t> k = kept(in.rank(), e.attrs.dims);
       Tensor at_max = compare(x[0], broadcast_in_dim(out, in.shape, k), Cmp::EQ);
-      gx[0] = select(at_max, broadcast_in_dim(g, in.shape, k), zeros(tr, in));
+      Tensor ties = sum(convert(at_max, in.dtype), e.attrs.dims);
+      gx[0] = select(at_max, broadcast_in_dim(g / ties, in.shape, k), zeros(tr, in));
       break;
     }
     case Op::gather_rows:
