@@ -90,8 +90,11 @@ struct Result {
   bool interrupted = false;              // should_stop ended the run early
 };
 
-// Trains; throws Error for bad options, an unreadable text file or checkpoint,
-// a checkpoint that does not match the model, or a failed save.
+// Trains; throws Error for bad options, an unreadable or binary text file, an
+// unreadable or corrupted checkpoint, a checkpoint that does not match the
+// model, a save_path where no file can be created (checked before the first
+// step), a model whose parameters, gradients and moments exceed the machine's
+// memory, or a failed save.
 Result train(const Options& o);
 
 // ---- checkpoints of a training run -------------------------------------------
