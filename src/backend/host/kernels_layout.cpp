@@ -65,14 +65,7 @@ CAPSTEP_HOST_CLONES void k_reduce(const Step& s, void* const* p) {
       for (int64_t j = 0; j < inner; ++j) out[off + j * os] = combine<T, Max>(out[off + j * os], in[j]);
     }
     in += inner;
-    for (int a = r - 2; a >= 0; --a) {
-      if (++idx[a] < v.size[a]) {
-        off += v.stride[a];
-        break;
-      }
-      off -= (v.size[a] - 1) * v.stride[a];
-      idx[a] = 0;
-    }
+    next_outer(v, idx, off);
   }
 }
 

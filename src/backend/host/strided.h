@@ -39,6 +39,20 @@ std::vector<int64_t> row_major_strides(const Shape& s);
 StridedView make_view(const std::vector<int64_t>& size, const std::vector<int64_t>& stride,
                       const std::string& what);
 
+// One step of the row-major walk over the outer axes [0, rank-1) of v (the
+// innermost axis is the caller's own loop): advances idx and moves off by the
+// strides. Shared by strided_copy and the host's reduce kernel.
+inline void next_outer(const StridedView& v, int64_t* idx, int64_t& off) {
+  for (int a = v.rank - 2; a >= 0; --a) {
+    if (++idx[a] < v.size[a]) {
+      off += v.stride[a];
+      return;
+    }
+    off -= (v.size[a] - 1) * v.stride[a];
+    idx[a] = 0;
+  }
+}
+
 // dst[0..n) (row-major over v) = src[offset(v)]. E is a storage type of the
 // element's width (uint8_t, uint32_t, uint64_t): copying never looks at values.
 template <class E>
@@ -65,14 +79,7 @@ void strided_copy(const StridedView& v, const E* __restrict src, E* __restrict d
       for (int64_t j = 0; j < inner; ++j) dst[j] = s[j * is];
     }
     dst += inner;
-    for (int a = r - 2; a >= 0; --a) {
-      if (++idx[a] < v.size[a]) {
-        off += v.stride[a];
-        break;
-      }
-      off -= (v.size[a] - 1) * v.stride[a];
-      idx[a] = 0;
-    }
+    next_outer(v, idx, off);
   }
 }
 
