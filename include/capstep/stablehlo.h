@@ -29,7 +29,8 @@
 //   would), each value printed as the shortest of "%.6e" / full precision that
 //   reads back to the same bits, non-finite values as hex bit patterns
 //   (0x7F800000); constants of more than 16 elements (f32, f64, i32) as one
-//   little-endian hex string dense<"0x...">.
+//   little-endian hex string dense<"0x...">; constants without elements as
+//   dense<>, as MLIR writes them.
 #pragma once
 
 #include <string>

@@ -62,7 +62,7 @@ Type infer_type(Op op, const std::vector<Type>& ts, const Attrs& at) {
   switch (op) {
     case Op::constant:
     case Op::iota:
-      // Their type is given, not inferred; add_eqn_typed checks it (see check_nullary).
+      // Their type is given, not inferred; check_type checks it.
       fail(op, ts, "has no operands to infer a type from; give its type");
 
     case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum: {

@@ -11,9 +11,8 @@ Type Tensor::type() const {
 }
 
 int64_t Tensor::dim(int axis) const {
-  // Copy the rank first: type() refers into the program, which may grow.
-  int r = rank();
-  return shape()[static_cast<size_t>(trace_detail::normalize_axis("Tensor::dim", axis, r))];
+  const Type t = type();
+  return t.shape[static_cast<size_t>(trace_detail::normalize_axis("Tensor::dim", axis, t.rank()))];
 }
 
 Tensor Tracer::input(const std::string& name, const Type& t) {
