@@ -284,6 +284,25 @@ TEST(Cli, PlotAsPng) {
   EXPECT_TRUE(is_png(slurp(d.file("loss.png"))));
 }
 
+// gnuplot draws on its standard output when it cannot open the file (the
+// file vanished, say, after the check before training): that picture must
+// not land in ours. A stand-in gnuplot ($CAPSTEP_GNUPLOT) does exactly that.
+TEST(Cli, GnuplotOutputStaysOutOfOurs) {
+  NEED_BINARY();
+  TempDir d;
+  const std::string fake = d.file("gnuplot");
+  std::ofstream(fake) << "#!/bin/sh\necho '<svg>STRAY PICTURE</svg>'\necho 'gnuplot: cannot open file' >&2\nexit 1\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  setenv("CAPSTEP_GNUPLOT", fake.c_str(), 1);
+  const Outcome t = run({"train", "--steps", "3", "--layers", "1", "--d-model", "32", "--heads", "2", "--plot",
+                         d.file("loss.svg")});
+  unsetenv("CAPSTEP_GNUPLOT");
+  EXPECT_EQ(t.code, 1) << t.err;
+  EXPECT_EQ(t.out.find("STRAY PICTURE"), std::string::npos) << t.out;
+  EXPECT_NE(t.err.find("gnuplot: cannot open file"), std::string::npos) << t.err;
+  EXPECT_NE(t.err.find("gnuplot failed drawing '" + d.file("loss.svg") + "'"), std::string::npos) << t.err;
+}
+
 TEST(Cli, UsageErrorsExitTwoWithTheirMessage) {
   NEED_BINARY();
   TempDir d;
