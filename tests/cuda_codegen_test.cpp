@@ -41,7 +41,7 @@ TEST(CudaCodegen, EmbeddedScalarMathEqualsTheHeader) {
   std::stringstream s;
   s << in.rdbuf();
   EXPECT_EQ(s.str(), plan::kScalarMathText)
-      << "src/backend/plan/scalar_math_text.cpp is out of date: paste src/ir/scalar_math.h into it";
+      << "the generated scalar_math_text.cpp is out of date: re-run cmake";
 }
 
 // y = exp(x) * broadcast(b) + 2 ; x [2,3], b [3] along axis 1

@@ -26,5 +26,6 @@ void Executable::download_output(int, Array&) { throw Error(kWhy); }
 void Executable::download_input(int, Array&) { throw Error(kWhy); }
 const Program& Executable::program() const { throw Error(kWhy); }
 size_t Executable::device_bytes() const { return 0; }
+std::string Executable::describe_launches() const { return kWhy; }
 
 }  // namespace capstep::cuda
