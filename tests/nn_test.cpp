@@ -47,6 +47,16 @@ TEST(CausalLm, RefusesInvalidConfigurations) {
   d.seq = 300;
   EXPECT_THROW(d.validate(), Error);
   EXPECT_EQ(nn::LmConfig::from_json(nn::LmConfig{}.to_json()).to_json(), nn::LmConfig{}.to_json());
+  // An integer dtype: init_parameters gave all-zero matrices without a word.
+  for (DType bad : {DType::i32, DType::i1}) {
+    try {
+      nn::init_parameters(nn::LmConfig{}, 1, bad);
+      ADD_FAILURE() << "no error for " << dtype_name(bad) << " parameters";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(std::string("f32 or f64, not ") + dtype_name(bad)));
+    }
+    EXPECT_THROW(nn::lm_loss_program(nn::LmConfig{}, bad), Error);
+  }
 }
 
 TEST(CausalLm, InitialisationIsDeterministicAndScaled) {

@@ -40,7 +40,8 @@ struct ParamSpec {
   bool is_gain = false;           // RMSNorm gains: initialised to ones
 };
 
-// Every parameter, in the order the programs take them.
+// Every parameter, in the order the programs take them; d is f32 or f64
+// (Error otherwise), as for every function below.
 std::vector<ParamSpec> lm_parameters(const LmConfig& c, DType d = DType::f32);
 int64_t count_parameters(const LmConfig& c);
 

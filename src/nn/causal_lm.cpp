@@ -64,6 +64,7 @@ LmConfig LmConfig::from_json(const std::string& s) {
 
 std::vector<ParamSpec> lm_parameters(const LmConfig& c, DType d) {
   c.validate();
+  if (!is_float(d)) throw Error(std::string("the model's parameters are f32 or f64, not ") + dtype_name(d));
   const int64_t D = c.d_model;
   std::vector<ParamSpec> ps;
   ps.push_back({"tok_emb", {d, {c.vocab, D}}});
