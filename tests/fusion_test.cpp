@@ -18,7 +18,6 @@
 #include <map>
 #include <random>
 
-#include "backend/host/vector_math.h"
 #include "backend/plan/fusion.h"
 #include "capstep/array.h"
 #include "capstep/autodiff.h"
@@ -87,12 +86,7 @@ Scalar apply_typed(const Eqn& e, std::vector<Scalar> a) {
         switch (e.op) {
           case Op::exponential: o = scalar::exponential<T>(x(0)); break;
           case Op::log: o = scalar::log<T>(x(0)); break;
-          case Op::tanh:
-            // the host interpreter's f32 tanh is its vectorisable formula, not
-            // scalar::tanh (see backend/host/vector_math.h); use the same one
-            if constexpr (std::is_same_v<T, float>) o = host::vmath::tanh(x(0));
-            else o = scalar::tanh<T>(x(0));
-            break;
+          case Op::tanh: o = scalar::tanh<T>(x(0)); break;
           case Op::rsqrt: o = scalar::rsqrt<T>(x(0)); break;
           case Op::sqrt: o = scalar::sqrt<T>(x(0)); break;
           default: ADD_FAILURE() << "op " << op_name(e.op) << " is not a float unary op";

@@ -167,7 +167,10 @@ Report run(const Options& o) {
   r.tf32 = o.tf32;
   r.steps = o.steps;
   r.warmup = o.warmup;
-  r.lanes = {{"[1] host"}, {"[2] GPU, AdamW on the host"}, {"[3] GPU, AdamW in the program"}};
+  r.lanes.resize(3);
+  r.lanes[0].label = "[1] host";
+  r.lanes[1].label = "[2] GPU, AdamW on the host";
+  r.lanes[2].label = "[3] GPU, AdamW in the program";
   const Start s = make_start(o);
   const Program loss = nn::lm_loss_program(o.model);
   const Program grad = value_and_grad(loss, s.names);

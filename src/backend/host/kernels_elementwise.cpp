@@ -1,21 +1,12 @@
 // Elementwise kernels: one tight loop per (op, dtype), each calling the shared
-// formula in ir/scalar_math.h so that the CUDA backend computes the same thing
-// (f32 tanh excepted: see vector_math.h).
+// formula in ir/scalar_math.h so that the CUDA backend computes the same thing.
 // No __restrict here: the memory plan may give an output the very bytes of an
 // operand (in place, same index); GCC's runtime overlap check lets equal
 // pointers take the vector loop.
 
-// Without this GCC will not turn `c ? a : b` on floats into a vector blend (it
-// assumes a comparison may trap), so NaN-propagating maximum, select-like code
-// and vmath::tanh would stay scalar. It changes no result: capstep never reads
-// the floating-point exception flags. (Could be a project-wide flag, like
-// -fno-math-errno.)
-#pragma GCC optimize("no-trapping-math")
-
 #include <climits>
 
 #include "backend/host/step.h"
-#include "backend/host/vector_math.h"
 #include "ir/scalar_math.h"
 
 namespace capstep::host {
@@ -165,9 +156,7 @@ Kernel unary_kernel(Op op, DType t) {
     case Op::exponential: CAPSTEP_FLOAT_UNARY(exponential) break;
     case Op::log: CAPSTEP_FLOAT_UNARY(log) break;
     case Op::tanh:
-      // glibc's tanhf is a scalar call; vmath::tanh vectorises (within 2 ulp).
-      if (t == DType::f32) return &k_unary<float, &vmath::tanh>;
-      if (t == DType::f64) return &k_unary<double, &scalar::tanh<double>>;
+      CAPSTEP_FLOAT_UNARY(tanh)  // f32: scalar_math.h's branch-free formula, which vectorises
       break;
     case Op::rsqrt: CAPSTEP_FLOAT_UNARY(rsqrt) break;
     case Op::sqrt: CAPSTEP_FLOAT_UNARY(sqrt) break;
