@@ -3,6 +3,7 @@
 // timed, each GPU lane checked against the host. The lanes live in
 // src/lanes/three_lanes.cpp, shared with `capstep bench`.
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <iostream>
 
 #include "capstep/lanes.h"
@@ -13,7 +14,9 @@ int main(int argc, char** argv) {
   CLI::App app{"One training step of a small causal LM, three ways, each timed."};
   app.add_option("--steps", o.steps, "compared and timed steps per lane")->check(CLI::Range(1, 1000000));
   app.add_option("--warmup", o.warmup, "untimed warm-up steps per lane")->check(CLI::Range(0, 1000));
-  app.add_option("--seed", o.seed, "seed of the initial parameters and the batch order");
+  // Read as text: CLI11 would wrap "-1" to 2^64-1, silently another seed.
+  std::string seed_text = "1";
+  app.add_option("--seed", seed_text, "seed of the initial parameters and the batch order, in [0, 2^64)");
   app.add_option("--text", o.text_path, "train on this text file instead of the built-in corpus");
   app.add_flag("--no-tf32", no_tf32, "full f32 dots on the GPU (TF32 is the default)");
   app.add_flag("--json", json, "print one JSON object with every figure");
@@ -21,6 +24,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  const auto [end, ec] = std::from_chars(seed_text.data(), seed_text.data() + seed_text.size(), o.seed);
+  if (seed_text.empty() || ec != std::errc() || end != seed_text.data() + seed_text.size()) {
+    std::cerr << "--seed: '" << seed_text << "' is not an integer in [0, 18446744073709551615]\n";
+    return 2;
   }
   o.tf32 = !no_tf32;
   try {
