@@ -122,5 +122,7 @@ TEST(WithAdamW, RefusesMissingOrMistypedGradients) {
               ::testing::HasSubstr("output \"grad.w\" is f32[] but parameter \"w\" is f32[4]"));
   EXPECT_THAT(message([&] { optim::with_adamw(value_and_grad(no_grads, {"w"}), {"v"}, {}); }),
               ::testing::HasSubstr("\"v\" is not an input"));
+  EXPECT_THAT(message([&] { optim::with_adamw(value_and_grad(no_grads, {"w"}), {"w", "w"}, {}); }),
+              ::testing::HasSubstr("with_adamw: parameter \"w\" is listed twice"));
   EXPECT_NO_THROW(optim::with_adamw(value_and_grad(no_grads, {"w"}), {"w"}, {}));
 }

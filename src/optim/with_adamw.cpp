@@ -1,6 +1,6 @@
 // with_adamw: appends the AdamW update to a gradient program, as ordinary
 // equations, and records which outputs replace which inputs.
-#include <unordered_map>
+#include <algorithm>
 
 #include "capstep/optim.h"
 #include "capstep/trace.h"
@@ -21,6 +21,7 @@ Program with_adamw(const Program& g, const std::vector<std::string>& params, con
   for (const std::string& p : params) {
     int i = g.input_index(p);
     if (i < 0) throw Error("with_adamw: \"" + p + "\" is not an input of the gradient program");
+    if (std::find(pin.begin(), pin.end(), i) != pin.end()) throw Error("with_adamw: parameter \"" + p + "\" is listed twice");
     if (g.input_type(i).dtype != DType::f32)
       throw Error("with_adamw: parameter \"" + p + "\" is " + g.input_type(i).str() + "; AdamW here is f32");
     int k = g.output_index("grad." + p);
