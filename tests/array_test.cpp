@@ -71,6 +71,12 @@ TEST(Array, FromDoublesRoundsIntoTheDtype) {
   Array i = Array::from_doubles(T(DType::i32, {2}), {2.9, -2.9});
   EXPECT_EQ(i.data<int32_t>()[0], 2);
   EXPECT_EQ(i.data<int32_t>()[1], -2);
+  // Beyond i32's range a plain cast is undefined (x86 gives INT32_MIN for
+  // both): the convert op's rule instead, saturating with NaN to 0.
+  Array big = Array::from_doubles(T(DType::i32, {3}), {3e9, -3e9, std::nan("")});
+  EXPECT_EQ(big.data<int32_t>()[0], 2147483647);
+  EXPECT_EQ(big.data<int32_t>()[1], -2147483647 - 1);
+  EXPECT_EQ(big.data<int32_t>()[2], 0);
 }
 
 TEST(Array, CopyIsDeep) {

@@ -20,7 +20,8 @@ class Array {
   static Array f32(Shape s, const std::vector<float>& v);
   static Array f64(Shape s, const std::vector<double>& v);
   static Array i32(Shape s, const std::vector<int32_t>& v);
-  // Values given as double, converted to t.dtype (i1: nonzero -> 1).
+  // Values given as double, converted to t.dtype as the convert op does (i32
+  // truncates and saturates, NaN -> 0; i1: nonzero -> 1).
   static Array from_doubles(Type t, const std::vector<double>& v);
   static Array scalar(double v, DType d = DType::f32) { return from_doubles({d, {}}, {v}); }
 

@@ -129,7 +129,7 @@ void Array::set(int64_t i, double v) {
   switch (type_.dtype) {
     case DType::f32: data<float>()[i] = static_cast<float>(v); return;
     case DType::f64: data<double>()[i] = v; return;
-    case DType::i32: data<int32_t>()[i] = static_cast<int32_t>(v); return;
+    case DType::i32: data<int32_t>()[i] = scalar::convert<int32_t, double>(v); return;  // saturates; NaN -> 0
     case DType::i1: data<uint8_t>()[i] = v != 0.0 ? 1 : 0; return;
   }
 }
