@@ -1,9 +1,7 @@
 // Times the host interpreter on the seed model's gradient program (the work of
 // lane 1 without AdamW) and lists the program's primitives and matmul work.
 //
-// Built by CMake as bench_host_step:  build/bench_host_step [steps]. By hand:
-//   g++ -O2 -std=c++20 -Iinclude -Isrc bench/host_step.cpp build-interp/libcapstep.a \
-//       -lopenblas -lpthread -o /tmp/host_step && /tmp/host_step [steps]
+// Built by CMake as bench_host_step; run: build/bench_host_step [steps]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

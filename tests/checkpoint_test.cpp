@@ -15,36 +15,13 @@
 #include "capstep/checkpoint.h"
 #include "capstep/data.h"
 
+#include "test_util.h"
+
 namespace fs = std::filesystem;
 using namespace capstep;
+using namespace capstep::test;
 
 namespace {
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a capstep::Error";
-  return "";
-}
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "capstep-ckpt-XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
 
 Array filled(Shape s, uint64_t seed) {
   Array a(Type{DType::f32, std::move(s)});

@@ -21,9 +21,12 @@
 #include "capstep/checkpoint.h"
 #include "capstep/data.h"
 
+#include "test_util.h"
+
 extern char** environ;
 namespace fs = std::filesystem;
 using namespace capstep;
+using namespace capstep::test;
 
 namespace {
 
@@ -48,22 +51,6 @@ bool have_gnuplot() {
   for (std::string d; std::getline(dirs, d, ':');)
     if (!d.empty() && access((d + "/gnuplot").c_str(), X_OK) == 0) return true;
   return false;
-}
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "capstep-cli-XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 // Starts the binary with stdout and stderr into files; returns its pid.

@@ -135,7 +135,7 @@ TEST(CudaCodegen, NonLoopGroupIsRefused) {
   EXPECT_TRUE(plan::loop_kernel_sources(f).empty());
 }
 
-std::vector<Program> seed_programs() {
+[[maybe_unused]] std::vector<Program> seed_programs() {
   const nn::LmConfig c;
   std::vector<std::string> names;
   for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);

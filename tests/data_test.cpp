@@ -16,8 +16,11 @@
 
 #include "capstep/data.h"
 
+#include "test_util.h"
+
 namespace fs = std::filesystem;
 using namespace capstep;
+using namespace capstep::test;
 using namespace capstep::data;
 
 // Counts heap allocations, to prove BatchStream::fill makes none.
@@ -34,36 +37,11 @@ void* operator new(size_t n) {
 
 namespace {
 
-// Runs f and returns the message of the capstep::Error it must throw.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a capstep::Error";
-  return "";
-}
-
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ULL;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
   return h;
 }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "capstep-data-XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string write(const std::string& name, const std::string& bytes) const {
-    std::ofstream(path / name, std::ios::binary) << bytes;
-    return (path / name).string();
-  }
-};
 
 }  // namespace
 

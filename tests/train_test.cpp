@@ -16,6 +16,8 @@
 #include "capstep/interpreter.h"
 #include "capstep/train.h"
 
+#include "test_util.h"
+
 // Every allocation of this test binary is counted, to hold the host lane to
 // its promise of no allocation per step in the steady state. Not under
 // AddressSanitizer, whose own operator new must pair with its delete.
@@ -39,30 +41,9 @@ void* operator new(std::size_t n) {
 
 namespace fs = std::filesystem;
 using namespace capstep;
+using namespace capstep::test;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "capstep-train-XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a capstep::Error";
-  return "";
-}
 
 // A model small enough that a dozen steps take milliseconds, with every kind
 // of parameter of the seed's model.

@@ -1,0 +1,59 @@
+// Small helpers the test files share: the message of an expected Error, a
+// temporary directory that removes itself, and a file's bytes.
+#pragma once
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "capstep/ir.h"
+
+namespace capstep::test {
+
+// Runs f and returns the message of the capstep::Error it must throw.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a capstep::Error";
+  return "";
+}
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "capstep-test-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path = tmpl;
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  // Writes `bytes` into a new file of the directory; returns its path.
+  std::string write(const std::string& name, const std::string& bytes) const {
+    std::ofstream(path / name, std::ios::binary) << bytes;
+    return file(name);
+  }
+  size_t entries() const {
+    return static_cast<size_t>(
+        std::distance(std::filesystem::directory_iterator(path), std::filesystem::directory_iterator()));
+  }
+};
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+}  // namespace capstep::test
