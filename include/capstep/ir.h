@@ -177,6 +177,11 @@ class Error : public std::runtime_error {
 // cannot be inferred: build them with Program::add_eqn_typed.
 Type infer_type(Op op, const std::vector<Type>& operands, const Attrs& attrs);
 bool has_given_type(Op op);
+// The axes of an operand of rank `rank` that are neither batch nor contracting
+// dims of a dot_general, in order: its "free" axes, which appear in the result
+// after the batch dims (lhs free, then rhs free).
+std::vector<int64_t> dot_free_axes(int rank, const std::vector<int64_t>& batch,
+                                   const std::vector<int64_t>& contract);
 // Whether a constant's literal value v can be stored in dtype d (within range;
 // f32 and f64 take NaN and infinities). check_type refuses a constant whose
 // values do not fit, since storing them would be undefined behaviour.

@@ -20,16 +20,6 @@ struct Side {
   std::vector<int64_t> label;
 };
 
-bool contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
-
-// Free axes of an operand of rank r (not batch, not contracting), ascending.
-std::vector<int64_t> free_axes(int r, const std::vector<int64_t>& batch, const std::vector<int64_t>& contract) {
-  std::vector<int64_t> out;
-  for (int64_t i = 0; i < r; ++i)
-    if (!contains(batch, i) && !contains(contract, i)) out.push_back(i);
-  return out;
-}
-
 // Result labels of dot_general(x, y) (batch, x free, y free).
 std::vector<int64_t> result_labels(const Side& x, const Side& y, const Pairs& batch, const Pairs& contract) {
   std::vector<int64_t> xb, xc, yb, yc;
@@ -37,8 +27,8 @@ std::vector<int64_t> result_labels(const Side& x, const Side& y, const Pairs& ba
   for (auto [a, b] : contract) { xc.push_back(a); yc.push_back(b); }
   std::vector<int64_t> labels;
   for (int64_t a : xb) labels.push_back(x.label[static_cast<size_t>(a)]);
-  for (int64_t a : free_axes(x.t.rank(), xb, xc)) labels.push_back(x.label[static_cast<size_t>(a)]);
-  for (int64_t a : free_axes(y.t.rank(), yb, yc)) labels.push_back(y.label[static_cast<size_t>(a)]);
+  for (int64_t a : dot_free_axes(x.t.rank(), xb, xc)) labels.push_back(x.label[static_cast<size_t>(a)]);
+  for (int64_t a : dot_free_axes(y.t.rank(), yb, yc)) labels.push_back(y.label[static_cast<size_t>(a)]);
   return labels;
 }
 
@@ -80,8 +70,8 @@ Tensor contract_into(const Side& x, const Side& y, const Pairs& batch, const Pai
 Tensor dot_general_vjp_lhs(const Tensor& g, const Tensor& rhs, const Type& lhs_type, const DotDims& d) {
   const int rl = lhs_type.rank(), rr = rhs.rank();
   const size_t nb = d.lhs_batch.size();
-  const std::vector<int64_t> lfree = free_axes(rl, d.lhs_batch, d.lhs_contract);
-  const std::vector<int64_t> rfree = free_axes(rr, d.rhs_batch, d.rhs_contract);
+  const std::vector<int64_t> lfree = dot_free_axes(rl, d.lhs_batch, d.lhs_contract);
+  const std::vector<int64_t> rfree = dot_free_axes(rr, d.rhs_batch, d.rhs_contract);
   // g axes: [batch][lhs free][rhs free]
   Side gs{g, std::vector<int64_t>(static_cast<size_t>(g.rank()), -1)};
   Side rs{rhs, std::vector<int64_t>(static_cast<size_t>(rr), -1)};
@@ -102,8 +92,8 @@ Tensor dot_general_vjp_lhs(const Tensor& g, const Tensor& rhs, const Type& lhs_t
 Tensor dot_general_vjp_rhs(const Tensor& g, const Tensor& lhs, const Type& rhs_type, const DotDims& d) {
   const int rl = lhs.rank(), rr = rhs_type.rank();
   const size_t nb = d.lhs_batch.size();
-  const std::vector<int64_t> lfree = free_axes(rl, d.lhs_batch, d.lhs_contract);
-  const std::vector<int64_t> rfree = free_axes(rr, d.rhs_batch, d.rhs_contract);
+  const std::vector<int64_t> lfree = dot_free_axes(rl, d.lhs_batch, d.lhs_contract);
+  const std::vector<int64_t> rfree = dot_free_axes(rr, d.rhs_batch, d.rhs_contract);
   Side ls{lhs, std::vector<int64_t>(static_cast<size_t>(rl), -1)};
   Side gs{g, std::vector<int64_t>(static_cast<size_t>(g.rank()), -1)};
   Pairs batch, contract;

@@ -52,6 +52,15 @@ bool literal_fits(double v, DType d) {
   return false;
 }
 
+std::vector<int64_t> dot_free_axes(int rank, const std::vector<int64_t>& batch, const std::vector<int64_t>& contract) {
+  std::vector<int64_t> f;
+  for (int64_t d = 0; d < rank; ++d)
+    if (std::find(batch.begin(), batch.end(), d) == batch.end() &&
+        std::find(contract.begin(), contract.end(), d) == contract.end())
+      f.push_back(d);
+  return f;
+}
+
 Type infer_type(Op op, const std::vector<Type>& ts, const Attrs& at) {
   if (op_arity(op) != static_cast<int>(ts.size()) && op != Op::constant && op != Op::iota)
     fail(op, ts, "takes " + std::to_string(op_arity(op)) + " operands, got " + std::to_string(ts.size()));
@@ -134,10 +143,8 @@ Type infer_type(Op op, const std::vector<Type>& ts, const Attrs& at) {
           fail(op, ts, "contracting dimension " + std::to_string(i) + " sizes differ: " + std::to_string(a) +
                            " vs " + std::to_string(b));
       }
-      for (int64_t d = 0; d < l.rank(); ++d)
-        if (std::find(lall.begin(), lall.end(), d) == lall.end()) out.shape.push_back(l.shape[static_cast<size_t>(d)]);
-      for (int64_t d = 0; d < r.rank(); ++d)
-        if (std::find(rall.begin(), rall.end(), d) == rall.end()) out.shape.push_back(r.shape[static_cast<size_t>(d)]);
+      for (int64_t d : dot_free_axes(l.rank(), at.lhs_batch, at.lhs_contract)) out.shape.push_back(l.shape[static_cast<size_t>(d)]);
+      for (int64_t d : dot_free_axes(r.rank(), at.rhs_batch, at.rhs_contract)) out.shape.push_back(r.shape[static_cast<size_t>(d)]);
       return out;
     }
 

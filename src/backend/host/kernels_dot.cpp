@@ -39,15 +39,6 @@ Group group_of(const Shape& shape, const std::vector<int64_t>& strides, const st
   return g;
 }
 
-std::vector<int64_t> free_axes(int rank, const std::vector<int64_t>& batch, const std::vector<int64_t>& contract) {
-  std::vector<int64_t> f;
-  for (int64_t d = 0; d < rank; ++d)
-    if (std::find(batch.begin(), batch.end(), d) == batch.end() &&
-        std::find(contract.begin(), contract.end(), d) == contract.end())
-      f.push_back(d);
-  return f;
-}
-
 // Offsets of every batch element (row-major over the batch axes).
 std::vector<int64_t> batch_offsets(const Shape& shape, const std::vector<int64_t>& strides,
                                    const std::vector<int64_t>& batch) {
@@ -115,8 +106,8 @@ void k_dot(const Step& s, void* const* p) {
 DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::string& what) {
   DotPlan d;
   const std::vector<int64_t> ls = row_major_strides(lhs.shape), rs = row_major_strides(rhs.shape);
-  const std::vector<int64_t> lfree = free_axes(lhs.rank(), at.lhs_batch, at.lhs_contract);
-  const std::vector<int64_t> rfree = free_axes(rhs.rank(), at.rhs_batch, at.rhs_contract);
+  const std::vector<int64_t> lfree = dot_free_axes(lhs.rank(), at.lhs_batch, at.lhs_contract);
+  const std::vector<int64_t> rfree = dot_free_axes(rhs.rank(), at.rhs_batch, at.rhs_contract);
   const Group lm = group_of(lhs.shape, ls, lfree), lk = group_of(lhs.shape, ls, at.lhs_contract);
   const Group rn = group_of(rhs.shape, rs, rfree), rk = group_of(rhs.shape, rs, at.rhs_contract);
   d.batch = 1;

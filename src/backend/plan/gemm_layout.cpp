@@ -5,15 +5,6 @@
 namespace capstep::plan {
 namespace {
 
-std::vector<int64_t> free_dims(int rank, const std::vector<int64_t>& batch, const std::vector<int64_t>& contract) {
-  std::vector<int64_t> f;
-  for (int64_t d = 0; d < rank; ++d)
-    if (std::find(batch.begin(), batch.end(), d) == batch.end() &&
-        std::find(contract.begin(), contract.end(), d) == contract.end())
-      f.push_back(d);
-  return f;
-}
-
 std::vector<int64_t> cat(std::vector<int64_t> a, const std::vector<int64_t>& b, const std::vector<int64_t>& c) {
   a.insert(a.end(), b.begin(), b.end());
   a.insert(a.end(), c.begin(), c.end());
@@ -62,8 +53,8 @@ bool transpose_moves_nothing(const Shape& shape, const std::vector<int64_t>& per
 
 GemmLayout plan_gemm(const Type& lhs, const Type& rhs, const Attrs& at) {
   GemmLayout g;
-  const std::vector<int64_t> lf = free_dims(lhs.rank(), at.lhs_batch, at.lhs_contract);
-  const std::vector<int64_t> rf = free_dims(rhs.rank(), at.rhs_batch, at.rhs_contract);
+  const std::vector<int64_t> lf = dot_free_axes(lhs.rank(), at.lhs_batch, at.lhs_contract);
+  const std::vector<int64_t> rf = dot_free_axes(rhs.rank(), at.rhs_batch, at.rhs_contract);
   g.batch = prod(lhs.shape, at.lhs_batch);
   g.m = prod(lhs.shape, lf);
   g.k = prod(lhs.shape, at.lhs_contract);
