@@ -44,6 +44,31 @@ std::vector<Array> zeros_like(const std::vector<Array>& v) {
   return z;
 }
 
+// Every lane: `warmup` untimed steps, then `steps` timed and recorded ones,
+// each phase from the same start. start() resets the lane's state to it;
+// step(k) runs step k (batch k, AdamW step k+1) and returns its loss.
+template <class StartFn, class StepFn>
+void run_phases(const Options& o, Lane& lane, StartFn&& start, StepFn&& step) {
+  auto phase = [&](int steps, bool record) {
+    start();
+    for (int k = 0; k < steps; ++k) {
+      auto t0 = Clock::now();
+      const double loss = step(k);
+      const double ms = ms_since(t0);
+      if (record) {
+        lane.losses.push_back(loss);
+        lane.step_ms.push_back(ms);
+      }
+    }
+  };
+  phase(o.warmup, false);
+  // Room for every figure first, so that the timed steps allocate nothing.
+  lane.losses.reserve(static_cast<size_t>(o.steps));
+  lane.step_ms.reserve(static_cast<size_t>(o.steps));
+  phase(o.steps, true);
+  lane.ran = true;
+}
+
 // Lanes 1 and 2 share the loop: a function computes loss and gradients for
 // (params, batch), AdamW updates on the host.
 template <class Grad>
@@ -51,27 +76,21 @@ void host_adamw_lane(const Options& o, const Start& s, Lane& lane, Grad&& grad) 
   const size_t n = s.params.size();
   Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens;
   std::vector<Array> outs;  // loss, grads; reused
-  auto train = [&](int steps, bool record) {
-    std::vector<Array> p = s.params, m = zeros_like(p), v = zeros_like(p);
-    for (int k = 0; k < steps; ++k) {
-      auto t0 = Clock::now();
-      s.batches.fill(static_cast<uint64_t>(k), tokens, targets);
-      grad(p, tokens, targets, outs);
-      const optim::AdamWScalars sc = optim::adamw_scalars(o.adamw, k + 1);
-      for (size_t j = 0; j < n; ++j) optim::adamw_update(o.adamw, sc, p[j], outs[1 + j], m[j], v[j]);
-      double ms = ms_since(t0);
-      if (record) {
-        lane.losses.push_back(outs[0].get(0));
-        lane.step_ms.push_back(ms);
-      }
-    }
-  };
-  train(o.warmup, false);
-  // Room for every figure first, so that the timed steps allocate nothing.
-  lane.losses.reserve(static_cast<size_t>(o.steps));
-  lane.step_ms.reserve(static_cast<size_t>(o.steps));
-  train(o.steps, true);
-  lane.ran = true;
+  std::vector<Array> p, m, v;
+  run_phases(
+      o, lane,
+      [&] {
+        p = s.params;
+        m = zeros_like(p);
+        v = zeros_like(p);
+      },
+      [&](int k) {
+        s.batches.fill(static_cast<uint64_t>(k), tokens, targets);
+        grad(p, tokens, targets, outs);
+        const optim::AdamWScalars sc = optim::adamw_scalars(o.adamw, k + 1);
+        for (size_t j = 0; j < n; ++j) optim::adamw_update(o.adamw, sc, p[j], outs[1 + j], m[j], v[j]);
+        return outs[0].get(0);
+      });
 }
 
 void lane_host(const Options& o, const Start& s, const Program& grad_prog, Lane& lane) {
@@ -106,40 +125,31 @@ void lane_gpu_fused(const Options& o, const Start& s, const Program& fused, Lane
   const int loss_out = fused.output_index("loss");
   Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens, loss({DType::f32, {}});
   Array scalar({DType::f32, {}});
-  auto train = [&](int steps, bool record) {
-    // Parameters and both moments go up once; from here on they live on the device.
-    std::vector<Array> z = zeros_like(s.params);
-    for (int j = 0; j < n; ++j) {
-      exe.upload(j, s.params[static_cast<size_t>(j)]);
-      exe.upload(n + j, z[static_cast<size_t>(j)]);
-      exe.upload(2 * n + j, z[static_cast<size_t>(j)]);
-    }
-    for (int k = 0; k < steps; ++k) {
-      auto t0 = Clock::now();
-      s.batches.fill(static_cast<uint64_t>(k), tokens, targets);
-      exe.upload(tok_in, tokens);
-      exe.upload(tgt_in, targets);
-      const optim::AdamWScalars sc = optim::adamw_scalars(o.adamw, k + 1);
-      const float vals[4] = {sc.lr, sc.bc1, sc.bc2, sc.decay};
-      for (int i = 0; i < 4; ++i) {
-        scalar.data<float>()[0] = vals[i];
-        exe.upload(sc_in[i], scalar);
-      }
-      exe.step();
-      exe.download_output(loss_out, loss);
-      double ms = ms_since(t0);
-      if (record) {
-        lane.losses.push_back(loss.get(0));
-        lane.step_ms.push_back(ms);
-      }
-    }
-  };
-  train(o.warmup, false);
-  // Room for every figure first, so that the timed steps allocate nothing.
-  lane.losses.reserve(static_cast<size_t>(o.steps));
-  lane.step_ms.reserve(static_cast<size_t>(o.steps));
-  train(o.steps, true);
-  lane.ran = true;
+  const std::vector<Array> z = zeros_like(s.params);
+  run_phases(
+      o, lane,
+      [&] {
+        // Parameters and both moments go up once; from here on they live on the device.
+        for (int j = 0; j < n; ++j) {
+          exe.upload(j, s.params[static_cast<size_t>(j)]);
+          exe.upload(n + j, z[static_cast<size_t>(j)]);
+          exe.upload(2 * n + j, z[static_cast<size_t>(j)]);
+        }
+      },
+      [&](int k) {
+        s.batches.fill(static_cast<uint64_t>(k), tokens, targets);
+        exe.upload(tok_in, tokens);
+        exe.upload(tgt_in, targets);
+        const optim::AdamWScalars sc = optim::adamw_scalars(o.adamw, k + 1);
+        const float vals[4] = {sc.lr, sc.bc1, sc.bc2, sc.decay};
+        for (int i = 0; i < 4; ++i) {
+          scalar.data<float>()[0] = vals[i];
+          exe.upload(sc_in[i], scalar);
+        }
+        exe.step();
+        exe.download_output(loss_out, loss);
+        return loss.get(0);
+      });
 }
 
 void finish(Lane& lane, const Lane& host) {
