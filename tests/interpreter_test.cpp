@@ -18,6 +18,8 @@
 #include "capstep/interpreter.h"
 #include "capstep/ir.h"
 
+#include "test_util.h"
+
 // The replaced operator delete frees what the replaced operator new mallocs;
 // GCC cannot see that pairing.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -117,6 +119,7 @@ void operator delete(void* p, size_t, std::align_val_t) noexcept { std::free(p);
 void operator delete[](void* p, size_t, std::align_val_t) noexcept { std::free(p); }
 
 using namespace capstep;
+using capstep::test::expect_error;
 using ::testing::HasSubstr;
 
 namespace {
@@ -162,16 +165,6 @@ int64_t ravel(const Shape& idx, const Shape& s) {
 
 // Runs a one-output program.
 Array run1(const Program& p, const std::vector<Array>& in) { return host::run(p, in).at(0); }
-
-template <class F>
-void expect_error(F f, std::vector<std::string> pieces) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown; expected one containing \"" << pieces[0] << "\"";
-  } catch (const Error& e) {
-    for (const std::string& piece : pieces) EXPECT_THAT(e.what(), HasSubstr(piece));
-  }
-}
 
 // Exact comparison for results that follow the same IEEE operations.
 void expect_exact(const Array& got, const Type& t, const std::vector<double>& want) {

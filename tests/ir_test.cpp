@@ -4,21 +4,13 @@
 
 #include "capstep/ir.h"
 
+#include "test_util.h"
+
 using namespace capstep;
+using capstep::test::expect_error;
 using ::testing::HasSubstr;
 
 namespace {
-
-// Expects f() to throw capstep::Error whose message contains every piece.
-template <class F>
-void expect_error(F f, std::vector<std::string> pieces) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown; expected one containing \"" << pieces[0] << "\"";
-  } catch (const Error& e) {
-    for (const std::string& p : pieces) EXPECT_THAT(e.what(), HasSubstr(p));
-  }
-}
 
 Type f32(Shape s) { return {DType::f32, std::move(s)}; }
 

@@ -9,7 +9,9 @@
 #include <iterator>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "capstep/ir.h"
@@ -26,6 +28,17 @@ std::string error_of(F&& f) {
   }
   ADD_FAILURE() << "expected a capstep::Error";
   return "";
+}
+
+// Expects f() to throw capstep::Error whose message contains every piece.
+template <class F>
+void expect_error(F&& f, const std::vector<std::string>& pieces) {
+  try {
+    f();
+    ADD_FAILURE() << "no error thrown; expected one containing \"" << pieces.at(0) << "\"";
+  } catch (const Error& e) {
+    for (const std::string& piece : pieces) EXPECT_THAT(e.what(), ::testing::HasSubstr(piece));
+  }
 }
 
 struct TempDir {
