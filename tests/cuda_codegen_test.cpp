@@ -3,9 +3,10 @@
 //  - golden text for small groups (elementwise chain, broadcast index map,
 //    inlined splat constant, compare/select/convert through i1 and i32);
 //  - the library's copy of src/ir/scalar_math.h equals the file;
-//  - with the CUDA toolkit (CAPSTEP_HAVE_CUDA): NVRTC compiles the kernels of
-//    every loop group of the seed's gradient and fused AdamW programs for
-//    sm_90, in one program, and f32 groups use no double-precision arithmetic.
+//  - with the CUDA toolkit (CAPSTEP_HAVE_CUDA): NVRTC compiles every kernel
+//    of the seed's gradient and fused AdamW programs (loop, row and column
+//    groups, the sinks) for sm_90, in one program, and f32 groups use no
+//    double-precision arithmetic.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -150,7 +151,8 @@ TEST(CudaCodegen, NvrtcCompilesEverySeedKernelForSm90) {
 #else
   for (const Program& p : seed_programs()) {
     const plan::Fused f = plan::fuse_program(p);
-    const std::vector<plan::KernelSource> ks = plan::loop_kernel_sources(f);
+    // every kernel the plan launches: loop, row and column groups and the sinks
+    const std::vector<plan::KernelSource> ks = plan::kernel_sources(f);
     ASSERT_FALSE(ks.empty());
     cuda::NvrtcResult r;
     ASSERT_NO_THROW(r = cuda::nvrtc_compile(plan::kernel_module_source(ks), "sm_90", "the seed's program"));
@@ -163,7 +165,7 @@ TEST(CudaCodegen, NvrtcCompilesEverySeedKernelForSm90) {
     for (const plan::KernelSource& k : ks)
       for (int x : k.params) any_f64 |= f.program.type(x).dtype == DType::f64;
     if (!any_f64) EXPECT_EQ(text.find(".f64"), std::string::npos) << "an f32 kernel computes in double";
-    EXPECT_NE(text.find(".entry " + ks[0].name), std::string::npos);
+    for (const plan::KernelSource& k : ks) EXPECT_NE(text.find(".entry " + k.name), std::string::npos) << k.name;
   }
 #endif
 }

@@ -19,6 +19,7 @@
 #include <random>
 
 #include "backend/plan/fusion.h"
+#include "backend/plan/kernel_plan.h"
 #include "capstep/array.h"
 #include "capstep/autodiff.h"
 #include "capstep/device_plan.h"
@@ -147,7 +148,7 @@ Scalar apply(const Program& p, const Eqn& e, const std::vector<Scalar>& a) {
       }
       return {};
     }
-    case Op::broadcast_in_dim: return a[0];
+    case Op::broadcast_in_dim: case Op::transpose: return a[0];
     default:
       switch (t) {
         case DType::f32: return apply_typed<float>(e, a);
@@ -169,6 +170,20 @@ int64_t broadcast_source(const Shape& in, const Shape& out, const std::vector<in
   }
   int64_t off = 0;
   for (size_t a = 0; a < in.size(); ++a) off = off * in[a] + (in[a] == 1 ? 0 : c[static_cast<size_t>(dims[a])]);
+  return off;
+}
+
+// Flat index into transpose's operand for output element k (output axis a is
+// operand axis perm[a]), from the coordinates.
+int64_t transpose_source(const Shape& in, const std::vector<int64_t>& perm, int64_t k) {
+  std::vector<int64_t> c(in.size());  // operand coordinates
+  for (size_t a = perm.size(); a-- > 0;) {
+    const int64_t dim = in[static_cast<size_t>(perm[a])];
+    c[static_cast<size_t>(perm[a])] = k % dim;
+    k /= dim;
+  }
+  int64_t off = 0;
+  for (size_t a = 0; a < in.size(); ++a) off = off * in[a] + c[a];
   return off;
 }
 
@@ -194,6 +209,7 @@ void run_loop_group(const Program& p, const Group& g, std::map<int, Array>& env)
         int64_t at = k;
         if (e.op == Op::broadcast_in_dim && src.numel() != g.numel)
           at = broadcast_source(src.shape(), p.type(e.out).shape, e.attrs.dims, k);
+        if (e.op == Op::transpose) at = transpose_source(src.shape(), e.attrs.dims, k);
         a.push_back(load(src, at));
       }
       vals[static_cast<size_t>(d - g.first)] = apply(p, e, a);
@@ -226,7 +242,8 @@ std::vector<Array> run_grouped(const Fused& f, const std::vector<Array>& inputs)
   for (size_t i = 0; i < p.inputs.size(); ++i) env[p.inputs[i].value] = inputs[i];
   for (const Group& g : f.groups) {
     if (g.kind == GroupKind::loop) run_loop_group(p, g, env);
-    else run_single(p, p.eqns[static_cast<size_t>(g.first)], env);
+    else  // row and col groups: equation by equation (their order is what is checked here)
+      for (int d = g.first; d <= g.last; ++d) run_single(p, p.eqns[static_cast<size_t>(d)], env);
   }
   std::vector<Array> out;
   for (const NamedValue& o : p.outputs) out.push_back(env.at(o.value));
@@ -234,7 +251,7 @@ std::vector<Array> run_grouped(const Fused& f, const std::vector<Array>& inputs)
 }
 
 // ---- invariants -------------------------------------------------------------------
-bool fusible(Op op) { return is_elementwise(op) || op == Op::broadcast_in_dim; }
+bool fusible(Op op) { return is_elementwise(op) || op == Op::broadcast_in_dim || op == Op::transpose; }
 
 // Returns the number of loop groups.
 int check_invariants(const Program& p, const Fused& f) {
@@ -263,7 +280,30 @@ int check_invariants(const Program& p, const Fused& f) {
     EXPECT_LE(g.first, g.last);
     next = g.last + 1;
     for (int d = g.first; d <= g.last; ++d) EXPECT_EQ(f.group_of[static_cast<size_t>(d)], static_cast<int>(gi));
-    if (g.kind != GroupKind::loop) {
+    if (g.kind == GroupKind::row || g.kind == GroupKind::col) {
+      // reductions of N = rows * cols elements with their elementwise
+      // neighbours, each of N or of the reduced count
+      EXPECT_EQ(g.rows * g.cols, g.numel);
+      const int64_t small = g.kind == GroupKind::row ? g.rows : g.cols;
+      int reductions = 0;
+      for (int d = g.first; d <= g.last; ++d) {
+        const Eqn& e = f.program.eqns[static_cast<size_t>(d)];
+        const int64_t n = f.program.type(e.out).numel();
+        if (e.op == Op::reduce_sum || e.op == Op::reduce_max) {
+          ++reductions;
+          EXPECT_EQ(f.program.type(e.inputs[0]).numel(), g.numel);
+          EXPECT_EQ(n, small);
+        } else {
+          EXPECT_TRUE(fusible(e.op)) << op_name(e.op) << " in a " << group_kind_name(g.kind) << " group";
+          EXPECT_TRUE(n == g.numel || n == small) << op_name(e.op) << " of " << n << " elements";
+        }
+        if (e.op == Op::transpose) {
+          const int q = producer[static_cast<size_t>(e.inputs[0])];
+          EXPECT_TRUE(q < g.first || q > g.last) << "a transpose's operand made inside its group";
+        }
+      }
+      EXPECT_GE(reductions, 1);
+    } else if (g.kind != GroupKind::loop) {
       EXPECT_EQ(g.size(), 1);
     } else {
       ++loops;
@@ -271,9 +311,10 @@ int check_invariants(const Program& p, const Fused& f) {
         const Eqn& e = f.program.eqns[static_cast<size_t>(d)];
         EXPECT_TRUE(fusible(e.op)) << op_name(e.op) << " in a loop group";
         EXPECT_EQ(f.program.type(e.out).numel(), g.numel);
-        if (e.op == Op::broadcast_in_dim && f.program.type(e.inputs[0]).numel() != g.numel) {
+        if ((e.op == Op::broadcast_in_dim && f.program.type(e.inputs[0]).numel() != g.numel) ||
+            e.op == Op::transpose) {
           const int q = producer[static_cast<size_t>(e.inputs[0])];
-          EXPECT_TRUE(q < g.first || q > g.last) << "a broadcast's smaller operand made inside its group";
+          EXPECT_TRUE(q < g.first || q > g.last) << "a broadcast's smaller operand or a transpose's operand made inside its group";
         }
       }
     }
@@ -326,6 +367,7 @@ int check_invariants(const Program& p, const Fused& f) {
     const Eqn& e = f.program.eqns[static_cast<size_t>(d)];
     const int gd = f.group_of[static_cast<size_t>(d)];
     if (f.groups[static_cast<size_t>(gd)].kind != GroupKind::loop) continue;
+    if (e.op == Op::transpose) continue;  // reads its operand at another index: never fused with its producer
     for (int x : e.inputs) {
       const int q = producer[static_cast<size_t>(x)];
       if (q < 0) continue;
@@ -617,12 +659,7 @@ int simulate_fused(const Fused& f, const plan::Plan& pl) {
   return fail;
 }
 
-plan::Plan fused_plan(const Fused& f) {
-  plan::PlanOptions o;
-  o.span = plan::group_spans(f);
-  o.internal = plan::internal_values(f);
-  return plan::plan_device_memory(f.program, o);
-}
+plan::Plan fused_plan(const Fused& f) { return plan::plan_device_memory(f.program, plan::memory_options(f)); }
 
 TEST(Fusion, MemoryPlanWithSpansKeepsEveryOperandIntact) {
   const nn::LmConfig c = small_config();

@@ -2,6 +2,7 @@
 // capstep's own text or as StableHLO.
 #include <iostream>
 
+#include "backend/plan/kernel_plan.h"
 #include "capstep/autodiff.h"
 #include "capstep/safetensors.h"
 #include "capstep/stablehlo.h"
@@ -26,7 +27,10 @@ Program model_program(const nn::LmConfig& c, const std::string& which) {
 }  // namespace
 
 int run_show(const ShowArgs& a) {
-  std::cout << to_text(model_program(a.model.checked(), a.program));
+  if (a.unfused && !a.kernels) throw UsageError("--unfused goes with --kernels");
+  const Program p = model_program(a.model.checked(), a.program);
+  if (a.kernels) std::cout << plan::plan_kernels(p, {!a.unfused}).describe();
+  else std::cout << to_text(p);
   std::cout.flush();
   return kOk;
 }

@@ -53,6 +53,8 @@ struct BenchArgs {
 struct ShowArgs {
   ModelArgs model;
   std::string program = "grad";       // forward | grad | fused
+  bool kernels = false;               // the kernel plan instead of the program text
+  bool unfused = false;               // with kernels: one kernel per equation (the baseline)
 };
 
 struct ExportArgs {

@@ -138,6 +138,10 @@ int main(int argc, char** argv) {
   CLI::App* show = app.add_subcommand("show", "print the text of a captured program");
   show->add_option("--program", sh.program, "forward (the loss), grad (loss and gradients) or fused (with AdamW)")
       ->capture_default_str()->check(CLI::IsMember({"forward", "grad", "fused"}));
+  show->add_flag("--kernels", sh.kernels,
+                 "print the kernel plan a GPU runs for one step instead: one line per kernel, the counts by kind, "
+                 "and the total (computed without a GPU)");
+  show->add_flag("--unfused", sh.unfused, "with --kernels: the plan with one kernel per equation (CAPSTEP_CUDA_FUSE=0)");
   add_model_options(show, sh.model);
   show->callback([&] { action = [&] { return run_show(sh); }; });
 

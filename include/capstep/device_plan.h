@@ -100,10 +100,18 @@ Plan plan_device_memory(const Program& p, const std::vector<size_t>& eqn_scratch
 // same thread reads element k of every operand before writing element k).
 // `internal[v]` (empty or one per value): v lives in registers only and gets no
 // buffer.
+// `no_in_place[e]` (empty or one per equation): e reads its operands more
+// than once during its kernel (a row group's passes), so no output it writes
+// may share a buffer with an input it reads. `part[e]` (empty or one per
+// equation): a span may hold several independent parts run by different
+// threads (the sinks kernel); a read in another part than the write is never
+// in place.
 struct PlanOptions {
   std::vector<size_t> eqn_scratch;
   std::vector<std::pair<int, int>> span;
   std::vector<char> internal;
+  std::vector<char> no_in_place;
+  std::vector<int> part;
 };
 Plan plan_device_memory(const Program& p, const PlanOptions& o);
 

@@ -75,6 +75,12 @@ Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
     if (span_first(d) > d || span_last(d) < d || span_last(d) >= E)
       throw Error("plan_device_memory: equation " + std::to_string(d) + " is outside its span [" +
                   std::to_string(span_first(d)) + ", " + std::to_string(span_last(d)) + "]");
+  if (!opt.part.empty() && static_cast<int>(opt.part.size()) != E)
+    throw Error("plan_device_memory: " + std::to_string(opt.part.size()) + " parts for " + std::to_string(E) +
+                " equations");
+  if (!opt.no_in_place.empty() && static_cast<int>(opt.no_in_place.size()) != E)
+    throw Error("plan_device_memory: " + std::to_string(opt.no_in_place.size()) + " no_in_place flags for " +
+                std::to_string(E) + " equations");
   auto internal = [&](int id) { return !opt.internal.empty() && opt.internal[static_cast<size_t>(id)] != 0; };
   if (!eqn_scratch.empty() && static_cast<int>(eqn_scratch.size()) != E)
     throw Error("plan_device_memory: " + std::to_string(eqn_scratch.size()) + " scratch sizes for " +
@@ -155,9 +161,11 @@ Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
       for (int d = span_first(rv.def); d <= span_last(rv.def) && why.empty(); ++d) {
         bool reads = false;
         for (int x : p.eqns[static_cast<size_t>(d)].inputs) reads |= v[static_cast<size_t>(x)].root == in_root;
-        if (reads && !in_place_ok(p, v, d, in_root))
+        const bool once = opt.no_in_place.empty() || !opt.no_in_place[static_cast<size_t>(d)];
+        const bool same_part = opt.part.empty() || opt.part[static_cast<size_t>(d)] == opt.part[static_cast<size_t>(rv.def)];
+        if (reads && !(once && same_part && in_place_ok(p, v, d, in_root)))
           why = "equation " + std::to_string(d) + " reads the input while equation " + std::to_string(rv.def) +
-                " writes the output in the same kernel, and is not an elementwise op of equal widths";
+                " writes the output in the same kernel, and is not an elementwise op of equal widths that reads once";
       }
     }
     if (why.empty()) {

@@ -1,9 +1,10 @@
 // fuse_program: union-find over equations, merging a fusible equation with the
-// group of each fusible producer of equal element count, unless the merge would
-// make a cycle among groups (checked by a forward search over groups from the
-// merged pair's outside consumers). Then the groups are ordered topologically (earliest original
-// equation first, to keep lifetimes short) and the equations renumbered so that
-// each group is one contiguous range.
+// group of each fusible producer when their geometries agree (fusion.h), the
+// merged group is valid, and the merge makes no cycle among groups (checked by
+// a forward search over groups from the merged pair's outside consumers). Then
+// the groups are ordered topologically (earliest original equation first, to
+// keep lifetimes short; sinks last) and the equations renumbered so that each
+// group is one contiguous range.
 #include "backend/plan/fusion.h"
 
 #include <algorithm>
@@ -14,8 +15,64 @@
 namespace capstep::plan {
 namespace {
 
-bool fusible(Op op) { return is_elementwise(op) || op == Op::broadcast_in_dim; }
+bool loop_op(Op op) { return is_elementwise(op) || op == Op::broadcast_in_dim || op == Op::transpose; }
 bool is_free(Op op) { return op == Op::constant || op == Op::iota || op == Op::reshape; }
+
+// Beyond these sizes a warp per row (row groups) or a thread per kept element
+// (col groups) leaves the device idle: such reductions stay single kernels.
+constexpr int64_t kMaxRowCols = 8192;
+constexpr int64_t kMaxColRows = 2048;
+
+// The geometry of a group: loop (n elements), row or col (n full elements,
+// `small` rows or kept elements).
+enum class Geo : unsigned char { none, loop, row, col };
+struct Geometry {
+  Geo kind = Geo::none;
+  int64_t n = 0, small = 0;
+};
+
+// A reduction over trailing axes (row) or leading axes (col) that fuses.
+Geometry reduce_geometry(const Program& p, const Eqn& e) {
+  if (e.op != Op::reduce_sum && e.op != Op::reduce_max) return {};
+  const Shape& in = p.type(e.inputs[0]).shape;
+  const int64_t n = p.type(e.inputs[0]).numel(), s = p.type(e.out).numel();
+  const int rank = static_cast<int>(in.size());
+  const int k = static_cast<int>(e.attrs.dims.size());
+  if (k == 0 || s <= 0 || n <= s || n % s != 0) return {};
+  bool suffix = true, prefix = true;
+  for (int j = 0; j < k; ++j) {
+    suffix &= e.attrs.dims[static_cast<size_t>(j)] == rank - k + j;
+    prefix &= e.attrs.dims[static_cast<size_t>(j)] == j;
+  }
+  if (suffix && n / s <= kMaxRowCols) return {Geo::row, n, s};
+  if (prefix && n / s <= kMaxColRows) return {Geo::col, n, s};
+  return {};
+}
+
+Geometry eqn_geometry(const Program& p, const Eqn& e) {
+  if (loop_op(e.op)) return {Geo::loop, p.type(e.out).numel(), 0};
+  return reduce_geometry(p, e);
+}
+
+// The geometry of two groups merged, or none.
+Geometry merged(const Geometry& a, const Geometry& b) {
+  if (a.kind == Geo::none || b.kind == Geo::none) return {};
+  if (a.kind == Geo::loop && b.kind == Geo::loop) return a.n == b.n ? a : Geometry{};
+  if (a.kind == Geo::loop) return a.n == b.n || a.n == b.small ? b : Geometry{};
+  if (b.kind == Geo::loop) return merged(b, a);
+  return a.kind == b.kind && a.n == b.n && a.small == b.small ? a : Geometry{};
+}
+
+// broadcast_in_dim of a row value (shape P) onto the leading axes of its
+// result: element i reads row i / C.
+bool row_broadcast(const Program& p, const Eqn& e) {
+  const Shape& in = p.type(e.inputs[0]).shape;
+  const Shape& out = p.type(e.out).shape;
+  if (in.size() > out.size()) return false;
+  for (size_t a = 0; a < in.size(); ++a)
+    if (e.attrs.dims[a] != static_cast<int64_t>(a) || in[a] != out[a]) return false;
+  return true;
+}
 
 struct UnionFind {
   std::vector<int> parent;
@@ -46,6 +103,8 @@ struct UnionFind {
 const char* group_kind_name(GroupKind k) {
   switch (k) {
     case GroupKind::loop: return "loop";
+    case GroupKind::row: return "row";
+    case GroupKind::col: return "col";
     case GroupKind::single: return "single";
     case GroupKind::free: return "free";
   }
@@ -100,18 +159,44 @@ Fused fuse_program(const Program& p, bool loops) {
     }
     return true;
   };
+  // Geometry of each group (by root) and which group each equation is in.
+  std::vector<Geometry> geo(static_cast<size_t>(E));
+  for (int d = 0; d < E; ++d) geo[static_cast<size_t>(d)] = eqn_geometry(p, p.eqns[static_cast<size_t>(d)]);
+  // Whether the members of a and b (roots) form a valid group of geometry g:
+  // a transpose reads an operand made outside the group; a broadcast_in_dim
+  // of a member to more elements is a row broadcast in a row group.
+  auto valid = [&](int a, int b, const Geometry& g) {
+    auto in_group = [&](int x) {
+      const int q = producer[static_cast<size_t>(x)];
+      if (q < 0) return false;
+      const int r = uf.find(q);
+      return r == a || r == b;
+    };
+    for (int r : {a, b})
+      for (int m : uf.members[static_cast<size_t>(r)]) {
+        const Eqn& e = p.eqns[static_cast<size_t>(m)];
+        if (e.op == Op::transpose && in_group(e.inputs[0])) return false;
+        if (e.op == Op::broadcast_in_dim && in_group(e.inputs[0]) &&
+            p.type(e.inputs[0]).numel() != p.type(e.out).numel() &&
+            !(g.kind == Geo::row && p.type(e.inputs[0]).numel() == g.small && p.type(e.out).numel() == g.n &&
+              row_broadcast(p, e)))
+          return false;
+      }
+    return true;
+  };
   if (loops)
     for (int d = 0; d < E; ++d) {
       const Eqn& e = p.eqns[static_cast<size_t>(d)];
-      if (!fusible(e.op)) continue;
-      const int64_t n = numel_of(d);
+      if (geo[static_cast<size_t>(d)].kind == Geo::none) continue;
       for (int x : e.inputs) {
         const int q = producer[static_cast<size_t>(x)];
-        if (q < 0 || !fusible(p.eqns[static_cast<size_t>(q)].op) || numel_of(q) != n) continue;
-        // (an elementwise operand always has n elements; a broadcast's operand
-        // with n elements only inserts axes of size 1: the same flat index)
+        if (q < 0 || geo[static_cast<size_t>(q)].kind == Geo::none) continue;
         const int a = uf.find(d), b = uf.find(q);
-        if (a != b && safe_to_merge(a, b)) uf.unite(a, b);
+        if (a == b) continue;
+        const Geometry g = merged(geo[static_cast<size_t>(a)], geo[static_cast<size_t>(b)]);
+        if (g.kind == Geo::none || !valid(a, b, g) || !safe_to_merge(a, b)) continue;
+        uf.unite(a, b);
+        geo[static_cast<size_t>(uf.find(a))] = g;
       }
     }
 
@@ -140,17 +225,31 @@ Fused fuse_program(const Program& p, bool loops) {
         ++indeg[static_cast<size_t>(b)];
       }
     }
-  // members[g][0] ascends with g (groups were numbered by first member)
+  // Each group's kind; a loop group without successors is a sink.
+  std::vector<GroupKind> kind(static_cast<size_t>(G));
+  for (int g = 0; g < G; ++g) {
+    const int d0 = members[static_cast<size_t>(g)][0];
+    const Geometry& gg = geo[static_cast<size_t>(uf.find(d0))];
+    const Op op0 = p.eqns[static_cast<size_t>(d0)].op;
+    kind[static_cast<size_t>(g)] = !loops || gg.kind == Geo::none ? (is_free(op0) ? GroupKind::free : GroupKind::single)
+                                   : gg.kind == Geo::loop         ? GroupKind::loop
+                                   : gg.kind == Geo::row          ? GroupKind::row
+                                                                  : GroupKind::col;
+  }
+  auto is_sink = [&](int g) { return kind[static_cast<size_t>(g)] == GroupKind::loop && succ[static_cast<size_t>(g)].empty(); };
+  // members[g][0] ascends with g (groups were numbered by first member); sinks
+  // go last (nothing waits for them), so that they are contiguous
+  auto key = [&](int g) { return is_sink(g) ? G + g : g; };
   std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
   for (int g = 0; g < G; ++g)
-    if (indeg[static_cast<size_t>(g)] == 0) ready.push(g);
+    if (indeg[static_cast<size_t>(g)] == 0) ready.push(key(g));
   std::vector<int> order;
   while (!ready.empty()) {
-    const int g = ready.top();
+    const int g = ready.top() % G;
     ready.pop();
     order.push_back(g);
     for (int s : succ[static_cast<size_t>(g)])
-      if (--indeg[static_cast<size_t>(s)] == 0) ready.push(s);
+      if (--indeg[static_cast<size_t>(s)] == 0) ready.push(key(s));
   }
   if (static_cast<int>(order.size()) != G)
     throw Error("fuse_program: the fusion groups of program \"" + p.name + "\" form a cycle (a bug in the grouping)");
@@ -165,9 +264,15 @@ Fused fuse_program(const Program& p, bool loops) {
     const std::vector<int>& ms = members[static_cast<size_t>(g)];
     gr.first = static_cast<int>(f.program.eqns.size());
     gr.last = gr.first + static_cast<int>(ms.size()) - 1;
-    const Op op0 = p.eqns[static_cast<size_t>(ms[0])].op;
-    gr.kind = fusible(op0) && loops ? GroupKind::loop : is_free(op0) ? GroupKind::free : GroupKind::single;
+    gr.kind = kind[static_cast<size_t>(g)];
+    gr.sink = is_sink(g);
     gr.numel = numel_of(ms[0]);
+    if (gr.kind == GroupKind::row || gr.kind == GroupKind::col) {
+      const Geometry& gg = geo[static_cast<size_t>(uf.find(ms[0]))];
+      gr.numel = gg.n;
+      gr.rows = gr.kind == GroupKind::row ? gg.small : gg.n / gg.small;
+      gr.cols = gr.kind == GroupKind::row ? gg.n / gg.small : gg.small;
+    }
     for (int d : ms) {
       const Eqn& e = p.eqns[static_cast<size_t>(d)];
       for (int x : e.inputs) {
@@ -188,31 +293,48 @@ Fused fuse_program(const Program& p, bool loops) {
   f.launches_before = 0;
   for (const Eqn& e : p.eqns) f.launches_before += !is_free(e.op);
   for (const Group& g : f.groups)
-    f.launches_after += g.kind == GroupKind::single || (g.kind == GroupKind::loop && !g.outputs.empty());
+    f.launches_after += g.kind == GroupKind::single || (g.kind != GroupKind::free && !g.outputs.empty());
   return f;
 }
 
+bool is_full_member(const Program& p, const Group& g, int eqn) {
+  return p.type(p.eqns[static_cast<size_t>(eqn)].out).numel() == g.numel;
+}
+
 std::string Fused::summary() const {
-  int n_loop = 0, fused_eqns = 0, biggest = 0;
+  int n_loop = 0, n_row = 0, n_col = 0, n_sink = 0, fused_eqns = 0, biggest = 0;
   for (const Group& g : groups)
-    if (g.kind == GroupKind::loop) {
-      ++n_loop;
+    if (g.kind == GroupKind::loop || g.kind == GroupKind::row || g.kind == GroupKind::col) {
+      n_loop += g.kind == GroupKind::loop;
+      n_row += g.kind == GroupKind::row;
+      n_col += g.kind == GroupKind::col;
+      n_sink += g.sink;
       fused_eqns += g.size();
       biggest = std::max(biggest, g.size());
     }
   std::ostringstream s;
   s << program.eqns.size() << " equations: " << launches_before << " launches -> " << launches_after << " ("
-    << n_loop << " loop kernels for " << fused_eqns << " elementwise/broadcast equations, largest " << biggest
-    << ")";
+    << n_loop << " loop groups of which " << n_sink << " sinks, " << n_row << " row and " << n_col
+    << " column reductions, for " << fused_eqns << " equations, largest " << biggest << ")";
   return s.str();
 }
 
+bool fused_kind(GroupKind k) { return k == GroupKind::loop || k == GroupKind::row || k == GroupKind::col; }
+
 std::vector<std::pair<int, int>> group_spans(const Fused& f) {
+  // the sinks run as one kernel: one span from the first sink to the last
+  int sink_first = -1, sink_last = -1;
+  for (const Group& g : f.groups)
+    if (g.sink) {
+      if (sink_first < 0) sink_first = g.first;
+      sink_last = g.last;
+    }
   std::vector<std::pair<int, int>> s(f.program.eqns.size());
   for (size_t d = 0; d < s.size(); ++d) {
     const Group& g = f.groups[static_cast<size_t>(f.group_of[d])];
-    s[d] = g.kind == GroupKind::loop ? std::make_pair(g.first, g.last)
-                                     : std::make_pair(static_cast<int>(d), static_cast<int>(d));
+    s[d] = g.sink                ? std::make_pair(sink_first, sink_last)
+           : fused_kind(g.kind) ? std::make_pair(g.first, g.last)
+                                 : std::make_pair(static_cast<int>(d), static_cast<int>(d));
   }
   return s;
 }
@@ -220,7 +342,7 @@ std::vector<std::pair<int, int>> group_spans(const Fused& f) {
 std::vector<char> internal_values(const Fused& f) {
   std::vector<char> v(static_cast<size_t>(f.program.num_values()), 0);
   for (const Group& g : f.groups) {
-    if (g.kind != GroupKind::loop) continue;
+    if (!fused_kind(g.kind)) continue;
     for (int d = g.first; d <= g.last; ++d) v[static_cast<size_t>(f.program.eqns[static_cast<size_t>(d)].out)] = 1;
     for (int x : g.outputs) v[static_cast<size_t>(x)] = 0;
   }

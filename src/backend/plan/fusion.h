@@ -3,21 +3,37 @@
 // fewer passes"). Pure C++, so that the grouping is tested on any machine.
 //
 // Group kinds:
-//   loop    a maximal connected set of elementwise ops and broadcast_in_dim,
-//           every one producing the same number of elements N. One kernel
-//           computes, per output element i, every member's value at i:
+//   loop    a maximal connected set of elementwise ops, broadcast_in_dim and
+//           transpose, every one producing the same number of elements N. One
+//           kernel computes, per output element i, every member's value at i:
 //           an elementwise member reads its operands at i; a broadcast_in_dim
 //           whose operand has fewer elements reads it through the broadcast's
 //           index map (plan::broadcast_walk), and that operand is always
-//           produced outside the group. The group writes only `outputs`.
-//   single  one equation run as before (dot_general, gather, scatter,
-//           transpose, reductions): never fused across.
+//           produced outside the group; a transpose reads its operand, always
+//           produced outside the group, through plan::transpose_walk. The
+//           group writes only `outputs`.
+//   row     reductions over trailing axes ("rows" of `cols` elements, R = `rows`
+//           of them) with their elementwise producers and consumers: members
+//           of N = R*C elements ("full", element i is row i / C) and of R
+//           elements ("row" members, one per row). A full member reads a row
+//           member only through a broadcast_in_dim onto the leading axes (the
+//           softmax / RMSNorm / cross-entropy pattern). One kernel: a warp per
+//           row, one pass over the row per chain of reductions.
+//   col     reductions over leading axes (R = `rows` reduced rows of K = `cols`
+//           kept elements) with their elementwise producers (N elements) and
+//           the elementwise consumers of the K results (K elements), e.g. the
+//           gradient of a gain and its AdamW update. One kernel: a thread per
+//           kept element walks the R rows (coalesced across the threads).
+//   single  one equation run as before (dot_general, gather, scatter, other
+//           reductions): never fused across.
 //   free    constant, iota (filled once) and reshape (a view): no launch.
-//           A loop group reads them like any outside value; a splat constant
+//           A fused group reads them like any outside value; a splat constant
 //           is inlined into the kernel as a literal.
 //
 // A merge is refused when it would make a cycle: no path may leave a group
-// through an outside equation and come back into it.
+// through an outside equation and come back into it. Loop groups that only
+// produce Program outputs (the AdamW update of each parameter) are "sinks":
+// they are ordered last, so that a backend may run them all as one kernel.
 #pragma once
 
 #include <cstdint>
@@ -28,13 +44,15 @@
 
 namespace capstep::plan {
 
-enum class GroupKind : unsigned char { loop, single, free };
+enum class GroupKind : unsigned char { loop, row, col, single, free };
 const char* group_kind_name(GroupKind k);
 
 struct Group {
   GroupKind kind = GroupKind::single;
   int first = 0, last = 0;     // equations [first, last] of Fused::program (contiguous)
-  int64_t numel = 0;           // loop: elements of every member's result
+  int64_t numel = 0;           // loop: elements of every member's result; row/col: N, the full elements
+  int64_t rows = 0, cols = 0;  // row: R rows of C = cols; col: R = rows reduced rows of K = cols kept elements
+  bool sink = false;           // a loop group none of whose values is read by another group
   std::vector<int> inputs;     // values read from outside the group, in first-read order
   std::vector<int> outputs;    // members' values read outside the group or Program outputs, in equation order
   int size() const { return last - first + 1; }
@@ -46,18 +64,25 @@ struct Fused {
   std::vector<int> group_of;   // per equation of `program`: its group
   std::vector<int> old_index;  // per equation of `program`: its index in the original Program
   int launches_before = 0;     // equations that launch work one by one (all but free ones)
-  int launches_after = 0;      // single groups + loop groups that write something
+  int launches_after = 0;      // single groups + fused groups that write something
   std::string summary() const; // "839 equations: 700 launches -> 210 (120 loop groups, ...)"
 };
+
+// Whether a member of a fused group (of that geometry) is a "full" member
+// (N elements) rather than a row / kept-element one.
+bool is_full_member(const Program& p, const Group& g, int eqn);
 
 // loops=false gives every equation a group of its own (the unfused baseline).
 Fused fuse_program(const Program& p, bool loops = true);
 
+bool fused_kind(GroupKind k);  // loop, row or col: one generated kernel
+
 // Per equation of f.program: [first, last] of its group when that group runs as
-// one kernel (a loop group), else [d, d]; for plan_device_memory's spans.
+// one kernel (a fused group; all the sinks together are one kernel), else
+// [d, d]; for plan_device_memory's spans.
 std::vector<std::pair<int, int>> group_spans(const Fused& f);
 
-// Values produced inside loop groups that are never written (no buffer needed).
+// Values produced inside fused groups that are never written (no buffer needed).
 std::vector<char> internal_values(const Fused& f);
 
 }  // namespace capstep::plan

@@ -34,7 +34,8 @@ GemmOperand plan_operand(const Type& t, const std::vector<int64_t>& direct, cons
     o.perm = direct;
     for (int64_t d : direct) o.packed_shape.push_back(t.shape[static_cast<size_t>(d)]);
     o.ld = cols;
-    o.scratch_bytes = t.bytes();
+    // rounded up, so that the rhs's scratch after it is aligned as a GEMM library wants
+    o.scratch_bytes = (t.bytes() + 255) / 256 * 256;
   }
   return o;
 }

@@ -1,6 +1,7 @@
 // loop_kernel_source: the text of one fused kernel (see kernel_source.h).
 #include "backend/plan/kernel_source.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -79,13 +80,13 @@ const char* scalar_fn(Op op) {
 
 // The offset expression of a broadcast's operand for element i: walk_offset
 // (walk.h) unrolled with the walk's constants.
-std::string offset_code(const Walk& w) {
+std::string offset_code(const Walk& w, const std::string& idx) {
   int lowest = -1;  // the outermost axis with a non-zero stride
   for (int d = 0; d < w.rank; ++d)
     if (w.stride[d] != 0) { lowest = d; break; }
   if (lowest < 0) return "0";
   std::ostringstream s;
-  std::string t = "i";
+  std::string t = idx;
   bool first = true;
   for (int d = w.rank - 1; d >= lowest; --d) {
     const std::string div = "(" + t + " / " + std::to_string(w.dims[d]) + "LL)";
@@ -99,63 +100,86 @@ std::string offset_code(const Walk& w) {
   return s.str();
 }
 
-}  // namespace
 
-KernelSource loop_kernel_source(const Fused& f, int index) {
-  const Program& p = f.program;
-  const Group& g = f.groups.at(static_cast<size_t>(index));
-  if (g.kind != GroupKind::loop)
-    throw Error("loop_kernel_source: group " + std::to_string(index) + " is a " + group_kind_name(g.kind) +
-                " group, not a loop");
-  std::vector<int> producer(static_cast<size_t>(p.num_values()), -1);
-  for (int d = 0; d < static_cast<int>(p.eqns.size()); ++d) producer[static_cast<size_t>(p.eqns[static_cast<size_t>(d)].out)] = d;
+// The text of one group's members, evaluated at a flat index: full members
+// at `full_idx`, row / kept-element members at `small_idx`. Parameter names
+// are shared by every part of one kernel (the sinks kernel has several).
+class Emitter {
+ public:
+  Emitter(const Program& p, KernelSource& k) : p_(p), k_(k), producer_(static_cast<size_t>(p.num_values()), -1) {
+    for (int d = 0; d < static_cast<int>(p.eqns.size()); ++d)
+      producer_[static_cast<size_t>(p.eqns[static_cast<size_t>(d)].out)] = d;
+  }
+
   // A splat constant (one literal, or one element) is inlined.
-  auto splat = [&](int x, double* v) {
-    const int q = producer[static_cast<size_t>(x)];
+  bool splat(int x, double* v) const {
+    const int q = producer_[static_cast<size_t>(x)];
     if (q < 0) return false;
-    const Eqn& e = p.eqns[static_cast<size_t>(q)];
+    const Eqn& e = p_.eqns[static_cast<size_t>(q)];
     if (e.op != Op::constant || e.attrs.literal.empty()) return false;
-    if (e.attrs.literal.size() != 1 && p.type(x).numel() != 1) return false;
+    if (e.attrs.literal.size() != 1 && p_.type(x).numel() != 1) return false;
     *v = e.attrs.literal[0];
     return true;
-  };
-  KernelSource k;
-  k.name = "capstep_loop_" + std::to_string(index);
-  k.numel = g.numel;
-  std::map<int, std::string> param_name;  // value -> "inK" / "outK"
-  for (int x : g.inputs) {
-    double v;
-    if (splat(x, &v)) continue;
-    param_name[x] = "in" + std::to_string(k.params.size());
-    k.params.push_back(x);
   }
-  k.n_inputs = static_cast<int>(k.params.size());
-  std::map<int, std::string> out_name;
-  for (int x : g.outputs) {
-    out_name[x] = "out" + std::to_string(k.params.size() - static_cast<size_t>(k.n_inputs));
-    k.params.push_back(x);
+  void add_inputs(const Group& g) {
+    for (int x : g.inputs) {
+      double v;
+      if (splat(x, &v) || in_name_.count(x)) continue;
+      in_name_[x] = "in" + std::to_string(in_name_.size());
+      ins_.push_back(x);
+    }
+  }
+  void add_outputs(const Group& g) {
+    for (int x : g.outputs) {
+      out_name_[x] = "out" + std::to_string(out_name_.size());
+      outs_.push_back(x);
+    }
+  }
+  // The kernel's signature, after every part's inputs and outputs were added.
+  std::string signature() {
+    k_.params = ins_;
+    k_.n_inputs = static_cast<int>(ins_.size());
+    k_.params.insert(k_.params.end(), outs_.begin(), outs_.end());
+    std::ostringstream s;
+    s << "extern \"C\" __global__ void __launch_bounds__(" << kLoopThreads << ") " << k_.name << "(";
+    for (int x : ins_) s << "const " << mem_type(p_.type(x).dtype) << "* " << in_name_.at(x) << ", ";
+    for (int x : outs_) s << mem_type(p_.type(x).dtype) << "* " << out_name_.at(x) << ", ";
+    s << "long long n) {\n";
+    return s.str();
   }
 
-  std::ostringstream body;
-  std::set<int> member, loaded;
-  for (int d = g.first; d <= g.last; ++d) member.insert(p.eqns[static_cast<size_t>(d)].out);
-  // an operand at element i: a member's register, a literal, or a load
-  auto operand = [&](int x) -> std::string {
-    if (member.count(x)) return "v" + std::to_string(x);
-    double v;
-    if (splat(x, &v)) return literal(p.type(x).dtype, v);
-    if (!loaded.count(x)) {
-      loaded.insert(x);
-      const DType t = p.type(x).dtype;
-      body << "    const " << reg_type(t) << " x" << x << " = " << param_name.at(x) << "[i]"
-           << (t == DType::i1 ? " != 0" : "") << ";\n";
-    }
-    return "x" + std::to_string(x);
-  };
-  for (int d = g.first; d <= g.last; ++d) {
-    const Eqn& e = p.eqns[static_cast<size_t>(d)];
-    const DType ot = p.type(e.out).dtype;
+  void set_group(const Group& g) {
+    g_ = &g;
+    member_.clear();
+    for (int d = g.first; d <= g.last; ++d) member_.insert(p_.eqns[static_cast<size_t>(d)].out);
+  }
+  bool member(int x) const { return member_.count(x) != 0; }
+  bool full(int x) const { return p_.type(x).numel() == g_->numel; }
+  // a member's register: v<id> for full members, s<id> for the others
+  std::string reg(int x) const { return (full(x) ? "v" : "s") + std::to_string(x); }
+  // Loads of one scope are emitted once each; a new scope forgets them.
+  void new_scope() { loaded_.clear(); }
+
+  // "const T v<id> = <expr>;" for member equation d, at indent `ind`
+  std::string member_code(int d, const std::string& idx, const std::string& ind) {
+    const Eqn& e = p_.eqns[static_cast<size_t>(d)];
+    const DType ot = p_.type(e.out).dtype;
     const std::string T = reg_type(ot);
+    std::ostringstream pre;
+    auto operand = [&](int x) -> std::string {
+      if (member(x)) return reg(x);
+      double v;
+      if (splat(x, &v)) return literal(p_.type(x).dtype, v);
+      const std::string key = std::to_string(x) + "@" + idx;
+      auto it = loaded_.find(key);
+      if (it != loaded_.end()) return it->second;
+      const DType t = p_.type(x).dtype;
+      const std::string name = "x" + std::to_string(x) + (idx == "i" ? "" : "_" + idx);
+      pre << ind << "const " << reg_type(t) << " " << name << " = " << in_name_.at(x) << "[" << idx << "]"
+          << (t == DType::i1 ? " != 0" : "") << ";\n";
+      loaded_[key] = name;
+      return name;
+    };
     std::string expr;
     if (const char* fn = scalar_fn(e.op)) {
       expr = std::string("capstep::scalar::") + fn + "<" + T + ">(" + operand(e.inputs[0]);
@@ -165,7 +189,7 @@ KernelSource loop_kernel_source(const Fused& f, int index) {
       switch (e.op) {
         case Op::compare: {
           const std::string a = operand(e.inputs[0]), b = operand(e.inputs[1]);
-          expr = std::string("capstep::scalar::compare<") + reg_type(p.type(e.inputs[0]).dtype) + ">(" +
+          expr = std::string("capstep::scalar::compare<") + reg_type(p_.type(e.inputs[0]).dtype) + ">(" +
                  std::to_string(static_cast<int>(e.attrs.cmp)) + ", " + a + ", " + b + ")";
           break;
         }
@@ -175,7 +199,7 @@ KernelSource loop_kernel_source(const Fused& f, int index) {
           break;
         }
         case Op::convert: {
-          const DType from = p.type(e.inputs[0]).dtype;
+          const DType from = p_.type(e.inputs[0]).dtype;
           const std::string a = operand(e.inputs[0]);
           if (from == ot) expr = a;
           else if (from == DType::i1) expr = ot == DType::i1 ? a : "static_cast<" + T + ">(" + a + " ? 1 : 0)";
@@ -184,40 +208,321 @@ KernelSource loop_kernel_source(const Fused& f, int index) {
         }
         case Op::broadcast_in_dim: {
           const int x = e.inputs[0];
-          const Type& it = p.type(x);
+          const Type& it = p_.type(x);
           double v;
-          if (member.count(x) || splat(x, &v) || it.numel() == g.numel) {
-            expr = operand(x);  // the same flat index (only axes of size 1 are added)
+          if (member(x) || splat(x, &v) || it.numel() == p_.type(e.out).numel()) {
+            expr = operand(x);  // the same flat index (only axes of size 1 are added), or a row broadcast
           } else {
-            const Walk w = broadcast_walk(it.shape, p.type(e.out).shape, e.attrs.dims,
-                                          "broadcast_in_dim in " + k.name);
-            expr = param_name.at(x) + "[" + offset_code(w) + "]" + (it.dtype == DType::i1 ? " != 0" : "");
+            const Walk w = broadcast_walk(it.shape, p_.type(e.out).shape, e.attrs.dims, "broadcast_in_dim in " + k_.name);
+            expr = in_name_.at(x) + "[" + offset_code(w, idx) + "]" + (it.dtype == DType::i1 ? " != 0" : "");
+          }
+          break;
+        }
+        case Op::transpose: {  // the operand is always made outside the group
+          const int x = e.inputs[0];
+          const Type& it = p_.type(x);
+          double v;
+          if (splat(x, &v)) {
+            expr = literal(it.dtype, v);
+          } else {
+            const Walk w = transpose_walk(it.shape, e.attrs.dims, "transpose in " + k_.name);
+            expr = in_name_.at(x) + "[" + offset_code(w, idx) + "]" + (it.dtype == DType::i1 ? " != 0" : "");
           }
           break;
         }
         default:
-          throw Error("loop_kernel_source: " + std::string(op_name(e.op)) + " cannot be in a loop group");
+          throw Error("kernel source: " + std::string(op_name(e.op)) + " cannot be computed elementwise in " + k_.name);
       }
     }
-    body << "    const " << T << " v" << e.out << " = " << expr << ";\n";
+    pre << ind << "const " << T << " " << reg(e.out) << " = " << expr << ";\n";
+    return pre.str();
   }
-  for (int x : g.outputs)
-    body << "    " << out_name.at(x) << "[i] = v" << x << (p.type(x).dtype == DType::i1 ? " ? 1 : 0" : "") << ";\n";
+  std::string store(int x, const std::string& idx, const std::string& ind) const {
+    return ind + out_name_.at(x) + "[" + idx + "] = " + reg(x) + (p_.type(x).dtype == DType::i1 ? " ? 1 : 0" : "") +
+           ";\n";
+  }
+  bool is_output(int x) const { return out_name_.count(x) != 0; }
 
-  std::ostringstream s;
-  s << "extern \"C\" __global__ void __launch_bounds__(" << kLoopThreads << ") " << k.name << "(";
-  for (size_t a = 0; a < k.params.size(); ++a) {
-    const bool in = static_cast<int>(a) < k.n_inputs;
-    const int x = k.params[a];
-    s << (in ? "const " : "") << mem_type(p.type(x).dtype) << "* " << (in ? param_name.at(x) : out_name.at(x))
-      << ", ";
+  // A reduction member's accumulator: declaration, update and the final value.
+  std::string acc_decl(int d, const std::string& ind) const {
+    const Eqn& e = p_.eqns[static_cast<size_t>(d)];
+    const DType t = p_.type(e.out).dtype;
+    const std::string init = e.op == Op::reduce_sum ? literal(t, 0)
+                             : t == DType::i32      ? literal(t, -2147483648.0)
+                                                    : literal(t, -INFINITY);
+    return ind + reg_type(t) + " a" + std::to_string(e.out) + " = " + init + ";\n";
   }
-  s << "long long n) {\n"
-    << "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;\n"
-    << "       i += (long long)blockDim.x * gridDim.x) {\n"
-    << body.str() << "  }\n}\n";
-  k.code = s.str();
+  std::string acc_update(int d, const std::string& value, const std::string& ind) const {
+    const Eqn& e = p_.eqns[static_cast<size_t>(d)];
+    const DType t = p_.type(e.out).dtype;
+    const std::string a = "a" + std::to_string(e.out);
+    return ind + a + " = " + combine(e.op, t, a, value) + ";\n";
+  }
+  std::string acc_warp_reduce(int d, const std::string& ind) const {
+    const Eqn& e = p_.eqns[static_cast<size_t>(d)];
+    const DType t = p_.type(e.out).dtype;
+    const std::string a = "a" + std::to_string(e.out);
+    return ind + "for (int o = 16; o > 0; o >>= 1) " + a + " = " +
+           combine(e.op, t, a, "__shfl_xor_sync(0xffffffffu, " + a + ", o)") + ";\n";
+  }
+  // the reduction's operand at the full index: a member's register or a load
+  std::string reduce_operand(int d, const std::string& ind, std::string* pre) {
+    const int x = p_.eqns[static_cast<size_t>(d)].inputs[0];
+    if (member(x)) return reg(x);
+    double v;
+    if (splat(x, &v)) return literal(p_.type(x).dtype, v);
+    const std::string key = std::to_string(x) + "@i";
+    auto it = loaded_.find(key);
+    if (it != loaded_.end()) return it->second;
+    const std::string name = "x" + std::to_string(x);
+    *pre += ind + "const " + reg_type(p_.type(x).dtype) + " " + name + " = " + in_name_.at(x) + "[i];\n";
+    loaded_[key] = name;
+    return name;
+  }
+
+ private:
+  static std::string combine(Op op, DType t, const std::string& a, const std::string& b) {
+    if (op == Op::reduce_max) return std::string("capstep::scalar::maximum<") + reg_type(t) + ">(" + a + ", " + b + ")";
+    if (t == DType::i32) return "(int)((unsigned)" + a + " + (unsigned)" + b + ")";  // wraps, as XLA does
+    return std::string("capstep::scalar::add<") + reg_type(t) + ">(" + a + ", " + b + ")";
+  }
+
+  const Program& p_;
+  KernelSource& k_;
+  std::vector<int> producer_;
+  const Group* g_ = nullptr;
+  std::set<int> member_;
+  std::map<int, std::string> in_name_, out_name_;
+  std::vector<int> ins_, outs_;
+  std::map<std::string, std::string> loaded_;
+};
+
+unsigned blocks_for(int64_t work_items, int64_t per_block, int64_t cap) {
+  const int64_t b = (work_items + per_block - 1) / per_block;
+  return static_cast<unsigned>(std::clamp<int64_t>(b, 1, cap));
+}
+
+// The body of a loop group's grid-stride loop over i.
+std::string loop_body(Emitter& em, const Program& p, const Group& g) {
+  em.set_group(g);
+  em.new_scope();
+  std::string body;
+  for (int d = g.first; d <= g.last; ++d) body += em.member_code(d, "i", "    ");
+  for (int x : g.outputs) body += em.store(x, "i", "    ");
+  (void)p;
+  return body;
+}
+
+const Group& group_of_kind(const Fused& f, int index, GroupKind want, const char* who) {
+  const Group& g = f.groups.at(static_cast<size_t>(index));
+  if (g.kind != want)
+    throw Error(std::string(who) + ": group " + std::to_string(index) + " is a " + group_kind_name(g.kind) +
+                " group, not a " + group_kind_name(want));
+  return g;
+}
+
+}  // namespace
+
+KernelSource loop_kernel_source(const Fused& f, int index) {
+  const Group& g = group_of_kind(f, index, GroupKind::loop, "loop_kernel_source");
+  KernelSource k;
+  k.name = "capstep_loop_" + std::to_string(index);
+  k.numel = g.numel;
+  k.blocks = blocks_for(g.numel, kLoopThreads, 4096);
+  Emitter em(f.program, k);
+  em.add_inputs(g);
+  em.add_outputs(g);
+  const std::string body = loop_body(em, f.program, g);
+  k.code = em.signature() +
+           "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;\n"
+           "       i += (long long)blockDim.x * gridDim.x) {\n" +
+           body + "  }\n}\n";
   return k;
+}
+
+KernelSource sinks_kernel_source(const Fused& f) {
+  KernelSource k;
+  k.name = "capstep_sinks";
+  Emitter em(f.program, k);
+  std::vector<int> parts;
+  for (int gi = 0; gi < static_cast<int>(f.groups.size()); ++gi) {
+    const Group& g = f.groups[static_cast<size_t>(gi)];
+    if (!g.sink || g.outputs.empty() || g.numel == 0) continue;
+    parts.push_back(gi);
+    em.add_inputs(g);
+    em.add_outputs(g);
+  }
+  if (parts.empty()) throw Error("sinks_kernel_source: program \"" + f.program.name + "\" has no sink loop groups");
+  std::ostringstream body;
+  body << "  long long b = blockIdx.x;\n";
+  int64_t total = 0;
+  unsigned blocks = 0;
+  for (int gi : parts) {
+    const Group& g = f.groups[static_cast<size_t>(gi)];
+    const unsigned nb = blocks_for(g.numel, kLoopThreads, 1024);
+    body << "  if (b < " << nb << "LL) {  // group " << gi << "\n"
+         << "    for (long long i = b * " << kLoopThreads << "LL + threadIdx.x; i < " << g.numel << "LL; i += "
+         << int64_t{nb} * kLoopThreads << "LL) {\n";
+    std::string inner = loop_body(em, f.program, g);
+    // one more level of indentation
+    std::string ind;
+    for (size_t a = 0, e; a < inner.size(); a = e + 1) {
+      e = inner.find('\n', a);
+      ind += "  " + inner.substr(a, e - a + 1);
+    }
+    body << ind << "    }\n    return;\n  }\n  b -= " << nb << "LL;\n";
+    total += g.numel;
+    blocks += nb;
+  }
+  k.numel = total;
+  k.blocks = blocks;
+  k.code = em.signature() + body.str() + "}\n";
+  return k;
+}
+
+// A row group: a warp per row; for each level of reductions one pass over the
+// row's C elements (the lanes stride it), the accumulators combined across the
+// warp by shuffles, then the row members of the next level (every lane holds
+// them), written by lane 0.
+KernelSource row_kernel_source(const Fused& f, int index) {
+  const Program& p = f.program;
+  const Group& g = group_of_kind(f, index, GroupKind::row, "row_kernel_source");
+  KernelSource k;
+  k.name = "capstep_row_" + std::to_string(index);
+  k.numel = g.numel;
+  constexpr int kWarps = kLoopThreads / 32;
+  k.blocks = blocks_for(g.rows, kWarps, 4096);
+  Emitter em(p, k);
+  em.add_inputs(g);
+  em.add_outputs(g);
+  em.set_group(g);
+  // levels: a reduction is one past its operand; others the max of their operands
+  std::map<int, int> level;  // member value -> level
+  auto lv = [&](int x) { auto it = level.find(x); return it == level.end() ? 0 : it->second; };
+  int max_full = 0, max_level = 0;
+  for (int d = g.first; d <= g.last; ++d) {
+    const Eqn& e = p.eqns[static_cast<size_t>(d)];
+    int l = 0;
+    for (int x : e.inputs) l = std::max(l, lv(x));
+    if (e.op == Op::reduce_sum || e.op == Op::reduce_max) ++l;
+    level[e.out] = l;
+    max_level = std::max(max_level, l);
+    if (em.full(e.out)) max_full = std::max(max_full, l);
+  }
+  auto is_reduce = [&](int d) { const Op op = p.eqns[static_cast<size_t>(d)].op; return op == Op::reduce_sum || op == Op::reduce_max; };
+  std::ostringstream b;
+  b << "  const int lane = threadIdx.x & 31;\n"
+    << "  for (long long r = blockIdx.x * " << kWarps << "LL + (threadIdx.x >> 5); r < " << g.rows
+    << "LL; r += (long long)gridDim.x * " << kWarps << ") {\n";
+  em.new_scope();
+  for (int L = 0; L <= max_level; ++L) {
+    // the reductions of level L are complete: their values, then the row members of level L
+    for (int d = g.first; d <= g.last; ++d) {
+      const int out = p.eqns[static_cast<size_t>(d)].out;
+      if (lv(out) != L || em.full(out)) continue;
+      if (is_reduce(d)) {
+        b << em.acc_warp_reduce(d, "    ");
+        b << "    const " << reg_type(p.type(out).dtype) << " s" << out << " = a" << out << ";\n";
+      } else {
+        b << em.member_code(d, "r", "    ");
+      }
+      if (em.is_output(out)) b << "    if (lane == 0)" << em.store(out, "r", " ");
+    }
+    if (L > max_full) continue;
+    // pass L over the row: the full members that the reductions of level L+1
+    // and the outputs of level L need (earlier levels recomputed)
+    std::set<int> need;
+    for (int d = g.last; d >= g.first; --d) {
+      const Eqn& e = p.eqns[static_cast<size_t>(d)];
+      const bool want = (is_reduce(d) && lv(e.out) == L + 1) ||
+                        (em.full(e.out) && lv(e.out) == L && em.is_output(e.out)) || need.count(e.out);
+      if (!want) continue;
+      if (em.full(e.out)) need.insert(e.out);
+      for (int x : e.inputs)
+        if (em.member(x) && em.full(x)) need.insert(x);
+    }
+    for (int d = g.first; d <= g.last; ++d)
+      if (is_reduce(d) && lv(p.eqns[static_cast<size_t>(d)].out) == L + 1) b << em.acc_decl(d, "    ");
+    b << "    for (long long c = lane; c < " << g.cols << "LL; c += 32) {\n"
+      << "      const long long i = r * " << g.cols << "LL + c;\n";
+    em.new_scope();
+    for (int d = g.first; d <= g.last; ++d) {
+      const int out = p.eqns[static_cast<size_t>(d)].out;
+      if (is_reduce(d)) {
+        if (lv(out) != L + 1) continue;
+        std::string pre;
+        const std::string val = em.reduce_operand(d, "      ", &pre);
+        b << pre << em.acc_update(d, val, "      ");
+      } else if (need.count(out)) {
+        b << em.member_code(d, "i", "      ");
+        if (em.is_output(out) && lv(out) == L) b << em.store(out, "i", "      ");
+      }
+    }
+    b << "    }\n";
+    em.new_scope();
+  }
+  b << "  }\n}\n";
+  k.code = em.signature() + b.str();
+  return k;
+}
+
+// A col group: a thread per kept element k walks the R reduced rows (element
+// r*K + k), then computes the kept-element members from the sums.
+KernelSource col_kernel_source(const Fused& f, int index) {
+  const Program& p = f.program;
+  const Group& g = group_of_kind(f, index, GroupKind::col, "col_kernel_source");
+  KernelSource k;
+  k.name = "capstep_col_" + std::to_string(index);
+  k.numel = g.numel;
+  k.blocks = blocks_for(g.cols, kLoopThreads, 4096);
+  Emitter em(p, k);
+  em.add_inputs(g);
+  em.add_outputs(g);
+  em.set_group(g);
+  auto is_reduce = [&](int d) { const Op op = p.eqns[static_cast<size_t>(d)].op; return op == Op::reduce_sum || op == Op::reduce_max; };
+  std::ostringstream b;
+  b << "  for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < " << g.cols
+    << "LL; k += (long long)blockDim.x * gridDim.x) {\n";
+  for (int d = g.first; d <= g.last; ++d)
+    if (is_reduce(d)) b << em.acc_decl(d, "    ");
+  b << "    for (long long r = 0; r < " << g.rows << "LL; ++r) {\n"
+    << "      const long long i = r * " << g.cols << "LL + k;\n";
+  em.new_scope();
+  for (int d = g.first; d <= g.last; ++d) {
+    const int out = p.eqns[static_cast<size_t>(d)].out;
+    if (is_reduce(d)) {
+      std::string pre;
+      const std::string val = em.reduce_operand(d, "      ", &pre);
+      b << pre << em.acc_update(d, val, "      ");
+    } else if (em.full(out)) {
+      b << em.member_code(d, "i", "      ");
+      if (em.is_output(out)) b << em.store(out, "i", "      ");
+    }
+  }
+  b << "    }\n";
+  em.new_scope();
+  for (int d = g.first; d <= g.last; ++d) {
+    const int out = p.eqns[static_cast<size_t>(d)].out;
+    if (em.full(out)) continue;
+    if (is_reduce(d)) b << "    const " << reg_type(p.type(out).dtype) << " s" << out << " = a" << out << ";\n";
+    else b << em.member_code(d, "k", "    ");
+    if (em.is_output(out)) b << em.store(out, "k", "    ");
+  }
+  b << "  }\n}\n";
+  k.code = em.signature() + b.str();
+  return k;
+}
+
+KernelSource group_kernel_source(const Fused& f, int index) {
+  switch (f.groups.at(static_cast<size_t>(index)).kind) {
+    case GroupKind::loop: return loop_kernel_source(f, index);
+    case GroupKind::row: return row_kernel_source(f, index);
+    case GroupKind::col: return col_kernel_source(f, index);
+    case GroupKind::single:
+    case GroupKind::free: break;
+  }
+  throw Error("group_kernel_source: group " + std::to_string(index) + " is a " +
+              group_kind_name(f.groups[static_cast<size_t>(index)].kind) + " group: no generated kernel");
 }
 
 std::vector<KernelSource> loop_kernel_sources(const Fused& f) {
@@ -225,6 +530,19 @@ std::vector<KernelSource> loop_kernel_sources(const Fused& f) {
   for (int g = 0; g < static_cast<int>(f.groups.size()); ++g)
     if (f.groups[static_cast<size_t>(g)].kind == GroupKind::loop && !f.groups[static_cast<size_t>(g)].outputs.empty())
       ks.push_back(loop_kernel_source(f, g));
+  return ks;
+}
+
+std::vector<KernelSource> kernel_sources(const Fused& f) {
+  std::vector<KernelSource> ks;
+  bool sinks = false;
+  for (int gi = 0; gi < static_cast<int>(f.groups.size()); ++gi) {
+    const Group& g = f.groups[static_cast<size_t>(gi)];
+    if (!fused_kind(g.kind) || g.outputs.empty() || g.numel == 0) continue;
+    if (g.sink) sinks = true;
+    else ks.push_back(group_kernel_source(f, gi));
+  }
+  if (sinks) ks.push_back(sinks_kernel_source(f));
   return ks;
 }
 

@@ -30,17 +30,29 @@ extern const char* const kScalarMathText;
 extern const char* const kNvrtcCmathText;
 
 struct KernelSource {
-  std::string name;            // "capstep_loop_12" (12: the group's index)
+  std::string name;            // "capstep_loop_12", "capstep_row_3", "capstep_col_7" (the group's index), "capstep_sinks"
   std::vector<int> params;     // value ids: the group's inputs read from memory, then its outputs
   int n_inputs = 0;            // params[0, n_inputs) are inputs
   int64_t numel = 0;           // elements (the last parameter, a long long)
+  unsigned blocks = 1;         // the launch: blocks of kLoopThreads threads
   std::string code;            // the extern "C" __global__ function
 };
 
 // The kernel of loop group `index` of f (Error unless it is a loop group).
 KernelSource loop_kernel_source(const Fused& f, int index);
-// Every loop group that writes something.
+// A row group: a warp per row, one pass over the row per level of reductions.
+KernelSource row_kernel_source(const Fused& f, int index);
+// A col group: a thread per kept element walks the reduced rows.
+KernelSource col_kernel_source(const Fused& f, int index);
+// All the sink loop groups of f as one kernel, each on blocks of its own.
+KernelSource sinks_kernel_source(const Fused& f);
+// The kernel of a loop, row or col group (Error for any other).
+KernelSource group_kernel_source(const Fused& f, int index);
+// Every loop group that writes something (sinks included, each on its own).
 std::vector<KernelSource> loop_kernel_sources(const Fused& f);
+// What a backend launches: every fused group that writes something, each its
+// own kernel, except the sinks, which are one kernel (last).
+std::vector<KernelSource> kernel_sources(const Fused& f);
 // One translation unit with all of them.
 std::string kernel_module_source(const std::vector<KernelSource>& ks);
 // NVRTC options for an architecture ("sm_90"): no FMA contraction, so that the

@@ -1,0 +1,207 @@
+// plan_kernels: the fused grouping, the GEMM layouts, the memory plan and the
+// launch list of one Program, in that order (each needs the one before).
+#include "backend/plan/kernel_plan.h"
+
+#include <map>
+#include <sstream>
+
+#include "backend/plan/walk.h"
+
+namespace capstep::plan {
+
+const char* item_kind_name(ItemKind k) {
+  switch (k) {
+    case ItemKind::loop: return "loop";
+    case ItemKind::row: return "row";
+    case ItemKind::col: return "col";
+    case ItemKind::sinks: return "sinks";
+    case ItemKind::gemm: return "gemm";
+    case ItemKind::pack: return "pack";
+    case ItemKind::fill: return "fill";
+    case ItemKind::copy: return "copy";
+    case ItemKind::strided: return "strided";
+    case ItemKind::elementwise: return "elementwise";
+    case ItemKind::reduce: return "reduce";
+    case ItemKind::gather: return "gather";
+    case ItemKind::scatter: return "scatter";
+    case ItemKind::end_copy: return "end_copy";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string group_what(const Program& p, const Group& g) {
+  std::ostringstream s;
+  s << "equations " << g.first << ".." << g.last << ":";
+  for (int d = g.first; d <= g.last && d < g.first + 6; ++d) s << " " << op_name(p.eqns[static_cast<size_t>(d)].op);
+  if (g.size() > 6) s << " ... (" << g.size() << ")";
+  if (g.kind == GroupKind::row) s << "; " << g.rows << " rows of " << g.cols;
+  if (g.kind == GroupKind::col) s << "; " << g.cols << " sums of " << g.rows;
+  if (g.kind == GroupKind::loop) s << "; " << g.numel << " elements";
+  return s.str();
+}
+
+// The single items of equation d (one or two launches).
+void single_items(const Program& p, const std::vector<GemmLayout>& gemm, int d, std::vector<Item>& items) {
+  const Eqn& e = p.eqns[static_cast<size_t>(d)];
+  const Type& ot = p.type(e.out);
+  auto add = [&](ItemKind k, std::string what) {
+    Item it;
+    it.kind = k;
+    it.eqn = d;
+    it.reads = e.inputs;
+    it.writes = {e.out};
+    it.what = "%" + std::to_string(e.out) + " " + std::move(what);
+    items.push_back(std::move(it));
+  };
+  const std::string name = op_name(e.op);
+  switch (e.op) {
+    case Op::constant: case Op::iota: case Op::reshape:
+      return;  // filled once, or a view
+    case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum: case Op::negate:
+    case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt: case Op::compare:
+    case Op::select:
+      add(ItemKind::elementwise, name + " " + ot.str());
+      return;
+    case Op::convert:
+      add(p.type(e.inputs[0]).dtype == ot.dtype ? ItemKind::copy : ItemKind::elementwise, name + " " + ot.str());
+      return;
+    case Op::broadcast_in_dim:
+      add(p.type(e.inputs[0]).numel() == ot.numel() ? ItemKind::copy : ItemKind::strided, name + " " + ot.str());
+      return;
+    case Op::transpose:
+      add(transpose_moves_nothing(p.type(e.inputs[0]).shape, e.attrs.dims) ? ItemKind::copy : ItemKind::strided,
+          name + " " + ot.str());
+      return;
+    case Op::dot_general: {
+      if (ot.numel() == 0) return;
+      const GemmLayout& g = gemm[static_cast<size_t>(d)];
+      if (g.k == 0) {
+        add(ItemKind::fill, "dot_general with nothing to contract: zeros " + ot.str());
+        return;
+      }
+      if (g.a.pack) add(ItemKind::pack, "lhs of dot_general transposed for the GEMM");
+      if (g.b.pack) add(ItemKind::pack, "rhs of dot_general transposed for the GEMM");
+      std::ostringstream s;
+      s << "dot_general " << ot.str() << ": " << g.batch << " x [" << g.m << "x" << g.k << "] * [" << g.k << "x" << g.n
+        << "]";
+      add(ItemKind::gemm, s.str());
+      return;
+    }
+    case Op::reduce_sum: case Op::reduce_max:
+      add(ItemKind::reduce, name + " " + p.type(e.inputs[0]).str() + " -> " + ot.str());
+      return;
+    case Op::gather_rows:
+      add(ItemKind::gather, name + " " + ot.str());
+      return;
+    case Op::scatter_add_rows:
+      add(ItemKind::copy, "the operand of scatter_add_rows " + ot.str());
+      add(ItemKind::scatter, name + " " + ot.str());
+      return;
+  }
+}
+
+}  // namespace
+
+PlanOptions memory_options(const Fused& f) {
+  // A fused group's reads and writes all happen during its one kernel (all the
+  // sinks are one kernel, each group a part of its own); a row group reads its
+  // inputs again in each pass, so it never writes in place.
+  const size_t E = f.program.eqns.size();
+  PlanOptions po;
+  po.span = group_spans(f);
+  po.internal = internal_values(f);
+  po.no_in_place.assign(E, 0);
+  po.part = f.group_of;
+  for (const Group& g : f.groups)
+    if (g.kind == GroupKind::row)
+      for (int d = g.first; d <= g.last; ++d) po.no_in_place[static_cast<size_t>(d)] = 1;
+  return po;
+}
+
+KernelPlan plan_kernels(const Program& p, const KernelPlanOptions& o) {
+  KernelPlan kp;
+  kp.fused = fuse_program(p, o.fuse);
+  const Program& fp = kp.fused.program;
+  const int E = static_cast<int>(fp.eqns.size());
+  kp.gemm.resize(static_cast<size_t>(E));
+  PlanOptions po = o.fuse ? memory_options(kp.fused) : PlanOptions{};
+  po.eqn_scratch.assign(static_cast<size_t>(E), 0);
+  for (int d = 0; d < E; ++d) {
+    const Eqn& e = fp.eqns[static_cast<size_t>(d)];
+    if (e.op != Op::dot_general) continue;
+    kp.gemm[static_cast<size_t>(d)] = plan_gemm(fp.type(e.inputs[0]), fp.type(e.inputs[1]), e.attrs);
+    po.eqn_scratch[static_cast<size_t>(d)] = kp.gemm[static_cast<size_t>(d)].scratch_bytes();
+  }
+  if (o.fuse) kp.sources = kernel_sources(kp.fused);
+  kp.memory = plan_device_memory(fp, po);
+
+  std::map<std::string, int> source_of;
+  for (size_t k = 0; k < kp.sources.size(); ++k) source_of[kp.sources[k].name] = static_cast<int>(k);
+  bool sinks_done = false;
+  for (int gi = 0; gi < static_cast<int>(kp.fused.groups.size()); ++gi) {
+    const Group& g = kp.fused.groups[static_cast<size_t>(gi)];
+    if (!fused_kind(g.kind)) {
+      for (int d = g.first; d <= g.last; ++d) single_items(fp, kp.gemm, d, kp.items);
+      continue;
+    }
+    if (g.outputs.empty() || g.numel == 0) continue;  // nothing to write
+    if (g.sink) {
+      if (sinks_done) continue;
+      sinks_done = true;
+      Item it;
+      it.kind = ItemKind::sinks;
+      it.group = gi;
+      it.eqn = g.first;
+      it.source = source_of.at("capstep_sinks");
+      const KernelSource& k = kp.sources[static_cast<size_t>(it.source)];
+      it.reads.assign(k.params.begin(), k.params.begin() + k.n_inputs);
+      it.writes.assign(k.params.begin() + k.n_inputs, k.params.end());
+      int parts = 0;
+      for (const Group& h : kp.fused.groups) parts += h.sink && !h.outputs.empty() && h.numel > 0;
+      it.what = std::to_string(parts) + " sink loop groups (the updates of the parameters), " +
+                std::to_string(k.numel) + " elements";
+      kp.items.push_back(std::move(it));
+      continue;
+    }
+    Item it;
+    it.kind = g.kind == GroupKind::loop ? ItemKind::loop : g.kind == GroupKind::row ? ItemKind::row : ItemKind::col;
+    it.group = gi;
+    it.eqn = g.first;
+    const std::string prefix = g.kind == GroupKind::loop ? "capstep_loop_" : g.kind == GroupKind::row ? "capstep_row_"
+                                                                                                      : "capstep_col_";
+    it.source = source_of.at(prefix + std::to_string(gi));
+    const KernelSource& k = kp.sources[static_cast<size_t>(it.source)];
+    it.reads.assign(k.params.begin(), k.params.begin() + k.n_inputs);
+    it.writes.assign(k.params.begin() + k.n_inputs, k.params.end());
+    it.what = group_what(fp, g);
+    kp.items.push_back(std::move(it));
+  }
+  for (const EndCopy& c : kp.memory.end_copies) {
+    if (c.bytes == 0 || c.from == c.to) continue;
+    Item it;
+    it.kind = ItemKind::end_copy;
+    it.what = std::string(c.kind == EndCopy::snapshot ? "save input \"" : "copy back into input \"") +
+              fp.inputs[static_cast<size_t>(c.input)].name + "\" (" + std::to_string(c.bytes) + " bytes)";
+    kp.items.push_back(std::move(it));
+  }
+  return kp;
+}
+
+std::string KernelPlan::describe() const {
+  std::ostringstream s;
+  std::map<ItemKind, int> count;
+  for (size_t k = 0; k < items.size(); ++k) {
+    const Item& it = items[k];
+    ++count[it.kind];
+    s << k << "\t" << item_kind_name(it.kind) << "\t" << it.what << "\n";
+  }
+  s << "kernels by kind:";
+  for (const auto& [kind, n] : count) s << " " << item_kind_name(kind) << " " << n << ",";
+  s.seekp(-1, std::ios_base::end);
+  s << "\ntotal " << items.size() << " kernels\n";
+  return s.str();
+}
+
+}  // namespace capstep::plan
