@@ -33,14 +33,25 @@ inline bool fuse_default() {
   return !(e && e[0] == '0' && e[1] == '\0');
 }
 
+// The default of Options::lt_gemm: on, unless CAPSTEP_CUDA_LT is "0".
+inline bool lt_gemm_default() {
+  const char* e = std::getenv("CAPSTEP_CUDA_LT");
+  return !(e && e[0] == '0' && e[1] == '\0');
+}
+
 struct Options {
   bool tf32 = true;           // TF32 tensor cores for f32 dots
   bool cuda_graph = true;     // capture the whole step once, replay it
-  // Fuse chains of elementwise ops and broadcasts into one generated kernel
-  // each (src/backend/plan/fusion.h), compiled with NVRTC when the Program is
-  // compiled; false: one kernel per equation. Either way the equations may run
+  // Launch the kernel plan (src/backend/plan/kernel_plan.h): elementwise
+  // chains, row and column reductions with their elementwise neighbours, and
+  // the parameter updates each one generated kernel, compiled with NVRTC when
+  // the Program is compiled; false: one kernel per equation. Either way the equations may run
   // in another (valid) order, and program() returns them in that order.
   bool fuse = fuse_default();
+  // GEMMs through cuBLASLt with an algorithm chosen at compile time, without
+  // split-K where the library offers one (one kernel per GEMM); false: the
+  // cuBLAS default (which adds a split-K reduction kernel to small GEMMs).
+  bool lt_gemm = lt_gemm_default();
 };
 
 class Executable {

@@ -4,6 +4,7 @@
 // so that a step only enqueues. The switch over Op has no
 // default: a primitive without a CUDA kernel is a build error.
 #include <algorithm>
+#include <cstdio>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/executable_impl.h"
@@ -13,25 +14,40 @@
 namespace capstep::cuda {
 namespace {
 
-k::Unary unary_of(Op op) {
+// Exhaustive, with no default: a new primitive must be placed here, or the
+// build fails (-Werror=switch); one that is not unary / binary is an Error,
+// never another op's kernel.
+k::Unary unary_of(Op op, const std::string& what) {
   switch (op) {
     case Op::negate: return k::Unary::negate;
     case Op::exponential: return k::Unary::exponential;
     case Op::log: return k::Unary::log;
     case Op::tanh: return k::Unary::tanh;
     case Op::rsqrt: return k::Unary::rsqrt;
-    default: return k::Unary::sqrt;
+    case Op::sqrt: return k::Unary::sqrt;
+    case Op::constant: case Op::iota: case Op::add: case Op::subtract: case Op::multiply: case Op::divide:
+    case Op::maximum: case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
+    case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
+    case Op::gather_rows: case Op::scatter_add_rows:
+      break;
   }
+  throw Error(what + ": " + op_name(op) + " has no unary elementwise kernel");
 }
 
-k::Binary binary_of(Op op) {
+k::Binary binary_of(Op op, const std::string& what) {
   switch (op) {
     case Op::add: return k::Binary::add;
     case Op::subtract: return k::Binary::subtract;
     case Op::multiply: return k::Binary::multiply;
     case Op::divide: return k::Binary::divide;
-    default: return k::Binary::maximum;
+    case Op::maximum: return k::Binary::maximum;
+    case Op::constant: case Op::iota: case Op::negate: case Op::exponential: case Op::log: case Op::tanh:
+    case Op::rsqrt: case Op::sqrt: case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
+    case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
+    case Op::gather_rows: case Op::scatter_add_rows:
+      break;
   }
+  throw Error(what + ": " + op_name(op) + " has no binary elementwise kernel");
 }
 
 }  // namespace
@@ -64,14 +80,41 @@ void Executable::Impl::build_launches() {
                         CAPSTEP_CU(cudaMemsetAsync(self->d_err, 0, sizeof(k::DeviceError), self->stream),
                                    "(resetting the device error flag)");
                       }});
-  for (int d = 0; d < static_cast<int>(prog.eqns.size()); ++d) {
-    if (!fused.groups.empty()) {  // Options::fuse: a loop group is one kernel, at its first equation
-      const int g = fused.group_of[static_cast<size_t>(d)];
-      if (fused.groups[static_cast<size_t>(g)].kind == plan::GroupKind::loop) {
-        if (d == fused.groups[static_cast<size_t>(g)].first) add_loop_launch(g);
-        continue;
-      }
+  lt_gemm.resize(prog.eqns.size());
+  int last_single = -1;  // a single equation may be several items (packs, gemm): launched once
+  for (const plan::Item& it : kp.items) {
+    switch (it.kind) {
+      case plan::ItemKind::loop: case plan::ItemKind::row: case plan::ItemKind::col: case plan::ItemKind::sinks:
+        add_generated_launch(it);
+        break;
+      case plan::ItemKind::end_copy:
+        break;  // below, from the memory plan
+      case plan::ItemKind::gemm: case plan::ItemKind::pack: case plan::ItemKind::fill: case plan::ItemKind::copy:
+      case plan::ItemKind::strided: case plan::ItemKind::elementwise: case plan::ItemKind::reduce:
+      case plan::ItemKind::gather: case plan::ItemKind::scatter:
+        if (it.eqn != last_single) add_single_launch(it);
+        last_single = it.eqn;
+        break;
     }
+  }
+  for (const plan::EndCopy& c : plan().end_copies) {
+    char* dst = addr(c.to);
+    const char* src = addr(c.from);
+    const size_t bytes = c.bytes;
+    if (dst == src || bytes == 0) continue;
+    const std::string what = std::string(c.kind == plan::EndCopy::snapshot ? "saving input \"" : "copying back into input \"") +
+                             prog.inputs[static_cast<size_t>(c.input)].name + "\"";
+    launches.push_back({-1, [self, dst, src, bytes, what] {
+                          CAPSTEP_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, self->stream),
+                                     "(" + what + ")");
+                        }});
+  }
+}
+
+void Executable::Impl::add_single_launch(const plan::Item& item) {
+  Impl* self = this;
+  const int d = item.eqn;
+  {
     const Eqn& e = prog.eqns[static_cast<size_t>(d)];
     const Type& ot = prog.type(e.out);
     const int64_t n = ot.numel();
@@ -96,13 +139,13 @@ void Executable::Impl::build_launches() {
       case Op::reshape:
         break;  // statics filled once; a reshape is a view of its operand
       case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum: {
-        const k::Binary f = binary_of(e.op);
+        const k::Binary f = binary_of(e.op, what);
         const DType t = ot.dtype;
         kernel([=] { return k::binary(*st, f, t, in[0], in[1], out, n); });
         break;
       }
       case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt: {
-        const k::Unary f = unary_of(e.op);
+        const k::Unary f = unary_of(e.op, what);
         const DType t = ot.dtype;
         kernel([=] { return k::unary(*st, f, t, in[0], out, n); });
         break;
@@ -147,7 +190,7 @@ void Executable::Impl::build_launches() {
         break;
       }
       case Op::dot_general: {
-        const plan::GemmLayout& g = gemm[static_cast<size_t>(d)];
+        const plan::GemmLayout& g = kp.gemm[static_cast<size_t>(d)];
         if (n == 0) break;
         if (g.k == 0) {
           launches.push_back({d, [self, out, bytes = ot.bytes(), what] {
@@ -158,7 +201,7 @@ void Executable::Impl::build_launches() {
         const size_t eb = dtype_size(ot.dtype);
         const char* a = in[0];
         const char* b = in[1];
-        char* scratch = addr(plan.scratch_loc[static_cast<size_t>(d)]);
+        char* scratch = addr(plan().scratch_loc[static_cast<size_t>(d)]);
         if (g.a.pack) {
           const k::Walk w = plan::transpose_walk(prog.type(e.inputs[0]).shape, g.a.perm, what);
           const int64_t na = prog.type(e.inputs[0]).numel();
@@ -176,6 +219,21 @@ void Executable::Impl::build_launches() {
         }
         for (int64_t v : {g.m, g.n, g.k, g.batch, g.a.ld, g.b.ld})
           if (v > 2147483647) throw Error(what + ": a GEMM dimension exceeds 2^31-1");
+        // cuBLASLt with an algorithm chosen now, without split-K where one
+        // exists (one kernel); the cuBLAS call below where cuBLASLt refuses.
+        if (opt.lt_gemm) {
+          try {
+            lt_gemm[static_cast<size_t>(d)] =
+                std::make_unique<LtGemm>(lt, g, ot.dtype, opt.tf32, d_workspace, workspace_bytes, what);
+          } catch (const Error& ex) {
+            std::fprintf(stderr, "capstep cuda: cuBLASLt refused %s, using cublasGemmStridedBatchedEx: %s\n",
+                         what.c_str(), ex.what());
+          }
+        }
+        if (const LtGemm* lg = lt_gemm[static_cast<size_t>(d)].get()) {
+          launches.push_back({d, [self, lg, a, b, out] { lg->enqueue(self->stream, a, b, out); }});
+          break;
+        }
         const bool f64 = ot.dtype == DType::f64;
         const cudaDataType dt = f64 ? CUDA_R_64F : CUDA_R_32F;
         const cublasComputeType_t ct =
@@ -231,18 +289,6 @@ void Executable::Impl::build_launches() {
         break;
       }
     }
-  }
-  for (const plan::EndCopy& c : plan.end_copies) {
-    char* dst = addr(c.to);
-    const char* src = addr(c.from);
-    const size_t bytes = c.bytes;
-    if (dst == src || bytes == 0) continue;
-    const std::string what = std::string(c.kind == plan::EndCopy::snapshot ? "saving input \"" : "copying back into input \"") +
-                             prog.inputs[static_cast<size_t>(c.input)].name + "\"";
-    launches.push_back({-1, [self, dst, src, bytes, what] {
-                          CAPSTEP_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, self->stream),
-                                     "(" + what + ")");
-                        }});
   }
 }
 

@@ -37,6 +37,8 @@ Executable::Impl::~Impl() {
   for (void* p : h_stage)
     if (p) cudaFreeHost(p);
   if (h_err) cudaFreeHost(h_err);
+  lt_gemm.clear();
+  if (lt) cublasLtDestroy(lt);
   if (blas) cublasDestroy(blas);
   for (void* p : {static_cast<void*>(d_inputs), static_cast<void*>(d_statics), static_cast<void*>(d_arena), d_workspace,
                   static_cast<void*>(d_err)})
@@ -106,9 +108,8 @@ Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
     // program still runs, one kernel per equation, and says why on stderr
     // (describe_launches() too; the GPU tests insist on the fused path).
     try {
-      m.fused = plan::fuse_program(m.prog);
-      m.compile_loop_kernels();
-      m.prog = m.fused.program;  // the same equations, each loop group contiguous
+      m.kp = plan::plan_kernels(m.prog, {true});
+      m.compile_kernels();
     } catch (const Error& ex) {
       m.fuse_failure = ex.what();
       std::fprintf(stderr, "capstep cuda: no fused kernels for program \"%s\", running one kernel per equation: %s\n",
@@ -116,43 +117,23 @@ Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
       (void)cudaGetLastError();
       if (m.loop_lib) (void)cudaLibraryUnload(m.loop_lib);
       m.loop_lib = nullptr;
-      m.fused = {};
-      m.group_kernel.clear();
-      m.group_params.clear();
+      m.source_kernel.clear();
       m.opt.fuse = false;
     }
   }
-
-  // GEMM layouts first: their scratch joins the memory plan.
-  const size_t E = m.prog.eqns.size();
-  m.gemm.resize(E);
-  std::vector<size_t> scratch(E, 0);
-  for (size_t d = 0; d < E; ++d) {
-    const Eqn& e = m.prog.eqns[d];
-    if (e.op != Op::dot_general) continue;
-    m.gemm[d] = plan::plan_gemm(m.prog.type(e.inputs[0]), m.prog.type(e.inputs[1]), e.attrs);
-    scratch[d] = m.gemm[d].scratch_bytes();
-  }
-  if (m.opt.fuse) {
-    // a loop group's reads and writes all happen during its one kernel
-    plan::PlanOptions po;
-    po.eqn_scratch = scratch;
-    po.span = plan::group_spans(m.fused);
-    po.internal = plan::internal_values(m.fused);
-    m.plan = plan::plan_device_memory(m.prog, po);
-  } else {
-    m.plan = plan::plan_device_memory(m.prog, scratch);
-  }
+  if (!m.opt.fuse) m.kp = plan::plan_kernels(m.prog, {false});
+  m.prog = m.kp.fused.program;  // the same equations, each fused group contiguous
+  const plan::Plan& plan = m.kp.memory;
 
   CAPSTEP_CU(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
-  m.d_inputs = static_cast<char*>(m.device_alloc(m.plan.inputs_bytes, "inputs"));
-  m.d_statics = static_cast<char*>(m.device_alloc(m.plan.statics_bytes, "constants"));
-  m.d_arena = static_cast<char*>(m.device_alloc(m.plan.arena_bytes, "arena of intermediate values"));
+  m.d_inputs = static_cast<char*>(m.device_alloc(plan.inputs_bytes, "inputs"));
+  m.d_statics = static_cast<char*>(m.device_alloc(plan.statics_bytes, "constants"));
+  m.d_arena = static_cast<char*>(m.device_alloc(plan.arena_bytes, "arena of intermediate values"));
   m.d_err = static_cast<k::DeviceError*>(m.device_alloc(sizeof(k::DeviceError), "error flag"));
   CAPSTEP_CU(cudaMallocHost(reinterpret_cast<void**>(&m.h_err), sizeof(k::DeviceError)));
   std::memset(m.h_err, 0, sizeof(k::DeviceError));
   // a never-uploaded input reads as zeros; on our stream, so that it is ordered before any upload
-  CAPSTEP_CU(cudaMemsetAsync(m.d_inputs, 0, m.plan.inputs_bytes, m.stream));
+  CAPSTEP_CU(cudaMemsetAsync(m.d_inputs, 0, plan.inputs_bytes, m.stream));
 
   bool any_dot = false;
   for (const Eqn& e : m.prog.eqns) any_dot |= e.op == Op::dot_general;
@@ -163,6 +144,7 @@ Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
     m.workspace_bytes = size_t{32} << 20;  // NVIDIA's advice for Hopper; fixed so capture allocates nothing
     m.d_workspace = m.device_alloc(m.workspace_bytes, "cuBLAS workspace");
     CAPSTEP_CU(cublasSetWorkspace(m.blas, m.d_workspace, m.workspace_bytes));
+    CAPSTEP_CU(cublasLtCreate(&m.lt));
   }
   m.fill_statics();
   m.build_launches();
@@ -189,9 +171,12 @@ std::string Executable::describe_launches() const {
     return "unfused: " + std::to_string(m.prog.eqns.size()) + " equations, " + std::to_string(n) + " launches" +
            (m.fuse_failure.empty() ? "" : " (the fused kernels failed: " + m.fuse_failure + ")");
   }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, ", NVRTC %.2f s", m.nvrtc_seconds);
-  return "fused: " + m.fused.summary() + buf;
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "; %d kernels per step, NVRTC %.2f s", m.kp.kernels(), m.nvrtc_seconds);
+  int split = 0;
+  for (const auto& g : m.lt_gemm) split += g && !g->single_kernel();
+  return "fused: " + m.kp.fused.summary() + buf +
+         (split ? "; " + std::to_string(split) + " GEMMs could not avoid split-K (more kernels)" : "");
 }
 
 void Executable::upload(int input, const Array& a) {
@@ -214,7 +199,7 @@ void Executable::upload(int input, const Array& a) {
     CAPSTEP_CU(cudaEventSynchronize(m.stage_done[i]));
   }
   std::memcpy(m.h_stage[i], a.raw(), a.bytes());
-  CAPSTEP_CU(cudaMemcpyAsync(m.addr(m.plan.input_loc[i]), m.h_stage[i], a.bytes(), cudaMemcpyHostToDevice, m.stream),
+  CAPSTEP_CU(cudaMemcpyAsync(m.addr(m.plan().input_loc[i]), m.h_stage[i], a.bytes(), cudaMemcpyHostToDevice, m.stream),
              "(uploading input \"" + m.prog.inputs[i].name + "\")");
   CAPSTEP_CU(cudaEventRecord(m.stage_done[i], m.stream));
 }
@@ -264,7 +249,7 @@ void Executable::download_output(int output, Array& dst) {
   const Type& t = m.prog.output_type(output);
   dst.reset(t);
   if (t.bytes() == 0) return;
-  CAPSTEP_CU(cudaMemcpyAsync(dst.raw(), m.addr(m.plan.output_loc[static_cast<size_t>(output)]), t.bytes(),
+  CAPSTEP_CU(cudaMemcpyAsync(dst.raw(), m.addr(m.plan().output_loc[static_cast<size_t>(output)]), t.bytes(),
                              cudaMemcpyDeviceToHost, m.stream),
              "(downloading output \"" + m.prog.outputs[static_cast<size_t>(output)].name + "\")");
   CAPSTEP_CU(cudaStreamSynchronize(m.stream));
@@ -278,7 +263,7 @@ void Executable::download_input(int input, Array& dst) {
   const Type& t = m.prog.input_type(input);
   dst.reset(t);
   if (t.bytes() == 0) return;
-  CAPSTEP_CU(cudaMemcpyAsync(dst.raw(), m.addr(m.plan.input_loc[static_cast<size_t>(input)]), t.bytes(),
+  CAPSTEP_CU(cudaMemcpyAsync(dst.raw(), m.addr(m.plan().input_loc[static_cast<size_t>(input)]), t.bytes(),
                              cudaMemcpyDeviceToHost, m.stream),
              "(downloading input \"" + m.prog.inputs[static_cast<size_t>(input)].name + "\")");
   CAPSTEP_CU(cudaStreamSynchronize(m.stream));

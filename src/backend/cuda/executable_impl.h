@@ -4,15 +4,16 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/kernels.h"
-#include "backend/plan/fusion.h"
-#include "backend/plan/gemm_layout.h"
+#include "backend/plan/kernel_plan.h"
 #include "capstep/cuda.h"
 #include "capstep/device_plan.h"
 
@@ -28,17 +29,17 @@ struct Launch {
 struct Executable::Impl {
   Program prog;
   Options opt;
-  plan::Plan plan;
-  std::vector<plan::GemmLayout> gemm;     // per equation (dot_general only)
-  // Fusion (Options::fuse): groups of prog's equations, which fuse_program has
-  // already reordered so that each group is contiguous; a loop group is one
-  // NVRTC-compiled kernel from loop_lib.
-  plan::Fused fused;
+  // The kernel plan (plan/kernel_plan.h): the fused grouping, GEMM layouts,
+  // memory plan and launch list, all computed without the GPU. prog is the
+  // plan's program (each fused group contiguous).
+  plan::KernelPlan kp;
+  const plan::Plan& plan() const { return kp.memory; }
   cudaLibrary_t loop_lib = nullptr;
-  std::vector<cudaKernel_t> group_kernel;  // per group: its kernel, or null
-  std::vector<std::vector<int>> group_params;  // per group: the kernel's value parameters
+  std::vector<cudaKernel_t> source_kernel;  // per kp.sources entry
   double nvrtc_seconds = 0;
   std::string fuse_failure;                // why Options::fuse fell back to one kernel per equation
+  cublasLtHandle_t lt = nullptr;
+  std::vector<std::unique_ptr<LtGemm>> lt_gemm;  // per equation (dot_general only)
 
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
@@ -63,12 +64,13 @@ struct Executable::Impl {
 
   ~Impl();
   char* addr(const plan::Loc& l) const;
-  char* value_addr(int value) const { return addr(plan.values[static_cast<size_t>(value)].loc); }
+  char* value_addr(int value) const { return addr(kp.memory.values[static_cast<size_t>(value)].loc); }
   void* device_alloc(size_t bytes, const char* what);
   std::string eqn_what(int eqn) const;    // "equation 12 (%15 = dot_general(...) ...)"
-  void compile_loop_kernels();            // fused_launch.cpp: NVRTC, then load
-  void add_loop_launch(int group);        // fused_launch.cpp
-  void build_launches();                  // compile.cpp
+  void compile_kernels();                 // fused_launch.cpp: NVRTC, then load
+  void add_generated_launch(const plan::Item& it);  // fused_launch.cpp
+  void add_single_launch(const plan::Item& it);     // compile.cpp: one equation's kernel or library call
+  void build_launches();                  // compile.cpp: every item of the kernel plan, then the end copies
   void fill_statics();                    // compile.cpp
   void enqueue_step();                    // every launch, in order, on the stream
   void check_device_error();              // after a step: the gather/scatter error flag

@@ -39,10 +39,9 @@ NvrtcResult compile_cached(const std::string& source, const std::string& arch, c
 
 }  // namespace
 
-void Executable::Impl::compile_loop_kernels() {
-  const std::vector<plan::KernelSource> ks = plan::loop_kernel_sources(fused);
-  group_kernel.assign(fused.groups.size(), nullptr);
-  group_params.assign(fused.groups.size(), {});
+void Executable::Impl::compile_kernels() {
+  const std::vector<plan::KernelSource>& ks = kp.sources;
+  source_kernel.assign(ks.size(), nullptr);
   if (ks.empty()) return;
   int major = 0, minor = 0;
   CAPSTEP_CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
@@ -52,44 +51,30 @@ void Executable::Impl::compile_loop_kernels() {
   nvrtc_seconds = r.seconds;
   CAPSTEP_CU(cudaLibraryLoadData(&loop_lib, r.image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
              "(loading the fused kernels of program \"" + prog.name + "\", compiled for " + arch + ")");
-  for (const plan::KernelSource& k : ks) {
-    const int g = std::stoi(k.name.substr(k.name.rfind('_') + 1));
-    CAPSTEP_CU(cudaLibraryGetKernel(&group_kernel[static_cast<size_t>(g)], loop_lib, k.name.c_str()),
-               "(finding fused kernel " + k.name + ")");
-    group_params[static_cast<size_t>(g)] = k.params;
-  }
+  for (size_t k = 0; k < ks.size(); ++k)
+    CAPSTEP_CU(cudaLibraryGetKernel(&source_kernel[k], loop_lib, ks[k].name.c_str()),
+               "(finding fused kernel " + ks[k].name + ")");
   // The launch passes each kernel handle as the runtime's function pointer;
   // ask for one kernel's attributes that way now, so a runtime that refuses
   // it fails here (and the executor falls back) rather than in the first step.
   cudaFuncAttributes attr{};
-  for (cudaKernel_t kern : group_kernel)
-    if (kern) {
-      CAPSTEP_CU(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kern)),
-                 "(querying a fused kernel of program \"" + prog.name + "\")");
-      if (attr.maxThreadsPerBlock < plan::kLoopThreads)
-        throw Error("fused kernels of program \"" + prog.name + "\" allow only " +
-                    std::to_string(attr.maxThreadsPerBlock) + " threads per block");
-      break;
-    }
+  CAPSTEP_CU(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(source_kernel[0])),
+             "(querying a fused kernel of program \"" + prog.name + "\")");
+  if (attr.maxThreadsPerBlock < plan::kLoopThreads)
+    throw Error("fused kernels of program \"" + prog.name + "\" allow only " + std::to_string(attr.maxThreadsPerBlock) +
+                " threads per block");
 }
 
-void Executable::Impl::add_loop_launch(int group) {
-  const plan::Group& g = fused.groups[static_cast<size_t>(group)];
-  const cudaKernel_t kernel = group_kernel[static_cast<size_t>(group)];
-  if (!kernel || g.numel == 0) return;  // nothing to write
-  std::string what = "fused kernel capstep_loop_" + std::to_string(group) + " (equations " +
-                     std::to_string(g.first) + ".." + std::to_string(g.last) + ":";
-  for (int d = g.first; d <= g.last && d < g.first + 6; ++d)
-    what += std::string(" ") + op_name(prog.eqns[static_cast<size_t>(d)].op);
-  what += g.size() > 6 ? " ...)" : ")";
+void Executable::Impl::add_generated_launch(const plan::Item& it) {
+  const plan::KernelSource& k = kp.sources.at(static_cast<size_t>(it.source));
+  const cudaKernel_t kernel = source_kernel.at(static_cast<size_t>(it.source));
+  const std::string what = "fused kernel " + k.name + " (" + it.what + ")";
   std::vector<void*> ptrs;
-  for (int x : group_params[static_cast<size_t>(group)]) ptrs.push_back(value_addr(x));
-  long long n = g.numel;  // not const: the launch passes its address
-  // enough blocks to fill the device a few times over; the loop strides past that
-  const long long want = (n + plan::kLoopThreads - 1) / plan::kLoopThreads;
-  const unsigned blocks = static_cast<unsigned>(std::clamp<long long>(want, 1, 4096));
+  for (int x : k.params) ptrs.push_back(value_addr(x));
+  long long n = k.numel;  // not const: the launch passes its address
+  const unsigned blocks = k.blocks;
   Impl* self = this;
-  launches.push_back({g.first, [self, kernel, ptrs, n, blocks, what]() mutable {
+  launches.push_back({it.eqn, [self, kernel, ptrs, n, blocks, what]() mutable {
                         std::vector<void*> args;
                         for (void*& p : ptrs) args.push_back(&p);
                         args.push_back(&n);

@@ -33,7 +33,8 @@ __global__ void k_unary(const T* a, T* out, int64_t n) {
     else if constexpr (F == static_cast<int>(Unary::log)) y = scalar::log<T>(x);
     else if constexpr (F == static_cast<int>(Unary::tanh)) y = scalar::tanh<T>(x);
     else if constexpr (F == static_cast<int>(Unary::rsqrt)) y = scalar::rsqrt<T>(x);
-    else y = scalar::sqrt<T>(x);
+    else if constexpr (F == static_cast<int>(Unary::sqrt)) y = scalar::sqrt<T>(x);
+    else static_assert(F != F, "a Unary without a kernel");
     out[i] = y;
   }
 }
@@ -47,7 +48,8 @@ __global__ void k_binary(const T* a, const T* b, T* out, int64_t n) {
     else if constexpr (F == static_cast<int>(Binary::subtract)) z = scalar::subtract<T>(x, y);
     else if constexpr (F == static_cast<int>(Binary::multiply)) z = scalar::multiply<T>(x, y);
     else if constexpr (F == static_cast<int>(Binary::divide)) z = scalar::divide<T>(x, y);
-    else z = scalar::maximum<T>(x, y);
+    else if constexpr (F == static_cast<int>(Binary::maximum)) z = scalar::maximum<T>(x, y);
+    else static_assert(F != F, "a Binary without a kernel");
     out[i] = z;
   }
 }
