@@ -243,27 +243,38 @@ class Emitter {
   }
   bool is_output(int x) const { return out_name_.count(x) != 0; }
 
-  // A reduction member's accumulator: declaration, update and the final value.
+  // A reduction member's accumulator: declaration, update, combination across
+  // the warp and the final value. f32 sums accumulate in double, as the
+  // one-kernel-per-equation reduce does (rounded once at the end: closer to
+  // the exact sum than any order of f32 additions); max in the element type.
+  static DType acc_type(Op op, DType t) { return op == Op::reduce_sum && t == DType::f32 ? DType::f64 : t; }
   std::string acc_decl(int d, const std::string& ind) const {
     const Eqn& e = p_.eqns[static_cast<size_t>(d)];
-    const DType t = p_.type(e.out).dtype;
-    const std::string init = e.op == Op::reduce_sum ? literal(t, 0)
+    const DType t = p_.type(e.out).dtype, a = acc_type(e.op, t);
+    const std::string init = e.op == Op::reduce_sum ? literal(a, 0)
                              : t == DType::i32      ? literal(t, -2147483648.0)
                                                     : literal(t, -INFINITY);
-    return ind + reg_type(t) + " a" + std::to_string(e.out) + " = " + init + ";\n";
+    return ind + reg_type(a) + " a" + std::to_string(e.out) + " = " + init + ";\n";
   }
   std::string acc_update(int d, const std::string& value, const std::string& ind) const {
     const Eqn& e = p_.eqns[static_cast<size_t>(d)];
-    const DType t = p_.type(e.out).dtype;
+    const DType t = p_.type(e.out).dtype, at = acc_type(e.op, t);
     const std::string a = "a" + std::to_string(e.out);
-    return ind + a + " = " + combine(e.op, t, a, value) + ";\n";
+    const std::string v = at == t ? value : std::string("static_cast<") + reg_type(at) + ">(" + value + ")";
+    return ind + a + " = " + combine(e.op, at, a, v) + ";\n";
   }
   std::string acc_warp_reduce(int d, const std::string& ind) const {
     const Eqn& e = p_.eqns[static_cast<size_t>(d)];
-    const DType t = p_.type(e.out).dtype;
+    const DType at = acc_type(e.op, p_.type(e.out).dtype);
     const std::string a = "a" + std::to_string(e.out);
     return ind + "for (int o = 16; o > 0; o >>= 1) " + a + " = " +
-           combine(e.op, t, a, "__shfl_xor_sync(0xffffffffu, " + a + ", o)") + ";\n";
+           combine(e.op, at, a, "__shfl_xor_sync(0xffffffffu, " + a + ", o)") + ";\n";
+  }
+  std::string acc_value(int d, const std::string& ind) const {
+    const Eqn& e = p_.eqns[static_cast<size_t>(d)];
+    const DType t = p_.type(e.out).dtype;
+    return ind + "const " + reg_type(t) + " s" + std::to_string(e.out) + " = static_cast<" + reg_type(t) + ">(a" +
+           std::to_string(e.out) + ");\n";
   }
   // the reduction's operand at the full index: a member's register or a load
   std::string reduce_operand(int d, const std::string& ind, std::string* pre) {
@@ -421,8 +432,7 @@ KernelSource row_kernel_source(const Fused& f, int index) {
       const int out = p.eqns[static_cast<size_t>(d)].out;
       if (lv(out) != L || em.full(out)) continue;
       if (is_reduce(d)) {
-        b << em.acc_warp_reduce(d, "    ");
-        b << "    const " << reg_type(p.type(out).dtype) << " s" << out << " = a" << out << ";\n";
+        b << em.acc_warp_reduce(d, "    ") << em.acc_value(d, "    ");
       } else {
         b << em.member_code(d, "r", "    ");
       }
@@ -504,7 +514,7 @@ KernelSource col_kernel_source(const Fused& f, int index) {
   for (int d = g.first; d <= g.last; ++d) {
     const int out = p.eqns[static_cast<size_t>(d)].out;
     if (em.full(out)) continue;
-    if (is_reduce(d)) b << "    const " << reg_type(p.type(out).dtype) << " s" << out << " = a" << out << ";\n";
+    if (is_reduce(d)) b << em.acc_value(d, "    ");
     else b << em.member_code(d, "k", "    ");
     if (em.is_output(out)) b << em.store(out, "k", "    ");
   }
