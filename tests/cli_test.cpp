@@ -446,6 +446,30 @@ TEST(Cli, ShowAndExportPrintThePrograms) {
   EXPECT_EQ(slurp(d.file("g.mlir")).rfind("module @capstep", 0), 0u);
 }
 
+// The kernel plan, printed without a GPU: one line per kernel, the counts by
+// kind, "total N kernels" last; the unfused plan has many more.
+TEST(Cli, ShowKernelsPrintsThePlanAndItsTotal) {
+  NEED_BINARY();
+  auto total = [](const std::string& out) {
+    const size_t at = out.rfind("total ");
+    return at == std::string::npos ? -1 : std::atoi(out.c_str() + at + 6);
+  };
+  const Outcome k = run({"show", "--program", "fused", "--kernels"});
+  ASSERT_EQ(k.code, 0) << k.err;
+  EXPECT_EQ(k.out.rfind("0\t", 0), 0u) << k.out.substr(0, 200);
+  EXPECT_NE(k.out.find("\tsinks\t"), std::string::npos);
+  EXPECT_NE(k.out.find("kernels by kind: "), std::string::npos);
+  const int fused = total(k.out);
+  EXPECT_EQ(k.out.substr(k.out.rfind("total ")), "total " + std::to_string(fused) + " kernels\n");
+  const Outcome u = run({"show", "--program", "fused", "--kernels", "--unfused"});
+  ASSERT_EQ(u.code, 0) << u.err;
+  EXPECT_GT(fused, 0);
+  EXPECT_GT(total(u.out), 3 * fused);
+  const Outcome bad = run({"show", "--unfused"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--unfused goes with --kernels"), std::string::npos) << bad.err;
+}
+
 // Ctrl-C (SIGINT) finishes the step, saves it, writes the log, exits 130.
 TEST(Cli, InterruptSavesTheCurrentStepAndExits130) {
   NEED_BINARY();
