@@ -1,0 +1,339 @@
+// The kernel plan run on the host, without a GPU: the generated CUDA source of
+// every fused kernel (loop, row and column groups, the sinks) is compiled as
+// C++ with a small stand-in for the CUDA built-ins (one thread at a time, or
+// 32 std::threads in lockstep per warp for the row kernels' shuffles), and the
+// plan's items run in order on host buffers laid out exactly as the device
+// memory plan says (inputs, statics, arena, donated inputs, end copies); the
+// other items (GEMMs, gathers, scatters) run their equation in the host
+// interpreter. The outputs must match the interpreter running the original
+// program, step after step with donated parameters: this checks the grouping,
+// the generated index maps and reductions, the memory plan and the launch
+// order on every machine, before a GPU ever sees them.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "backend/plan/kernel_plan.h"
+#include "capstep/autodiff.h"
+#include "capstep/interpreter.h"
+#include "capstep/nn.h"
+#include "capstep/optim.h"
+#include "test_util.h"
+
+namespace capstep {
+namespace {
+using test::slurp;
+using test::TempDir;
+
+// The CUDA built-ins the generated kernels use, for a host compiler.
+const char* const kShim = R"(#pragma once
+#include <barrier>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+struct dim3 { unsigned x = 1, y = 1, z = 1; };
+inline thread_local dim3 threadIdx, blockIdx;
+inline dim3 gridDim, blockDim;
+#define __global__
+#define __launch_bounds__(n)
+inline float __int_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline double __longlong_as_double(long long u) { double d; std::memcpy(&d, &u, 8); return d; }
+namespace capstep_emu {
+struct Warp { std::barrier<> bar{32}; unsigned char slot[32][8]; };
+inline thread_local Warp* warp = nullptr;
+// 32 lane threads, reused warp after warp: each warp's lanes meet at every shuffle.
+struct Lanes {
+  std::barrier<> start{33}, done{33};
+  const std::function<void()>* task = nullptr;
+  unsigned block = 0, first = 0;
+  bool quit = false;
+  Warp wp;
+  std::vector<std::thread> lanes;
+  Lanes() {
+    for (unsigned l = 0; l < 32; ++l)
+      lanes.emplace_back([this, l] {
+        for (;;) {
+          start.arrive_and_wait();
+          if (quit) return;
+          blockIdx = {block, 1, 1};
+          threadIdx = {first + l, 1, 1};
+          warp = &wp;
+          (*task)();
+          done.arrive_and_wait();
+        }
+      });
+  }
+  ~Lanes() {
+    quit = true;
+    start.arrive_and_wait();
+    for (auto& t : lanes) t.join();
+  }
+  void run(const std::function<void()>& f, unsigned b, unsigned w) {
+    task = &f;
+    block = b;
+    first = w * 32;
+    start.arrive_and_wait();
+    done.arrive_and_wait();
+  }
+};
+// Blocks one after another; without lockstep every thread runs to the end on
+// its own (no kernel but the row kernels talks across threads); with it, each
+// warp's 32 lanes run together.
+inline void run(unsigned blocks, unsigned threads, bool lockstep, const std::function<void()>& f) {
+  static Lanes lanes;
+  gridDim = {blocks, 1, 1};
+  blockDim = {threads, 1, 1};
+  for (unsigned b = 0; b < blocks; ++b) {
+    if (!lockstep) {
+      for (unsigned t = 0; t < threads; ++t) { blockIdx = {b, 1, 1}; threadIdx = {t, 1, 1}; f(); }
+      continue;
+    }
+    for (unsigned w = 0; w < threads / 32; ++w) lanes.run(f, b, w);
+  }
+}
+}  // namespace capstep_emu
+template <class T> T __shfl_xor_sync(unsigned, T v, int o) {
+  capstep_emu::Warp& w = *capstep_emu::warp;
+  const unsigned lane = threadIdx.x & 31;
+  std::memcpy(w.slot[lane], &v, sizeof(T));
+  w.bar.arrive_and_wait();
+  T r;
+  std::memcpy(&r, w.slot[lane ^ static_cast<unsigned>(o)], sizeof(T));
+  w.bar.arrive_and_wait();
+  return r;
+}
+)";
+
+const char* mem_type(DType t) {
+  switch (t) {
+    case DType::f32: return "float";
+    case DType::f64: return "double";
+    case DType::i32: return "int";
+    case DType::i1: return "unsigned char";
+  }
+  return "?";
+}
+
+using Launcher = void (*)(void** params, long long n, unsigned blocks);
+
+// The plan's generated kernels, compiled for the host and loaded.
+class HostKernels {
+ public:
+  HostKernels(const plan::KernelPlan& kp, const std::string& dir) {
+    std::filesystem::create_directories(dir + "/ir");
+    write(dir + "/cuda_host_shim.h", kShim);
+    write(dir + "/ir/scalar_math.h", plan::kScalarMathText);
+    std::string src = "#include \"cuda_host_shim.h\"\n" + plan::kernel_module_source(kp.sources);
+    const Program& p = kp.fused.program;
+    for (const plan::KernelSource& k : kp.sources) {
+      src += "extern \"C\" void launch_" + k.name + "(void** p, long long n, unsigned blocks) {\n  capstep_emu::run(blocks, " +
+             std::to_string(plan::kLoopThreads) + ", " + (k.name.rfind("capstep_row_", 0) == 0 ? "true" : "false") +
+             ", [&] { " + k.name + "(";
+      for (size_t a = 0; a < k.params.size(); ++a)
+        src += std::string("(") + (static_cast<int>(a) < k.n_inputs ? "const " : "") +
+               mem_type(p.type(k.params[a]).dtype) + "*)p[" + std::to_string(a) + "], ";
+      src += "n); });\n}\n";
+    }
+    write(dir + "/kernels.cpp", src);
+    const char* cxx = std::getenv("CXX");
+    const std::string cmd = std::string(cxx && *cxx ? cxx : "c++") + " -std=c++20 -O1 -ffp-contract=off -shared -fPIC -I" +
+                            dir + " " + dir + "/kernels.cpp -o " + dir + "/kernels.so -pthread 2> " + dir + "/cc.log";
+    if (std::system(cmd.c_str()) != 0) throw Error("compiling the kernels for the host failed:\n" + slurp(dir + "/cc.log"));
+    lib_ = dlopen((dir + "/kernels.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib_) throw Error(std::string("dlopen: ") + dlerror());
+    for (const plan::KernelSource& k : kp.sources) {
+      void* f = dlsym(lib_, ("launch_" + k.name).c_str());
+      if (!f) throw Error("no launcher for " + k.name);
+      launch_.push_back(reinterpret_cast<Launcher>(f));
+    }
+  }
+  ~HostKernels() {
+    if (lib_) dlclose(lib_);
+  }
+  Launcher operator[](int source) const { return launch_.at(static_cast<size_t>(source)); }
+
+ private:
+  static void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+  void* lib_ = nullptr;
+  std::vector<Launcher> launch_;
+};
+
+// One equation in the interpreter, on the plan's buffers.
+class HostPlanRunner {
+ public:
+  HostPlanRunner(const plan::KernelPlan& kp, const HostKernels& k) : kp_(kp), k_(k) {
+    const plan::Plan& m = kp.memory;
+    space_[plan::Space::inputs].assign(m.inputs_bytes + 8, 0);
+    space_[plan::Space::statics].assign(m.statics_bytes + 8, 0);
+    space_[plan::Space::arena].assign(m.arena_bytes + 8, 0);
+    const Program& p = kp.fused.program;
+    for (size_t d = 0; d < p.eqns.size(); ++d)
+      if (p.eqns[d].op == Op::constant || p.eqns[d].op == Op::iota) run_eqn(static_cast<int>(d));
+  }
+  void upload(int input, const Array& a) {
+    std::memcpy(at(kp_.memory.input_loc[static_cast<size_t>(input)]), a.raw(), a.bytes());
+  }
+  Array input(int i) const {
+    Array a(kp_.fused.program.input_type(i));
+    std::memcpy(a.raw(), at(kp_.memory.input_loc[static_cast<size_t>(i)]), a.bytes());
+    return a;
+  }
+  Array output(int o) const {
+    Array a(kp_.fused.program.output_type(o));
+    std::memcpy(a.raw(), at(kp_.memory.output_loc[static_cast<size_t>(o)]), a.bytes());
+    return a;
+  }
+  void step() {
+    const Program& p = kp_.fused.program;
+    int last_single = -1;
+    for (const plan::Item& it : kp_.items) {
+      if (it.source >= 0) {
+        const plan::KernelSource& ks = kp_.sources[static_cast<size_t>(it.source)];
+        std::vector<void*> ptrs;
+        for (int x : ks.params) ptrs.push_back(value(x));
+        k_[it.source](ptrs.data(), ks.numel, ks.blocks);
+      } else if (it.kind != plan::ItemKind::end_copy && it.eqn != last_single) {
+        run_eqn(it.eqn);
+        last_single = it.eqn;
+      }
+    }
+    for (const plan::EndCopy& c : kp_.memory.end_copies) std::memmove(at(c.to), at(c.from), c.bytes);
+    (void)p;
+  }
+
+ private:
+  char* at(const plan::Loc& l) const { return const_cast<char*>(space_.at(l.space).data()) + l.offset; }
+  char* value(int x) const { return at(kp_.memory.values[static_cast<size_t>(x)].loc); }
+  void run_eqn(int d) {
+    const Program& p = kp_.fused.program;
+    const Eqn& e = p.eqns[static_cast<size_t>(d)];
+    Program one;
+    std::vector<Array> args;
+    std::vector<int> ins;
+    for (int x : e.inputs) {
+      ins.push_back(one.add_input("x" + std::to_string(ins.size()), p.type(x)));
+      Array a(p.type(x));
+      std::memcpy(a.raw(), value(x), a.bytes());
+      args.push_back(std::move(a));
+    }
+    one.add_output("y", one.add_eqn_typed(e.op, ins, e.attrs, p.type(e.out)));
+    const Array y = host::run(one, args)[0];
+    std::memcpy(value(e.out), y.raw(), y.bytes());
+  }
+  const plan::KernelPlan& kp_;
+  const HostKernels& k_;
+  std::map<plan::Space, std::vector<char>> space_;
+};
+
+nn::LmConfig small_config() {
+  nn::LmConfig c;
+  c.d_model = 32;
+  c.n_heads = 2;
+  c.d_ff = 48;
+  c.context = 16;
+  c.batch = 3;
+  c.seq = 11;
+  return c;
+}
+
+double norm_diff(const Array& a, const Array& b) {
+  double scale = 0, worst = 0;
+  for (int64_t k = 0; k < b.numel(); ++k) scale = std::max(scale, std::fabs(b.get(k)));
+  for (int64_t k = 0; k < b.numel(); ++k) {
+    const double d = std::fabs(a.get(k) - b.get(k));
+    if (!(d <= worst)) worst = d;
+  }
+  return scale > 0 ? worst / scale : worst;
+}
+
+// Three steps of the fused AdamW program of a small model (and of its
+// gradient program) through the plan on the host, against the interpreter.
+TEST(PlanEmulation, FusedTrainingStepsMatchTheInterpreter) {
+  const nn::LmConfig c = small_config();
+  std::vector<std::string> names;
+  for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
+  const optim::AdamW opt;
+  const Program grad = value_and_grad(nn::lm_loss_program(c), names);
+  const Program fused = optim::with_adamw(grad, names, opt);
+  TempDir dir;
+  for (const Program* prog : {&grad, &fused}) {
+    SCOPED_TRACE(prog == &grad ? "gradient program" : "fused AdamW program");
+    const plan::KernelPlan kp = plan::plan_kernels(*prog);
+    ASSERT_FALSE(kp.sources.empty());
+    const HostKernels kernels(kp, dir.file(prog == &grad ? "grad" : "fused"));
+    HostPlanRunner run(kp, kernels);
+    const Program& p = kp.fused.program;  // same inputs and outputs as *prog, in the same order
+    std::vector<Array> in;
+    std::vector<Array> params = nn::init_parameters(c, 5);
+    std::mt19937 rng(9);
+    for (size_t i = 0; i < p.inputs.size(); ++i) {
+      const Type& t = p.input_type(static_cast<int>(i));
+      Array a(t);
+      if (i < params.size()) a = params[i];
+      in.push_back(std::move(a));
+    }
+    for (int s = 1; s <= 3; ++s) {
+      for (const char* b : {"tokens", "targets"}) {
+        const int i = p.input_index(b);
+        for (int64_t k = 0; k < in[static_cast<size_t>(i)].numel(); ++k)
+          in[static_cast<size_t>(i)].set(k, static_cast<double>(rng() % static_cast<unsigned>(c.vocab)));
+      }
+      if (prog == &fused) {
+        const optim::AdamWScalars sc = optim::adamw_scalars(opt, s);
+        const float four[4] = {sc.lr, sc.bc1, sc.bc2, sc.decay};
+        for (int k = 0; k < 4; ++k) in[static_cast<size_t>(p.input_index(optim::kScalarNames[k]))] = Array::scalar(four[k]);
+      }
+      // Every step starts from the host's state (an updated parameter may
+      // differ by up to 2 lr, below, and would make the next step's
+      // comparison meaningless); that the donated inputs carry the outputs
+      // from step to step is checked bit for bit after each step.
+      for (size_t i = 0; i < in.size(); ++i) run.upload(static_cast<int>(i), in[i]);
+      const std::vector<Array> want = host::run(*prog, in);
+      run.step();
+      for (size_t o = 0; o < want.size(); ++o) {
+        const Array got = run.output(static_cast<int>(o));
+        const std::string& name = p.outputs[o].name;
+        const bool param = name.size() > 4 && name.compare(name.size() - 4, 4, ".new") == 0 && name.rfind("adamw.", 0) != 0;
+        if (!param) {
+          // loss, gradients, moments: sums in another order (double, then rounded), rounding only
+          EXPECT_LE(norm_diff(got, want[o]), 2e-5) << "step " << s << " output " << name;
+          continue;
+        }
+        // An updated parameter moves by lr * m/(sqrt(v) + eps): where a
+        // gradient is near eps (1e-8), that ratio is rounding noise in the
+        // gradient, so one element may move by anything up to 2 lr (a sign
+        // flipped) more than the host's. All others agree to rounding: at
+        // most 1% of the elements differ by more than 2e-5 of the scale,
+        // and none by more than 2 lr.
+        double scale = 0;
+        for (int64_t k = 0; k < got.numel(); ++k) scale = std::max(scale, std::fabs(want[o].get(k)));
+        int64_t off = 0;
+        for (int64_t k = 0; k < got.numel(); ++k) {
+          const double d = std::fabs(got.get(k) - want[o].get(k));
+          EXPECT_LE(d, 2 * opt.lr * (1 + 1e-3)) << "step " << s << " output " << name << " element " << k;
+          off += d > 2e-5 * scale;
+        }
+        EXPECT_LE(off * 100, got.numel()) << "step " << s << " output " << name << ": " << off << " of "
+                                          << got.numel() << " elements off by more than rounding";
+      }
+      for (const Alias& a : p.aliases) {
+        EXPECT_TRUE(run.input(a.input).bit_equal(run.output(a.output)))
+            << "step " << s << ": input " << p.inputs[static_cast<size_t>(a.input)].name
+            << " does not hold output " << p.outputs[static_cast<size_t>(a.output)].name;
+        in[static_cast<size_t>(a.input)] = want[static_cast<size_t>(a.output)];
+      }
+      if (HasFailure()) return;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace capstep
