@@ -457,7 +457,7 @@ TEST(Cli, ShowKernelsPrintsThePlanAndItsTotal) {
   const Outcome k = run({"show", "--program", "fused", "--kernels"});
   ASSERT_EQ(k.code, 0) << k.err;
   EXPECT_EQ(k.out.rfind("0\t", 0), 0u) << k.out.substr(0, 200);
-  EXPECT_NE(k.out.find("\tsinks\t"), std::string::npos);
+  EXPECT_NE(k.out.find("\twave\t"), std::string::npos);
   EXPECT_NE(k.out.find("kernels by kind: "), std::string::npos);
   const int fused = total(k.out);
   EXPECT_EQ(k.out.substr(k.out.rfind("total ")), "total " + std::to_string(fused) + " kernels\n");

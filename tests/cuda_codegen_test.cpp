@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "backend/plan/fusion.h"
+#include "backend/plan/kernel_plan.h"
 #include "backend/plan/kernel_source.h"
 #include "capstep/autodiff.h"
 #include "capstep/nn.h"
@@ -150,9 +151,10 @@ TEST(CudaCodegen, NvrtcCompilesEverySeedKernelForSm90) {
   GTEST_SKIP() << "built without the CUDA toolkit (no NVRTC)";
 #else
   for (const Program& p : seed_programs()) {
-    const plan::Fused f = plan::fuse_program(p);
-    // every kernel the plan launches: loop, row and column groups and the sinks
-    const std::vector<plan::KernelSource> ks = plan::kernel_sources(f);
+    // every kernel the plan launches: loop, row, column and GEMM groups, waves
+    const plan::KernelPlan kp = plan::plan_kernels(p);
+    const plan::Fused& f = kp.fused;
+    const std::vector<plan::KernelSource>& ks = kp.sources;
     ASSERT_FALSE(ks.empty());
     cuda::NvrtcResult r;
     ASSERT_NO_THROW(r = cuda::nvrtc_compile(plan::kernel_module_source(ks), "sm_90", "the seed's program"));
@@ -160,11 +162,11 @@ TEST(CudaCodegen, NvrtcCompilesEverySeedKernelForSm90) {
     std::printf("[codegen] %zu kernels: cubin %zu bytes in %.2f s\n", ks.size(), r.image.size(), r.seconds);
     const cuda::NvrtcResult ptx = cuda::nvrtc_compile(plan::kernel_module_source(ks), "compute_90", "the seed's program");
     const std::string text(ptx.image.begin(), ptx.image.end());
-    // PTX of the loop kernels alone: no f64 instruction where every value is
-    // f32 (row and column kernels sum f32 in double on purpose)
+    // PTX of the loop and GEMM kernels alone: no f64 instruction where every
+    // value is f32 (row and column kernels sum f32 in double on purpose)
     std::vector<plan::KernelSource> loops;
     for (const plan::KernelSource& k : ks)
-      if (k.name.rfind("capstep_loop_", 0) == 0 || k.name == "capstep_sinks") loops.push_back(k);
+      if (k.name.rfind("capstep_loop_", 0) == 0 || k.name.rfind("capstep_gemm_", 0) == 0) loops.push_back(k);
     const cuda::NvrtcResult lptx = cuda::nvrtc_compile(plan::kernel_module_source(loops), "compute_90", "the seed's loops");
     const std::string ltext(lptx.image.begin(), lptx.image.end());
     bool any_f64 = false;

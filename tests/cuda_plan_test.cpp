@@ -56,26 +56,30 @@ TEST(CudaPlan, SeedGradientThroughThePlanAgreesWithHostAndOldPath) {
   planned.tf32 = false;
   planned.fuse = true;
   planned.lt_gemm = true;
+  cuda::Options library = planned;  // the plan with every GEMM through cuBLASLt
+  library.generated_gemm = false;
   cuda::Options old = planned;
   old.fuse = false;
   old.lt_gemm = false;
-  cuda::Executable a(p, planned), b(p, old);
-  std::printf("[cuda plan] %s\n[cuda plan] old path: %s\n", a.describe_launches().c_str(),
-              b.describe_launches().c_str());
+  cuda::Executable a(p, planned), l(p, library), b(p, old);
+  std::printf("[cuda plan] %s\n[cuda plan] library GEMMs: %s\n[cuda plan] old path: %s\n",
+              a.describe_launches().c_str(), l.describe_launches().c_str(), b.describe_launches().c_str());
   EXPECT_EQ(a.describe_launches().rfind("fused: ", 0), 0u) << a.describe_launches();
-  EXPECT_EQ(a.describe_launches().find("split-K"), std::string::npos) << a.describe_launches();
+  EXPECT_EQ(l.describe_launches().find("split-K"), std::string::npos) << l.describe_launches();
   for (int rep = 0; rep < 2; ++rep) {  // eager, then the captured graph
-    const std::vector<Array> ga = a.run(in), gb = b.run(in);
-    double worst_host = 0, worst_old = 0;
+    const std::vector<Array> ga = a.run(in), gl = l.run(in), gb = b.run(in);
+    double worst_host = 0, worst_lib = 0, worst_old = 0;
     for (size_t o = 0; o < want.size(); ++o) {
-      const double dh = norm_diff(ga[o], want[o]), dold = norm_diff(ga[o], gb[o]);
+      const double dh = norm_diff(ga[o], want[o]), dl = norm_diff(gl[o], want[o]), dold = norm_diff(ga[o], gb[o]);
       EXPECT_LE(dh, 1e-5) << p.outputs[o].name << " vs host, run " << rep;
+      EXPECT_LE(dl, 1e-5) << p.outputs[o].name << " (library GEMMs) vs host, run " << rep;
       EXPECT_LE(dold, 1e-5) << p.outputs[o].name << " vs the old path, run " << rep;
       worst_host = std::max(worst_host, dh);
+      worst_lib = std::max(worst_lib, dl);
       worst_old = std::max(worst_old, dold);
     }
-    std::printf("[cuda plan] run %d: worst normalised difference %.3g vs host, %.3g vs the old path\n", rep,
-                worst_host, worst_old);
+    std::printf("[cuda plan] run %d: worst normalised difference vs host %.3g (library GEMMs %.3g), vs the old path %.3g\n",
+                rep, worst_host, worst_lib, worst_old);
   }
 }
 

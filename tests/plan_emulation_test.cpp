@@ -43,6 +43,8 @@ struct dim3 { unsigned x = 1, y = 1, z = 1; };
 inline thread_local dim3 threadIdx, blockIdx;
 inline dim3 gridDim, blockDim;
 #define __global__
+#define __device__
+#define __forceinline__ inline
 #define __launch_bounds__(n)
 inline float __int_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline double __longlong_as_double(long long u) { double d; std::memcpy(&d, &u, 8); return d; }
@@ -135,7 +137,7 @@ class HostKernels {
     const Program& p = kp.fused.program;
     for (const plan::KernelSource& k : kp.sources) {
       src += "extern \"C\" void launch_" + k.name + "(void** p, long long n, unsigned blocks) {\n  capstep_emu::run(blocks, " +
-             std::to_string(plan::kLoopThreads) + ", " + (k.name.rfind("capstep_row_", 0) == 0 ? "true" : "false") +
+             std::to_string(plan::kLoopThreads) + ", " + (k.code.find("__shfl_xor_sync") != std::string::npos ? "true" : "false") +
              ", [&] { " + k.name + "(";
       for (size_t a = 0; a < k.params.size(); ++a)
         src += std::string("(") + (static_cast<int>(a) < k.n_inputs ? "const " : "") +

@@ -25,19 +25,21 @@ bool available(std::string* why = nullptr);
 // "NVIDIA H200 (sm_90, 139 GiB)" or the reason there is none.
 std::string device_description();
 
+// An environment switch that is on unless set to "0".
+inline bool env_switch(const char* name) {
+  const char* e = std::getenv(name);
+  return !(e && e[0] == '0' && e[1] == '\0');
+}
+// The default of Options::lt_gemm: on, unless CAPSTEP_CUDA_LT is "0".
+inline bool lt_gemm_default() { return env_switch("CAPSTEP_CUDA_LT"); }
+// The default of Options::generated_gemm: on, unless CAPSTEP_CUDA_OWN_GEMM is "0".
+inline bool generated_gemm_default() { return env_switch("CAPSTEP_CUDA_OWN_GEMM"); }
+
 // The default of Options::fuse: on, unless the environment variable
 // CAPSTEP_CUDA_FUSE is "0" (so that one binary measures both paths:
 // CAPSTEP_CUDA_FUSE=0 ./training_step_on_device).
-inline bool fuse_default() {
-  const char* e = std::getenv("CAPSTEP_CUDA_FUSE");
-  return !(e && e[0] == '0' && e[1] == '\0');
-}
+inline bool fuse_default() { return env_switch("CAPSTEP_CUDA_FUSE"); }
 
-// The default of Options::lt_gemm: on, unless CAPSTEP_CUDA_LT is "0".
-inline bool lt_gemm_default() {
-  const char* e = std::getenv("CAPSTEP_CUDA_LT");
-  return !(e && e[0] == '0' && e[1] == '\0');
-}
 
 struct Options {
   bool tf32 = true;           // TF32 tensor cores for f32 dots
@@ -52,6 +54,11 @@ struct Options {
   // split-K where the library offers one (one kernel per GEMM); false: the
   // cuBLAS default (which adds a split-K reduction kernel to small GEMMs).
   bool lt_gemm = lt_gemm_default();
+  // With fuse: small dot_generals (up to 2^22 multiply-adds) as generated GEMM
+  // kernels that read transposed operands in place and share launches with
+  // other independent kernels (plan::KernelPlanOptions::gemm_max_macs); false:
+  // every dot_general through the GEMM library.
+  bool generated_gemm = generated_gemm_default();
 };
 
 class Executable {

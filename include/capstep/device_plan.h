@@ -112,6 +112,10 @@ struct PlanOptions {
   std::vector<char> internal;
   std::vector<char> no_in_place;
   std::vector<int> part;
+  // `view[e]` (empty or one per equation): e's result is a view of its
+  // operand's buffer, as a reshape's always is (a transpose read in place by
+  // generated GEMM kernels): no buffer of its own, its reads are its root's.
+  std::vector<char> view;
 };
 Plan plan_device_memory(const Program& p, const PlanOptions& o);
 

@@ -84,7 +84,8 @@ void Executable::Impl::build_launches() {
   int last_single = -1;  // a single equation may be several items (packs, gemm): launched once
   for (const plan::Item& it : kp.items) {
     switch (it.kind) {
-      case plan::ItemKind::loop: case plan::ItemKind::row: case plan::ItemKind::col: case plan::ItemKind::sinks:
+      case plan::ItemKind::loop: case plan::ItemKind::row: case plan::ItemKind::col: case plan::ItemKind::wave:
+      case plan::ItemKind::small_gemm:
         add_generated_launch(it);
         break;
       case plan::ItemKind::end_copy:

@@ -108,7 +108,9 @@ Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
     // program still runs, one kernel per equation, and says why on stderr
     // (describe_launches() too; the GPU tests insist on the fused path).
     try {
-      m.kp = plan::plan_kernels(m.prog, {true});
+      plan::KernelPlanOptions ko;
+      if (!m.opt.generated_gemm) ko.gemm_max_macs = 0;
+      m.kp = plan::plan_kernels(m.prog, ko);
       m.compile_kernels();
     } catch (const Error& ex) {
       m.fuse_failure = ex.what();
@@ -121,7 +123,7 @@ Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
       m.opt.fuse = false;
     }
   }
-  if (!m.opt.fuse) m.kp = plan::plan_kernels(m.prog, {false});
+  if (!m.opt.fuse) m.kp = plan::plan_kernels(m.prog, {false, 0});
   m.prog = m.kp.fused.program;  // the same equations, each fused group contiguous
   const plan::Plan& plan = m.kp.memory;
 

@@ -75,6 +75,9 @@ Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
     if (span_first(d) > d || span_last(d) < d || span_last(d) >= E)
       throw Error("plan_device_memory: equation " + std::to_string(d) + " is outside its span [" +
                   std::to_string(span_first(d)) + ", " + std::to_string(span_last(d)) + "]");
+  if (!opt.view.empty() && static_cast<int>(opt.view.size()) != E)
+    throw Error("plan_device_memory: " + std::to_string(opt.view.size()) + " view flags for " + std::to_string(E) +
+                " equations");
   if (!opt.part.empty() && static_cast<int>(opt.part.size()) != E)
     throw Error("plan_device_memory: " + std::to_string(opt.part.size()) + " parts for " + std::to_string(E) +
                 " equations");
@@ -108,6 +111,12 @@ Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
     const Eqn& e = p.eqns[static_cast<size_t>(d)];
     ValuePlan& x = v[static_cast<size_t>(e.out)];
     x.def = d;
+    if (!opt.view.empty() && opt.view[static_cast<size_t>(d)] && e.op != Op::reshape) {
+      if (e.op != Op::transpose) throw Error("plan_device_memory: equation " + std::to_string(d) + " (" + op_name(e.op) + ") cannot be a view");
+      x.home = Home::view;
+      x.root = v[static_cast<size_t>(e.inputs[0])].root;
+      continue;
+    }
     switch (e.op) {
       case Op::constant: case Op::iota:
         x.home = Home::statics;

@@ -2,12 +2,14 @@
 // group of each fusible producer when their geometries agree (fusion.h), the
 // merged group is valid, and the merge makes no cycle among groups (checked by
 // a forward search over groups from the merged pair's outside consumers). Then
-// the groups are ordered topologically (earliest original equation first, to
-// keep lifetimes short; sinks last) and the equations renumbered so that each
-// group is one contiguous range.
+// the groups are ordered topologically: by level (the launches on the longest
+// path to a group), so that the generated kernels of one level form a wave
+// that runs as one launch, and the sinks are last; and the equations
+// renumbered so that each group is one contiguous range.
 #include "backend/plan/fusion.h"
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 #include <queue>
 #include <sstream>
@@ -98,21 +100,66 @@ struct UnionFind {
   }
 };
 
+int64_t dot_macs(const Program& p, const Eqn& e) {
+  int64_t k = 1;
+  const Shape& l = p.type(e.inputs[0]).shape;
+  for (int64_t a : e.attrs.lhs_contract) k *= l[static_cast<size_t>(a)];
+  return p.type(e.out).numel() * k;
+}
+
+bool gemm_group_eqn(const Program& p, const Eqn& e, int64_t max_macs) {
+  if (e.op != Op::dot_general || max_macs <= 0) return false;
+  const DType t = p.type(e.out).dtype;
+  if (t != DType::f32 && t != DType::f64) return false;
+  const int64_t macs = dot_macs(p, e);
+  return macs > 0 && macs <= max_macs;
+}
+
 }  // namespace
+
+std::optional<ViewOf> view_of(const Program& p, const std::vector<char>& view, int x) {
+  // the chain of views from x up to the value with a buffer
+  std::vector<int> producer(static_cast<size_t>(p.num_values()), -1);
+  for (int d = 0; d < static_cast<int>(p.eqns.size()); ++d) producer[static_cast<size_t>(p.eqns[static_cast<size_t>(d)].out)] = d;
+  std::vector<int> chain;  // equations, x's first
+  int v = x;
+  for (;;) {
+    const int d = producer[static_cast<size_t>(v)];
+    if (d < 0 || view.empty() || !view[static_cast<size_t>(d)]) break;
+    chain.push_back(d);
+    v = p.eqns[static_cast<size_t>(d)].inputs[0];
+  }
+  ViewOf r;
+  r.root = v;
+  r.layout = row_major_layout(p.type(v).shape);
+  for (size_t j = chain.size(); j-- > 0;) {
+    const Eqn& e = p.eqns[static_cast<size_t>(chain[j])];
+    if (e.op == Op::transpose) {
+      r.layout = transpose_layout(r.layout, e.attrs.dims);
+    } else {
+      std::optional<Layout> l = reshape_layout(r.layout, p.type(e.out).shape);
+      if (!l) return std::nullopt;
+      r.layout = std::move(*l);
+    }
+  }
+  return r;
+}
 
 const char* group_kind_name(GroupKind k) {
   switch (k) {
     case GroupKind::loop: return "loop";
     case GroupKind::row: return "row";
     case GroupKind::col: return "col";
+    case GroupKind::gemm: return "gemm";
     case GroupKind::single: return "single";
     case GroupKind::free: return "free";
   }
   return "?";
 }
 
-Fused fuse_program(const Program& p, bool loops) {
+Fused fuse_program(const Program& p, const FuseOptions& fo) {
   verify(p);
+  const bool loops = fo.loops;
   const int E = static_cast<int>(p.eqns.size());
   std::vector<int> producer(static_cast<size_t>(p.num_values()), -1);
   for (int d = 0; d < E; ++d) producer[static_cast<size_t>(p.eqns[static_cast<size_t>(d)].out)] = d;
@@ -124,6 +171,42 @@ Fused fuse_program(const Program& p, bool loops) {
         consumers[static_cast<size_t>(q)].push_back(d);
     }
   auto numel_of = [&](int d) { return p.type(p.eqns[static_cast<size_t>(d)].out).numel(); };
+
+  // gemm groups, and the transposes that only they read (through reshapes):
+  // views, as long as every gemm operand keeps a strided layout
+  std::vector<char> is_gemm(static_cast<size_t>(E), 0), view(static_cast<size_t>(E), 0);
+  std::vector<char> is_output(static_cast<size_t>(p.num_values()), 0);
+  for (const NamedValue& o : p.outputs) is_output[static_cast<size_t>(o.value)] = 1;
+  for (int d = 0; d < E; ++d) {
+    is_gemm[static_cast<size_t>(d)] = loops && gemm_group_eqn(p, p.eqns[static_cast<size_t>(d)], fo.gemm_max_macs);
+    view[static_cast<size_t>(d)] = p.eqns[static_cast<size_t>(d)].op == Op::reshape;
+  }
+  std::function<bool(int)> gemm_only = [&](int d) {  // every reader of equation d's value is a gemm group
+    if (is_output[static_cast<size_t>(p.eqns[static_cast<size_t>(d)].out)] || consumers[static_cast<size_t>(d)].empty())
+      return false;
+    for (int c : consumers[static_cast<size_t>(d)]) {
+      const Op op = p.eqns[static_cast<size_t>(c)].op;
+      if (!(is_gemm[static_cast<size_t>(c)] || (op == Op::reshape && gemm_only(c)))) return false;
+    }
+    return true;
+  };
+  for (int d = 0; d < E; ++d)
+    if (p.eqns[static_cast<size_t>(d)].op == Op::transpose && gemm_only(d)) view[static_cast<size_t>(d)] = 1;
+  for (bool changed = true; changed;) {  // a gemm operand without a strided layout: its transposes are copies
+    changed = false;
+    for (int d = 0; d < E; ++d) {
+      if (!is_gemm[static_cast<size_t>(d)]) continue;
+      for (int x : p.eqns[static_cast<size_t>(d)].inputs) {
+        if (view_of(p, view, x)) continue;
+        for (int q = producer[static_cast<size_t>(x)]; q >= 0 && view[static_cast<size_t>(q)];
+             q = producer[static_cast<size_t>(p.eqns[static_cast<size_t>(q)].inputs[0])])
+          if (p.eqns[static_cast<size_t>(q)].op == Op::transpose) {
+            view[static_cast<size_t>(q)] = 0;
+            changed = true;
+          }
+      }
+    }
+  }
 
   UnionFind uf(E);
   // Merging groups a and b (roots) keeps the graph of groups acyclic unless
@@ -161,7 +244,9 @@ Fused fuse_program(const Program& p, bool loops) {
   };
   // Geometry of each group (by root) and which group each equation is in.
   std::vector<Geometry> geo(static_cast<size_t>(E));
-  for (int d = 0; d < E; ++d) geo[static_cast<size_t>(d)] = eqn_geometry(p, p.eqns[static_cast<size_t>(d)]);
+  for (int d = 0; d < E; ++d)
+    if (!view[static_cast<size_t>(d)] && !is_gemm[static_cast<size_t>(d)])
+      geo[static_cast<size_t>(d)] = eqn_geometry(p, p.eqns[static_cast<size_t>(d)]);
   // Whether the members of a and b (roots) form a valid group of geometry g:
   // a transpose reads an operand made outside the group; a broadcast_in_dim
   // of a member to more elements is a row broadcast in a row group.
@@ -231,25 +316,52 @@ Fused fuse_program(const Program& p, bool loops) {
     const int d0 = members[static_cast<size_t>(g)][0];
     const Geometry& gg = geo[static_cast<size_t>(uf.find(d0))];
     const Op op0 = p.eqns[static_cast<size_t>(d0)].op;
-    kind[static_cast<size_t>(g)] = !loops || gg.kind == Geo::none ? (is_free(op0) ? GroupKind::free : GroupKind::single)
+    kind[static_cast<size_t>(g)] = is_gemm[static_cast<size_t>(d0)] ? GroupKind::gemm
+                                   : view[static_cast<size_t>(d0)] ? GroupKind::free
+                                   : !loops || gg.kind == Geo::none ? (is_free(op0) ? GroupKind::free : GroupKind::single)
                                    : gg.kind == Geo::loop         ? GroupKind::loop
                                    : gg.kind == Geo::row          ? GroupKind::row
                                                                   : GroupKind::col;
   }
-  auto is_sink = [&](int g) { return kind[static_cast<size_t>(g)] == GroupKind::loop && succ[static_cast<size_t>(g)].empty(); };
-  // members[g][0] ascends with g (groups were numbered by first member); sinks
-  // go last (nothing waits for them), so that they are contiguous
-  auto key = [&](int g) { return is_sink(g) ? G + g : g; };
+  auto is_sink = [&](int g) { return fused_kind(kind[static_cast<size_t>(g)]) && succ[static_cast<size_t>(g)].empty(); };
+  // A topological order (earliest first member first among the ready groups).
   std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
   for (int g = 0; g < G; ++g)
-    if (indeg[static_cast<size_t>(g)] == 0) ready.push(key(g));
+    if (indeg[static_cast<size_t>(g)] == 0) ready.push(g);
   std::vector<int> order;
   while (!ready.empty()) {
-    const int g = ready.top() % G;
+    const int g = ready.top();
     ready.pop();
     order.push_back(g);
     for (int s : succ[static_cast<size_t>(g)])
-      if (--indeg[static_cast<size_t>(s)] == 0) ready.push(key(s));
+      if (--indeg[static_cast<size_t>(s)] == 0) ready.push(s);
+  }
+  // Waves (fused programs only): a group's level is the number of launching
+  // groups on the longest path to it; the sinks (nothing waits for them: the
+  // parameter updates) share the last level. Groups of one level are
+  // independent, so the generated kernels among them run as one launch.
+  std::vector<int> level(static_cast<size_t>(G), 0);
+  if (loops && static_cast<int>(order.size()) == G) {
+    int top = 0;
+    for (int g : order) {
+      const int next = level[static_cast<size_t>(g)] + (kind[static_cast<size_t>(g)] == GroupKind::free ? 0 : 1);
+      for (int s : succ[static_cast<size_t>(g)]) level[static_cast<size_t>(s)] = std::max(level[static_cast<size_t>(s)], next);
+      top = std::max(top, next);
+    }
+    for (int g = 0; g < G; ++g)
+      if (is_sink(g)) level[static_cast<size_t>(g)] = top;
+    // within a level: views and constants, then library calls, then the generated kernels
+    auto rank = [&](int g) {
+      const GroupKind k = kind[static_cast<size_t>(g)];
+      return k == GroupKind::free ? 0 : fused_kind(k) ? 2 : 1;
+    };
+    std::vector<int> pos(static_cast<size_t>(G));
+    for (size_t i = 0; i < order.size(); ++i) pos[static_cast<size_t>(order[i])] = static_cast<int>(i);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      if (level[static_cast<size_t>(a)] != level[static_cast<size_t>(b)]) return level[static_cast<size_t>(a)] < level[static_cast<size_t>(b)];
+      if (rank(a) != rank(b)) return rank(a) < rank(b);
+      return pos[static_cast<size_t>(a)] < pos[static_cast<size_t>(b)];
+    });
   }
   if (static_cast<int>(order.size()) != G)
     throw Error("fuse_program: the fusion groups of program \"" + p.name + "\" form a cycle (a bug in the grouping)");
@@ -257,8 +369,7 @@ Fused fuse_program(const Program& p, bool loops) {
   Fused f;
   f.program = p;
   f.program.eqns.clear();
-  std::vector<char> is_output(static_cast<size_t>(p.num_values()), 0);
-  for (const NamedValue& o : p.outputs) is_output[static_cast<size_t>(o.value)] = 1;
+  int last_level = -1;
   for (int g : order) {
     Group gr;
     const std::vector<int>& ms = members[static_cast<size_t>(g)];
@@ -266,6 +377,13 @@ Fused fuse_program(const Program& p, bool loops) {
     gr.last = gr.first + static_cast<int>(ms.size()) - 1;
     gr.kind = kind[static_cast<size_t>(g)];
     gr.sink = is_sink(g);
+    if (loops && fused_kind(gr.kind)) {  // the wave: consecutive generated groups of one level
+      const bool join = !f.groups.empty() && f.groups.back().wave >= 0 && level[static_cast<size_t>(g)] == last_level;
+      gr.wave = join ? f.groups.back().wave : static_cast<int>(f.waves.size());
+      if (!join) f.waves.emplace_back();
+      f.waves[static_cast<size_t>(gr.wave)].push_back(static_cast<int>(f.groups.size()));
+    }
+    last_level = level[static_cast<size_t>(g)];
     gr.numel = numel_of(ms[0]);
     if (gr.kind == GroupKind::row || gr.kind == GroupKind::col) {
       const Geometry& gg = geo[static_cast<size_t>(uf.find(ms[0]))];
@@ -286,6 +404,7 @@ Fused fuse_program(const Program& p, bool loops) {
       if (out) gr.outputs.push_back(e.out);
       f.program.eqns.push_back(e);
       f.old_index.push_back(d);
+      f.view.push_back(view[static_cast<size_t>(d)]);
       f.group_of.push_back(static_cast<int>(f.groups.size()));
     }
     f.groups.push_back(std::move(gr));
@@ -302,9 +421,10 @@ bool is_full_member(const Program& p, const Group& g, int eqn) {
 }
 
 std::string Fused::summary() const {
-  int n_loop = 0, n_row = 0, n_col = 0, n_sink = 0, fused_eqns = 0, biggest = 0;
+  int n_loop = 0, n_row = 0, n_col = 0, n_gemm = 0, n_sink = 0, fused_eqns = 0, biggest = 0;
   for (const Group& g : groups)
-    if (g.kind == GroupKind::loop || g.kind == GroupKind::row || g.kind == GroupKind::col) {
+    if (fused_kind(g.kind)) {
+      n_gemm += g.kind == GroupKind::gemm;
       n_loop += g.kind == GroupKind::loop;
       n_row += g.kind == GroupKind::row;
       n_col += g.kind == GroupKind::col;
@@ -314,27 +434,27 @@ std::string Fused::summary() const {
     }
   std::ostringstream s;
   s << program.eqns.size() << " equations: " << launches_before << " launches -> " << launches_after << " ("
-    << n_loop << " loop groups of which " << n_sink << " sinks, " << n_row << " row and " << n_col
-    << " column reductions, for " << fused_eqns << " equations, largest " << biggest << ")";
+    << n_loop << " loop groups, " << n_row << " row and " << n_col << " column reductions, " << n_gemm
+    << " GEMMs, for " << fused_eqns << " equations, largest " << biggest << "; " << n_sink << " sinks; "
+    << waves.size() << " waves)";
   return s.str();
 }
 
-bool fused_kind(GroupKind k) { return k == GroupKind::loop || k == GroupKind::row || k == GroupKind::col; }
+bool fused_kind(GroupKind k) {
+  return k == GroupKind::loop || k == GroupKind::row || k == GroupKind::col || k == GroupKind::gemm;
+}
 
 std::vector<std::pair<int, int>> group_spans(const Fused& f) {
-  // the sinks run as one kernel: one span from the first sink to the last
-  int sink_first = -1, sink_last = -1;
-  for (const Group& g : f.groups)
-    if (g.sink) {
-      if (sink_first < 0) sink_first = g.first;
-      sink_last = g.last;
-    }
+  // the groups of a wave run as one kernel: one span from its first equation to its last
   std::vector<std::pair<int, int>> s(f.program.eqns.size());
   for (size_t d = 0; d < s.size(); ++d) {
     const Group& g = f.groups[static_cast<size_t>(f.group_of[d])];
-    s[d] = g.sink                ? std::make_pair(sink_first, sink_last)
-           : fused_kind(g.kind) ? std::make_pair(g.first, g.last)
-                                 : std::make_pair(static_cast<int>(d), static_cast<int>(d));
+    if (g.wave >= 0) {
+      const std::vector<int>& w = f.waves[static_cast<size_t>(g.wave)];
+      s[d] = {f.groups[static_cast<size_t>(w.front())].first, f.groups[static_cast<size_t>(w.back())].last};
+    } else {
+      s[d] = {static_cast<int>(d), static_cast<int>(d)};
+    }
   }
   return s;
 }

@@ -24,27 +24,35 @@
 //           the elementwise consumers of the K results (K elements), e.g. the
 //           gradient of a gain and its AdamW update. One kernel: a thread per
 //           kept element walks the R rows (coalesced across the threads).
-//   single  one equation run as before (dot_general, gather, scatter, other
-//           reductions): never fused across.
-//   free    constant, iota (filled once) and reshape (a view): no launch.
+//   gemm    one dot_general small enough for a generated GEMM kernel
+//           (FuseOptions::gemm_max_macs), reading its operands through any
+//           reshapes and "view" transposes in place (view_layout.h).
+//   single  one equation run as before (other dot_generals, gather, scatter,
+//           other reductions): never fused across.
+//   free    constant, iota (filled once), reshape (a view), and a transpose
+//           whose every reader is a gemm group, directly or through reshapes
+//           (a view too: Fused::view): no launch.
 //           A fused group reads them like any outside value; a splat constant
 //           is inlined into the kernel as a literal.
 //
 // A merge is refused when it would make a cycle: no path may leave a group
-// through an outside equation and come back into it. Loop groups that only
-// produce Program outputs (the AdamW update of each parameter) are "sinks":
-// they are ordered last, so that a backend may run them all as one kernel.
+// through an outside equation and come back into it. The groups are ordered by
+// level (launches on the longest path to them); the fused groups of one level
+// form a wave, one launch. Fused groups that only produce Program outputs (the
+// AdamW update of each parameter) are "sinks": they share the last level.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "backend/plan/view_layout.h"
 #include "capstep/ir.h"
 
 namespace capstep::plan {
 
-enum class GroupKind : unsigned char { loop, row, col, single, free };
+enum class GroupKind : unsigned char { loop, row, col, gemm, single, free };
 const char* group_kind_name(GroupKind k);
 
 struct Group {
@@ -52,7 +60,8 @@ struct Group {
   int first = 0, last = 0;     // equations [first, last] of Fused::program (contiguous)
   int64_t numel = 0;           // loop: elements of every member's result; row/col: N, the full elements
   int64_t rows = 0, cols = 0;  // row: R rows of C = cols; col: R = rows reduced rows of K = cols kept elements
-  bool sink = false;           // a loop group none of whose values is read by another group
+  bool sink = false;           // a fused group none of whose values is read by another group
+  int wave = -1;               // fused groups: the wave (Fused::waves) it runs in
   std::vector<int> inputs;     // values read from outside the group, in first-read order
   std::vector<int> outputs;    // members' values read outside the group or Program outputs, in equation order
   int size() const { return last - first + 1; }
@@ -63,6 +72,11 @@ struct Fused {
   std::vector<Group> groups;   // in execution order (a topological order of the groups)
   std::vector<int> group_of;   // per equation of `program`: its group
   std::vector<int> old_index;  // per equation of `program`: its index in the original Program
+  std::vector<char> view;      // per equation of `program`: a reshape or a view transpose (no buffer of its own)
+  // Consecutive fused groups of one level: independent of each other, they run
+  // as one kernel (each group on blocks of its own); a wave of one group is
+  // that group's kernel.
+  std::vector<std::vector<int>> waves;
   int launches_before = 0;     // equations that launch work one by one (all but free ones)
   int launches_after = 0;      // single groups + fused groups that write something
   std::string summary() const; // "839 equations: 700 launches -> 210 (120 loop groups, ...)"
@@ -72,10 +86,26 @@ struct Fused {
 // (N elements) rather than a row / kept-element one.
 bool is_full_member(const Program& p, const Group& g, int eqn);
 
-// loops=false gives every equation a group of its own (the unfused baseline).
-Fused fuse_program(const Program& p, bool loops = true);
+struct FuseOptions {
+  bool loops = true;           // false: every equation a group of its own (the unfused baseline)
+  // dot_generals (f32 / f64) of at most this many multiply-adds become gemm
+  // groups; 0: none (every dot_general is a single group, for a GEMM library)
+  int64_t gemm_max_macs = 0;
+};
+Fused fuse_program(const Program& p, const FuseOptions& o);
+inline Fused fuse_program(const Program& p, bool loops = true) { return fuse_program(p, FuseOptions{loops, 0}); }
 
-bool fused_kind(GroupKind k);  // loop, row or col: one generated kernel
+// Where the elements of value x lie: in the buffer of `root`, through the
+// reshapes and view transposes (view[e] per equation of p) that make x
+// (row-major when x has a buffer of its own); nullopt when that is no strided
+// layout.
+struct ViewOf {
+  int root = -1;
+  Layout layout;
+};
+std::optional<ViewOf> view_of(const Program& p, const std::vector<char>& view, int x);
+
+bool fused_kind(GroupKind k);  // loop, row, col or gemm: one generated kernel
 
 // Per equation of f.program: [first, last] of its group when that group runs as
 // one kernel (a fused group; all the sinks together are one kernel), else

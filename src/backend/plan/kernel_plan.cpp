@@ -14,8 +14,9 @@ const char* item_kind_name(ItemKind k) {
     case ItemKind::loop: return "loop";
     case ItemKind::row: return "row";
     case ItemKind::col: return "col";
-    case ItemKind::sinks: return "sinks";
+    case ItemKind::wave: return "wave";
     case ItemKind::gemm: return "gemm";
+    case ItemKind::small_gemm: return "small_gemm";
     case ItemKind::pack: return "pack";
     case ItemKind::fill: return "fill";
     case ItemKind::copy: return "copy";
@@ -39,6 +40,11 @@ std::string group_what(const Program& p, const Group& g) {
   if (g.kind == GroupKind::row) s << "; " << g.rows << " rows of " << g.cols;
   if (g.kind == GroupKind::col) s << "; " << g.cols << " sums of " << g.rows;
   if (g.kind == GroupKind::loop) s << "; " << g.numel << " elements";
+  if (g.kind == GroupKind::gemm) {
+    const Eqn& e = p.eqns[static_cast<size_t>(g.first)];
+    s.str("");
+    s << "%" << e.out << " dot_general " << p.type(e.out).str() << " (generated)";
+  }
   return s.str();
 }
 
@@ -114,6 +120,7 @@ PlanOptions memory_options(const Fused& f) {
   po.internal = internal_values(f);
   po.no_in_place.assign(E, 0);
   po.part = f.group_of;
+  po.view = f.view;
   for (const Group& g : f.groups)
     if (g.kind == GroupKind::row)
       for (int d = g.first; d <= g.last; ++d) po.no_in_place[static_cast<size_t>(d)] = 1;
@@ -122,7 +129,7 @@ PlanOptions memory_options(const Fused& f) {
 
 KernelPlan plan_kernels(const Program& p, const KernelPlanOptions& o) {
   KernelPlan kp;
-  kp.fused = fuse_program(p, o.fuse);
+  kp.fused = fuse_program(p, FuseOptions{o.fuse, o.fuse ? o.gemm_max_macs : 0});
   const Program& fp = kp.fused.program;
   const int E = static_cast<int>(fp.eqns.size());
   kp.gemm.resize(static_cast<size_t>(E));
@@ -137,45 +144,40 @@ KernelPlan plan_kernels(const Program& p, const KernelPlanOptions& o) {
   if (o.fuse) kp.sources = kernel_sources(kp.fused);
   kp.memory = plan_device_memory(fp, po);
 
-  std::map<std::string, int> source_of;
-  for (size_t k = 0; k < kp.sources.size(); ++k) source_of[kp.sources[k].name] = static_cast<int>(k);
-  bool sinks_done = false;
+  // kp.sources has one kernel per wave, in wave order
   for (int gi = 0; gi < static_cast<int>(kp.fused.groups.size()); ++gi) {
     const Group& g = kp.fused.groups[static_cast<size_t>(gi)];
+    if (g.kind == GroupKind::free) continue;  // filled once, or a view: no launch
     if (!fused_kind(g.kind)) {
       for (int d = g.first; d <= g.last; ++d) single_items(fp, kp.gemm, d, kp.items);
       continue;
     }
-    if (g.outputs.empty() || g.numel == 0) continue;  // nothing to write
-    if (g.sink) {
-      if (sinks_done) continue;
-      sinks_done = true;
-      Item it;
-      it.kind = ItemKind::sinks;
-      it.group = gi;
-      it.eqn = g.first;
-      it.source = source_of.at("capstep_sinks");
-      const KernelSource& k = kp.sources[static_cast<size_t>(it.source)];
-      it.reads.assign(k.params.begin(), k.params.begin() + k.n_inputs);
-      it.writes.assign(k.params.begin() + k.n_inputs, k.params.end());
-      int parts = 0;
-      for (const Group& h : kp.fused.groups) parts += h.sink && !h.outputs.empty() && h.numel > 0;
-      it.what = std::to_string(parts) + " sink loop groups (the updates of the parameters), " +
-                std::to_string(k.numel) + " elements";
-      kp.items.push_back(std::move(it));
-      continue;
-    }
+    const std::vector<int>& wave = kp.fused.waves[static_cast<size_t>(g.wave)];
+    if (wave.front() != gi) continue;  // the wave's kernel is launched at its first group
     Item it;
-    it.kind = g.kind == GroupKind::loop ? ItemKind::loop : g.kind == GroupKind::row ? ItemKind::row : ItemKind::col;
     it.group = gi;
     it.eqn = g.first;
-    const std::string prefix = g.kind == GroupKind::loop ? "capstep_loop_" : g.kind == GroupKind::row ? "capstep_row_"
-                                                                                                      : "capstep_col_";
-    it.source = source_of.at(prefix + std::to_string(gi));
+    it.source = g.wave;
     const KernelSource& k = kp.sources[static_cast<size_t>(it.source)];
     it.reads.assign(k.params.begin(), k.params.begin() + k.n_inputs);
     it.writes.assign(k.params.begin() + k.n_inputs, k.params.end());
-    it.what = group_what(fp, g);
+    if (wave.size() > 1) {
+      it.kind = ItemKind::wave;
+      std::map<GroupKind, int> n;
+      for (int h : wave) ++n[kp.fused.groups[static_cast<size_t>(h)].kind];
+      std::ostringstream s;
+      s << wave.size() << " independent groups in one launch:";
+      for (const auto& [kind, c] : n) s << " " << c << " " << group_kind_name(kind) << ",";
+      it.what = s.str();
+      it.what.pop_back();
+      if (g.sink) it.what += " (the sinks: the parameter updates)";
+    } else {
+      it.kind = g.kind == GroupKind::loop ? ItemKind::loop
+                : g.kind == GroupKind::row ? ItemKind::row
+                : g.kind == GroupKind::col ? ItemKind::col
+                                           : ItemKind::small_gemm;
+      it.what = group_what(fp, g);
+    }
     kp.items.push_back(std::move(it));
   }
   for (const EndCopy& c : kp.memory.end_copies) {

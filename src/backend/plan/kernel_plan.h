@@ -21,8 +21,9 @@ enum class ItemKind : unsigned char {
   loop,         // a generated loop kernel (one loop group)
   row,          // a generated row-reduction kernel (a row group)
   col,          // a generated column-reduction kernel (a col group)
-  sinks,        // one generated kernel for every sink loop group (the AdamW updates)
+  wave,         // one generated kernel for several independent fused groups (Fused::waves)
   gemm,         // one dot_general: a GEMM library call, one kernel
+  small_gemm,   // one dot_general as a generated kernel (operands read through their views)
   pack,         // a dot_general operand transposed into scratch before its GEMM
   fill,         // a memset (a dot_general with nothing to contract)
   copy,         // a device-to-device copy (a same-size broadcast, convert or transpose; a scatter's operand)
@@ -39,13 +40,17 @@ struct Item {
   ItemKind kind = ItemKind::loop;
   int group = -1;              // the fused group (loop/row/col), or -1
   int eqn = -1;                // the equation (single items; the first of a group), or -1
-  int source = -1;             // generated kernels: index into KernelPlan::sources
+  int source = -1;             // generated kernels: index into KernelPlan::sources (= the wave)
   std::vector<int> reads, writes;  // value ids (end copies: none)
   std::string what;            // one line: what the kernel computes
 };
 
 struct KernelPlanOptions {
   bool fuse = true;            // false: one item per equation (the baseline)
+  // with fuse: dot_generals of at most this many multiply-adds run as
+  // generated GEMM kernels that read transposed operands in place (a GEMM
+  // library call and a transpose kernel each otherwise); 0: none
+  int64_t gemm_max_macs = int64_t{1} << 22;
 };
 
 struct KernelPlan {

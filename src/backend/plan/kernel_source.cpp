@@ -351,43 +351,53 @@ KernelSource loop_kernel_source(const Fused& f, int index) {
   return k;
 }
 
-KernelSource sinks_kernel_source(const Fused& f) {
+// A wave: the kernels of its groups as __device__ functions that take their
+// block index and block count as arguments, and one kernel that gives each
+// its own range of blocks.
+KernelSource wave_kernel_source(const Fused& f, int wave) {
+  const std::vector<int>& groups = f.waves.at(static_cast<size_t>(wave));
   KernelSource k;
-  k.name = "capstep_sinks";
-  Emitter em(f.program, k);
-  std::vector<int> parts;
-  for (int gi = 0; gi < static_cast<int>(f.groups.size()); ++gi) {
-    const Group& g = f.groups[static_cast<size_t>(gi)];
-    if (!g.sink || g.outputs.empty() || g.numel == 0) continue;
-    parts.push_back(gi);
-    em.add_inputs(g);
-    em.add_outputs(g);
-  }
-  if (parts.empty()) throw Error("sinks_kernel_source: program \"" + f.program.name + "\" has no sink loop groups");
-  std::ostringstream body;
-  body << "  long long b = blockIdx.x;\n";
-  int64_t total = 0;
-  unsigned blocks = 0;
-  for (int gi : parts) {
-    const Group& g = f.groups[static_cast<size_t>(gi)];
-    const unsigned nb = blocks_for(g.numel, kLoopThreads, 1024);
-    body << "  if (b < " << nb << "LL) {  // group " << gi << "\n"
-         << "    for (long long i = b * " << kLoopThreads << "LL + threadIdx.x; i < " << g.numel << "LL; i += "
-         << int64_t{nb} * kLoopThreads << "LL) {\n";
-    std::string inner = loop_body(em, f.program, g);
-    // one more level of indentation
-    std::string ind;
-    for (size_t a = 0, e; a < inner.size(); a = e + 1) {
-      e = inner.find('\n', a);
-      ind += "  " + inner.substr(a, e - a + 1);
+  k.name = "capstep_wave_" + std::to_string(wave);
+  std::vector<KernelSource> ps;
+  for (int gi : groups) ps.push_back(group_kernel_source(f, gi));
+  // parameters: every part's inputs, then every part's outputs (p<index>)
+  std::vector<std::vector<std::string>> arg(ps.size());
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t j = 0; j < ps.size(); ++j) {
+      arg[j].resize(ps[j].params.size());
+      for (size_t a = 0; a < ps[j].params.size(); ++a) {
+        if ((static_cast<int>(a) < ps[j].n_inputs) != (pass == 0)) continue;
+        arg[j][a] = "p" + std::to_string(k.params.size());
+        k.params.push_back(ps[j].params[a]);
+      }
+      if (pass == 0) k.n_inputs = static_cast<int>(k.params.size());
     }
-    body << ind << "    }\n    return;\n  }\n  b -= " << nb << "LL;\n";
-    total += g.numel;
-    blocks += nb;
+  const Program& p = f.program;
+  std::ostringstream s;
+  const std::string head = "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kLoopThreads) + ") ";
+  std::ostringstream body;
+  body << "  unsigned b = blockIdx.x;\n";
+  for (size_t j = 0; j < ps.size(); ++j) {
+    std::string code = ps[j].code;
+    if (code.rfind(head, 0) != 0) throw Error("wave_kernel_source: unexpected kernel head in " + ps[j].name);
+    code = "__device__ __forceinline__ void " + code.substr(head.size());
+    const size_t sig_end = code.find("long long n) {");
+    code.replace(sig_end, 14, "long long n, const unsigned blk, const unsigned grd) {");
+    for (const auto& [from, to] : {std::pair<std::string, std::string>{"blockIdx.x", "blk"}, {"gridDim.x", "grd"}})
+      for (size_t at = code.find(from); at != std::string::npos; at = code.find(from, at + to.size()))
+        code.replace(at, from.size(), to);
+    s << code << "\n";
+    body << "  if (b < " << ps[j].blocks << "u) {\n    " << ps[j].name << "(";
+    for (const std::string& a : arg[j]) body << a << ", ";
+    body << ps[j].numel << "LL, b, " << ps[j].blocks << "u);\n    return;\n  }\n  b -= " << ps[j].blocks << "u;\n";
+    k.blocks += ps[j].blocks;
+    k.numel += ps[j].numel;
   }
-  k.numel = total;
-  k.blocks = blocks;
-  k.code = em.signature() + body.str() + "}\n";
+  s << head << k.name << "(";
+  for (size_t a = 0; a < k.params.size(); ++a)
+    s << (static_cast<int>(a) < k.n_inputs ? "const " : "") << mem_type(p.type(k.params[a]).dtype) << "* p" << a << ", ";
+  s << "long long n) {\n" << body.str() << "}\n";
+  k.code = s.str();
   return k;
 }
 
@@ -523,11 +533,72 @@ KernelSource col_kernel_source(const Fused& f, int index) {
   return k;
 }
 
+// A gemm group: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n] for the dot_general,
+// its operands read in place through their view layouts (view_layout.h). Each
+// thread computes a t x t tile of one batch's C, accumulating in order k = 0,
+// 1, ... (no FMA contraction: NVRTC runs with --fmad=false).
+KernelSource gemm_kernel_source(const Fused& f, int index) {
+  const Program& p = f.program;
+  const Group& g = group_of_kind(f, index, GroupKind::gemm, "gemm_kernel_source");
+  const Eqn& e = p.eqns[static_cast<size_t>(g.first)];
+  const Attrs& at = e.attrs;
+  KernelSource k;
+  k.name = "capstep_gemm_" + std::to_string(index);
+  const std::optional<ViewOf> va = view_of(p, f.view, e.inputs[0]), vb = view_of(p, f.view, e.inputs[1]);
+  if (!va || !vb) throw Error("gemm_kernel_source: an operand of " + k.name + " has no strided layout");
+  const int ra = static_cast<int>(p.type(e.inputs[0]).shape.size()), rb = static_cast<int>(p.type(e.inputs[1]).shape.size());
+  const AxisLayout a_b = combined(va->layout, at.lhs_batch), a_m = combined(va->layout, dot_free_axes(ra, at.lhs_batch, at.lhs_contract)),
+                   a_k = combined(va->layout, at.lhs_contract);
+  const AxisLayout b_b = combined(vb->layout, at.rhs_batch), b_n = combined(vb->layout, dot_free_axes(rb, at.rhs_batch, at.rhs_contract)),
+                   b_k = combined(vb->layout, at.rhs_contract);
+  auto size = [](const AxisLayout& a) { int64_t n = 1; for (const SubAxis& s : a) n *= s.size; return n; };
+  const int64_t B = size(a_b), M = size(a_m), N = size(b_n), K = size(a_k);
+  const int64_t tile = B * M * N >= 4 * 2048 * 4 ? 4 : B * M * N >= 2 * 2048 * 2 ? 2 : 1;
+  const int64_t tm = (M + tile - 1) / tile, tn = (N + tile - 1) / tile, total = B * tm * tn;
+  k.numel = B * M * N;
+  k.blocks = blocks_for(total, kLoopThreads, 4096);
+  k.params = {va->root, vb->root, e.out};
+  k.n_inputs = 2;
+  const std::string T = reg_type(p.type(e.out).dtype), t = std::to_string(tile);
+  std::ostringstream s;
+  s << "extern \"C\" __global__ void __launch_bounds__(" << kLoopThreads << ") " << k.name << "(const " << T
+    << "* a, const " << T << "* b, " << T << "* c, long long n) {\n"
+    << "  // " << B << " x [" << M << " x " << K << "] * [" << K << " x " << N << "], " << t << " x " << t << " per thread\n"
+    << "  for (long long w = blockIdx.x * (long long)blockDim.x + threadIdx.x; w < " << total
+    << "LL; w += (long long)blockDim.x * gridDim.x) {\n"
+    << "    const long long tn = w % " << tn << "LL, tm = (w / " << tn << "LL) % " << tm << "LL, bb = w / " << tn * tm << "LL;\n"
+    << "    const long long a0 = " << offset_expr(a_b, "bb") << ", b0 = " << offset_expr(b_b, "bb") << ";\n"
+    << "    long long am[" << t << "], bn[" << t << "];\n    bool okm[" << t << "], okn[" << t << "];\n"
+    << "#pragma unroll\n    for (int i = 0; i < " << t << "; ++i) {\n"
+    << "      const long long m = tm * " << t << " + i, nn = tn * " << t << " + i;\n"
+    << "      okm[i] = m < " << M << "LL;\n      okn[i] = nn < " << N << "LL;\n"
+    << "      am[i] = okm[i] ? " << offset_expr(a_m, "m") << " : 0;\n"
+    << "      bn[i] = okn[i] ? " << offset_expr(b_n, "nn") << " : 0;\n    }\n"
+    << "    " << T << " acc[" << t << "][" << t << "] = {};\n"
+    << "    for (long long kk = 0; kk < " << K << "LL; ++kk) {\n"
+    << "      const long long ak = a0 + " << offset_expr(a_k, "kk") << ", bk = b0 + " << offset_expr(b_k, "kk") << ";\n"
+    << "      " << T << " av[" << t << "], bv[" << t << "];\n"
+    << "#pragma unroll\n      for (int i = 0; i < " << t << "; ++i) {\n"
+    << "        av[i] = okm[i] ? a[ak + am[i]] : " << T << "(0);\n"
+    << "        bv[i] = okn[i] ? b[bk + bn[i]] : " << T << "(0);\n      }\n"
+    << "#pragma unroll\n      for (int i = 0; i < " << t << "; ++i)\n"
+    << "#pragma unroll\n        for (int j = 0; j < " << t << "; ++j) acc[i][j] = acc[i][j] + av[i] * bv[j];\n"
+    << "    }\n"
+    << "#pragma unroll\n    for (int i = 0; i < " << t << "; ++i)\n"
+    << "#pragma unroll\n      for (int j = 0; j < " << t << "; ++j)\n"
+    << "        if (okm[i] && okn[j]) c[(bb * " << M << "LL + tm * " << t << " + i) * " << N << "LL + tn * " << t
+    << " + j] = acc[i][j];\n"
+    << "  }\n}\n";
+  k.code = s.str();
+  return k;
+}
+
 KernelSource group_kernel_source(const Fused& f, int index) {
   switch (f.groups.at(static_cast<size_t>(index)).kind) {
     case GroupKind::loop: return loop_kernel_source(f, index);
     case GroupKind::row: return row_kernel_source(f, index);
     case GroupKind::col: return col_kernel_source(f, index);
+    case GroupKind::gemm: return gemm_kernel_source(f, index);
     case GroupKind::single:
     case GroupKind::free: break;
   }
@@ -545,14 +616,11 @@ std::vector<KernelSource> loop_kernel_sources(const Fused& f) {
 
 std::vector<KernelSource> kernel_sources(const Fused& f) {
   std::vector<KernelSource> ks;
-  bool sinks = false;
-  for (int gi = 0; gi < static_cast<int>(f.groups.size()); ++gi) {
-    const Group& g = f.groups[static_cast<size_t>(gi)];
-    if (!fused_kind(g.kind) || g.outputs.empty() || g.numel == 0) continue;
-    if (g.sink) sinks = true;
-    else ks.push_back(group_kernel_source(f, gi));
+  for (int w = 0; w < static_cast<int>(f.waves.size()); ++w) {
+    const std::vector<int>& gs = f.waves[static_cast<size_t>(w)];
+    if (gs.size() == 1) ks.push_back(group_kernel_source(f, gs[0]));
+    else ks.push_back(wave_kernel_source(f, w));
   }
-  if (sinks) ks.push_back(sinks_kernel_source(f));
   return ks;
 }
 

@@ -30,7 +30,7 @@ extern const char* const kScalarMathText;
 extern const char* const kNvrtcCmathText;
 
 struct KernelSource {
-  std::string name;            // "capstep_loop_12", "capstep_row_3", "capstep_col_7" (the group's index), "capstep_sinks"
+  std::string name;            // "capstep_loop_12", "capstep_row_3", "capstep_col_7", "capstep_gemm_9" (the group's index), "capstep_wave_4" (the wave's)
   std::vector<int> params;     // value ids: the group's inputs read from memory, then its outputs
   int n_inputs = 0;            // params[0, n_inputs) are inputs
   int64_t numel = 0;           // elements (the last parameter, a long long)
@@ -44,14 +44,17 @@ KernelSource loop_kernel_source(const Fused& f, int index);
 KernelSource row_kernel_source(const Fused& f, int index);
 // A col group: a thread per kept element walks the reduced rows.
 KernelSource col_kernel_source(const Fused& f, int index);
-// All the sink loop groups of f as one kernel, each on blocks of its own.
-KernelSource sinks_kernel_source(const Fused& f);
+// A gemm group: one dot_general, its operands read through their views.
+KernelSource gemm_kernel_source(const Fused& f, int index);
+// Wave `wave` of f (Fused::waves) as one kernel: each group's kernel a
+// __device__ function on a range of blocks of its own.
+KernelSource wave_kernel_source(const Fused& f, int wave);
 // The kernel of a loop, row or col group (Error for any other).
 KernelSource group_kernel_source(const Fused& f, int index);
 // Every loop group that writes something (sinks included, each on its own).
 std::vector<KernelSource> loop_kernel_sources(const Fused& f);
-// What a backend launches: every fused group that writes something, each its
-// own kernel, except the sinks, which are one kernel (last).
+// What a backend launches: one kernel per wave (a group's own kernel for a
+// wave of one group), in launch order.
 std::vector<KernelSource> kernel_sources(const Fused& f);
 // One translation unit with all of them.
 std::string kernel_module_source(const std::vector<KernelSource>& ks);

@@ -1,0 +1,79 @@
+#include "backend/plan/view_layout.h"
+
+namespace capstep::plan {
+
+Layout row_major_layout(const Shape& s) {
+  Layout l(s.size());
+  int64_t st = 1;
+  for (size_t a = s.size(); a-- > 0;) {
+    l[a] = {{s[a], st}};
+    st *= s[a];
+  }
+  return l;
+}
+
+Layout transpose_layout(const Layout& l, const std::vector<int64_t>& perm) {
+  Layout t;
+  for (int64_t a : perm) t.push_back(l[static_cast<size_t>(a)]);
+  return t;
+}
+
+std::optional<Layout> reshape_layout(const Layout& l, const Shape& to) {
+  std::vector<SubAxis> flat;  // outer to inner, size-1 sub-axes dropped
+  for (const AxisLayout& a : l)
+    for (const SubAxis& s : a)
+      if (s.size != 1) flat.push_back(s);
+  Layout r(to.size());
+  size_t next = 0;
+  for (size_t a = 0; a < to.size(); ++a) {
+    int64_t left = to[a];
+    while (left > 1) {
+      if (next == flat.size()) return std::nullopt;
+      SubAxis& s = flat[next];
+      if (s.size <= left) {
+        if (left % s.size != 0) return std::nullopt;
+        r[a].push_back(s);
+        left /= s.size;
+        ++next;
+      } else {  // the axis ends inside s: its outer part here, the inner part stays
+        if (s.size % left != 0) return std::nullopt;
+        r[a].push_back({left, s.stride * (s.size / left)});
+        s.size /= left;
+        left = 1;
+      }
+    }
+  }
+  for (; next < flat.size(); ++next)
+    if (flat[next].size != 1) return std::nullopt;
+  return r;
+}
+
+AxisLayout combined(const Layout& l, const std::vector<int64_t>& axes) {
+  AxisLayout c;
+  for (int64_t a : axes)
+    for (const SubAxis& s : l[static_cast<size_t>(a)]) {
+      if (s.size == 1) continue;
+      if (!c.empty() && c.back().stride == s.size * s.stride) {  // one contiguous run
+        c.back().size *= s.size;
+        c.back().stride = s.stride;
+      } else {
+        c.push_back(s);
+      }
+    }
+  return c;
+}
+
+std::string offset_expr(const AxisLayout& a, const std::string& var) {
+  std::string e;
+  int64_t inner = 1;
+  for (size_t j = a.size(); j-- > 0;) {
+    std::string c = inner == 1 ? var : "(" + var + " / " + std::to_string(inner) + "LL)";
+    if (j > 0) c = "(" + c + " % " + std::to_string(a[j].size) + "LL)";
+    if (a[j].stride != 1) c += " * " + std::to_string(a[j].stride) + "LL";
+    e += (e.empty() ? "" : " + ") + c;
+    inner *= a[j].size;
+  }
+  return e.empty() ? "0" : e;
+}
+
+}  // namespace capstep::plan
