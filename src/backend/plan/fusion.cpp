@@ -27,7 +27,7 @@ constexpr int64_t kMaxColRows = 2048;
 
 // The geometry of a group: loop (n elements), row or col (n full elements,
 // `small` rows or kept elements).
-enum class Geo : unsigned char { none, loop, row, col };
+enum class Geo : unsigned char { none, loop, row, col, gemm };
 struct Geometry {
   Geo kind = Geo::none;
   int64_t n = 0, small = 0;
@@ -56,9 +56,15 @@ Geometry eqn_geometry(const Program& p, const Eqn& e) {
   return reduce_geometry(p, e);
 }
 
-// The geometry of two groups merged, or none.
+// The geometry of two groups merged, or none. A gemm group takes loop groups
+// of its output's element count (its elementwise epilogue).
 Geometry merged(const Geometry& a, const Geometry& b) {
   if (a.kind == Geo::none || b.kind == Geo::none) return {};
+  if (a.kind == Geo::gemm || b.kind == Geo::gemm) {  // (two gemm groups: results of one shape, summed)
+    const Geometry& g = a.kind == Geo::gemm ? a : b;
+    const Geometry& o = a.kind == Geo::gemm ? b : a;
+    return (o.kind == Geo::loop || o.kind == Geo::gemm) && o.n == g.n ? g : Geometry{};
+  }
   if (a.kind == Geo::loop && b.kind == Geo::loop) return a.n == b.n ? a : Geometry{};
   if (a.kind == Geo::loop) return a.n == b.n || a.n == b.small ? b : Geometry{};
   if (b.kind == Geo::loop) return merged(b, a);
@@ -245,8 +251,8 @@ Fused fuse_program(const Program& p, const FuseOptions& fo) {
   // Geometry of each group (by root) and which group each equation is in.
   std::vector<Geometry> geo(static_cast<size_t>(E));
   for (int d = 0; d < E; ++d)
-    if (!view[static_cast<size_t>(d)] && !is_gemm[static_cast<size_t>(d)])
-      geo[static_cast<size_t>(d)] = eqn_geometry(p, p.eqns[static_cast<size_t>(d)]);
+    if (is_gemm[static_cast<size_t>(d)]) geo[static_cast<size_t>(d)] = {Geo::gemm, numel_of(d), 0};
+    else if (!view[static_cast<size_t>(d)]) geo[static_cast<size_t>(d)] = eqn_geometry(p, p.eqns[static_cast<size_t>(d)]);
   // Whether the members of a and b (roots) form a valid group of geometry g:
   // a transpose reads an operand made outside the group; a broadcast_in_dim
   // of a member to more elements is a row broadcast in a row group.
@@ -257,10 +263,16 @@ Fused fuse_program(const Program& p, const FuseOptions& fo) {
       const int r = uf.find(q);
       return r == a || r == b;
     };
+    const Type* dot_type = nullptr;
     for (int r : {a, b})
       for (int m : uf.members[static_cast<size_t>(r)]) {
         const Eqn& e = p.eqns[static_cast<size_t>(m)];
         if (e.op == Op::transpose && in_group(e.inputs[0])) return false;
+        if (e.op == Op::dot_general) {
+          if (in_group(e.inputs[0]) || in_group(e.inputs[1])) return false;  // no prologue
+          if (dot_type && !(p.type(e.out) == *dot_type)) return false;       // one tile for all products
+          dot_type = &p.type(e.out);
+        }
         if (e.op == Op::broadcast_in_dim && in_group(e.inputs[0]) &&
             p.type(e.inputs[0]).numel() != p.type(e.out).numel() &&
             !(g.kind == Geo::row && p.type(e.inputs[0]).numel() == g.small && p.type(e.out).numel() == g.n &&
@@ -316,7 +328,7 @@ Fused fuse_program(const Program& p, const FuseOptions& fo) {
     const int d0 = members[static_cast<size_t>(g)][0];
     const Geometry& gg = geo[static_cast<size_t>(uf.find(d0))];
     const Op op0 = p.eqns[static_cast<size_t>(d0)].op;
-    kind[static_cast<size_t>(g)] = is_gemm[static_cast<size_t>(d0)] ? GroupKind::gemm
+    kind[static_cast<size_t>(g)] = gg.kind == Geo::gemm            ? GroupKind::gemm
                                    : view[static_cast<size_t>(d0)] ? GroupKind::free
                                    : !loops || gg.kind == Geo::none ? (is_free(op0) ? GroupKind::free : GroupKind::single)
                                    : gg.kind == Geo::loop         ? GroupKind::loop

@@ -26,7 +26,11 @@
 //           kept element walks the R rows (coalesced across the threads).
 //   gemm    one dot_general small enough for a generated GEMM kernel
 //           (FuseOptions::gemm_max_macs), reading its operands through any
-//           reshapes and "view" transposes in place (view_layout.h).
+//           reshapes and "view" transposes in place (view_layout.h), with the
+//           elementwise consumers of its result (loop members of its element
+//           count: an epilogue computed from each result in registers), and
+//           other dot_generals of the same result type that the epilogue
+//           combines with it (dq Wq' + dk Wk' + dv Wv': one kernel).
 //   single  one equation run as before (other dot_generals, gather, scatter,
 //           other reductions): never fused across.
 //   free    constant, iota (filled once), reshape (a view), and a transpose

@@ -129,6 +129,12 @@ class Emitter {
       ins_.push_back(x);
     }
   }
+  void add_input(int x) {
+    double v;
+    if (splat(x, &v) || in_name_.count(x)) return;
+    in_name_[x] = "in" + std::to_string(in_name_.size());
+    ins_.push_back(x);
+  }
   void add_outputs(const Group& g) {
     for (int x : g.outputs) {
       out_name_[x] = "out" + std::to_string(out_name_.size());
@@ -136,12 +142,14 @@ class Emitter {
     }
   }
   // The kernel's signature, after every part's inputs and outputs were added.
-  std::string signature() {
-    k_.params = ins_;
-    k_.n_inputs = static_cast<int>(ins_.size());
+  // `lead` (values) and `lead_text` come first: a GEMM's operands.
+  std::string signature(const std::vector<int>& lead = {}, const std::string& lead_text = "") {
+    k_.params = lead;
+    k_.params.insert(k_.params.end(), ins_.begin(), ins_.end());
+    k_.n_inputs = static_cast<int>(k_.params.size());
     k_.params.insert(k_.params.end(), outs_.begin(), outs_.end());
     std::ostringstream s;
-    s << "extern \"C\" __global__ void __launch_bounds__(" << kLoopThreads << ") " << k_.name << "(";
+    s << "extern \"C\" __global__ void __launch_bounds__(" << kLoopThreads << ") " << k_.name << "(" << lead_text;
     for (int x : ins_) s << "const " << mem_type(p_.type(x).dtype) << "* " << in_name_.at(x) << ", ";
     for (int x : outs_) s << mem_type(p_.type(x).dtype) << "* " << out_name_.at(x) << ", ";
     s << "long long n) {\n";
@@ -533,62 +541,105 @@ KernelSource col_kernel_source(const Fused& f, int index) {
   return k;
 }
 
-// A gemm group: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n] for the dot_general,
-// its operands read in place through their view layouts (view_layout.h). Each
-// thread computes a t x t tile of one batch's C, accumulating in order k = 0,
-// 1, ... (no FMA contraction: NVRTC runs with --fmad=false).
+// A gemm group: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n] for each of its
+// dot_generals (all of one result type), their operands read in place through
+// their view layouts (view_layout.h); then the group's other members, at the
+// result's flat index, from the products in registers. Each thread computes a
+// t x t tile of one batch's results, accumulating k in order (no FMA
+// contraction: NVRTC runs with --fmad=false).
 KernelSource gemm_kernel_source(const Fused& f, int index) {
   const Program& p = f.program;
   const Group& g = group_of_kind(f, index, GroupKind::gemm, "gemm_kernel_source");
-  const Eqn& e = p.eqns[static_cast<size_t>(g.first)];
-  const Attrs& at = e.attrs;
   KernelSource k;
   k.name = "capstep_gemm_" + std::to_string(index);
-  const std::optional<ViewOf> va = view_of(p, f.view, e.inputs[0]), vb = view_of(p, f.view, e.inputs[1]);
-  if (!va || !vb) throw Error("gemm_kernel_source: an operand of " + k.name + " has no strided layout");
-  const int ra = static_cast<int>(p.type(e.inputs[0]).shape.size()), rb = static_cast<int>(p.type(e.inputs[1]).shape.size());
-  const AxisLayout a_b = combined(va->layout, at.lhs_batch), a_m = combined(va->layout, dot_free_axes(ra, at.lhs_batch, at.lhs_contract)),
-                   a_k = combined(va->layout, at.lhs_contract);
-  const AxisLayout b_b = combined(vb->layout, at.rhs_batch), b_n = combined(vb->layout, dot_free_axes(rb, at.rhs_batch, at.rhs_contract)),
-                   b_k = combined(vb->layout, at.rhs_contract);
+  struct Dot {
+    int eqn;
+    AxisLayout a_b, a_m, a_k, b_b, b_n, b_k;
+    int a_root, b_root;
+  };
+  std::vector<Dot> dots;
   auto size = [](const AxisLayout& a) { int64_t n = 1; for (const SubAxis& s : a) n *= s.size; return n; };
-  const int64_t B = size(a_b), M = size(a_m), N = size(b_n), K = size(a_k);
+  for (int d = g.first; d <= g.last; ++d) {
+    const Eqn& e = p.eqns[static_cast<size_t>(d)];
+    if (e.op != Op::dot_general) continue;
+    const Attrs& at = e.attrs;
+    const std::optional<ViewOf> va = view_of(p, f.view, e.inputs[0]), vb = view_of(p, f.view, e.inputs[1]);
+    if (!va || !vb) throw Error("gemm_kernel_source: an operand of " + k.name + " has no strided layout");
+    const int ra = static_cast<int>(p.type(e.inputs[0]).shape.size()), rb = static_cast<int>(p.type(e.inputs[1]).shape.size());
+    dots.push_back({d, combined(va->layout, at.lhs_batch), combined(va->layout, dot_free_axes(ra, at.lhs_batch, at.lhs_contract)),
+                    combined(va->layout, at.lhs_contract), combined(vb->layout, at.rhs_batch),
+                    combined(vb->layout, dot_free_axes(rb, at.rhs_batch, at.rhs_contract)), combined(vb->layout, at.rhs_contract),
+                    va->root, vb->root});
+  }
+  if (dots.empty()) throw Error("gemm_kernel_source: " + k.name + " has no dot_general");
+  const Dot& d0 = dots[0];
+  const int64_t B = size(d0.a_b), M = size(d0.a_m), N = size(d0.b_n);
+  for (const Dot& d : dots)
+    if (size(d.a_b) != B || size(d.a_m) != M || size(d.b_n) != N)
+      throw Error("gemm_kernel_source: the products of " + k.name + " differ in shape");
   const int64_t tile = B * M * N >= 4 * 2048 * 4 ? 4 : B * M * N >= 2 * 2048 * 2 ? 2 : 1;
   const int64_t tm = (M + tile - 1) / tile, tn = (N + tile - 1) / tile, total = B * tm * tn;
   k.numel = B * M * N;
   k.blocks = blocks_for(total, kLoopThreads, 4096);
-  k.params = {va->root, vb->root, e.out};
-  k.n_inputs = 2;
-  const std::string T = reg_type(p.type(e.out).dtype), t = std::to_string(tile);
+  const std::string T = reg_type(p.type(p.eqns[static_cast<size_t>(d0.eqn)].out).dtype), t = std::to_string(tile);
+  auto is_dot = [&](int d) { return p.eqns[static_cast<size_t>(d)].op == Op::dot_general; };
+  // the epilogue's inputs; the products' operands come first (a0, b0, a1, b1, ...)
+  Emitter em(p, k);
+  em.set_group(g);
+  for (int d = g.first; d <= g.last; ++d)
+    if (!is_dot(d))
+      for (int x : p.eqns[static_cast<size_t>(d)].inputs)
+        if (!em.member(x)) em.add_input(x);
+  em.add_outputs(g);
+  std::vector<int> lead;
+  std::string lead_text;
+  for (size_t j = 0; j < dots.size(); ++j) {
+    lead.push_back(dots[j].a_root);
+    lead.push_back(dots[j].b_root);
+    lead_text += "const " + T + "* a" + std::to_string(j) + ", const " + T + "* b" + std::to_string(j) + ", ";
+  }
   std::ostringstream s;
-  s << "extern \"C\" __global__ void __launch_bounds__(" << kLoopThreads << ") " << k.name << "(const " << T
-    << "* a, const " << T << "* b, " << T << "* c, long long n) {\n"
-    << "  // " << B << " x [" << M << " x " << K << "] * [" << K << " x " << N << "], " << t << " x " << t << " per thread\n"
+  s << em.signature(lead, lead_text) << "  // " << dots.size() << " product(s) of " << B << " x [" << M << " x K] * [K x "
+    << N << "], " << t << " x " << t << " per thread";
+  if (g.size() > static_cast<int>(dots.size())) s << ", " << g.size() - static_cast<int>(dots.size()) << " equations after";
+  s << "\n"
     << "  for (long long w = blockIdx.x * (long long)blockDim.x + threadIdx.x; w < " << total
     << "LL; w += (long long)blockDim.x * gridDim.x) {\n"
     << "    const long long tn = w % " << tn << "LL, tm = (w / " << tn << "LL) % " << tm << "LL, bb = w / " << tn * tm << "LL;\n"
-    << "    const long long a0 = " << offset_expr(a_b, "bb") << ", b0 = " << offset_expr(b_b, "bb") << ";\n"
-    << "    long long am[" << t << "], bn[" << t << "];\n    bool okm[" << t << "], okn[" << t << "];\n"
+    << "    bool okm[" << t << "], okn[" << t << "];\n"
     << "#pragma unroll\n    for (int i = 0; i < " << t << "; ++i) {\n"
-    << "      const long long m = tm * " << t << " + i, nn = tn * " << t << " + i;\n"
-    << "      okm[i] = m < " << M << "LL;\n      okn[i] = nn < " << N << "LL;\n"
-    << "      am[i] = okm[i] ? " << offset_expr(a_m, "m") << " : 0;\n"
-    << "      bn[i] = okn[i] ? " << offset_expr(b_n, "nn") << " : 0;\n    }\n"
-    << "    " << T << " acc[" << t << "][" << t << "] = {};\n"
-    << "    for (long long kk = 0; kk < " << K << "LL; ++kk) {\n"
-    << "      const long long ak = a0 + " << offset_expr(a_k, "kk") << ", bk = b0 + " << offset_expr(b_k, "kk") << ";\n"
-    << "      " << T << " av[" << t << "], bv[" << t << "];\n"
-    << "#pragma unroll\n      for (int i = 0; i < " << t << "; ++i) {\n"
-    << "        av[i] = okm[i] ? a[ak + am[i]] : " << T << "(0);\n"
-    << "        bv[i] = okn[i] ? b[bk + bn[i]] : " << T << "(0);\n      }\n"
-    << "#pragma unroll\n      for (int i = 0; i < " << t << "; ++i)\n"
-    << "#pragma unroll\n        for (int j = 0; j < " << t << "; ++j) acc[i][j] = acc[i][j] + av[i] * bv[j];\n"
-    << "    }\n"
-    << "#pragma unroll\n    for (int i = 0; i < " << t << "; ++i)\n"
-    << "#pragma unroll\n      for (int j = 0; j < " << t << "; ++j)\n"
-    << "        if (okm[i] && okn[j]) c[(bb * " << M << "LL + tm * " << t << " + i) * " << N << "LL + tn * " << t
-    << " + j] = acc[i][j];\n"
-    << "  }\n}\n";
+    << "      okm[i] = tm * " << t << " + i < " << M << "LL;\n      okn[i] = tn * " << t << " + i < " << N << "LL;\n    }\n";
+  for (size_t j = 0; j < dots.size(); ++j) {
+    const Dot& d = dots[j];
+    const std::string J = std::to_string(j);
+    s << "    " << T << " acc" << J << "[" << t << "][" << t << "] = {};\n    {\n"
+      << "      const long long oa = " << offset_expr(d.a_b, "bb") << ", ob = " << offset_expr(d.b_b, "bb") << ";\n"
+      << "      long long am[" << t << "], bn[" << t << "];\n"
+      << "#pragma unroll\n      for (int i = 0; i < " << t << "; ++i) {\n"
+      << "        const long long m = tm * " << t << " + i, nn = tn * " << t << " + i;\n"
+      << "        am[i] = okm[i] ? " << offset_expr(d.a_m, "m") << " : 0;\n"
+      << "        bn[i] = okn[i] ? " << offset_expr(d.b_n, "nn") << " : 0;\n      }\n"
+      << "      for (long long kk = 0; kk < " << size(d.a_k) << "LL; ++kk) {\n"
+      << "        const long long ak = oa + " << offset_expr(d.a_k, "kk") << ", bk = ob + " << offset_expr(d.b_k, "kk") << ";\n"
+      << "        " << T << " av[" << t << "], bv[" << t << "];\n"
+      << "#pragma unroll\n        for (int i = 0; i < " << t << "; ++i) {\n"
+      << "          av[i] = okm[i] ? a" << J << "[ak + am[i]] : " << T << "(0);\n"
+      << "          bv[i] = okn[i] ? b" << J << "[bk + bn[i]] : " << T << "(0);\n        }\n"
+      << "#pragma unroll\n        for (int i = 0; i < " << t << "; ++i)\n"
+      << "#pragma unroll\n          for (int j = 0; j < " << t << "; ++j) acc" << J << "[i][j] = acc" << J
+      << "[i][j] + av[i] * bv[j];\n      }\n    }\n";
+  }
+  s << "#pragma unroll\n    for (int i = 0; i < " << t << "; ++i)\n"
+    << "#pragma unroll\n      for (int j = 0; j < " << t << "; ++j) {\n"
+    << "        if (!okm[i] || !okn[j]) continue;\n"
+    << "        const long long ix = (bb * " << M << "LL + tm * " << t << " + i) * " << N << "LL + tn * " << t << " + j;\n";
+  for (size_t j = 0; j < dots.size(); ++j)
+    s << "        const " << T << " " << em.reg(p.eqns[static_cast<size_t>(dots[j].eqn)].out) << " = acc" << j << "[i][j];\n";
+  em.new_scope();
+  for (int d = g.first; d <= g.last; ++d)
+    if (!is_dot(d)) s << em.member_code(d, "ix", "        ");
+  for (int x : g.outputs) s << em.store(x, "ix", "        ");
+  s << "      }\n  }\n}\n";
   k.code = s.str();
   return k;
 }
