@@ -63,6 +63,7 @@ Geometry merged(const Geometry& a, const Geometry& b) {
   if (a.kind == Geo::gemm || b.kind == Geo::gemm) {  // (two gemm groups: results of one shape, summed)
     const Geometry& g = a.kind == Geo::gemm ? a : b;
     const Geometry& o = a.kind == Geo::gemm ? b : a;
+    if (o.kind == Geo::row && o.n == g.n) return o;  // products computed inside the row kernel
     return (o.kind == Geo::loop || o.kind == Geo::gemm) && o.n == g.n ? g : Geometry{};
   }
   if (a.kind == Geo::loop && b.kind == Geo::loop) return a.n == b.n ? a : Geometry{};
@@ -111,6 +112,15 @@ int64_t dot_macs(const Program& p, const Eqn& e) {
   const Shape& l = p.type(e.inputs[0]).shape;
   for (int64_t a : e.attrs.lhs_contract) k *= l[static_cast<size_t>(a)];
   return p.type(e.out).numel() * k;
+}
+
+// the product of a dot_general's rhs free axes: its result's trailing run
+int64_t dot_cols(const Program& p, const Eqn& e) {
+  const Shape& r = p.type(e.inputs[1]).shape;
+  int64_t n = 1;
+  for (int64_t a : dot_free_axes(static_cast<int>(r.size()), e.attrs.rhs_batch, e.attrs.rhs_contract))
+    n *= r[static_cast<size_t>(a)];
+  return n;
 }
 
 bool gemm_group_eqn(const Program& p, const Eqn& e, int64_t max_macs) {
@@ -272,6 +282,8 @@ Fused fuse_program(const Program& p, const FuseOptions& fo) {
           if (in_group(e.inputs[0]) || in_group(e.inputs[1])) return false;  // no prologue
           if (dot_type && !(p.type(e.out) == *dot_type)) return false;       // one tile for all products
           dot_type = &p.type(e.out);
+          // in a row group each product element is one of a row's: its rows are the rows
+          if (g.kind == Geo::row && dot_cols(p, e) != g.n / g.small) return false;
         }
         if (e.op == Op::broadcast_in_dim && in_group(e.inputs[0]) &&
             p.type(e.inputs[0]).numel() != p.type(e.out).numel() &&

@@ -17,8 +17,12 @@
 //           of N = R*C elements ("full", element i is row i / C) and of R
 //           elements ("row" members, one per row). A full member reads a row
 //           member only through a broadcast_in_dim onto the leading axes (the
-//           softmax / RMSNorm / cross-entropy pattern). One kernel: a warp per
-//           row, one pass over the row per chain of reductions.
+//           softmax / RMSNorm / cross-entropy pattern). A small dot_general
+//           whose result rows are the group's rows (its rhs free elements
+//           are C) may be a full member: each element a dot product computed
+//           in place (scores and their softmax, a projection and the RMSNorm
+//           after it). One kernel: a warp per row, one pass over the row per
+//           chain of reductions.
 //   col     reductions over leading axes (R = `rows` reduced rows of K = `cols`
 //           kept elements) with their elementwise producers (N elements) and
 //           the elementwise consumers of the K results (K elements), e.g. the

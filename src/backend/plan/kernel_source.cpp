@@ -106,7 +106,8 @@ std::string offset_code(const Walk& w, const std::string& idx) {
 // are shared by every part of one kernel (the sinks kernel has several).
 class Emitter {
  public:
-  Emitter(const Program& p, KernelSource& k) : p_(p), k_(k), producer_(static_cast<size_t>(p.num_values()), -1) {
+  Emitter(const Program& p, KernelSource& k, const std::vector<char>* view = nullptr)
+      : p_(p), k_(k), view_(view), producer_(static_cast<size_t>(p.num_values()), -1) {
     for (int d = 0; d < static_cast<int>(p.eqns.size()); ++d)
       producer_[static_cast<size_t>(p.eqns[static_cast<size_t>(d)].out)] = d;
   }
@@ -122,12 +123,23 @@ class Emitter {
     return true;
   }
   void add_inputs(const Group& g) {
+    std::set<int> dot_operand;
+    for (int d = g.first; d <= g.last; ++d)
+      if (p_.eqns[static_cast<size_t>(d)].op == Op::dot_general)
+        for (int x : p_.eqns[static_cast<size_t>(d)].inputs) dot_operand.insert(x);
     for (int x : g.inputs) {
-      double v;
-      if (splat(x, &v) || in_name_.count(x)) continue;
-      in_name_[x] = "in" + std::to_string(in_name_.size());
-      ins_.push_back(x);
+      if (dot_operand.count(x)) {  // read through its view, from its root's buffer
+        add_input(root_of(x));
+        continue;
+      }
+      add_input(x);
     }
+    for (int x : dot_operand) add_input(root_of(x));
+  }
+  int root_of(int x) const {
+    const std::optional<ViewOf> v = view_of(p_, view_ ? *view_ : std::vector<char>{}, x);
+    if (!v) throw Error("kernel source: an operand of a product in " + k_.name + " has no strided layout");
+    return v->root;
   }
   void add_input(int x) {
     double v;
@@ -238,6 +250,46 @@ class Emitter {
           }
           break;
         }
+        case Op::dot_general: {  // one element of the product, its k in order
+          const Attrs& at = e.attrs;
+          const std::vector<char> none;
+          const std::optional<ViewOf> va = view_of(p_, view_ ? *view_ : none, e.inputs[0]),
+                                      vb = view_of(p_, view_ ? *view_ : none, e.inputs[1]);
+          if (!va || !vb) throw Error("kernel source: an operand of a product in " + k_.name + " has no strided layout");
+          const int ra = static_cast<int>(p_.type(e.inputs[0]).shape.size());
+          const int rb = static_cast<int>(p_.type(e.inputs[1]).shape.size());
+          const AxisLayout a_b = combined(va->layout, at.lhs_batch), a_k = combined(va->layout, at.lhs_contract);
+          const AxisLayout a_m = combined(va->layout, dot_free_axes(ra, at.lhs_batch, at.lhs_contract));
+          const AxisLayout b_b = combined(vb->layout, at.rhs_batch), b_k = combined(vb->layout, at.rhs_contract);
+          const AxisLayout b_n = combined(vb->layout, dot_free_axes(rb, at.rhs_batch, at.rhs_contract));
+          auto size = [](const AxisLayout& a) { int64_t n = 1; for (const SubAxis& s : a) n *= s.size; return n; };
+          const int64_t M = size(a_m), N = size(b_n), K = size(a_k);
+          const std::string v = "d" + std::to_string(e.out), id = std::to_string(e.out);
+          pre << ind << T << " " << v << " = " << T << "(0);\n"
+              << ind << "{\n"
+              << ind << "  const long long n" << id << " = " << idx << " % " << N << "LL, m" << id << " = (" << idx << " / " << N
+              << "LL) % " << M << "LL, b" << id << " = " << idx << " / " << M * N << "LL;\n"
+              << ind << "  const long long oa = " << offset_expr(a_b, "b" + id) << " + " << offset_expr(a_m, "m" + id)
+              << ", ob = " << offset_expr(b_b, "b" + id) << " + " << offset_expr(b_n, "n" + id) << ";\n"
+              // four partial sums (k = 4j, 4j+1, ...) for instruction-level parallelism, then added pairwise
+              << ind << "  " << T << " s0 = " << T << "(0), s1 = " << T << "(0), s2 = " << T << "(0), s3 = " << T << "(0);\n"
+              << ind << "  for (long long kk = 0; kk + 3 < " << K << "LL; kk += 4) {\n";
+          for (int q = 0; q < 4; ++q) {
+            const std::string kq = q == 0 ? "kk" : "(kk + " + std::to_string(q) + ")";
+            pre << ind << "    s" << q << " = s" << q << " + " << in_name_.at(va->root) << "[oa + " << offset_expr(a_k, kq)
+                << "] * " << in_name_.at(vb->root) << "[ob + " << offset_expr(b_k, kq) << "];\n";
+          }
+          pre << ind << "  }\n";
+          for (int64_t q = K / 4 * 4; q < K; ++q) {
+            const std::string kq = std::to_string(q) + "LL";
+            pre << ind << "  s" << q % 4 << " = s" << q % 4 << " + " << in_name_.at(va->root) << "[oa + " << offset_expr(a_k, kq)
+                << "] * " << in_name_.at(vb->root) << "[ob + " << offset_expr(b_k, kq) << "];\n";
+          }
+          pre << ind << "  " << v << " = (s0 + s1) + (s2 + s3);\n"
+              << ind << "}\n";
+          expr = v;
+          break;
+        }
         default:
           throw Error("kernel source: " + std::string(op_name(e.op)) + " cannot be computed elementwise in " + k_.name);
       }
@@ -308,6 +360,7 @@ class Emitter {
 
   const Program& p_;
   KernelSource& k_;
+  const std::vector<char>* view_;
   std::vector<int> producer_;
   const Group* g_ = nullptr;
   std::set<int> member_;
@@ -421,7 +474,7 @@ KernelSource row_kernel_source(const Fused& f, int index) {
   k.numel = g.numel;
   constexpr int kWarps = kLoopThreads / 32;
   k.blocks = blocks_for(g.rows, kWarps, 4096);
-  Emitter em(p, k);
+  Emitter em(p, k, &f.view);
   em.add_inputs(g);
   em.add_outputs(g);
   em.set_group(g);
