@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The seed's training step in PyTorch (eager, optionally torch.compile) and JAX
 (jit), on the CPU, timed the way capstep's lane 1 is timed: one step is
-forward + backward + AdamW, median over the timed steps after warm-up.
+forward + backward + AdamW, median over the timed steps after warm-up; and the
+same step on an NVIDIA GPU, to compare with capstep's lanes 2 and 3.
 
 The model is capstep's (include/capstep/nn.h, src/nn/causal_lm.cpp), written
 out op by op so every framework runs the same arithmetic: vocab 64, d_model
@@ -13,14 +14,35 @@ eps 1e-5) before attention, before the MLP and at the end, positions 256x128
 next-token cross-entropy, mean. AdamW lr 1e-2, betas 0.9/0.999, eps 1e-8,
 weight decay 0.01 on every parameter (torch.optim.AdamW's formula).
 
-Two modes:
+Modes:
   --run torch|torch-compile|jax --threads N   one measurement in this process,
       printed as one JSON line (thread settings must be made before the
       framework is imported, so each measurement is its own process);
-  --table [--capstep-json FILE]               runs every measurement as a
+  --table [--capstep-bin FILE]                runs every CPU measurement as a
       subprocess and prints one table, with ratios to capstep's lane 1.
 scripts/bench-baselines is the usual way in: it makes the venv, builds and
 runs capstep, then calls --table.
+
+On the GPU, f32 dots in TF32 everywhere (as capstep's GPU lanes by default),
+each step's time is its wall time including the batch's upload and the loss's
+read-back:
+  --run torch-cuda           eager, torch.optim.AdamW(fused=True);
+  --run torch-cuda-compile   torch.compile of the loss function (AOTAutograd
+                             compiles its backward), fused AdamW;
+  --run torch-cuda-graph     the whole step, optimizer included, captured in
+                             one CUDA graph (AdamW(fused=True, capturable=True),
+                             static input tensors, warm-up on a side stream);
+                             each step copies its batch into the static inputs,
+                             replays, reads the loss with .item();
+  --run jax-gpu              one jax.jit (value_and_grad + AdamW), parameters
+                             and moments donated, on the GPU; float(loss);
+  --gpu-table --capstep-json FILE   runs those four as subprocesses (each one
+      skips with the reason where CUDA is missing) and prints one table of
+      medians in microseconds with ratios to capstep's lanes 3 and 2, read
+      from FILE, the output of `training_step_on_device --json` (exit 3 when
+      a run did not give a time). scripts/device-check runs it.
+  --device cpu runs the GPU modes' code on the CPU (not the CUDA graph), to
+      check this script on a machine without a GPU; its times mean nothing.
 """
 import argparse
 import json
@@ -77,19 +99,21 @@ def batches_numpy(seed, n):
 
 # ---------------------------------------------------------------- PyTorch
 
-def torch_setup(threads):
+def torch_setup(threads, device="cpu"):
+    """threads None: the framework's defaults (the GPU runs)."""
     import torch
     import torch.nn.functional as Fn
-    torch.set_num_threads(threads)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:
-        pass
+    if threads is not None:
+        torch.set_num_threads(threads)
+        try:
+            torch.set_num_interop_threads(1)
+        except RuntimeError:
+            pass
 
     def rms(x, g):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS_NORM) * g
 
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    mask = torch.ones(T, T, dtype=torch.bool, device=device).tril()
 
     def loss_fn(ps, tokens, targets):
         it = iter(ps)
@@ -149,12 +173,116 @@ def run_torch(args, compiled):
     })
 
 
+def run_torch_gpu(args, mode):
+    """mode: "eager", "compile" or "graph" (see the module's docstring)."""
+    import torch
+    dev = args.device
+    if dev == "cuda" and not torch.cuda.is_available():
+        return {"skipped": f"torch {torch.__version__} (CUDA {torch.version.cuda}): torch.cuda.is_available() "
+                           "is False"}
+    if mode == "graph" and dev != "cuda":
+        return {"skipped": "a CUDA graph needs --device cuda"}
+    # TF32 for f32 dots, as capstep's GPU lanes by default (one API only: torch
+    # refuses a mix of allow_tf32 and fp32_precision).
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    _, loss_fn = torch_setup(None, device=dev)
+    on_gpu = dev == "cuda"
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    params = [torch.nn.Parameter(torch.from_numpy(a.copy()).to(dev)) for a in init_numpy(args.seed)]
+    opt_kw = dict(lr=LR, betas=(BETA1, BETA2), eps=EPS, weight_decay=WD, fused=True)
+    if mode == "graph":
+        opt_kw["capturable"] = True
+    opt = torch.optim.AdamW(params, **opt_kw)
+    # The batches stay on the host (pinned, as PyTorch's fastest recipe has
+    # them); every step sends its own up.
+    data = [(torch.from_numpy(a), torch.from_numpy(b)) for a, b in batches_numpy(args.seed, args.warmup + args.steps)]
+    if on_gpu:
+        data = [(a.pin_memory(), b.pin_memory()) for a, b in data]
+    losses = []
+    compile_s = None
+    t0 = time.perf_counter()
+    if mode == "graph":
+        # PyTorch's whole-network capture recipe (CUDA semantics, "CUDA
+        # Graphs"): a few eager steps on a side stream (they create AdamW's
+        # state and run on the real batches, so they count as steps), then
+        # capture one whole step with the gradients set to None, so that the
+        # captured backward writes them afresh on every replay.
+        static_tok = torch.zeros((B, T), dtype=torch.int32, device=dev)
+        static_tgt = torch.zeros((B, T), dtype=torch.int32, device=dev)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for k in range(min(3, args.warmup)):
+                static_tok.copy_(data[k][0], non_blocking=True)
+                static_tgt.copy_(data[k][1], non_blocking=True)
+                opt.zero_grad(set_to_none=True)
+                loss = loss_fn(params, static_tok, static_tgt)
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+        torch.cuda.current_stream().wait_stream(side)
+        sync()
+        graph = torch.cuda.CUDAGraph()
+        opt.zero_grad(set_to_none=True)
+        with torch.cuda.graph(graph):
+            static_loss = loss_fn(params, static_tok, static_tgt)
+            static_loss.backward()
+            opt.step()
+        sync()
+        compile_s = time.perf_counter() - t0
+
+        def step(tokens, targets):
+            static_tok.copy_(tokens, non_blocking=True)
+            static_tgt.copy_(targets, non_blocking=True)
+            graph.replay()
+            return static_loss.item()  # waits for the replay: the whole step
+    else:
+        fwd = torch.compile(loss_fn) if mode == "compile" else loss_fn
+
+        def step(tokens, targets):
+            tok, tgt = tokens.to(dev, non_blocking=True), targets.to(dev, non_blocking=True)
+            opt.zero_grad(set_to_none=True)
+            loss = fwd(params, tok, tgt)
+            loss.backward()
+            opt.step()
+            return loss.item()  # waits for the stream, optimizer included
+
+        losses.append(step(*data[0]))
+        sync()
+        if mode == "compile":
+            compile_s = time.perf_counter() - t0
+    info = {
+        "framework": "torch", "version": torch.__version__, "cuda": torch.version.cuda, "device": dev,
+        "gpu": torch.cuda.get_device_name(0) if on_gpu else None, "mode": mode,
+        "compiled": mode == "compile", "compile_s": compile_s, "adamw": "fused" + (", capturable" if mode == "graph" else ""),
+        "tf32": torch.backends.cuda.matmul.allow_tf32, "threads": None if on_gpu else torch.get_num_threads(),
+    }
+    r = measure(args, step, data, losses, info=info)
+    sync()
+    return r
+
+
 # ---------------------------------------------------------------- JAX
 
-def run_jax(args):
+def run_jax(args, gpu=False):
     import jax
     import jax.numpy as jnp
-    jax.config.update("jax_platforms", "cpu")
+    platform = "cuda" if gpu and args.device == "cuda" else "cpu"
+    jax.config.update("jax_platforms", platform)
+    if gpu:
+        # TF32 for f32 dots, as capstep's GPU lanes and the PyTorch runs
+        # ("default" is TF32 on the GPU too, should a JAX not know the name).
+        try:
+            jax.config.update("jax_default_matmul_precision", "tensorfloat32")
+        except ValueError:
+            jax.config.update("jax_default_matmul_precision", "default")
+        try:
+            jax.devices()
+        except Exception as e:  # RuntimeError, or an AssertionError where no backend loaded at all
+            why = (str(e).splitlines() or [""])[0][:200]
+            return {"skipped": f"jax {jax.__version__}: no {platform} backend ({type(e).__name__}: {why}); "
+                               "is jax-cuda12/13-plugin installed and a GPU present?"}
 
     def rms(x, g):
         return x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + EPS_NORM) * g
@@ -197,30 +325,39 @@ def run_jax(args):
     step_jit = jax.jit(train_step, donate_argnums=(0, 1, 2))
     ps = [jnp.asarray(a) for a in init_numpy(args.seed)]
     state = {"p": ps, "m": [jnp.zeros_like(a) for a in ps], "v": [jnp.zeros_like(a) for a in ps], "t": 0}
-    data = [(jnp.asarray(a), jnp.asarray(b)) for a, b in batches_numpy(args.seed, args.warmup + args.steps)]
+    data = batches_numpy(args.seed, args.warmup + args.steps)
+    if not gpu:
+        data = [(jnp.asarray(a), jnp.asarray(b)) for a, b in data]
+    # On the GPU the batches stay numpy arrays on the host: each call of the
+    # jitted step sends its batch up, as capstep's lanes do.
 
     def step(tokens, targets):
         state["t"] += 1
         loss, state["p"], state["m"], state["v"] = step_jit(
             state["p"], state["m"], state["v"], jnp.float32(state["t"]), tokens, targets)
-        return float(loss)  # waits for the step: the whole executable finishes together
+        return float(loss)  # waits for the step: the whole executable's outputs become ready together
 
     t0 = time.perf_counter()
     losses = [step(*data[0])]
     compile_s = time.perf_counter() - t0
     import jaxlib
-    return measure(args, step, data, losses, info={
+    info = {
         "framework": "jax", "version": jax.__version__, "jaxlib": jaxlib.__version__,
         "compile_s": compile_s, "devices": [str(d) for d in jax.devices()],
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
-    })
+    }
+    if gpu:
+        info.update(device=platform, gpu=jax.devices()[0].device_kind,
+                    matmul_precision=str(jax.config.jax_default_matmul_precision))
+    return measure(args, step, data, losses, info=info)
 
 
 # ---------------------------------------------------------------- timing
 
 def measure(args, step, data, losses, info):
-    """First step (compile, if any) already ran on data[0]; warm-up, then timed steps."""
-    for k in range(1, args.warmup):
+    """The first len(losses) steps (compile, if any) already ran on data[0...];
+    the rest of the warm-up, then the timed steps."""
+    for k in range(len(losses), args.warmup):
         losses.append(step(*data[k]))
     wall, cpu = [], []
     for k in range(args.warmup, args.warmup + args.steps):
@@ -230,7 +367,7 @@ def measure(args, step, data, losses, info):
         wall.append((t1 - t0) * 1e3)
         cpu.append((c1 - c0) * 1e3)
     info.update({
-        "threads": args.threads, "affinity": sorted(os.sched_getaffinity(0)),
+        "threads": info.get("threads", args.threads), "affinity": sorted(os.sched_getaffinity(0)),
         "warmup": args.warmup, "steps": args.steps,
         "median_ms": statistics.median(wall), "min_ms": min(wall), "max_ms": max(wall),
         "p90_ms": sorted(wall)[int(0.9 * (len(wall) - 1))],
@@ -442,9 +579,128 @@ def table(args):
             json.dump([{"label": l, "threads": t, "rounds": rs} for (l, t, _), rs in zip(plan, results)], f, indent=1)
 
 
+# ---------------------------------------------------------------- the GPU table
+
+GPU_RUNS = [  # (kind, label), fastest recipe first: each runs as its own process
+    ("torch-cuda-graph", "PyTorch, whole step in one CUDA graph (capturable fused AdamW)"),
+    ("jax-gpu", "JAX jit + donate_argnums (XLA on the GPU)"),
+    ("torch-cuda-compile", "PyTorch torch.compile (inductor) + fused AdamW"),
+    ("torch-cuda", "PyTorch eager + fused AdamW"),
+]
+
+
+def run_gpu_one(kind, args):
+    cmd = [sys.executable, os.path.abspath(__file__), "--run", kind, "--device", args.device,
+           "--warmup", str(args.warmup), "--steps", str(args.steps), "--seed", str(args.seed)]
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"skipped": f"did not finish in {args.timeout} s"}
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if p.returncode != 0 or not lines:
+        tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"skipped": f"exit {p.returncode}: {tail[:300]}"}
+    r = json.loads(lines[-1])
+    r["process_s"] = time.perf_counter() - t0
+    return r
+
+
+def capstep_lanes(path):
+    """capstep's lanes 2 and 3 from `training_step_on_device --json`: {"2": lane, "3": lane}, and the report."""
+    with open(path) as f:
+        j = json.load(f)
+    lanes = {}
+    for i, lane in enumerate(j.get("lanes", [])):
+        label = lane.get("label", "")
+        key = label[1] if label.startswith("[") and len(label) > 1 else str(i + 1)
+        lanes[key] = lane
+    return lanes, j
+
+
+def gpu_table(args):
+    cap, capj = {}, {}
+    if args.capstep_json:
+        try:
+            cap, capj = capstep_lanes(args.capstep_json)
+        except (OSError, ValueError) as e:
+            print(f"capstep JSON {args.capstep_json}: {e}", file=sys.stderr)
+    rows = []  # (label, median us or None, why, result)
+    for key in ("3", "2"):
+        lane = cap.get(key)
+        if lane is None:
+            rows.append((f"capstep [{key}]", None, "no capstep JSON" if not capj else "lane not in the JSON", {}))
+        elif not lane.get("ran"):
+            rows.append((f"capstep {lane['label']}", None, lane.get("skipped", "not run"), lane))
+        else:
+            rows.append((f"capstep {lane['label']}", 1e3 * lane["median_ms"], None, lane))
+    for kind, label in GPU_RUNS:
+        print(f"  {kind} ...", file=sys.stderr, flush=True)
+        r = run_gpu_one(kind, args)
+        if "median_ms" in r:
+            rows.append((label, 1e3 * r["median_ms"], None, r))
+            print(f"  {kind}: {1e3 * r['median_ms']:.1f} us per step (median of {r['steps']}), "
+                  f"process {r['process_s']:.1f} s", file=sys.stderr, flush=True)
+        else:
+            rows.append((label, None, r.get("skipped", "no result"), r))
+            print(f"  {kind}: skipped: {r.get('skipped')}", file=sys.stderr, flush=True)
+    l3 = rows[0][1]
+    l2 = rows[1][1]
+    steps = f"{args.steps} timed steps after {args.warmup} warm-up"
+    if capj:
+        steps += f" (capstep: {capj.get('steps')} after {capj.get('warmup')})"
+    out = [f"us per step on the GPU (forward + backward + AdamW, batch up and loss down): median of {steps}; "
+           f"f32 dots in TF32" + ("" if not capj or capj.get("tf32") else " (capstep's run: full f32, --no-tf32)"),
+           "", f"| {'run':<66} | {'us/step':>9} | {'run/[3]':>8} | {'run/[2]':>8} |",
+           f"|{'-' * 68}|{'-' * 11}|{'-' * 10}|{'-' * 10}|"]
+    for label, us, why, _ in rows:
+        if us is None:
+            out.append(f"| {label:<66} | {'skipped':>9} | {'':>8} | {'':>8} |")
+            out.append(f"|   skipped: {why}")
+            continue
+        r3 = f"{us / l3:.2f}x" if l3 else "-"
+        r2 = f"{us / l2:.2f}x" if l2 else "-"
+        out.append(f"| {label:<66} | {us:>9.1f} | {r3:>8} | {r2:>8} |")
+    out += ["",
+            "run/[3], run/[2]: the run's median over capstep lane 3's (lane 2's): how many times faster capstep's "
+            "lane is (above 1: capstep faster).",
+            "Each Python run: its own process; batch from pinned host memory (torch) or numpy (JAX) every step; "
+            "the loss read back (.item(), float()) ends the step; capstep's lanes time the same way with their own "
+            "timer (and start from their own initialisation and corpus: a step's cost does not depend on the values)."]
+    if capj:
+        out.append(f"capstep: {capj.get('device', '')}")
+    ran = [(label, r) for label, us, _, r in rows if us is not None and "framework" in r]
+    if ran:
+        ref_label, ref = ran[0]
+        for label, r in ran[1:]:
+            n10 = min(10, len(r["losses"]), len(ref["losses"]))
+            d10 = max(abs(a - b) / abs(b) for a, b in zip(r["losses"][:n10], ref["losses"][:n10]))
+            dall = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], ref["losses"]))
+            out.append(f"losses, {label} vs {ref_label}: at most {d10:.1e} relative over the first {n10} steps, "
+                       f"{dall:.1e} over all {len(r['losses'])} (TF32 rounding grows as training goes on)")
+        lo = ref["losses"]
+        out.append(f"{ref_label} losses: {lo[0]:.4f} (step 1) -> {lo[-1]:.4f} (step {len(lo)}) on random tokens; "
+                   f"ln(64) = {math.log(64):.4f}")
+    for label, r in ran:
+        if r.get("compile_s") is not None:
+            out.append(f"first step(s) incl. compile or capture, {label}: {r['compile_s']:.1f} s")
+    gpus = sorted({str(r.get("gpu")) for _, r in ran if r.get("gpu")})
+    versions = sorted({f"{r['framework']} {r['version']}" + (f" (CUDA {r['cuda']})" if r.get("cuda") else "")
+                       for _, r in ran})
+    out.append("GPU: " + (", ".join(gpus) or "-") + "; python " + platform.python_version() +
+               (", " + ", ".join(versions) if versions else ""))
+    print("\n".join(out))
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"capstep": capj, "runs": [{"label": l, "us": us, "skipped": why, "result": r}
+                                                 for l, us, why, r in rows]}, f, indent=1)
+    return 0 if all(us is not None for _, us, _, _ in rows[2:]) else 3
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--run", choices=["torch", "torch-compile", "jax"], help="one measurement, one JSON line")
+    ap.add_argument("--run", choices=["torch", "torch-compile", "jax"] + [k for k, _ in GPU_RUNS],
+                    help="one measurement, one JSON line")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--fused", action="store_true", help="torch: AdamW(fused=True)")
     ap.add_argument("--warmup", type=int, default=10)
@@ -452,6 +708,11 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--table", action="store_true", help="every measurement, one table")
     ap.add_argument("--capstep-bin", help="path of training_step_on_device (lane 1 joins the table)")
+    ap.add_argument("--gpu-table", action="store_true", help="every GPU measurement, one table")
+    ap.add_argument("--capstep-json", help="--gpu-table: the output of training_step_on_device --json "
+                                           "(lanes 2 and 3 join the table)")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                    help="the GPU modes' device (cpu: a check of this script where there is no GPU)")
     ap.add_argument("--pin-cpu", type=int, help="pin capstep and the 1-thread runs to this CPU (taskset)")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
@@ -468,10 +729,17 @@ def main():
         print(json.dumps(run_torch(args, compiled=True)))
     elif args.run == "jax":
         print(json.dumps(run_jax(args)))
+    elif args.run in ("torch-cuda", "torch-cuda-compile", "torch-cuda-graph"):
+        mode = {"torch-cuda": "eager", "torch-cuda-compile": "compile", "torch-cuda-graph": "graph"}[args.run]
+        print(json.dumps(run_torch_gpu(args, mode)))
+    elif args.run == "jax-gpu":
+        print(json.dumps(run_jax(args, gpu=True)))
     elif args.table:
         table(args)
+    elif args.gpu_table:
+        sys.exit(gpu_table(args))
     else:
-        ap.error("give --run KIND or --table")
+        ap.error("give --run KIND, --table or --gpu-table")
 
 
 if __name__ == "__main__":
