@@ -40,6 +40,7 @@ struct Lane {
 struct Report {
   std::string model_line;
   std::string device;                // the GPU, or why there is none
+  std::string gemm;                  // the host's GEMM libraries, versions, kernel sets and CPU ("GEMM: " line)
   bool tf32 = true;
   int steps = 0;
   int warmup = 0;

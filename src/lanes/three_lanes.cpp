@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/host/gemm.h"
 #include "capstep/autodiff.h"
 #include "capstep/cuda.h"
 #include "capstep/data.h"
@@ -192,6 +193,7 @@ Report run(const Options& o) {
   const Program grad = value_and_grad(loss, s.names);
 
   lane_host(o, s, grad, r.lanes[0]);
+  r.gemm = host::gemm_info().line;
 
   std::string why;
   if (!cuda::available(&why)) {
@@ -215,7 +217,9 @@ Report run(const Options& o) {
 
 void print(const Report& r, std::ostream& out) {
   char buf[256];
-  out << r.model_line << "\n\n";
+  out << r.model_line << '\n';
+  if (!r.gemm.empty()) out << "GEMM: " << r.gemm << '\n';
+  out << '\n';
   const Lane& h = r.lanes[0];
   for (const Lane& l : r.lanes) {
     out << l.label << ": ";
@@ -261,6 +265,7 @@ std::string to_json(const Report& r) {
   nlohmann::json j;
   j["model"] = r.model_line;
   j["device"] = r.device;
+  j["gemm"] = r.gemm;
   j["tf32"] = r.tf32;
   j["steps"] = r.steps;
   j["warmup"] = r.warmup;

@@ -1,16 +1,15 @@
-// dot_general through OpenBLAS: any batch/contracting dims become a batch of
-// row-major gemms [M,K] x [K,N] -> [M,N]. An operand is handed to BLAS in place
+// dot_general through the host's GEMM libraries (gemm.h: OpenBLAS with kernels
+// picked from the CPU's flags, libxsmm's JIT for small f32 ones): any
+// batch/contracting dims become a batch of row-major gemms
+// [M,K] x [K,N] -> [M,N]. An operand is handed to the GEMM in place
 // (with a transpose flag and leading dimension) whenever its free axes and its
 // contracting axes each form one strided run; otherwise it is first packed into
 // a planned scratch buffer. Batch axes may have any strides: each batch's
 // matrix offset is precomputed.
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
-#include <mutex>
 
-#include <cblas.h>
-
+#include "backend/host/gemm.h"
 #include "backend/host/step.h"
 
 namespace capstep::host {
@@ -65,18 +64,6 @@ StridedView pack_view(const Shape& shape, const std::vector<int64_t>& strides, c
 }
 
 template <class T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
-          T* c, int64_t ldc) {
-  const auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, TA, TB, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
-                1.0f, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.0f, c, static_cast<blasint>(ldc));
-  else
-    cblas_dgemm(CblasRowMajor, TA, TB, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
-                1.0, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.0, c, static_cast<blasint>(ldc));
-}
-
-template <class T>
 void k_dot(const Step& s, void* const* p) {
   const DotPlan& d = s.dot;
   T* c = static_cast<T*>(p[s.out]);
@@ -95,10 +82,7 @@ void k_dot(const Step& s, void* const* p) {
     strided_copy_bytes(d.b_view, sizeof(T), b, p[s.scratch[1]]);
     b = static_cast<const T*>(p[s.scratch[1]]);
   }
-  const int64_t mn = d.m * d.n;
-  for (int64_t i = 0; i < d.batch; ++i)
-    gemm<T>(d.trans_a, d.trans_b, d.m, d.n, d.k, a + d.a_off[static_cast<size_t>(i)], d.lda,
-            b + d.b_off[static_cast<size_t>(i)], d.ldb, c + i * mn, std::max<int64_t>(d.n, 1));
+  gemm_batch(d.trans_a, d.trans_b, d.m, d.n, d.k, a, d.lda, d.a_off.data(), b, d.ldb, d.b_off.data(), c, d.batch);
 }
 
 }  // namespace
@@ -166,20 +150,13 @@ DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::s
   } else {
     d.b_off = batch_offsets(rhs.shape, rs, at.rhs_batch);
   }
+  // A libxsmm kernel is generated now, so that running the step allocates nothing.
+  if (lhs.dtype == DType::f32 && d.m > 0 && d.n > 0 && d.k > 0)
+    gemm_prepare_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.lda, d.ldb);
   return d;
 }
 
-void configure_blas_threads() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    // The step's matrices are tiny (64x128x128 and smaller): OpenBLAS's worker
-    // threads cost more in wake-ups and sched_yield spinning than they save
-    // (measured: lane 1 went from 7.9 ms to 2.6 ms a step with one thread), and
-    // results then do not depend on the thread count either. A user who sets
-    // OPENBLAS_NUM_THREADS keeps their choice. This is process-wide.
-    if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) openblas_set_num_threads(1);
-  });
-}
+void configure_blas_threads() { configure_gemm_threads(); }
 
 Kernel dot_general_kernel(DType t) {
   switch (t) {

@@ -1,0 +1,349 @@
+// The host's GEMMs: OpenBLAS loaded at run time with a kernel set picked from
+// the CPU's flags, libxsmm's JIT for small f32 ones. See gemm.h for why, and
+// bench/README.md ("Host GEMM library") for the measurements.
+#include "backend/host/gemm.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include <cblas.h>
+
+// Set by CMake when libxsmm was found.
+#ifndef CAPSTEP_HAVE_LIBXSMM
+#define CAPSTEP_HAVE_LIBXSMM 0
+#endif
+#if CAPSTEP_HAVE_LIBXSMM
+#include <libxsmm.h>
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define CAPSTEP_X86 1
+#endif
+
+#include "capstep/ir.h"
+
+// Set by CMake from the library it found: the file name to dlopen (found
+// through the loader's search path, LD_LIBRARY_PATH included) and, failing
+// that, the absolute path it was found at.
+#ifndef CAPSTEP_OPENBLAS_SONAME
+#define CAPSTEP_OPENBLAS_SONAME "libopenblas.so.0"
+#endif
+#ifndef CAPSTEP_OPENBLAS_PATH
+#define CAPSTEP_OPENBLAS_PATH ""
+#endif
+
+namespace capstep::host {
+namespace {
+
+// The three matrices of a GEMM that goes to libxsmm fit in this many bytes
+// (half of a 512 KiB L2). Measured in bench/README.md: at the seed's sizes
+// (at most 224 KiB) libxsmm beats OpenBLAS; at 2 MiB and above it loses by up
+// to 4x, since its kernels do not block for the cache.
+constexpr int64_t kSmallBytes = 256 * 1024;
+
+struct Cpu {
+  std::string brand;
+  int family = 0, model = 0;
+  bool avx = false, avx2 = false, fma = false, avx512f = false, avx512bw = false, avx512vl = false,
+       avx512dq = false, avx512bf16 = false;
+};
+
+std::string trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  return s.substr(i);
+}
+
+Cpu read_cpu() {
+  Cpu c;
+#ifdef CAPSTEP_X86
+  __builtin_cpu_init();
+  // __builtin_cpu_supports also checks that the OS saves the wide registers.
+  c.avx = __builtin_cpu_supports("avx");
+  c.avx2 = __builtin_cpu_supports("avx2");
+  c.fma = __builtin_cpu_supports("fma");
+  c.avx512f = __builtin_cpu_supports("avx512f");
+  c.avx512bw = __builtin_cpu_supports("avx512bw");
+  c.avx512vl = __builtin_cpu_supports("avx512vl");
+  c.avx512dq = __builtin_cpu_supports("avx512dq");
+  c.avx512bf16 = __builtin_cpu_supports("avx512bf16");
+  unsigned a = 0, b = 0, cx = 0, d = 0;
+  if (__get_cpuid(1, &a, &b, &cx, &d)) {
+    c.family = static_cast<int>((a >> 8) & 0xf);
+    c.model = static_cast<int>((a >> 4) & 0xf);
+    if (c.family == 0xf) c.family += static_cast<int>((a >> 20) & 0xff);
+    if (c.family == 6 || c.family >= 0xf) c.model |= static_cast<int>(((a >> 16) & 0xf) << 4);
+  }
+  if (__get_cpuid(0x80000000, &a, &b, &cx, &d) && a >= 0x80000004) {
+    char brand[49] = {};
+    for (unsigned i = 0; i < 3; ++i) {
+      unsigned r[4];
+      __get_cpuid(0x80000002 + i, &r[0], &r[1], &r[2], &r[3]);
+      std::memcpy(brand + 16 * i, r, 16);
+    }
+    c.brand = trim(brand);
+  }
+#endif
+  if (c.brand.empty()) c.brand = "unknown CPU";
+  return c;
+}
+
+const Cpu& cpu() {
+  static const Cpu c = read_cpu();
+  return c;
+}
+
+bool equal_nocase(const std::string& x, const std::string& y) {
+  return x.size() == y.size() &&
+         std::equal(x.begin(), x.end(), y.begin(), [](char p, char q) { return std::tolower(p) == std::tolower(q); });
+}
+
+// ---- OpenBLAS, through dlopen -------------------------------------------------
+struct Blas {
+  decltype(&cblas_sgemm) sgemm = nullptr;
+  decltype(&cblas_dgemm) dgemm = nullptr;
+  decltype(&openblas_set_num_threads) set_num_threads = nullptr;
+  GemmInfo info;
+};
+
+template <class F>
+F symbol(void* h, const char* name) {
+  void* p = dlsym(h, name);
+  if (p == nullptr)
+    throw Error(std::string("host GEMM: the OpenBLAS library that was loaded has no ") + name +
+                " (is it OpenBLAS? capstep needs Debian's libopenblas0-pthread or another OpenBLAS build)");
+  return reinterpret_cast<F>(p);
+}
+
+Blas* load_blas() {
+  auto b = std::make_unique<Blas>();
+  GemmInfo& info = b->info;
+  const Cpu& c = cpu();
+  info.cpu = c.brand + " (family " + std::to_string(c.family) + ", model " + std::to_string(c.model) + ")";
+
+  std::string asked;  // the kernel set we hand OpenBLAS, if any
+  void* h = dlopen(CAPSTEP_OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  const char* env = std::getenv("OPENBLAS_CORETYPE");
+  if (h != nullptr) {
+    info.core_source = "OpenBLAS was loaded by the program before capstep could choose";
+  } else if (env != nullptr && *env != '\0') {
+    info.core_source = std::string("OPENBLAS_CORETYPE=") + env + " from the environment";
+  } else {
+    asked = openblas_core_from_cpu_flags();
+    info.core_source = asked.empty() ? "OpenBLAS's own choice" : "from the CPU's flags";
+  }
+  if (h == nullptr) {
+    // OpenBLAS reads OPENBLAS_CORETYPE once, in its constructor, i.e. inside
+    // dlopen; the variable is removed again straight after, so child processes
+    // see the environment the user gave.
+    if (!asked.empty()) setenv("OPENBLAS_CORETYPE", asked.c_str(), 1);
+    std::string errors;
+    for (const char* name : {CAPSTEP_OPENBLAS_SONAME, CAPSTEP_OPENBLAS_PATH}) {
+      if (*name == '\0') continue;
+      h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      if (h != nullptr) break;
+      const char* e = dlerror();
+      errors += std::string(errors.empty() ? "" : "; ") + (e ? e : name);
+    }
+    if (!asked.empty()) unsetenv("OPENBLAS_CORETYPE");
+    if (h == nullptr)
+      throw Error("host GEMM: cannot load OpenBLAS (" + errors +
+                  "); on Debian 12 install libopenblas0-pthread (scripts/install-deps does)");
+  }
+  b->sgemm = symbol<decltype(&cblas_sgemm)>(h, "cblas_sgemm");
+  b->dgemm = symbol<decltype(&cblas_dgemm)>(h, "cblas_dgemm");
+  b->set_num_threads = symbol<decltype(&openblas_set_num_threads)>(h, "openblas_set_num_threads");
+  const char* core = symbol<decltype(&openblas_get_corename)>(h, "openblas_get_corename")();
+  const char* config = symbol<decltype(&openblas_get_config)>(h, "openblas_get_config")();
+  info.openblas_core = core ? trim(core) : "unknown";
+  // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ..." -> "OpenBLAS 0.3.21"
+  const std::string cfg = config ? config : "OpenBLAS";
+  size_t sp = cfg.find(' ');
+  if (sp != std::string::npos) sp = cfg.find(' ', sp + 1);
+  info.openblas = cfg.substr(0, sp);
+  info.openblas_isa = openblas_core_isa(info.openblas_core);
+  if (!asked.empty() && !equal_nocase(asked, info.openblas_core))
+    info.core_source += " (asked for " + asked + ", OpenBLAS chose " + info.openblas_core + ")";
+  return b.release();  // lives as long as the process, like the library
+}
+
+Blas& blas() {
+  static Blas* b = load_blas();  // a throw leaves it unset: the next call tries again
+  return *b;
+}
+
+// ---- libxsmm ------------------------------------------------------------------
+#if CAPSTEP_HAVE_LIBXSMM
+std::string xsmm_isa(int id) {
+  if (id >= LIBXSMM_X86_AVX512) return "AVX-512";
+  if (id >= LIBXSMM_X86_AVX2) return "AVX2";
+  if (id >= LIBXSMM_X86_AVX) return "AVX";
+  if (id >= LIBXSMM_X86_SSE4) return "SSE4.2";
+  if (id >= LIBXSMM_X86_SSE3) return "SSE3";
+  return "no JIT";
+}
+
+struct Xsmm {
+  bool usable = false;
+  std::string arch, isa, about;
+};
+
+const Xsmm& xsmm() {
+  static const Xsmm x = [] {
+    Xsmm r;
+    libxsmm_init();
+    const int id = libxsmm_get_target_archid();
+    const char* arch = libxsmm_get_target_arch();
+    r.arch = arch ? arch : "?";
+    r.isa = xsmm_isa(id);
+    // Measured only against AVX2 and AVX-512 OpenBLAS kernels; below AVX2
+    // OpenBLAS does all GEMMs.
+    r.usable = id >= LIBXSMM_X86_AVX2;
+    const std::string name = std::string("libxsmm ") + LIBXSMM_VERSION;
+    if (r.usable)
+      r.about = name + " JIT, " + r.arch + " (" + r.isa + "), for GEMMs up to " + std::to_string(kSmallBytes / 1024) +
+                " KiB";
+    else
+      r.about = name + " not used (its target here is " + r.arch + ", below AVX2)";
+    return r;
+  }();
+  return x;
+}
+
+bool small_enough(bool tb, int64_t m, int64_t n, int64_t k) {
+  return !tb && (m * k + k * n + m * n) * static_cast<int64_t>(sizeof(float)) <= kSmallBytes;
+}
+
+// Row-major C[m,n] = op(A) B is column-major C^T[n,m] = B^T op(A)^T: libxsmm,
+// which is column-major, takes B first. A transposed A is its TRANS_B.
+libxsmm_smmfunction xsmm_kernel(bool ta, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb) {
+  if (!xsmm().usable) return nullptr;
+  const libxsmm_blasint xa = static_cast<libxsmm_blasint>(ldb), xb = static_cast<libxsmm_blasint>(lda),
+                        xc = static_cast<libxsmm_blasint>(n);
+  const float alpha = 1.0f, beta = 0.0f;
+  const int flags = ta ? LIBXSMM_GEMM_FLAG_TRANS_B : LIBXSMM_GEMM_FLAG_NONE;
+  return libxsmm_smmdispatch(static_cast<libxsmm_blasint>(n), static_cast<libxsmm_blasint>(m),
+                             static_cast<libxsmm_blasint>(k), &xa, &xb, &xc, &alpha, &beta, &flags, nullptr);
+}
+#else
+struct Xsmm {
+  bool usable = false;
+  std::string arch, isa, about = "libxsmm not built in (libxsmm-dev was missing at configure time)";
+};
+const Xsmm& xsmm() {
+  static const Xsmm x;
+  return x;
+}
+#endif
+
+CBLAS_TRANSPOSE tr(bool t) { return t ? CblasTrans : CblasNoTrans; }
+
+}  // namespace
+
+std::string openblas_core_from_cpu_flags() {
+  const Cpu& c = cpu();
+  // SkylakeX's kernels need F, BW, VL and DQ; Cooperlake's are those plus
+  // BF16 (and ran fastest on the Xeon model 207 measured).
+  if (c.avx512f && c.avx512bw && c.avx512vl && c.avx512dq) return c.avx512bf16 ? "Cooperlake" : "SkylakeX";
+  if (c.avx2 && c.fma) return "Haswell";
+  if (c.avx) return "Sandybridge";
+  return "";
+}
+
+std::string openblas_core_isa(const std::string& core) {
+  static const std::pair<const char*, const char*> table[] = {
+      {"SapphireRapids", "AVX-512"}, {"Cooperlake", "AVX-512"}, {"SkylakeX", "AVX-512"},
+      {"Haswell", "AVX2"},           {"Zen", "AVX2"},           {"Excavator", "AVX2"},
+      {"Sandybridge", "AVX"},        {"Bulldozer", "AVX"},      {"Piledriver", "AVX"},
+      {"Steamroller", "AVX"},        {"Nehalem", "SSE4.2"},     {"Penryn", "SSE4.1"},
+      {"Dunnington", "SSE4.1"},      {"Core2", "SSSE3"},        {"Atom", "SSSE3"},
+      {"Prescott", "SSE3"},          {"Opteron_SSE3", "SSE3"},  {"Barcelona", "SSE3"},
+      {"Bobcat", "SSE3"},            {"Nano", "SSE3"},          {"Opteron", "SSE2"},
+      {"Athlon", "SSE2"},            {"Northwood", "SSE2"},     {"Banias", "SSE2"},
+      {"Coppermine", "SSE"},         {"Katmai", "SSE"},
+  };
+  for (const auto& [name, isa] : table)
+    if (equal_nocase(core, name)) return isa;
+  return "unknown";
+}
+
+bool isa_is_sse_only(const std::string& isa) {
+  return isa.rfind("SSE", 0) == 0 || isa.rfind("SSSE", 0) == 0 || isa == "no JIT";
+}
+
+const GemmInfo& gemm_info() {
+  static const GemmInfo info = [] {
+    GemmInfo i = blas().info;
+    const Xsmm& x = xsmm();
+    i.xsmm = x.about;
+    i.xsmm_isa = x.usable ? x.isa : "";
+    i.xsmm_built = CAPSTEP_HAVE_LIBXSMM != 0;
+    i.line = i.openblas + ", " + i.openblas_core + " kernels (" + i.openblas_isa + ", " + i.core_source + "); " +
+             i.xsmm + "; CPU: " + i.cpu;
+    return i;
+  }();
+  return info;
+}
+
+void configure_gemm_threads() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // The step's matrices are tiny (64x128x128 and smaller): OpenBLAS's worker
+    // threads cost more in wake-ups and sched_yield spinning than they save
+    // (measured: lane 1 went from 7.9 ms to 2.6 ms a step with one thread), and
+    // results then do not depend on the thread count either. A user who sets
+    // OPENBLAS_NUM_THREADS keeps their choice. This is process-wide.
+    Blas& b = blas();
+    if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) b.set_num_threads(1);
+  });
+}
+
+bool gemm_prepare_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb) {
+  blas();
+#if CAPSTEP_HAVE_LIBXSMM
+  return small_enough(tb, m, n, k) && xsmm_kernel(ta, m, n, k, lda, ldb) != nullptr;
+#else
+  (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)lda, (void)ldb;
+  return false;
+#endif
+}
+
+void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const int64_t* a_off,
+                const float* b, int64_t ldb, const int64_t* b_off, float* c, int64_t batch) {
+  const int64_t mn = m * n;
+#if CAPSTEP_HAVE_LIBXSMM
+  if (small_enough(tb, m, n, k)) {
+    // One look-up in libxsmm's registry (tens of ns) per dot_general; the
+    // kernel was generated when the step was planned (gemm_prepare_f32).
+    if (const libxsmm_smmfunction f = xsmm_kernel(ta, m, n, k, lda, ldb)) {
+      for (int64_t i = 0; i < batch; ++i) f(b + b_off[i], a + a_off[i], c + i * mn);
+      return;
+    }
+  }
+#endif
+  Blas& bl = blas();
+  for (int64_t i = 0; i < batch; ++i)
+    bl.sgemm(CblasRowMajor, tr(ta), tr(tb), static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
+             1.0f, a + a_off[i], static_cast<blasint>(lda), b + b_off[i], static_cast<blasint>(ldb), 0.0f, c + i * mn,
+             static_cast<blasint>(n));
+}
+
+void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const int64_t* a_off,
+                const double* b, int64_t ldb, const int64_t* b_off, double* c, int64_t batch) {
+  const int64_t mn = m * n;
+  Blas& bl = blas();
+  for (int64_t i = 0; i < batch; ++i)
+    bl.dgemm(CblasRowMajor, tr(ta), tr(tb), static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
+             1.0, a + a_off[i], static_cast<blasint>(lda), b + b_off[i], static_cast<blasint>(ldb), 0.0, c + i * mn,
+             static_cast<blasint>(n));
+}
+
+}  // namespace capstep::host

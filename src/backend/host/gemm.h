@@ -1,0 +1,61 @@
+// The host's GEMMs, on kernels picked from what the CPU can do rather than
+// from its model number. bench/README.md ("Host GEMM library") has the
+// measurements behind the choice:
+//  - OpenBLAS, loaded at run time (dlopen) after its kernel set has been picked
+//    from the CPU's feature flags and handed to it in OPENBLAS_CORETYPE, which
+//    it reads once, when it loads. Debian 12's OpenBLAS 0.3.21 picks by model
+//    number and runs its SSE3 "Prescott" kernels on CPUs newer than itself
+//    (Intel family 6 model 207, AVX-512: 6x slower on the seed step's GEMMs).
+//    A user's own OPENBLAS_CORETYPE is left alone and wins.
+//  - libxsmm's JIT (when built with it), for f32 GEMMs whose three matrices fit in 256 KiB and
+//    whose B is not transposed (libxsmm 1.17 has no kernel for that case): its
+//    kernels are generated for the instruction set at hand and skip BLAS's
+//    packing, which is most of the cost at these sizes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace capstep::host {
+
+struct GemmInfo {
+  std::string openblas;        // "OpenBLAS 0.3.21"
+  std::string openblas_core;   // the kernel set OpenBLAS runs: "Cooperlake" (openblas_get_corename)
+  std::string openblas_isa;    // its instruction set: "AVX-512", "AVX2", "AVX", "SSE3", ...
+  std::string core_source;     // how that kernel set was chosen, in words
+  std::string xsmm;            // "libxsmm 1.17 JIT, cpx (AVX-512)", or why it is not used
+  std::string xsmm_isa;        // "AVX-512", "AVX2"; empty when libxsmm is not used
+  bool xsmm_built = false;     // built with libxsmm (optional at configure time)
+  std::string cpu;             // "Intel(R) Xeon(R) Processor, family 6 model 207"
+  std::string line;            // all of it on one line, without the "GEMM: " prefix
+};
+
+// Loads OpenBLAS on first use (thread-safe); throws Error when it cannot.
+// That first use sets OPENBLAS_CORETYPE in the process's environment for the
+// moment of the dlopen and removes it again (setenv/unsetenv): every
+// Interpreter makes it in its constructor, before any step runs.
+const GemmInfo& gemm_info();
+
+// The OpenBLAS kernel set for this CPU's flags ("" = leave it to OpenBLAS),
+// and the instruction set a kernel-set name stands for ("SSE3" for Prescott).
+std::string openblas_core_from_cpu_flags();
+std::string openblas_core_isa(const std::string& core);
+bool isa_is_sse_only(const std::string& isa);   // "SSE2", "SSE3", "SSE4.2", "x87/MMX", ...
+
+// Sets OpenBLAS to one thread, once per process, unless OPENBLAS_NUM_THREADS
+// is set; loads it first. (configure_blas_threads in step.h calls this.)
+void configure_gemm_threads();
+
+// Row-major C[i] = op(A + a_off[i]) * op(B + b_off[i]) for i < batch, C's
+// matrices packed one after another (ldc = n); alpha 1, beta 0. m, n, k >= 1.
+void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                const int64_t* a_off, const float* b, int64_t ldb, const int64_t* b_off, float* c, int64_t batch);
+void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+                const int64_t* a_off, const double* b, int64_t ldb, const int64_t* b_off, double* c, int64_t batch);
+
+// Generates the kernel gemm_batch will use for this f32 shape now, when it is
+// a libxsmm one, so that running it later allocates nothing. Returns whether
+// the shape runs on libxsmm.
+bool gemm_prepare_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb);
+
+}  // namespace capstep::host

@@ -1,0 +1,246 @@
+// The host's GEMM libraries (src/backend/host/gemm.h): on a CPU with AVX2 or
+// AVX-512 the kernels that run are not SSE-only ones, whatever the CPU's model
+// number; and both paths (OpenBLAS, libxsmm's JIT) compute what a plain triple
+// loop computes, transposed operands, padded rows and batches included.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backend/host/gemm.h"
+#include "capstep/interpreter.h"
+
+using namespace capstep;
+
+namespace {
+
+bool has_avx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+bool has_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+}  // namespace
+
+TEST(HostGemm, CoreNamesMapToTheirInstructionSets) {
+  for (const char* sse : {"Prescott", "Core2", "Nehalem", "Atom", "Penryn", "Dunnington", "Katmai", "Northwood",
+                          "Opteron", "Barcelona", "PRESCOTT"})
+    EXPECT_TRUE(host::isa_is_sse_only(host::openblas_core_isa(sse))) << sse;
+  for (const char* wide : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", "Sandybridge"})
+    EXPECT_FALSE(host::isa_is_sse_only(host::openblas_core_isa(wide))) << wide;
+  EXPECT_EQ(host::openblas_core_isa("SkylakeX"), "AVX-512");
+  EXPECT_EQ(host::openblas_core_isa("Haswell"), "AVX2");
+}
+
+TEST(HostGemm, KernelsAreNotSseOnlyOnAnAvx2OrAvx512Cpu) {
+  const host::GemmInfo& g = host::gemm_info();
+  std::printf("GEMM: %s\n", g.line.c_str());
+  if (!has_avx2()) GTEST_SKIP() << "this CPU has no AVX2: SSE kernels are all there is";
+
+  // The choice made from the flags alone, whatever the environment says.
+  const std::string mine = host::openblas_core_from_cpu_flags();
+  EXPECT_EQ(host::openblas_core_isa(mine), has_avx512() ? "AVX-512" : "AVX2") << mine;
+
+  // What OpenBLAS actually runs. A user's (or a machine's) OPENBLAS_CORETYPE
+  // wins over capstep's choice; only an SSE-only one given that way is not
+  // capstep's doing.
+  const std::string forced = env("OPENBLAS_CORETYPE");
+  if (!forced.empty() && host::isa_is_sse_only(host::openblas_core_isa(forced)))
+    GTEST_SKIP() << "OPENBLAS_CORETYPE=" << forced << " in the environment asks for SSE kernels";
+  EXPECT_FALSE(host::isa_is_sse_only(g.openblas_isa)) << g.line;
+  EXPECT_NE(g.openblas_isa, "unknown") << g.line;
+  if (forced.empty()) {
+    EXPECT_EQ(g.openblas_isa, has_avx512() ? "AVX-512" : "AVX2") << g.line;
+    EXPECT_EQ(g.openblas_core, mine) << g.line;
+  }
+
+  // libxsmm picks its target from the CPU's flags itself (LIBXSMM_TARGET overrides).
+  if (g.xsmm_built && env("LIBXSMM_TARGET").empty()) {
+    ASSERT_FALSE(g.xsmm_isa.empty()) << g.line;
+    EXPECT_FALSE(host::isa_is_sse_only(g.xsmm_isa)) << g.line;
+    EXPECT_EQ(g.xsmm_isa, has_avx512() ? "AVX-512" : "AVX2") << g.line;
+  }
+  EXPECT_EQ(g.line.find("Prescott"), std::string::npos) << g.line;
+}
+
+// ---- results against a triple loop ------------------------------------------
+
+struct Case {
+  int64_t batch, m, n, k;
+  bool ta, tb;
+  int64_t pad;  // extra elements in each row of A and B (leading dimension > minimum)
+};
+
+template <class T>
+void check(const Case& c, bool* used_xsmm) {
+  SCOPED_TRACE(testing::Message() << (sizeof(T) == 4 ? "f32" : "f64") << " batch " << c.batch << " m " << c.m
+                                  << " n " << c.n << " k " << c.k << " ta " << c.ta << " tb " << c.tb << " pad "
+                                  << c.pad);
+  // Stored A: m x k, or k x m when transposed; rows padded.
+  const int64_t a_rows = c.ta ? c.k : c.m, a_cols = c.ta ? c.m : c.k;
+  const int64_t b_rows = c.tb ? c.n : c.k, b_cols = c.tb ? c.k : c.n;
+  const int64_t lda = a_cols + c.pad, ldb = b_cols + c.pad;
+  const int64_t a_mat = a_rows * lda + 5, b_mat = b_rows * ldb + 3;  // matrices not back to back
+  std::vector<T> a(static_cast<size_t>(a_mat * c.batch)), b(static_cast<size_t>(b_mat * c.batch));
+  uint32_t s = 12345;
+  auto next = [&s] {
+    s = s * 1664525u + 1013904223u;
+    return static_cast<T>(static_cast<int>(s >> 9) % 2001 - 1000) / T(997);
+  };
+  for (T& x : a) x = next();
+  for (T& x : b) x = next();
+  std::vector<int64_t> a_off, b_off;
+  for (int64_t i = 0; i < c.batch; ++i) {
+    a_off.push_back(i * a_mat);
+    b_off.push_back((c.batch - 1 - i) * b_mat);  // any order
+  }
+  // beta is 0: whatever C held must not leak into the result.
+  std::vector<T> out(static_cast<size_t>(c.batch * c.m * c.n), std::numeric_limits<T>::quiet_NaN());
+  if constexpr (sizeof(T) == 4) *used_xsmm = host::gemm_prepare_f32(c.ta, c.tb, c.m, c.n, c.k, lda, ldb);
+  host::gemm_batch(c.ta, c.tb, c.m, c.n, c.k, a.data(), lda, a_off.data(), b.data(), ldb, b_off.data(), out.data(),
+                   c.batch);
+  const double eps = sizeof(T) == 4 ? 1.2e-7 : 2.3e-16;
+  int bad = 0;
+  for (int64_t q = 0; q < c.batch; ++q)
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        double sum = 0, mag = 0;
+        for (int64_t p = 0; p < c.k; ++p) {
+          const double x = a[static_cast<size_t>(a_off[static_cast<size_t>(q)] + (c.ta ? p * lda + i : i * lda + p))];
+          const double y = b[static_cast<size_t>(b_off[static_cast<size_t>(q)] + (c.tb ? j * ldb + p : p * ldb + j))];
+          sum += x * y;
+          mag += std::abs(x * y);
+        }
+        const double got = out[static_cast<size_t>((q * c.m + i) * c.n + j)];
+        // A float sum of k terms is off by at most about k * eps * sum |terms|.
+        if (!(std::abs(got - sum) <= 2.0 * static_cast<double>(c.k) * eps * mag + 1e-30) && bad++ < 5)
+          ADD_FAILURE() << "C[" << q << "][" << i << "][" << j << "] = " << got << ", the loop says " << sum;
+      }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(HostGemm, MatchesATripleLoop) {
+  // The seed step's shapes (libxsmm for the f32 ones with B not transposed)
+  // and larger ones (OpenBLAS), each with every transpose.
+  const Case shapes[] = {
+      {1, 64, 128, 128, false, false, 0}, {16, 16, 32, 16, false, false, 0}, {16, 16, 16, 32, false, false, 0},
+      {1, 128, 256, 64, false, false, 0}, {3, 5, 7, 3, false, false, 2},    {2, 1, 9, 4, false, false, 1},
+      {1, 300, 257, 190, false, false, 0}, {2, 96, 130, 530, false, false, 3}, {1, 1, 1, 1, false, false, 0},
+  };
+  bool any_xsmm = false, any_blas = false;
+  for (Case c : shapes)
+    for (int t = 0; t < 4; ++t) {
+      c.ta = t & 1;
+      c.tb = (t >> 1) & 1;
+      bool xsmm = false;
+      check<float>(c, &xsmm);
+      (xsmm ? any_xsmm : any_blas) = true;
+      check<double>(c, &xsmm);
+    }
+  EXPECT_TRUE(any_blas);
+  if (!host::gemm_info().xsmm_isa.empty()) {
+    EXPECT_TRUE(any_xsmm) << host::gemm_info().line;
+  }
+}
+
+// The same through the interpreter: attention-like batched dot_generals with
+// transposed operands, the planned path end to end.
+TEST(HostGemm, DotGeneralInTheInterpreter) {
+  struct D {
+    Shape lhs, rhs;
+    std::vector<int64_t> lb, rb, lc, rc;
+  };
+  const D cases[] = {
+      {{4, 4, 16, 32}, {4, 4, 16, 32}, {0, 1}, {0, 1}, {3}, {3}},  // scores: rhs transposed
+      {{4, 4, 16, 16}, {4, 4, 16, 32}, {0, 1}, {0, 1}, {3}, {2}},  // values
+      {{4, 4, 16, 16}, {4, 4, 16, 32}, {0, 1}, {0, 1}, {2}, {2}},  // lhs transposed
+      {{4, 16, 128}, {4, 16, 256}, {}, {}, {0, 1}, {0, 1}},        // weight gradient: [128,256]
+      {{4, 16, 256}, {128, 256}, {}, {}, {2}, {1}},                // input gradient through W^T
+  };
+  for (const D& d : cases) {
+    Program p;
+    const int l = p.add_input("l", Type{DType::f32, d.lhs}), r = p.add_input("r", Type{DType::f32, d.rhs});
+    Attrs at;
+    at.lhs_batch = d.lb;
+    at.rhs_batch = d.rb;
+    at.lhs_contract = d.lc;
+    at.rhs_contract = d.rc;
+    p.add_output("o", p.add_eqn(Op::dot_general, {l, r}, at));
+    Array lv(Type{DType::f32, d.lhs}), rv(Type{DType::f32, d.rhs});
+    for (int64_t i = 0; i < lv.numel(); ++i) lv.set(i, static_cast<double>((i * 37) % 101 - 50) / 50.0);
+    for (int64_t i = 0; i < rv.numel(); ++i) rv.set(i, static_cast<double>((i * 53) % 97 - 48) / 48.0);
+    host::Interpreter it(p);
+    std::vector<Array> out;
+    it.run({&lv, &rv}, out);
+    // Reference: batch, lhs free, rhs free, each as one index (row-major).
+    const Shape& ls = d.lhs;
+    const Shape& rs = d.rhs;
+    auto prod = [](const Shape& s, const std::vector<int64_t>& axes) {
+      int64_t n = 1;
+      for (int64_t a : axes) n *= s[static_cast<size_t>(a)];
+      return n;
+    };
+    std::vector<int64_t> lf, rf;
+    for (int64_t a = 0; a < static_cast<int64_t>(ls.size()); ++a)
+      if (std::find(d.lb.begin(), d.lb.end(), a) == d.lb.end() && std::find(d.lc.begin(), d.lc.end(), a) == d.lc.end())
+        lf.push_back(a);
+    for (int64_t a = 0; a < static_cast<int64_t>(rs.size()); ++a)
+      if (std::find(d.rb.begin(), d.rb.end(), a) == d.rb.end() && std::find(d.rc.begin(), d.rc.end(), a) == d.rc.end())
+        rf.push_back(a);
+    const int64_t B = prod(ls, d.lb), M = prod(ls, lf), N = prod(rs, rf), K = prod(ls, d.lc);
+    ASSERT_EQ(out[0].numel(), B * M * N);
+    auto strides = [](const Shape& s) {
+      std::vector<int64_t> st(s.size(), 1);
+      for (size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
+      return st;
+    };
+    const std::vector<int64_t> lst = strides(ls), rst = strides(rs);
+    // Offset of flat index v over these axes (row-major over them).
+    auto offset = [](int64_t v, const Shape& s, const std::vector<int64_t>& st, const std::vector<int64_t>& axes) {
+      int64_t o = 0;
+      for (size_t i = axes.size(); i-- > 0;) {
+        const int64_t a = axes[i], n = s[static_cast<size_t>(a)];
+        o += (v % n) * st[static_cast<size_t>(a)];
+        v /= n;
+      }
+      return o;
+    };
+    int bad = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double sum = 0, mag = 0;
+          for (int64_t q = 0; q < K; ++q) {
+            const double x = lv.get(offset(b, ls, lst, d.lb) + offset(i, ls, lst, lf) + offset(q, ls, lst, d.lc));
+            const double y = rv.get(offset(b, rs, rst, d.rb) + offset(j, rs, rst, rf) + offset(q, rs, rst, d.rc));
+            sum += x * y;
+            mag += std::abs(x * y);
+          }
+          const double got = out[0].get((b * M + i) * N + j);
+          if (!(std::abs(got - sum) <= 2.0 * static_cast<double>(K) * 1.2e-7 * mag + 1e-30) && bad++ < 5)
+            ADD_FAILURE() << "case lhs rank " << ls.size() << ": [" << b << "," << i << "," << j << "] = " << got
+                          << ", the loop says " << sum;
+        }
+    EXPECT_EQ(bad, 0);
+  }
+}
