@@ -10,6 +10,13 @@ namespace {
 
 using trace_detail::tracer_of;
 
+// g++ 12 warns -Wrestrict on the string concatenation of the error message
+// below: a false positive of its std::string inlining (GCC bug 105329), so it
+// is silenced for this one function only.
+#pragma GCC diagnostic push
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
 // NumPy result shape of several operands (trailing alignment, 1 stretches).
 Shape broadcast_shapes(const char* what, const std::vector<Tensor>& ts) {
   size_t rank = 0;
@@ -29,6 +36,7 @@ Shape broadcast_shapes(const char* what, const std::vector<Tensor>& ts) {
   }
   return out;
 }
+#pragma GCC diagnostic pop
 
 void require_same_dtype(const char* what, const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype())

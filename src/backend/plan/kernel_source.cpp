@@ -176,7 +176,12 @@ class Emitter {
   bool member(int x) const { return member_.count(x) != 0; }
   bool full(int x) const { return p_.type(x).numel() == g_->numel; }
   // a member's register: v<id> for full members, s<id> for the others
+#pragma GCC diagnostic push
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wrestrict"  // g++ 12 false positive in std::string's inlining (GCC bug 105329)
+#endif
   std::string reg(int x) const { return (full(x) ? "v" : "s") + std::to_string(x); }
+#pragma GCC diagnostic pop
   // Loads of one scope are emitted once each; a new scope forgets them.
   void new_scope() { loaded_.clear(); }
 
@@ -415,6 +420,10 @@ KernelSource loop_kernel_source(const Fused& f, int index) {
 // A wave: the kernels of its groups as __device__ functions that take their
 // block index and block count as arguments, and one kernel that gives each
 // its own range of blocks.
+#pragma GCC diagnostic push
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wrestrict"  // g++ 12 false positive in std::string's inlining (GCC bug 105329)
+#endif
 KernelSource wave_kernel_source(const Fused& f, int wave) {
   const std::vector<int>& groups = f.waves.at(static_cast<size_t>(wave));
   KernelSource k;
@@ -461,6 +470,7 @@ KernelSource wave_kernel_source(const Fused& f, int wave) {
   k.code = s.str();
   return k;
 }
+#pragma GCC diagnostic pop
 
 // A row group: a warp per row; for each level of reductions one pass over the
 // row's C elements (the lanes stride it), the accumulators combined across the
