@@ -43,3 +43,15 @@ void check_quotes(const std::string& doc_path) {
 }  // namespace
 
 TEST(Docs, CaseStudyQuotesTheRealCode) { check_quotes("docs/case-study.md"); }
+TEST(Docs, ApiGuideQuotesTheRealCode) { check_quotes("docs/api.md"); }
+// The README shows examples/own_model/main.cpp in full.
+TEST(Docs, ReadmeShowsTheOwnModelExampleInFull) {
+  check_quotes("README.md");
+  const std::string doc = slurp(source_dir() + "/README.md");
+  const std::string tag = "<!-- quote: examples/own_model/main.cpp -->";
+  const size_t at = doc.find(tag);
+  ASSERT_NE(at, std::string::npos) << "README.md does not quote " << tag;
+  const size_t body = doc.find('\n', doc.find("```", at)) + 1;
+  const std::string block = doc.substr(body, doc.find("\n```", body) - body + 1);
+  EXPECT_EQ(block, slurp(source_dir() + "/examples/own_model/main.cpp")) << "README.md shows only part of the example";
+}

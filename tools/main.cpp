@@ -12,6 +12,7 @@
 #include <set>
 
 #include "capstep/ir.h"
+#include "capstep/version.h"
 #include "commands.h"
 
 namespace capstep::cli {

@@ -22,6 +22,7 @@
 
 #include "capstep/ir.h"
 #include "capstep/safetensors.h"
+#include "capstep/version.h"   // CAPSTEP_VERSION
 
 namespace capstep {
 

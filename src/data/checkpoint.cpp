@@ -9,10 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "capstep/checkpoint.h"
-
-#ifndef CAPSTEP_VERSION
-#define CAPSTEP_VERSION "unknown"
-#endif
+#include "capstep/version.h"
 
 namespace capstep {
 namespace {
