@@ -187,6 +187,33 @@ bool is_png(const std::string& bytes) { return bytes.size() > 8 && bytes.compare
 // 1.9, is far under the corpus's unigram entropy (2.95 nats) and near its
 // entropy given the previous character (1.70): the model has learned which
 // letter follows which.
+// Issue 15, item 2: --warmup-steps and --schedule cosine reach the loop, and
+// the CSV's lr column holds the closed form of every step.
+TEST(Cli, TrainWarmupCosineScheduleInTheCsv) {
+  NEED_BINARY();
+  TempDir d;
+  const std::string csv = d.file("lr.csv");
+  const Outcome t = run({"train", "--steps", "8", "--lane", "host", "--d-model", "16", "--heads", "2", "--d-ff", "32",
+                         "--batch", "2", "--seq", "8", "--lr", "0.002", "--warmup-steps", "3", "--schedule", "cosine",
+                         "--min-lr", "0.0002", "--log", csv});
+  ASSERT_EQ(t.code, 0) << t.out << t.err;
+  EXPECT_NE(t.out.find("warmup 3 steps, cosine to 0.0002 at step 8"), std::string::npos) << t.out;
+  const std::vector<std::string> rows = lines_of(slurp(csv));
+  ASSERT_EQ(rows.size(), 9u);
+  EXPECT_EQ(rows[0], "step,loss,elapsed_s,tokens_per_s,lr");
+  for (size_t k = 1; k < rows.size(); ++k) {
+    long step = -1;
+    double l = NAN, e = NAN, tps = NAN, lr = NAN;
+    ASSERT_EQ(std::sscanf(rows[k].c_str(), "%ld,%lf,%lf,%lf,%lf", &step, &l, &e, &tps, &lr), 5) << rows[k];
+    const double want = k <= 3 ? 0.002 * static_cast<double>(k) / 3
+                               : 0.0002 + 0.0018 * 0.5 * (1 + std::cos(M_PI * static_cast<double>(k - 3) / 5));
+    EXPECT_NEAR(lr, want, want * 1e-8) << rows[k];   // 9 significant digits in the CSV
+  }
+  // A schedule the CLI does not know is a usage error.
+  EXPECT_EQ(run({"train", "--steps", "2", "--schedule", "linear"}).code, 2);
+  EXPECT_EQ(run({"train", "--steps", "2", "--lr", "0.001", "--min-lr", "0.01", "--schedule", "cosine"}).code, 2);
+}
+
 TEST(Cli, TrainSaveLogPlotThenSample) {
   NEED_BINARY();
   TempDir d;
@@ -206,7 +233,7 @@ TEST(Cli, TrainSaveLogPlotThenSample) {
   // The CSV: a header and one row per step, steps 1..200 in order.
   const std::vector<std::string> rows = lines_of(slurp(csv));
   ASSERT_EQ(rows.size(), 201u);
-  EXPECT_EQ(rows[0], "step,loss,elapsed_s,tokens_per_s");
+  EXPECT_EQ(rows[0], "step,loss,elapsed_s,tokens_per_s,lr");
   std::vector<double> loss;
   for (size_t k = 1; k < rows.size(); ++k) {
     long step = -1;

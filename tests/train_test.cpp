@@ -106,6 +106,93 @@ TEST(Train, ResumedLossesAreBitIdenticalToAnUninterruptedRun) {
   }
 }
 
+// Issue 15, item 2: warmup and cosine, the closed form at chosen steps.
+TEST(Schedule, LrAtChosenStepsEqualsTheClosedForm) {
+  train::LrSchedule s;
+  s.warmup_steps = 10;
+  // Constant after a warmup: lr * step / W, then lr.
+  EXPECT_DOUBLE_EQ(train::scheduled_lr(s, 1e-3, 1, 100), 1e-4);
+  EXPECT_DOUBLE_EQ(train::scheduled_lr(s, 1e-3, 5, 100), 5e-4);
+  EXPECT_DOUBLE_EQ(train::scheduled_lr(s, 1e-3, 10, 100), 1e-3);
+  EXPECT_DOUBLE_EQ(train::scheduled_lr(s, 1e-3, 11, 100), 1e-3);
+  EXPECT_DOUBLE_EQ(train::scheduled_lr(s, 1e-3, 100, 100), 1e-3);
+  // Cosine from lr at the end of the warmup to min_lr at the last step.
+  s.kind = train::Schedule::cosine;
+  s.min_lr = 1e-4;
+  EXPECT_DOUBLE_EQ(train::scheduled_lr(s, 1e-3, 10, 110), 1e-3);
+  EXPECT_NEAR(train::scheduled_lr(s, 1e-3, 60, 110), 5.5e-4, 1e-15);             // t = 1/2: the midpoint
+  EXPECT_NEAR(train::scheduled_lr(s, 1e-3, 35, 110), 1e-4 + 9e-4 * 0.5 * (1 + std::cos(M_PI / 4)), 1e-15);
+  EXPECT_DOUBLE_EQ(train::scheduled_lr(s, 1e-3, 110, 110), 1e-4);
+  // No warmup: step 1 already decays a little.
+  s.warmup_steps = 0;
+  EXPECT_NEAR(train::scheduled_lr(s, 1e-3, 1, 3), 1e-4 + 9e-4 * 0.5 * (1 + std::cos(M_PI / 3)), 1e-15);
+  EXPECT_EQ(train::parse_schedule("cosine"), train::Schedule::cosine);
+  EXPECT_NE(error_of([] { train::parse_schedule("linear"); }).find("constant, cosine"), std::string::npos);
+  // Out of range is refused by name.
+  train::Options o = small_options();
+  o.schedule.min_lr = 2 * o.adamw.lr;
+  EXPECT_NE(error_of([&] { o.validate(); }).find("min-lr"), std::string::npos);
+  o = small_options();
+  o.schedule.warmup_steps = -1;
+  EXPECT_NE(error_of([&] { o.validate(); }).find("warmup-steps"), std::string::npos);
+}
+
+// The loop uses the schedule (StepInfo::lr, and the losses differ from a
+// constant lr after step 1) and a run resumed mid-warmup, then mid-cosine,
+// continues bit for bit.
+TEST(Schedule, ResumeMidWarmupAndMidCosineIsBitIdentical) {
+  TempDir d;
+  auto opts = [&](int64_t steps) {
+    train::Options o = small_options();
+    o.steps = steps;
+    o.schedule = {train::Schedule::cosine, 4, 1e-4};
+    return o;
+  };
+  train::Options whole = opts(12);
+  std::vector<double> lrs;
+  whole.on_step = [&](const train::StepInfo& s) { lrs.push_back(s.lr); };
+  whole.save_path = d.file("whole.safetensors");
+  const train::Result a = train::train(whole);
+  ASSERT_EQ(a.losses.size(), 12u);
+  ASSERT_EQ(lrs.size(), 12u);
+  for (int64_t k = 1; k <= 12; ++k)
+    EXPECT_EQ(lrs[static_cast<size_t>(k - 1)], train::scheduled_lr(whole.schedule, whole.adamw.lr, k, 12)) << k;
+  EXPECT_DOUBLE_EQ(lrs[0], whole.adamw.lr / 4);
+  EXPECT_DOUBLE_EQ(lrs[11], 1e-4);
+
+  // Unscheduled: the same first loss (before any update), different later ones.
+  train::Options flat = small_options();
+  flat.steps = 3;
+  const train::Result f = train::train(flat);
+  EXPECT_TRUE(same_bits(f.losses[0], a.losses[0]));
+  EXPECT_FALSE(same_bits(f.losses[2], a.losses[2]));
+
+  // 12 steps as 1..2 (mid-warmup), 3..7 (into the cosine), 8..12.
+  std::vector<double> pieced;
+  std::string from;
+  for (int64_t end : {2, 7, 12}) {
+    train::Options o = opts(12);
+    o.steps = end;
+    o.resume_path = from;
+    o.save_path = d.file("part" + std::to_string(end) + ".safetensors");
+    // The cosine horizon is the run's end: resume with the same --steps. So
+    // the parts stop early through should_stop rather than a smaller `steps`.
+    o.steps = 12;
+    int64_t at = 0;
+    o.on_step = [&](const train::StepInfo& s) { at = s.step; };
+    o.should_stop = [&] { return at >= end; };
+    const train::Result r = train::train(o);
+    pieced.insert(pieced.end(), r.losses.begin(), r.losses.end());
+    from = o.save_path;
+  }
+  ASSERT_EQ(pieced.size(), 12u);
+  for (size_t k = 0; k < 12; ++k)
+    EXPECT_TRUE(same_bits(a.losses[k], pieced[k])) << "step " << k + 1 << ": " << a.losses[k] << " vs " << pieced[k];
+  const Checkpoint x = load_checkpoint(whole.save_path), y = load_checkpoint(from);
+  ASSERT_EQ(y.step, 12u);
+  for (size_t j = 0; j < x.params.size(); ++j) EXPECT_TRUE(x.params[j].array.bit_equal(y.params[j].array)) << x.params[j].name;
+}
+
 TEST(Train, CheckpointHoldsOneAdamWStepComputedIndependently) {
   TempDir d;
   train::Options o = small_options();

@@ -48,11 +48,11 @@ void on_sigint(int) {
 }
 
 void write_csv(const std::string& path, const std::vector<train::StepInfo>& steps) {
-  std::string text = "step,loss,elapsed_s,tokens_per_s\n";
+  std::string text = "step,loss,elapsed_s,tokens_per_s,lr\n";
   char buf[128];
   for (const train::StepInfo& s : steps) {
-    std::snprintf(buf, sizeof buf, "%lld,%.9g,%.6f,%.1f\n", static_cast<long long>(s.step), s.loss, s.elapsed_s,
-                  s.tokens_per_s);
+    std::snprintf(buf, sizeof buf, "%lld,%.9g,%.6f,%.1f,%.9g\n", static_cast<long long>(s.step), s.loss, s.elapsed_s,
+                  s.tokens_per_s, s.lr);
     text += buf;
   }
   write_file_atomically(path, text);
@@ -108,9 +108,13 @@ int run_train(TrainArgs a) {
   signal(SIGINT, on_sigint);
 
   std::printf("%s\n", o.model.describe().c_str());
-  std::printf("lane %s; text: %s; seed %llu; lr %g\n", train::lane_name(o.lane),
+  std::printf("lane %s; text: %s; seed %llu; lr %g", train::lane_name(o.lane),
               o.text_path.empty() ? "the built-in corpus" : o.text_path.c_str(), static_cast<unsigned long long>(o.seed),
               o.adamw.lr);
+  if (o.schedule.warmup_steps > 0) std::printf(", warmup %lld steps", static_cast<long long>(o.schedule.warmup_steps));
+  if (o.schedule.kind == train::Schedule::cosine) std::printf(", cosine to %g at step %lld", o.schedule.min_lr,
+                                                               static_cast<long long>(o.steps));
+  std::printf("\n");
   std::fflush(stdout);
   const train::Result r = train::train(o);
   progress.finish();

@@ -97,7 +97,15 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(kSeed)->each([&](const std::string&) { ta.seed_given = true; });
   train->add_option("--lr", ta.opts.adamw.lr, "AdamW learning rate")
       ->capture_default_str()->check(kPositiveFinite)->each([&](const std::string&) { ta.lr_given = true; });
-  train->add_option("--log", ta.log_csv, "write the loss of every step to this CSV file");
+  train->add_option("--warmup-steps", ta.opts.schedule.warmup_steps, "raise the lr linearly from 0 over the first W steps")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{100000000}));
+  train->add_option_function<std::string>(
+           "--schedule", [&](const std::string& s) { ta.opts.schedule.kind = capstep::train::parse_schedule(s); },
+           "lr after the warmup: constant, or cosine (down to --min-lr at the last step, --steps); default constant")
+      ->check(CLI::IsMember({"constant", "cosine"}));
+  train->add_option("--min-lr", ta.opts.schedule.min_lr, "the lr the cosine schedule ends at (at most --lr)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e30));
+  train->add_option("--log", ta.log_csv, "write the loss and lr of every step to this CSV file");
   train->add_option("--plot", ta.plot, "draw the loss curve into this .svg or .png file (with gnuplot)");
   train->add_option("--print-every", ta.print_every, "without a terminal: a log line every N steps (default: about 20 a run)")
       ->check(CLI::Range(int64_t{1}, int64_t{100000000}));

@@ -47,9 +47,29 @@ struct StepInfo {
   int64_t first_step = 0;      // the first step of this run
   int64_t last_step = 0;       // the step this run ends at (Options::steps)
   double loss = 0;             // loss of this step's batch, before the update
+  double lr = 0;               // the learning rate this step's update used (the schedule's)
   double tokens_per_s = 0;     // this run so far: batch*seq*(steps done)/elapsed
   double elapsed_s = 0;        // since this run's first step began
 };
+
+// Learning-rate schedule, computed on the host each step; the lr enters the
+// step as a scalar input (AdamWScalars::lr), so a schedule recompiles nothing.
+//   warmup: steps 1..W take lr * step / W (linear from 0; step W takes lr);
+//   then constant: lr; or cosine: min_lr + (lr - min_lr) * (1 + cos(pi * t)) / 2
+//   with t = (step - W) / (steps - W), so the last step (Options::steps) takes min_lr.
+// A pure function of the step number: a resumed run with the same options
+// continues the schedule at the saved step.
+enum class Schedule { constant, cosine };
+const char* schedule_name(Schedule s);             // "constant", "cosine"
+Schedule parse_schedule(const std::string& s);     // Error naming the allowed values
+
+struct LrSchedule {
+  Schedule kind = Schedule::constant;
+  int64_t warmup_steps = 0;
+  double min_lr = 0;                     // cosine only: the lr of the last step
+};
+// The lr of `step` (from 1) for peak lr `lr` in a run ending at `steps`.
+double scheduled_lr(const LrSchedule& s, double lr, int64_t step, int64_t steps);
 
 struct Options {
   nn::LmConfig model;                    // the seed's model by default
@@ -57,6 +77,7 @@ struct Options {
   // too high to train far (mean loss of steps 2501-3000, seed 1: 1e-2 2.13,
   // 3e-3 1.25, 1e-3 0.70). Betas 0.9/0.999, eps 1e-8, weight decay 0.01 as in the seed.
   optim::AdamW adamw{.lr = 1e-3};
+  LrSchedule schedule;                   // constant lr, no warmup by default
   int64_t steps = 1000;                  // train until this step count (see above)
   uint64_t seed = 1;                     // initial parameters and batch order
   Lane lane = Lane::host;

@@ -1,4 +1,5 @@
 // Lane names and the range checks of train::Options and SampleOptions.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -15,6 +16,25 @@ const char* lane_name(Lane l) {
   return "?";
 }
 
+const char* schedule_name(Schedule s) { return s == Schedule::cosine ? "cosine" : "constant"; }
+
+Schedule parse_schedule(const std::string& s) {
+  for (Schedule k : {Schedule::constant, Schedule::cosine})
+    if (s == schedule_name(k)) return k;
+  throw Error("unknown schedule '" + s + "'; the schedules are constant, cosine");
+}
+
+double scheduled_lr(const LrSchedule& s, double lr, int64_t step, int64_t steps) {
+  if (step < 1) throw Error("the schedule counts steps from 1, got " + std::to_string(step));
+  if (s.warmup_steps > 0 && step <= s.warmup_steps)
+    return lr * static_cast<double>(step) / static_cast<double>(s.warmup_steps);
+  if (s.kind == Schedule::constant) return lr;
+  const int64_t span = steps - s.warmup_steps;
+  if (span <= 0) return lr;
+  const double t = std::min(1.0, static_cast<double>(step - s.warmup_steps) / static_cast<double>(span));
+  return s.min_lr + (lr - s.min_lr) * 0.5 * (1.0 + std::cos(M_PI * t));
+}
+
 Lane parse_lane(const std::string& s) {
   for (Lane l : {Lane::host, Lane::gpu, Lane::gpu_fused})
     if (s == lane_name(l)) return l;
@@ -28,6 +48,10 @@ void Options::validate() const {
     throw Error("the model's vocabulary must be the tokenizer's 64 symbols, got " + std::to_string(model.vocab));
   if (steps < 1 || steps > 100000000) throw Error("steps must be in [1, 100000000], got " + std::to_string(steps));
   if (save_every < 0) throw Error("save-every must be >= 0 (0: only at the end), got " + std::to_string(save_every));
+  if (schedule.warmup_steps < 0 || schedule.warmup_steps > 100000000)
+    throw Error("warmup-steps must be in [0, 100000000], got " + std::to_string(schedule.warmup_steps));
+  if (!std::isfinite(schedule.min_lr) || schedule.min_lr < 0 || schedule.min_lr > adamw.lr)
+    throw Error("min-lr must be in [0, lr " + std::to_string(adamw.lr) + "], got " + std::to_string(schedule.min_lr));
   if (save_every > 0 && save_path.empty()) throw Error("save-every needs a checkpoint path to save to");
 }
 

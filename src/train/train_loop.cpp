@@ -160,7 +160,8 @@ Result train(const Options& o) {
   for (int64_t step = first; step <= o.steps; ++step) {
     batches.fill(batches.position(), tokens, targets);
     batches.set_position(batches.position() + 1);
-    const float loss = stepper->step(tokens, targets, optim::adamw_scalars(o.adamw, step));
+    const double lr = scheduled_lr(o.schedule, o.adamw.lr, step, o.steps);
+    const float loss = stepper->step(tokens, targets, optim::adamw_scalars(o.adamw, step, lr));
     if (!std::isfinite(loss)) {
       std::ostringstream m;
       m << "step " << step << ": the loss is " << (std::isnan(loss) ? "NaN" : loss > 0 ? "+infinity" : "-infinity")
@@ -176,6 +177,7 @@ Result train(const Options& o) {
     r.last_step = step;
     info.step = step;
     info.loss = loss;
+    info.lr = lr;
     info.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
     info.tokens_per_s = info.elapsed_s > 0 ? tokens_per_step * static_cast<double>(step - first + 1) / info.elapsed_s : 0;
     if (o.on_step) o.on_step(info);
