@@ -214,6 +214,27 @@ TEST(Cli, TrainWarmupCosineScheduleInTheCsv) {
   EXPECT_EQ(run({"train", "--steps", "2", "--lr", "0.001", "--min-lr", "0.01", "--schedule", "cosine"}).code, 2);
 }
 
+// Issue 15, item 3: --clip-grad-norm adds the norm of every step to the CSV.
+TEST(Cli, TrainClipGradNormLogsTheNorm) {
+  NEED_BINARY();
+  TempDir d;
+  const std::string csv = d.file("clip.csv");
+  const Outcome t = run({"train", "--steps", "4", "--lane", "host", "--d-model", "16", "--heads", "2", "--d-ff", "32",
+                         "--batch", "2", "--seq", "8", "--clip-grad-norm", "0.5", "--log", csv});
+  ASSERT_EQ(t.code, 0) << t.out << t.err;
+  EXPECT_NE(t.out.find("gradients clipped to norm 0.5"), std::string::npos) << t.out;
+  const std::vector<std::string> rows = lines_of(slurp(csv));
+  ASSERT_EQ(rows.size(), 5u);
+  EXPECT_EQ(rows[0], "step,loss,elapsed_s,tokens_per_s,lr,grad_norm");
+  for (size_t k = 1; k < rows.size(); ++k) {
+    long step = -1;
+    double l = NAN, e = NAN, tps = NAN, lr = NAN, norm = NAN;
+    ASSERT_EQ(std::sscanf(rows[k].c_str(), "%ld,%lf,%lf,%lf,%lf,%lf", &step, &l, &e, &tps, &lr, &norm), 6) << rows[k];
+    EXPECT_TRUE(std::isfinite(norm) && norm > 0 && norm < 1e3) << rows[k];
+  }
+  EXPECT_EQ(run({"train", "--steps", "2", "--clip-grad-norm", "-1"}).code, 2);
+}
+
 TEST(Cli, TrainSaveLogPlotThenSample) {
   NEED_BINARY();
   TempDir d;

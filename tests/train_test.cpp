@@ -193,6 +193,55 @@ TEST(Schedule, ResumeMidWarmupAndMidCosineIsBitIdentical) {
   for (size_t j = 0; j < x.params.size(); ++j) EXPECT_TRUE(x.params[j].array.bit_equal(y.params[j].array)) << x.params[j].name;
 }
 
+// Issue 15, item 3 in the loop: a limit above every step's norm trains bit for
+// bit like no clipping (and reports the norm); a tight limit changes the run;
+// a clipped run resumes bit for bit.
+TEST(Clip, TrainingWithClippingAboveTheNormIsUnclippedAndResumes) {
+  TempDir d;
+  train::Options plain = small_options();
+  plain.steps = 6;
+  const train::Result a = train::train(plain);
+
+  train::Options loose = plain;
+  loose.clip_grad_norm = 1e6;
+  std::vector<double> norms;
+  loose.on_step = [&](const train::StepInfo& s) { norms.push_back(s.grad_norm); };
+  const train::Result b = train::train(loose);
+  ASSERT_EQ(b.losses.size(), 6u);
+  ASSERT_EQ(norms.size(), 6u);
+  for (size_t k = 0; k < 6; ++k) {
+    EXPECT_TRUE(same_bits(a.losses[k], b.losses[k])) << "step " << k + 1;
+    EXPECT_TRUE(std::isfinite(norms[k]) && norms[k] > 0 && norms[k] < 1e6) << norms[k];
+  }
+  // Unclipped runs report no norm.
+  double unclipped_norm = 0;
+  plain.on_step = [&](const train::StepInfo& s) { unclipped_norm = s.grad_norm; };
+  train::train(plain);
+  EXPECT_TRUE(std::isnan(unclipped_norm));
+
+  train::Options tight = plain;
+  tight.on_step = nullptr;
+  tight.clip_grad_norm = norms[0] / 10;
+  tight.save_path = d.file("tight.safetensors");
+  const train::Result c = train::train(tight);
+  EXPECT_TRUE(same_bits(a.losses[0], c.losses[0]));
+  EXPECT_FALSE(same_bits(a.losses[2], c.losses[2]));
+
+  train::Options half = tight;
+  half.steps = 3;
+  half.save_path = d.file("half.safetensors");
+  train::train(half);
+  train::Options rest = tight;
+  rest.resume_path = half.save_path;
+  rest.save_path = d.file("rest.safetensors");
+  const train::Result e = train::train(rest);
+  ASSERT_EQ(e.losses.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) EXPECT_TRUE(same_bits(c.losses[3 + k], e.losses[k])) << "step " << k + 4;
+  train::Options bad = small_options();
+  bad.clip_grad_norm = -1;
+  EXPECT_NE(error_of([&] { bad.validate(); }).find("clip-grad-norm"), std::string::npos);
+}
+
 TEST(Train, CheckpointHoldsOneAdamWStepComputedIndependently) {
   TempDir d;
   train::Options o = small_options();

@@ -47,13 +47,19 @@ void on_sigint(int) {
   signal(SIGINT, SIG_DFL);
 }
 
-void write_csv(const std::string& path, const std::vector<train::StepInfo>& steps) {
-  std::string text = "step,loss,elapsed_s,tokens_per_s,lr\n";
-  char buf[128];
+// With --clip-grad-norm a last column, grad_norm: the norm before clipping.
+void write_csv(const std::string& path, const std::vector<train::StepInfo>& steps, bool clipping) {
+  std::string text = clipping ? "step,loss,elapsed_s,tokens_per_s,lr,grad_norm\n" : "step,loss,elapsed_s,tokens_per_s,lr\n";
+  char buf[160];
   for (const train::StepInfo& s : steps) {
-    std::snprintf(buf, sizeof buf, "%lld,%.9g,%.6f,%.1f,%.9g\n", static_cast<long long>(s.step), s.loss, s.elapsed_s,
+    std::snprintf(buf, sizeof buf, "%lld,%.9g,%.6f,%.1f,%.9g", static_cast<long long>(s.step), s.loss, s.elapsed_s,
                   s.tokens_per_s, s.lr);
     text += buf;
+    if (clipping) {
+      std::snprintf(buf, sizeof buf, ",%.9g", s.grad_norm);
+      text += buf;
+    }
+    text += '\n';
   }
   write_file_atomically(path, text);
 }
@@ -114,6 +120,7 @@ int run_train(TrainArgs a) {
   if (o.schedule.warmup_steps > 0) std::printf(", warmup %lld steps", static_cast<long long>(o.schedule.warmup_steps));
   if (o.schedule.kind == train::Schedule::cosine) std::printf(", cosine to %g at step %lld", o.schedule.min_lr,
                                                                static_cast<long long>(o.steps));
+  if (o.clip_grad_norm > 0) std::printf(", gradients clipped to norm %g", o.clip_grad_norm);
   std::printf("\n");
   std::fflush(stdout);
   const train::Result r = train::train(o);
@@ -125,7 +132,7 @@ int run_train(TrainArgs a) {
                 r.seconds, rate_text(r.tokens_per_s).c_str(), r.losses.front(), r.losses.back());
   }
   if (!a.log_csv.empty()) {
-    write_csv(a.log_csv, log);
+    write_csv(a.log_csv, log, o.clip_grad_norm > 0);
     std::printf("loss log: %s (%zu rows)\n", a.log_csv.c_str(), log.size());
   }
   if (!a.plot.empty() && !log.empty()) {

@@ -105,6 +105,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"constant", "cosine"}));
   train->add_option("--min-lr", ta.opts.schedule.min_lr, "the lr the cosine schedule ends at (at most --lr)")
       ->capture_default_str()->check(CLI::Range(0.0, 1e30));
+  train->add_option("--clip-grad-norm", ta.opts.clip_grad_norm,
+                    "scale the gradients by min(1, C/norm), norm over all of them, inside the step (0: off)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e30));
   train->add_option("--log", ta.log_csv, "write the loss and lr of every step to this CSV file");
   train->add_option("--plot", ta.plot, "draw the loss curve into this .svg or .png file (with gnuplot)");
   train->add_option("--print-every", ta.print_every, "without a terminal: a log line every N steps (default: about 20 a run)")

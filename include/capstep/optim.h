@@ -56,4 +56,19 @@ extern const char* const kScalarNames[4];             // "adamw.lr", "adamw.bc1"
 // aliased to the inputs they replace.
 Program with_adamw(const Program& grad_program, const std::vector<std::string>& params, const AdamW& o);
 
+// ---- global gradient-norm clipping (issue 15) --------------------------------
+// A Program -> Program transform placed between value_and_grad and with_adamw:
+//   with_adamw(clip_grad_norm(value_and_grad(loss, params), params), params, o)
+// Appends ||g|| = sqrt(sum over params, in order, of sum(grad.p * grad.p)) as
+// the output "grad_norm", and replaces every "grad.<p>" by
+//   select(||g|| > C, grad.p * (C / ||g||), grad.p)
+// i.e. scales by min(1, C/||g||), with C the f32[] scalar input
+// "clip.max_norm" (never baked in). When ||g|| <= C the gradients pass through
+// bit for bit. Inputs: grad_program's, then "clip.max_norm". Outputs:
+// grad_program's in their places, then "grad_norm" (the norm before clipping);
+// grad_program's aliases are kept. Error for a missing, repeated or non-f32 gradient.
+extern const char* const kClipMaxNormName;            // "clip.max_norm"
+extern const char* const kGradNormName;               // "grad_norm"
+Program clip_grad_norm(const Program& grad_program, const std::vector<std::string>& params);
+
 }  // namespace capstep::optim

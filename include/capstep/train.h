@@ -26,6 +26,7 @@
 // host its losses are bit-identical to steps 7..12 of an uninterrupted run.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -48,6 +49,7 @@ struct StepInfo {
   int64_t last_step = 0;       // the step this run ends at (Options::steps)
   double loss = 0;             // loss of this step's batch, before the update
   double lr = 0;               // the learning rate this step's update used (the schedule's)
+  double grad_norm = NAN;      // with clip_grad_norm: the global gradient norm before clipping
   double tokens_per_s = 0;     // this run so far: batch*seq*(steps done)/elapsed
   double elapsed_s = 0;        // since this run's first step began
 };
@@ -78,6 +80,9 @@ struct Options {
   // 3e-3 1.25, 1e-3 0.70). Betas 0.9/0.999, eps 1e-8, weight decay 0.01 as in the seed.
   optim::AdamW adamw{.lr = 1e-3};
   LrSchedule schedule;                   // constant lr, no warmup by default
+  // > 0: scale all gradients by min(1, C/||g||) inside the step program
+  // (optim::clip_grad_norm), with ||g|| their global norm; 0: no clipping.
+  double clip_grad_norm = 0;
   int64_t steps = 1000;                  // train until this step count (see above)
   uint64_t seed = 1;                     // initial parameters and batch order
   Lane lane = Lane::host;

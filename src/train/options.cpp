@@ -52,6 +52,8 @@ void Options::validate() const {
     throw Error("warmup-steps must be in [0, 100000000], got " + std::to_string(schedule.warmup_steps));
   if (!std::isfinite(schedule.min_lr) || schedule.min_lr < 0 || schedule.min_lr > adamw.lr)
     throw Error("min-lr must be in [0, lr " + std::to_string(adamw.lr) + "], got " + std::to_string(schedule.min_lr));
+  if (!std::isfinite(clip_grad_norm) || clip_grad_norm < 0 || clip_grad_norm > 1e30)
+    throw Error("clip-grad-norm must be in [0, 1e30] (0: no clipping), got " + std::to_string(clip_grad_norm));
   if (save_every > 0 && save_path.empty()) throw Error("save-every needs a checkpoint path to save to");
 }
 

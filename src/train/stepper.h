@@ -29,12 +29,17 @@ class Stepper {
   // The current parameters and moments, into c.params / c.adam_m / c.adam_v
   // (reusing their arrays when the names are already there).
   virtual void state(Checkpoint& c) = 0;
+  // The global gradient norm of the last step (before clipping) when the
+  // program clips (optim::clip_grad_norm: output "grad_norm"), else NaN.
+  virtual double grad_norm() const = 0;
 };
 
-// grad: value_and_grad of the loss program over every parameter.
-std::unique_ptr<Stepper> host_stepper(const Program& grad, const optim::AdamW& o, State s);
-std::unique_ptr<Stepper> gpu_stepper(const Program& grad, const optim::AdamW& o, State s, bool tf32);
+// grad: value_and_grad of the loss program over every parameter, or that
+// program through optim::clip_grad_norm; then clip_max_norm feeds its
+// "clip.max_norm" input (once: it is the same every step).
+std::unique_ptr<Stepper> host_stepper(const Program& grad, const optim::AdamW& o, State s, float clip_max_norm);
+std::unique_ptr<Stepper> gpu_stepper(const Program& grad, const optim::AdamW& o, State s, bool tf32, float clip_max_norm);
 // fused: with_adamw(grad, ...).
-std::unique_ptr<Stepper> gpu_fused_stepper(const Program& fused, State s, bool tf32);
+std::unique_ptr<Stepper> gpu_fused_stepper(const Program& fused, State s, bool tf32, float clip_max_norm);
 
 }  // namespace capstep::train

@@ -22,9 +22,12 @@ void copy_state(const std::vector<std::string>& names, const std::vector<Array>&
 // point at the held parameters; outputs (loss, gradients) are reused.
 class HostStepper final : public Stepper {
  public:
-  HostStepper(const Program& grad, const optim::AdamW& o, State s)
+  HostStepper(const Program& grad, const optim::AdamW& o, State s, float clip)
       : interp_(grad), adamw_(o), s_(std::move(s)), ins_(grad.inputs.size()) {
     for (size_t j = 0; j < s_.params.size(); ++j) ins_[j] = &s_.params[j];
+    clip_.data<float>()[0] = clip;
+    if (const int c = grad.input_index(optim::kClipMaxNormName); c >= 0) ins_[static_cast<size_t>(c)] = &clip_;
+    norm_out_ = grad.output_index(optim::kGradNormName);
   }
   float step(const Array& tokens, const Array& targets, const optim::AdamWScalars& sc) override {
     const size_t n = s_.params.size();
@@ -32,6 +35,7 @@ class HostStepper final : public Stepper {
     ins_[n + 1] = &targets;
     interp_.run(ins_, outs_);
     const float loss = outs_[0].data<float>()[0];
+    if (norm_out_ >= 0) norm_ = outs_[static_cast<size_t>(norm_out_)].data<float>()[0];
     if (!std::isfinite(loss)) return loss;
     for (size_t j = 0; j < n; ++j) optim::adamw_update(adamw_, sc, s_.params[j], outs_[1 + j], s_.m[j], s_.v[j]);
     return loss;
@@ -41,6 +45,7 @@ class HostStepper final : public Stepper {
     copy_state(s_.names, s_.m, c.adam_m);
     copy_state(s_.names, s_.v, c.adam_v);
   }
+  double grad_norm() const override { return norm_; }
 
  private:
   host::Interpreter interp_;
@@ -48,16 +53,21 @@ class HostStepper final : public Stepper {
   State s_;
   std::vector<const Array*> ins_;
   std::vector<Array> outs_;
+  Array clip_{Type{DType::f32, {}}};
+  int norm_out_ = -1;
+  double norm_ = NAN;
 };
 
 // Lane 2: every parameter up, every gradient down, AdamW on the host. The
 // parameters live in ins_[0..n) so they need no copy into the input list.
 class GpuStepper final : public Stepper {
  public:
-  GpuStepper(const Program& grad, const optim::AdamW& o, State s, bool tf32)
+  GpuStepper(const Program& grad, const optim::AdamW& o, State s, bool tf32, float clip)
       : exe_(grad, {tf32, true}), adamw_(o), names_(std::move(s.names)), m_(std::move(s.m)), v_(std::move(s.v)) {
     ins_ = std::move(s.params);
     ins_.resize(grad.inputs.size());
+    if (const int c = grad.input_index(optim::kClipMaxNormName); c >= 0) ins_[static_cast<size_t>(c)] = Array::scalar(clip);
+    norm_out_ = grad.output_index(optim::kGradNormName);
   }
   float step(const Array& tokens, const Array& targets, const optim::AdamWScalars& sc) override {
     const size_t n = m_.size();
@@ -65,6 +75,7 @@ class GpuStepper final : public Stepper {
     ins_[n + 1] = targets;
     std::vector<Array> outs = exe_.run(ins_);
     const float loss = static_cast<float>(outs[0].get(0));
+    if (norm_out_ >= 0) norm_ = outs[static_cast<size_t>(norm_out_)].get(0);
     if (!std::isfinite(loss)) return loss;
     for (size_t j = 0; j < n; ++j) optim::adamw_update(adamw_, sc, ins_[j], outs[1 + j], m_[j], v_[j]);
     return loss;
@@ -75,19 +86,22 @@ class GpuStepper final : public Stepper {
     copy_state(names_, m_, c.adam_m);
     copy_state(names_, v_, c.adam_v);
   }
+  double grad_norm() const override { return norm_; }
 
  private:
   cuda::Executable exe_;
   optim::AdamW adamw_;
   std::vector<std::string> names_;
   std::vector<Array> ins_, m_, v_;
+  int norm_out_ = -1;
+  double norm_ = NAN;
 };
 
 // Lane 3: parameters and moments go up once and stay on the device; each step
 // moves the batch, the four scalars and the loss.
 class GpuFusedStepper final : public Stepper {
  public:
-  GpuFusedStepper(const Program& fused, State s, bool tf32)
+  GpuFusedStepper(const Program& fused, State s, bool tf32, float clip)
       : exe_(fused, {tf32, true}), names_(std::move(s.names)), n_(static_cast<int>(names_.size())) {
     for (int j = 0; j < n_; ++j) {
       exe_.upload(j, s.params[static_cast<size_t>(j)]);
@@ -100,6 +114,9 @@ class GpuFusedStepper final : public Stepper {
     loss_out_ = fused.output_index("loss");
     if (tok_ < 0 || tgt_ < 0 || loss_out_ < 0 || sc_[0] < 0 || sc_[1] < 0 || sc_[2] < 0 || sc_[3] < 0)
       throw Error("the fused program lacks tokens, targets, loss or an AdamW scalar");
+    // The clipping limit goes up once and stays; the norm comes down each step.
+    if (const int c = fused.input_index(optim::kClipMaxNormName); c >= 0) exe_.upload(c, Array::scalar(clip));
+    norm_out_ = fused.output_index(optim::kGradNormName);
   }
   float step(const Array& tokens, const Array& targets, const optim::AdamWScalars& sc) override {
     exe_.upload(tok_, tokens);
@@ -111,8 +128,13 @@ class GpuFusedStepper final : public Stepper {
     }
     exe_.step();
     exe_.download_output(loss_out_, loss_);
+    if (norm_out_ >= 0) {
+      exe_.download_output(norm_out_, norm_arr_);
+      norm_ = norm_arr_.data<float>()[0];
+    }
     return loss_.data<float>()[0];
   }
+  double grad_norm() const override { return norm_; }
   void state(Checkpoint& c) override {
     std::vector<NamedArray>* groups[3] = {&c.params, &c.adam_m, &c.adam_v};
     for (int g = 0; g < 3; ++g) {
@@ -132,19 +154,21 @@ class GpuFusedStepper final : public Stepper {
   std::vector<std::string> names_;
   int n_;
   int tok_ = -1, tgt_ = -1, sc_[4] = {-1, -1, -1, -1}, loss_out_ = -1;
-  Array scalar_{Type{DType::f32, {}}}, loss_{Type{DType::f32, {}}};
+  Array scalar_{Type{DType::f32, {}}}, loss_{Type{DType::f32, {}}}, norm_arr_{Type{DType::f32, {}}};
+  int norm_out_ = -1;
+  double norm_ = NAN;
 };
 
 }  // namespace
 
-std::unique_ptr<Stepper> host_stepper(const Program& grad, const optim::AdamW& o, State s) {
-  return std::make_unique<HostStepper>(grad, o, std::move(s));
+std::unique_ptr<Stepper> host_stepper(const Program& grad, const optim::AdamW& o, State s, float clip) {
+  return std::make_unique<HostStepper>(grad, o, std::move(s), clip);
 }
-std::unique_ptr<Stepper> gpu_stepper(const Program& grad, const optim::AdamW& o, State s, bool tf32) {
-  return std::make_unique<GpuStepper>(grad, o, std::move(s), tf32);
+std::unique_ptr<Stepper> gpu_stepper(const Program& grad, const optim::AdamW& o, State s, bool tf32, float clip) {
+  return std::make_unique<GpuStepper>(grad, o, std::move(s), tf32, clip);
 }
-std::unique_ptr<Stepper> gpu_fused_stepper(const Program& fused, State s, bool tf32) {
-  return std::make_unique<GpuFusedStepper>(fused, std::move(s), tf32);
+std::unique_ptr<Stepper> gpu_fused_stepper(const Program& fused, State s, bool tf32, float clip) {
+  return std::make_unique<GpuFusedStepper>(fused, std::move(s), tf32, clip);
 }
 
 }  // namespace capstep::train

@@ -115,13 +115,17 @@ Result train(const Options& o) {
   if (!o.resume_path.empty())
     say("resumed from '" + o.resume_path + "' at step " + std::to_string(done));
 
-  const Program grad = value_and_grad(nn::lm_loss_program(o.model), state.names);
+  Program grad = value_and_grad(nn::lm_loss_program(o.model), state.names);
+  // Clipping is part of the step program (the norm and the scale computed where
+  // the step runs); the limit is a scalar input.
+  if (o.clip_grad_norm > 0) grad = optim::clip_grad_norm(grad, state.names);
+  const float clip = static_cast<float>(o.clip_grad_norm);
   std::unique_ptr<Stepper> stepper;
-  if (r.lane_used == Lane::host) stepper = host_stepper(grad, o.adamw, std::move(state));
-  else if (r.lane_used == Lane::gpu) stepper = gpu_stepper(grad, o.adamw, std::move(state), o.tf32);
+  if (r.lane_used == Lane::host) stepper = host_stepper(grad, o.adamw, std::move(state), clip);
+  else if (r.lane_used == Lane::gpu) stepper = gpu_stepper(grad, o.adamw, std::move(state), o.tf32, clip);
   else {
     const Program fused = optim::with_adamw(grad, state.names, o.adamw);
-    stepper = gpu_fused_stepper(fused, std::move(state), o.tf32);
+    stepper = gpu_fused_stepper(fused, std::move(state), o.tf32, clip);
   }
 
   // Held across saves so that each save reuses the same host arrays.
@@ -178,6 +182,7 @@ Result train(const Options& o) {
     info.step = step;
     info.loss = loss;
     info.lr = lr;
+    info.grad_norm = stepper->grad_norm();
     info.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
     info.tokens_per_s = info.elapsed_s > 0 ? tokens_per_step * static_cast<double>(step - first + 1) / info.elapsed_s : 0;
     if (o.on_step) o.on_step(info);
