@@ -200,7 +200,7 @@ TEST(Cli, TrainWarmupCosineScheduleInTheCsv) {
   EXPECT_NE(t.out.find("warmup 3 steps, cosine to 0.0002 at step 8"), std::string::npos) << t.out;
   const std::vector<std::string> rows = lines_of(slurp(csv));
   ASSERT_EQ(rows.size(), 9u);
-  EXPECT_EQ(rows[0], "step,loss,elapsed_s,tokens_per_s,lr");
+  EXPECT_EQ(rows[0], "step,loss,elapsed_s,tokens_per_s,lr,val_loss");
   for (size_t k = 1; k < rows.size(); ++k) {
     long step = -1;
     double l = NAN, e = NAN, tps = NAN, lr = NAN;
@@ -225,7 +225,7 @@ TEST(Cli, TrainClipGradNormLogsTheNorm) {
   EXPECT_NE(t.out.find("gradients clipped to norm 0.5"), std::string::npos) << t.out;
   const std::vector<std::string> rows = lines_of(slurp(csv));
   ASSERT_EQ(rows.size(), 5u);
-  EXPECT_EQ(rows[0], "step,loss,elapsed_s,tokens_per_s,lr,grad_norm");
+  EXPECT_EQ(rows[0], "step,loss,elapsed_s,tokens_per_s,lr,grad_norm,val_loss");
   for (size_t k = 1; k < rows.size(); ++k) {
     long step = -1;
     double l = NAN, e = NAN, tps = NAN, lr = NAN, norm = NAN;
@@ -233,6 +233,42 @@ TEST(Cli, TrainClipGradNormLogsTheNorm) {
     EXPECT_TRUE(std::isfinite(norm) && norm > 0 && norm < 1e3) << rows[k];
   }
   EXPECT_EQ(run({"train", "--steps", "2", "--clip-grad-norm", "-1"}).code, 2);
+}
+
+// Issue 15, item 1: the validation loss every K steps and at the end, in the
+// output, the CSV (empty cells elsewhere), the plot, and the checkpoint.
+TEST(Cli, TrainValidationLossInOutputCsvPlotAndCheckpoint) {
+  NEED_BINARY();
+  TempDir d;
+  const std::string csv = d.file("val.csv"), ckpt = d.file("val.safetensors"), svg = d.file("val.svg");
+  std::vector<std::string> args = {"train", "--steps", "6", "--lane", "host", "--d-model", "16", "--heads", "2",
+                                   "--d-ff", "32", "--batch", "2", "--seq", "8", "--val-fraction", "0.2",
+                                   "--eval-every", "3", "--eval-batches", "2", "--log", csv, "--save", ckpt};
+  const bool plot = have_gnuplot();
+  if (plot) args.insert(args.end(), {"--plot", svg});
+  const Outcome t = run(args);
+  ASSERT_EQ(t.code, 0) << t.out << t.err;
+  EXPECT_NE(t.out.find("step 3: val loss "), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("validation loss "), std::string::npos) << t.out;
+  const std::vector<std::string> rows = lines_of(slurp(csv));
+  ASSERT_EQ(rows.size(), 7u);
+  EXPECT_EQ(rows[0], "step,loss,elapsed_s,tokens_per_s,lr,val_loss");
+  std::vector<double> vals;
+  for (size_t k = 1; k < rows.size(); ++k) {
+    const std::string cell = rows[k].substr(rows[k].rfind(',') + 1);
+    if (k % 3 != 0) {
+      EXPECT_EQ(cell, "") << rows[k];
+      continue;
+    }
+    vals.push_back(std::stod(cell));
+    EXPECT_GT(vals.back(), 1.0);
+    EXPECT_LT(vals.back(), 6.0);
+  }
+  ASSERT_EQ(vals.size(), 2u);
+  const Checkpoint c = load_checkpoint(ckpt);
+  ASSERT_EQ(c.extra.count("best_val_loss"), 1u);
+  EXPECT_NEAR(std::stod(c.extra.at("best_val_loss")), std::min(vals[0], vals[1]), 1e-6);
+  if (plot) EXPECT_NE(slurp(svg).find("validation loss"), std::string::npos);
 }
 
 TEST(Cli, TrainSaveLogPlotThenSample) {
@@ -254,7 +290,7 @@ TEST(Cli, TrainSaveLogPlotThenSample) {
   // The CSV: a header and one row per step, steps 1..200 in order.
   const std::vector<std::string> rows = lines_of(slurp(csv));
   ASSERT_EQ(rows.size(), 201u);
-  EXPECT_EQ(rows[0], "step,loss,elapsed_s,tokens_per_s,lr");
+  EXPECT_EQ(rows[0], "step,loss,elapsed_s,tokens_per_s,lr,val_loss");
   std::vector<double> loss;
   for (size_t k = 1; k < rows.size(); ++k) {
     long step = -1;

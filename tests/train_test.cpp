@@ -4,6 +4,7 @@
 // allocates nothing per step, and greedy sampling picks the logits' argmax.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include "capstep/cuda.h"
 #include "capstep/data.h"
 #include "capstep/interpreter.h"
+#include "capstep/nn.h"
 #include "capstep/train.h"
 
 #include "test_util.h"
@@ -240,6 +242,83 @@ TEST(Clip, TrainingWithClippingAboveTheNormIsUnclippedAndResumes) {
   train::Options bad = small_options();
   bad.clip_grad_norm = -1;
   EXPECT_NE(error_of([&] { bad.validate(); }).find("clip-grad-norm"), std::string::npos);
+}
+
+// Issue 15, item 1: the split is a cut at a fixed place, so no validation token
+// is in a training window.
+TEST(Validation, SplitIsACutAtAFixedPlace) {
+  std::vector<int32_t> t(1000);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>(i % 64);
+  const data::TokenSplit s = data::split_tokens(t, 0.1);
+  ASSERT_EQ(s.train.size(), 900u);
+  ASSERT_EQ(s.val.size(), 100u);
+  EXPECT_TRUE(std::equal(s.train.begin(), s.train.end(), t.begin()));
+  EXPECT_TRUE(std::equal(s.val.begin(), s.val.end(), t.begin() + 900));
+  EXPECT_EQ(data::split_tokens(t, 0.0).val.size(), 0u);
+  EXPECT_EQ(data::split_tokens(t, 0.25).val.size(), 250u);
+  EXPECT_THROW(data::split_tokens(t, 1.0), Error);
+  EXPECT_THROW(data::split_tokens(t, -0.1), Error);
+  // Every window of a training stream lies in the training part: its last
+  // target index is below the cut.
+  data::BatchStream train(s.train, 3, 4, 16);
+  for (uint64_t k = 0; k < 200; ++k)
+    for (int64_t r = 0; r < 4; ++r) EXPECT_LE(train.window_start(k, r) + 16, 899);
+}
+
+// The validation loss is the mean forward loss of fixed validation batches at
+// the current parameters: recomputed here from the final checkpoint; the same
+// in a second run; the best one is in the checkpoint.
+TEST(Validation, ValLossIsTheForwardLossOfFixedBatchesAndDeterministic) {
+  TempDir d;
+  train::Options o = small_options();
+  o.steps = 6;
+  o.val_fraction = 0.1;
+  o.eval_every = 2;
+  o.eval_batches = 3;
+  o.save_path = d.file("v.safetensors");
+  std::vector<double> seen;
+  o.on_step = [&](const train::StepInfo& s) { seen.push_back(s.val_loss); };
+  const train::Result a = train::train(o);
+  ASSERT_EQ(a.val_steps, (std::vector<int64_t>{2, 4, 6}));
+  ASSERT_EQ(a.val_losses.size(), 3u);
+  ASSERT_EQ(seen.size(), 6u);
+  EXPECT_TRUE(std::isnan(seen[0]) && std::isnan(seen[2]) && std::isnan(seen[4]));
+  EXPECT_TRUE(same_bits(seen[5], a.val_losses[2]));
+  EXPECT_EQ(a.best_val_loss, *std::min_element(a.val_losses.begin(), a.val_losses.end()));
+
+  // Independently: the last 10% of the corpus, batches 0..2, the loss program.
+  const std::vector<int32_t> all = data::encode(data::builtin_corpus());
+  const data::TokenSplit sp = data::split_tokens(all, 0.1);
+  data::BatchStream vs(sp.val, o.seed, o.model.batch, o.model.seq);
+  const Checkpoint c = load_checkpoint(o.save_path);
+  const Program fwd = nn::lm_loss_program(o.model);
+  double mean = 0;
+  for (uint64_t k = 0; k < 3; ++k) {
+    std::vector<Array> in;
+    for (const NamedArray& p : c.params) in.push_back(p.array);
+    const data::Batch b = vs.at(k);
+    in.push_back(b.inputs);
+    in.push_back(b.targets);
+    mean += host::run(fwd, in)[0].get(0) / 3;
+  }
+  EXPECT_NEAR(a.val_losses[2], mean, 1e-6 * mean);
+  EXPECT_GT(mean, 1.0);
+  EXPECT_LT(mean, 5.0);
+
+  const train::TrainMeta m = train::parse_meta(c);
+  EXPECT_NEAR(m.best_val_loss, a.best_val_loss, 1e-8 * a.best_val_loss);
+
+  o.save_path = d.file("w.safetensors");
+  o.on_step = nullptr;
+  const train::Result b = train::train(o);
+  for (size_t k = 0; k < 3; ++k) EXPECT_TRUE(same_bits(a.val_losses[k], b.val_losses[k])) << k;
+  // Training used only the training part: the losses differ from a run on the whole text.
+  train::Options whole = small_options();
+  whole.steps = 6;
+  EXPECT_FALSE(same_bits(train::train(whole).losses[0], a.losses[0]));
+  train::Options bad = small_options();
+  bad.val_fraction = 1;
+  EXPECT_NE(error_of([&] { bad.validate(); }).find("val-fraction"), std::string::npos);
 }
 
 TEST(Train, CheckpointHoldsOneAdamWStepComputedIndependently) {

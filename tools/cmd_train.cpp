@@ -5,6 +5,7 @@
 
 #include <csignal>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -48,8 +49,12 @@ void on_sigint(int) {
 }
 
 // With --clip-grad-norm a last column, grad_norm: the norm before clipping.
-void write_csv(const std::string& path, const std::vector<train::StepInfo>& steps, bool clipping) {
-  std::string text = clipping ? "step,loss,elapsed_s,tokens_per_s,lr,grad_norm\n" : "step,loss,elapsed_s,tokens_per_s,lr\n";
+// With a validation split a column val_loss, empty on steps not evaluated.
+void write_csv(const std::string& path, const std::vector<train::StepInfo>& steps, bool clipping, bool validation) {
+  std::string text = "step,loss,elapsed_s,tokens_per_s,lr";
+  if (clipping) text += ",grad_norm";
+  if (validation) text += ",val_loss";
+  text += '\n';
   char buf[160];
   for (const train::StepInfo& s : steps) {
     std::snprintf(buf, sizeof buf, "%lld,%.9g,%.6f,%.1f,%.9g", static_cast<long long>(s.step), s.loss, s.elapsed_s,
@@ -58,6 +63,13 @@ void write_csv(const std::string& path, const std::vector<train::StepInfo>& step
     if (clipping) {
       std::snprintf(buf, sizeof buf, ",%.9g", s.grad_norm);
       text += buf;
+    }
+    if (validation) {
+      text += ',';
+      if (!std::isnan(s.val_loss)) {
+        std::snprintf(buf, sizeof buf, "%.9g", s.val_loss);
+        text += buf;
+      }
     }
     text += '\n';
   }
@@ -108,6 +120,12 @@ int run_train(TrainArgs a) {
   o.on_step = [&](const train::StepInfo& s) {
     log.push_back(s);
     progress.step(s);
+    if (!std::isnan(s.val_loss)) {
+      char b[128];
+      std::snprintf(b, sizeof b, "step %lld: val loss %.4f (train loss %.4f)", static_cast<long long>(s.step), s.val_loss,
+                    s.loss);
+      progress.message(b);
+    }
   };
   o.on_message = [&](const std::string& m) { progress.message(m); };
   o.should_stop = [] { return g_interrupted != 0; };
@@ -131,8 +149,11 @@ int run_train(TrainArgs a) {
                 static_cast<long long>(r.first_step), static_cast<long long>(r.last_step), train::lane_name(r.lane_used),
                 r.seconds, rate_text(r.tokens_per_s).c_str(), r.losses.front(), r.losses.back());
   }
+  if (!r.val_losses.empty())
+    std::printf("validation loss %.4f at step %lld; best %.4f\n", r.val_losses.back(),
+                static_cast<long long>(r.val_steps.back()), r.best_val_loss);
   if (!a.log_csv.empty()) {
-    write_csv(a.log_csv, log, o.clip_grad_norm > 0);
+    write_csv(a.log_csv, log, o.clip_grad_norm > 0, o.val_fraction > 0);
     std::printf("loss log: %s (%zu rows)\n", a.log_csv.c_str(), log.size());
   }
   if (!a.plot.empty() && !log.empty()) {
@@ -140,6 +161,10 @@ int run_train(TrainArgs a) {
     for (const train::StepInfo& s : log) {
       c.steps.push_back(s.step);
       c.losses.push_back(s.loss);
+      if (!std::isnan(s.val_loss)) {
+        c.val_steps.push_back(s.step);
+        c.val_losses.push_back(s.val_loss);
+      }
     }
     plot_losses(c, a.plot);
     std::printf("loss curve: %s\n", a.plot.c_str());

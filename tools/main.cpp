@@ -108,6 +108,14 @@ int main(int argc, char** argv) {
   train->add_option("--clip-grad-norm", ta.opts.clip_grad_norm,
                     "scale the gradients by min(1, C/norm), norm over all of them, inside the step (0: off)")
       ->capture_default_str()->check(CLI::Range(0.0, 1e30));
+  ta.opts.val_fraction = 0.1;   // the CLI holds out 10% as nanoGPT does; the library default is none
+  train->add_option("--val-fraction", ta.opts.val_fraction,
+                    "hold out the text's last fraction for a validation loss (0: none)")
+      ->capture_default_str()->check(CLI::Range(0.0, 0.99));
+  train->add_option("--eval-every", ta.opts.eval_every, "validation loss every K steps (0: only at the end)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{100000000}));
+  train->add_option("--eval-batches", ta.opts.eval_batches, "fixed validation batches averaged per evaluation")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{100000}));
   train->add_option("--log", ta.log_csv, "write the loss and lr of every step to this CSV file");
   train->add_option("--plot", ta.plot, "draw the loss curve into this .svg or .png file (with gnuplot)");
   train->add_option("--print-every", ta.print_every, "without a terminal: a log line every N steps (default: about 20 a run)")

@@ -64,10 +64,17 @@ std::string script(const Curve& c, const std::string& path, const std::string& f
     ema = 0.95 * ema + 0.05 * c.losses[i];
     s << c.steps[i] << ' ' << c.losses[i] << ' ' << ema << '\n';
   }
-  s << "EOD\n"
-    << "plot $loss using 1:2 with lines lw 1 lc rgb '#a6c8e8' title 'loss per step', \\\n"
-    << "     $loss using 1:3 with lines lw 2 lc rgb '#1f5fa8' title 'moving average (0.95)'\n"
-    << "unset output\n";
+  s << "EOD\n";
+  if (!c.val_losses.empty()) {
+    s << "$val << EOD\n";
+    for (size_t i = 0; i < c.val_losses.size(); ++i) s << c.val_steps[i] << ' ' << c.val_losses[i] << '\n';
+    s << "EOD\n";
+  }
+  s << "plot $loss using 1:2 with lines lw 1 lc rgb '#a6c8e8' title 'loss per step', \\\n"
+    << "     $loss using 1:3 with lines lw 2 lc rgb '#1f5fa8' title 'moving average (0.95)'";
+  if (!c.val_losses.empty())
+    s << ", \\\n     $val using 1:2 with linespoints lw 2 pt 7 ps 0.6 lc rgb '#d9541e' title 'validation loss'";
+  s << "\nunset output\n";
   return s.str();
 }
 

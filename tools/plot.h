@@ -17,6 +17,8 @@ struct Curve {
   std::string title;                 // the plot's title (the model line)
   std::vector<long long> steps;
   std::vector<double> losses;
+  std::vector<long long> val_steps;  // validation losses, a second curve (may be empty)
+  std::vector<double> val_losses;
 };
 // Throws capstep::Error when gnuplot is missing, fails, or writes no file.
 void plot_losses(const Curve& c, const std::string& path);

@@ -111,6 +111,16 @@ class BatchStream {
   uint64_t position_ = 0;
 };
 
+// ---- held-out split (issue 15) ---------------------------------------------------
+// The token stream cut once at a fixed place: train is the first
+// n - floor(n * val_fraction) tokens, val the rest (the last part of the text,
+// as nanoGPT does). Windows drawn from one part never contain a token of the
+// other. val_fraction in [0, 1); Error otherwise.
+struct TokenSplit {
+  std::vector<int32_t> train, val;
+};
+TokenSplit split_tokens(const std::vector<int32_t>& tokens, double val_fraction);
+
 // splitmix64: the one generator behind the corpus and the batch windows.
 uint64_t splitmix64(uint64_t& state);
 

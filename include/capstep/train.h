@@ -50,6 +50,7 @@ struct StepInfo {
   double loss = 0;             // loss of this step's batch, before the update
   double lr = 0;               // the learning rate this step's update used (the schedule's)
   double grad_norm = NAN;      // with clip_grad_norm: the global gradient norm before clipping
+  double val_loss = NAN;       // on evaluation steps: mean loss over the validation batches, else NaN
   double tokens_per_s = 0;     // this run so far: batch*seq*(steps done)/elapsed
   double elapsed_s = 0;        // since this run's first step began
 };
@@ -83,6 +84,15 @@ struct Options {
   // > 0: scale all gradients by min(1, C/||g||) inside the step program
   // (optim::clip_grad_norm), with ||g|| their global norm; 0: no clipping.
   double clip_grad_norm = 0;
+  // Held-out loss: with val_fraction > 0 the text's last val_fraction is kept
+  // out of training (data::split_tokens); every eval_every steps (0: only at
+  // the end) and at the last step, the mean loss of the forward program over
+  // eval_batches fixed validation batches (batches 0..N-1 of a stream over the
+  // validation tokens, seeded by `seed`) is computed on the host interpreter,
+  // whatever the lane: no gradient, no update.
+  double val_fraction = 0;
+  int64_t eval_every = 0;
+  int64_t eval_batches = 8;
   int64_t steps = 1000;                  // train until this step count (see above)
   uint64_t seed = 1;                     // initial parameters and batch order
   Lane lane = Lane::host;
@@ -114,6 +124,9 @@ struct Result {
   std::string stopped;
   int64_t last_saved_step = -1;          // step of the last checkpoint written, -1 if none
   bool interrupted = false;              // should_stop ended the run early
+  std::vector<int64_t> val_steps;        // steps evaluated on the validation split
+  std::vector<double> val_losses;        // their mean validation losses
+  double best_val_loss = NAN;            // the lowest, this run and the resumed checkpoint's
 };
 
 // Trains; throws Error for bad options, an unreadable or binary text file, an
@@ -130,6 +143,9 @@ Result train(const Options& o);
 // "builtin" or the file's path), so a resumed run or a sampler can default to
 // what the checkpoint was trained with.
 constexpr const char* kTrainMetadataKey = "train";
+// With a validation split, also "best_val_loss": the lowest validation loss
+// of the run up to the checkpoint (a decimal number, %.9g).
+constexpr const char* kBestValLossKey = "best_val_loss";
 
 struct TrainMeta {
   nn::LmConfig model;
@@ -137,6 +153,7 @@ struct TrainMeta {
   uint64_t seed = 1;
   optim::AdamW adamw;
   std::string text;                      // "builtin" or a path
+  double best_val_loss = NAN;            // NaN when the checkpoint has none
 };
 std::string train_metadata(uint64_t seed, const optim::AdamW& a, const std::string& text);
 TrainMeta parse_meta(const Checkpoint& c);   // Error naming what is wrong

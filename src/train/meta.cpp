@@ -1,5 +1,7 @@
 // The training metadata a checkpoint carries beside the model config, so a
 // resumed run or a sampler knows the model and what it was trained with.
+#include <cstdlib>
+
 #include <nlohmann/json.hpp>
 
 #include "capstep/train.h"
@@ -17,6 +19,11 @@ TrainMeta parse_meta(const Checkpoint& c) {
   TrainMeta m;
   m.model = nn::LmConfig::from_json(c.model_config);   // Error naming the missing key
   m.model.validate();
+  if (auto b = c.extra.find(kBestValLossKey); b != c.extra.end()) {
+    char* end = nullptr;
+    m.best_val_loss = std::strtod(b->second.c_str(), &end);
+    if (b->second.empty() || *end != 0) throw Error("the checkpoint's \"best_val_loss\" is not a number: " + b->second);
+  }
   auto it = c.extra.find(kTrainMetadataKey);
   if (it == c.extra.end()) return m;
   try {

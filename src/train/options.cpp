@@ -54,6 +54,11 @@ void Options::validate() const {
     throw Error("min-lr must be in [0, lr " + std::to_string(adamw.lr) + "], got " + std::to_string(schedule.min_lr));
   if (!std::isfinite(clip_grad_norm) || clip_grad_norm < 0 || clip_grad_norm > 1e30)
     throw Error("clip-grad-norm must be in [0, 1e30] (0: no clipping), got " + std::to_string(clip_grad_norm));
+  if (!std::isfinite(val_fraction) || val_fraction < 0 || val_fraction >= 1)
+    throw Error("val-fraction must be in [0, 1) (0: no validation), got " + std::to_string(val_fraction));
+  if (eval_every < 0) throw Error("eval-every must be >= 0 (0: only at the end), got " + std::to_string(eval_every));
+  if (eval_batches < 1 || eval_batches > 100000)
+    throw Error("eval-batches must be in [1, 100000], got " + std::to_string(eval_batches));
   if (save_every > 0 && save_path.empty()) throw Error("save-every needs a checkpoint path to save to");
 }
 

@@ -2,6 +2,7 @@
 // AdamW scalars from the step number, progress, periodic checkpoints, and a
 // stop on the first non-finite loss that leaves the last good checkpoint alone.
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <iomanip>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include "capstep/autodiff.h"
 #include "capstep/cuda.h"
 #include "capstep/data.h"
+#include "capstep/interpreter.h"
 #include "capstep/train.h"
 #include "stepper.h"
 
@@ -104,7 +106,27 @@ Result train(const Options& o) {
     throw Error("text file '" + o.text_path + "' has " + std::to_string(text.size()) + " characters; a window of " +
                 std::to_string(o.model.seq) + " and its next-token targets need at least " +
                 std::to_string(o.model.seq + 1));
-  data::BatchStream batches(std::move(text), o.seed, o.model.batch, o.model.seq);
+  data::TokenSplit split = data::split_tokens(text, o.val_fraction);
+  text.clear();
+  const std::string which = o.text_path.empty() ? "the built-in corpus" : "text file '" + o.text_path + "'";
+  auto need_tokens = [&](const std::vector<int32_t>& t, const char* part) {
+    if (static_cast<int64_t>(t.size()) <= o.model.seq)
+      throw Error(which + " has " + std::to_string(t.size()) + " characters" + part + "; a window of " +
+                  std::to_string(o.model.seq) + " and its next-token targets need at least " +
+                  std::to_string(o.model.seq + 1));
+  };
+  need_tokens(split.train, o.val_fraction > 0 ? " for training" : "");
+  if (o.val_fraction > 0) need_tokens(split.val, " in its validation part (--val-fraction)");
+  data::BatchStream batches(std::move(split.train), o.seed, o.model.batch, o.model.seq);
+  // Validation: fixed batches, and the forward program on the host.
+  std::unique_ptr<data::BatchStream> val;
+  std::unique_ptr<host::Interpreter> forward;
+  std::vector<data::Batch> val_batches;
+  if (o.val_fraction > 0) {
+    val = std::make_unique<data::BatchStream>(std::move(split.val), o.seed, o.model.batch, o.model.seq);
+    for (int64_t k = 0; k < o.eval_batches; ++k) val_batches.push_back(val->at(static_cast<uint64_t>(k)));
+    forward = std::make_unique<host::Interpreter>(nn::lm_loss_program(o.model));
+  }
   const std::vector<nn::ParamSpec> specs = nn::lm_parameters(o.model);
   uint64_t done = 0, position = 0;
   State state = start_state(o, specs, &done, &position);
@@ -130,6 +152,26 @@ Result train(const Options& o) {
 
   // Held across saves so that each save reuses the same host arrays.
   Checkpoint ckpt;
+  if (!o.resume_path.empty() && o.val_fraction > 0) {
+    const TrainMeta m = parse_meta(load_checkpoint(o.resume_path));
+    r.best_val_loss = m.best_val_loss;
+  }
+  // Mean loss of the validation batches at the current parameters.
+  std::vector<const Array*> fin;
+  std::vector<Array> fout;
+  auto evaluate = [&]() -> double {
+    stepper->state(ckpt);
+    fin.assign(ckpt.params.size() + 2, nullptr);
+    for (size_t j = 0; j < ckpt.params.size(); ++j) fin[j] = &ckpt.params[j].array;
+    double total = 0;
+    for (const data::Batch& b : val_batches) {
+      fin[ckpt.params.size()] = &b.inputs;
+      fin[ckpt.params.size() + 1] = &b.targets;
+      forward->run(fin, fout);
+      total += static_cast<double>(fout[0].data<float>()[0]);
+    }
+    return total / static_cast<double>(val_batches.size());
+  };
   ckpt.model_config = o.model.to_json();
   ckpt.extra[kTrainMetadataKey] = train_metadata(o.seed, o.adamw, text_name);
   auto save = [&](int64_t step) -> bool {
@@ -142,6 +184,11 @@ Result train(const Options& o) {
       if (r.last_saved_step >= 0) m << " (it holds step " << r.last_saved_step << ")";
       r.stopped = m.str();
       return false;
+    }
+    if (!std::isnan(r.best_val_loss)) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.9g", r.best_val_loss);
+      ckpt.extra[kBestValLossKey] = b;
     }
     ckpt.step = static_cast<uint64_t>(step);
     ckpt.data_position = batches.position();
@@ -185,6 +232,13 @@ Result train(const Options& o) {
     info.grad_norm = stepper->grad_norm();
     info.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
     info.tokens_per_s = info.elapsed_s > 0 ? tokens_per_step * static_cast<double>(step - first + 1) / info.elapsed_s : 0;
+    info.val_loss = NAN;
+    if (forward && (step == o.steps || (o.eval_every > 0 && step % o.eval_every == 0))) {
+      info.val_loss = evaluate();
+      r.val_steps.push_back(step);
+      r.val_losses.push_back(info.val_loss);
+      if (std::isnan(r.best_val_loss) || info.val_loss < r.best_val_loss) r.best_val_loss = info.val_loss;
+    }
     if (o.on_step) o.on_step(info);
     const bool periodic = o.save_every > 0 && step % o.save_every == 0;
     const bool stop = step < o.steps && o.should_stop && o.should_stop();

@@ -1,0 +1,20 @@
+// The held-out split of a token stream (include/capstep/data.h).
+#include <cmath>
+#include <string>
+
+#include "capstep/data.h"
+
+namespace capstep::data {
+
+TokenSplit split_tokens(const std::vector<int32_t>& tokens, double val_fraction) {
+  if (!std::isfinite(val_fraction) || val_fraction < 0 || val_fraction >= 1)
+    throw Error("the validation fraction must be in [0, 1), got " + std::to_string(val_fraction));
+  const size_t nval = static_cast<size_t>(std::floor(static_cast<double>(tokens.size()) * val_fraction));
+  const size_t cut = tokens.size() - nval;
+  TokenSplit s;
+  s.train.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(cut));
+  s.val.assign(tokens.begin() + static_cast<std::ptrdiff_t>(cut), tokens.end());
+  return s;
+}
+
+}  // namespace capstep::data
