@@ -321,6 +321,40 @@ TEST(Validation, ValLossIsTheForwardLossOfFixedBatchesAndDeterministic) {
   EXPECT_NE(error_of([&] { bad.validate(); }).find("val-fraction"), std::string::npos);
 }
 
+// Issue 15, item 4: the spike rule on numbers, and the loop reports a spike
+// (not fatal) when a step's loss jumps.
+TEST(Spikes, RuleAndReport) {
+  const double flat[6] = {2.0, 2.1, 1.9, 2.0, 2.05, 1.95};
+  EXPECT_FALSE(train::is_loss_spike(flat, 6, 2.4));    // +20%: within 1.25x
+  EXPECT_TRUE(train::is_loss_spike(flat, 6, 2.6));     // +30%, far outside the noise
+  EXPECT_FALSE(train::is_loss_spike(flat, 1, 9.0));    // too few recent losses
+  const double noisy[6] = {1.0, 2.0, 1.0, 2.0, 1.0, 2.0};   // mean 1.5, sd 0.5
+  EXPECT_FALSE(train::is_loss_spike(noisy, 6, 3.4));   // above 1.25x but within 4 sd
+  EXPECT_TRUE(train::is_loss_spike(noisy, 6, 3.6));
+
+  // lr 0.1 without warmup makes the small model's loss jump at step 3
+  // (4.15, 3.70, 5.45, 8.82, ...): the issue's early spike, in small.
+  train::Options o = small_options();
+  o.steps = 30;
+  o.adamw.lr = 0.1;
+  std::vector<std::string> said;
+  o.on_message = [&](const std::string& m) { said.push_back(m); };
+  const train::Result r = train::train(o);
+  ASSERT_FALSE(r.spikes.empty()) << "no spike at lr 0.1";
+  const int64_t k = r.spikes[0];
+  EXPECT_EQ(k, 3);
+  // At the default lr the same run has none.
+  train::Options calm = small_options();
+  calm.steps = 30;
+  EXPECT_TRUE(train::train(calm).spikes.empty());
+  bool reported = false;
+  for (const std::string& m : said) reported |= m.rfind("step " + std::to_string(k) + ": loss spike: ", 0) == 0;
+  EXPECT_TRUE(reported);
+  // The rule holds at that step against the 20 before it (fewer at the start).
+  const size_t at = static_cast<size_t>(k - 1), from = at >= 20 ? at - 20 : 0;
+  EXPECT_TRUE(train::is_loss_spike(r.losses.data() + from, at - from, r.losses[at]));
+}
+
 TEST(Train, CheckpointHoldsOneAdamWStepComputedIndependently) {
   TempDir d;
   train::Options o = small_options();

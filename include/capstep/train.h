@@ -127,7 +127,15 @@ struct Result {
   std::vector<int64_t> val_steps;        // steps evaluated on the validation split
   std::vector<double> val_losses;        // their mean validation losses
   double best_val_loss = NAN;            // the lowest, this run and the resumed checkpoint's
+  std::vector<int64_t> spikes;           // steps whose loss was a spike (is_loss_spike), also said as messages
 };
+
+// A loss spike: `loss` above both 1.25 times the mean of the `n` recent losses
+// and that mean plus 4 of their standard deviations; never with fewer than 2
+// recent losses (so an early spike, at step 3, is caught). The loop keeps the last 20 steps' losses and reports a spike
+// through on_message ("step K: loss spike: X, the last 20 steps averaged Y");
+// it is not fatal.
+bool is_loss_spike(const double* recent, size_t n, double loss);
 
 // Trains; throws Error for bad options, an unreadable or binary text file, an
 // unreadable or corrupted checkpoint, a checkpoint that does not match the

@@ -35,6 +35,17 @@ double scheduled_lr(const LrSchedule& s, double lr, int64_t step, int64_t steps)
   return s.min_lr + (lr - s.min_lr) * 0.5 * (1.0 + std::cos(M_PI * t));
 }
 
+bool is_loss_spike(const double* recent, size_t n, double loss) {
+  if (n < 2) return false;
+  double mean = 0;
+  for (size_t i = 0; i < n; ++i) mean += recent[i];
+  mean /= static_cast<double>(n);
+  double var = 0;
+  for (size_t i = 0; i < n; ++i) var += (recent[i] - mean) * (recent[i] - mean);
+  const double sd = std::sqrt(var / static_cast<double>(n));
+  return loss > 1.25 * mean && loss > mean + 4 * sd;
+}
+
 Lane parse_lane(const std::string& s) {
   for (Lane l : {Lane::host, Lane::gpu, Lane::gpu_fused})
     if (s == lane_name(l)) return l;

@@ -1,6 +1,7 @@
 // The training loop shared by every lane: batches from a resumable stream,
 // AdamW scalars from the step number, progress, periodic checkpoints, and a
 // stop on the first non-finite loss that leaves the last good checkpoint alone.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cmath>
@@ -207,6 +208,9 @@ Result train(const Options& o) {
   StepInfo info;
   info.first_step = first;
   info.last_step = o.steps;
+  constexpr size_t kRecent = 20;
+  double recent[kRecent] = {};
+  size_t n_recent = 0, next_recent = 0;
   const Clock::time_point t0 = Clock::now();
   for (int64_t step = first; step <= o.steps; ++step) {
     batches.fill(batches.position(), tokens, targets);
@@ -224,6 +228,19 @@ Result train(const Options& o) {
       r.stopped = m.str();
       break;
     }
+    // Spikes: against the last kRecent losses of this run (a ring, no allocation).
+    if (is_loss_spike(recent, n_recent, loss)) {
+      double mean = 0;
+      for (size_t i = 0; i < n_recent; ++i) mean += recent[i] / static_cast<double>(n_recent);
+      std::ostringstream m;
+      m << std::fixed << std::setprecision(4) << "step " << step << ": loss spike: " << loss << ", the last " << n_recent
+        << " steps averaged " << mean;
+      r.spikes.push_back(step);
+      say(m.str());
+    }
+    recent[next_recent] = loss;
+    next_recent = (next_recent + 1) % kRecent;
+    n_recent = std::min(n_recent + 1, kRecent);
     r.losses.push_back(loss);
     r.last_step = step;
     info.step = step;
