@@ -130,11 +130,11 @@ struct Result {
   std::vector<int64_t> spikes;           // steps whose loss was a spike (is_loss_spike), also said as messages
 };
 
-// A loss spike: `loss` above both 1.25 times the mean of the `n` recent losses
-// and that mean plus 4 of their standard deviations; never with fewer than 2
-// recent losses (so an early spike, at step 3, is caught). The loop keeps the last 20 steps' losses and reports a spike
-// through on_message ("step K: loss spike: X, the last 20 steps averaged Y");
-// it is not fatal.
+// A loss spike: `loss` above both 1.5 times the mean of the `n` recent losses
+// and that mean plus 5 of their standard deviations; never with fewer than 2
+// recent losses (so an early spike, from step 3 on, is caught). The loop keeps
+// the last 20 steps' losses and reports a spike through on_message
+// ("step K: loss spike: X, the last N steps averaged Y"); it is not fatal.
 bool is_loss_spike(const double* recent, size_t n, double loss);
 
 // Trains; throws Error for bad options, an unreadable or binary text file, an

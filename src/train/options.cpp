@@ -43,7 +43,7 @@ bool is_loss_spike(const double* recent, size_t n, double loss) {
   double var = 0;
   for (size_t i = 0; i < n; ++i) var += (recent[i] - mean) * (recent[i] - mean);
   const double sd = std::sqrt(var / static_cast<double>(n));
-  return loss > 1.25 * mean && loss > mean + 4 * sd;
+  return loss > 1.5 * mean && loss > mean + 5 * sd;
 }
 
 Lane parse_lane(const std::string& s) {
