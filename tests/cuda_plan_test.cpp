@@ -14,9 +14,11 @@
 #include "capstep/cuda.h"
 #include "capstep/interpreter.h"
 #include "capstep/nn.h"
+#include "test_util.h"
 
 namespace capstep {
 namespace {
+using test::norm_diff;
 
 std::vector<Array> seed_inputs(const Program& p) {
   std::mt19937_64 rng(3);
@@ -32,16 +34,6 @@ std::vector<Array> seed_inputs(const Program& p) {
   return in;
 }
 
-// worst |a - b| / max|b| over the output
-double norm_diff(const Array& a, const Array& b) {
-  double scale = 0, worst = 0;
-  for (int64_t k = 0; k < b.numel(); ++k) scale = std::max(scale, std::fabs(b.get(k)));
-  for (int64_t k = 0; k < b.numel(); ++k) {
-    const double d = std::fabs(a.get(k) - b.get(k));
-    if (!(d <= worst)) worst = d;
-  }
-  return scale > 0 ? worst / scale : worst;
-}
 
 TEST(CudaPlan, SeedGradientThroughThePlanAgreesWithHostAndOldPath) {
   std::string why;

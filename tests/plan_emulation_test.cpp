@@ -29,6 +29,7 @@
 
 namespace capstep {
 namespace {
+using test::norm_diff;
 using test::slurp;
 using test::TempDir;
 
@@ -246,15 +247,6 @@ nn::LmConfig small_config() {
   return c;
 }
 
-double norm_diff(const Array& a, const Array& b) {
-  double scale = 0, worst = 0;
-  for (int64_t k = 0; k < b.numel(); ++k) scale = std::max(scale, std::fabs(b.get(k)));
-  for (int64_t k = 0; k < b.numel(); ++k) {
-    const double d = std::fabs(a.get(k) - b.get(k));
-    if (!(d <= worst)) worst = d;
-  }
-  return scale > 0 ? worst / scale : worst;
-}
 
 // Three steps of the fused AdamW program of a small model (and of its
 // gradient program) through the plan on the host, against the interpreter.

@@ -4,6 +4,8 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -14,6 +16,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "capstep/array.h"
 #include "capstep/ir.h"
 
 namespace capstep::test {
@@ -67,6 +70,18 @@ struct TempDir {
 inline std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// The largest |a - b| over the largest |b| (a difference relative to the
+// output's scale; the plain difference when b is all zeros).
+inline double norm_diff(const Array& a, const Array& b) {
+  double scale = 0, worst = 0;
+  for (int64_t k = 0; k < b.numel(); ++k) scale = std::max(scale, std::fabs(b.get(k)));
+  for (int64_t k = 0; k < b.numel(); ++k) {
+    const double d = std::fabs(a.get(k) - b.get(k));
+    if (!(d <= worst)) worst = d;
+  }
+  return scale > 0 ? worst / scale : worst;
 }
 
 }  // namespace capstep::test
