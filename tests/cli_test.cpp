@@ -214,6 +214,53 @@ TEST(Cli, TrainWarmupCosineScheduleInTheCsv) {
   EXPECT_EQ(run({"train", "--steps", "2", "--lr", "0.001", "--min-lr", "0.01", "--schedule", "cosine"}).code, 2);
 }
 
+// --resume takes the schedule and the clipping limit from the checkpoint: a
+// warmup + clipped run of 8 steps, and the same run stopped at step 3 and
+// resumed without those options, log the same losses and lrs (the host is
+// bit-reproducible). A cosine run resumed with another --steps says where its
+// schedule now ends.
+TEST(Cli, ResumeContinuesTheScheduleAndClipFromTheCheckpoint) {
+  NEED_BINARY();
+  TempDir d;
+  const std::vector<std::string> model = {"--lane", "host", "--d-model", "16", "--heads", "2", "--d-ff", "32",
+                                          "--batch", "2", "--seq", "8", "--val-fraction", "0"};
+  auto train = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "train");
+    args.insert(args.end(), model.begin(), model.end());
+    return run(args);
+  };
+  const Outcome whole = train({"--steps", "8", "--lr", "0.004", "--warmup-steps", "6", "--clip-grad-norm", "0.3",
+                               "--log", d.file("whole.csv")});
+  ASSERT_EQ(whole.code, 0) << whole.out << whole.err;
+  const Outcome first = train({"--steps", "3", "--lr", "0.004", "--warmup-steps", "6", "--clip-grad-norm", "0.3",
+                               "--save", d.file("c.safetensors")});
+  ASSERT_EQ(first.code, 0) << first.out << first.err;
+  const Outcome rest = train({"--steps", "8", "--resume", d.file("c.safetensors"), "--log", d.file("rest.csv")});
+  ASSERT_EQ(rest.code, 0) << rest.out << rest.err;
+  EXPECT_NE(rest.out.find("warmup 6 steps"), std::string::npos) << rest.out;
+  EXPECT_NE(rest.out.find("gradients clipped to norm 0.3"), std::string::npos) << rest.out;
+  const std::vector<std::string> a = lines_of(slurp(d.file("whole.csv"))), b = lines_of(slurp(d.file("rest.csv")));
+  ASSERT_EQ(a.size(), 9u);
+  ASSERT_EQ(b.size(), 6u);
+  ASSERT_EQ(a[0], b[0]);
+  auto loss_lr_norm = [](const std::string& row) {   // every column but the timings
+    std::vector<std::string> f;
+    size_t at = 0;
+    for (size_t comma; (comma = row.find(',', at)) != std::string::npos; at = comma + 1) f.push_back(row.substr(at, comma - at));
+    f.push_back(row.substr(at));
+    return f.at(0) + "," + f.at(1) + "," + f.at(4) + "," + f.at(5);
+  };
+  for (size_t k = 1; k < b.size(); ++k) EXPECT_EQ(loss_lr_norm(a[k + 3]), loss_lr_norm(b[k])) << a[k + 3] << " vs " << b[k];
+
+  const Outcome cos = train({"--steps", "3", "--schedule", "cosine", "--save", d.file("cos.safetensors")});
+  ASSERT_EQ(cos.code, 0) << cos.out << cos.err;
+  const Outcome more = train({"--steps", "5", "--resume", d.file("cos.safetensors")});
+  ASSERT_EQ(more.code, 0) << more.out << more.err;
+  EXPECT_NE(more.out.find("note: the checkpoint's cosine schedule ends at step 3; it now ends at step 5"),
+            std::string::npos)
+      << more.out;
+}
+
 // Issue 15, item 3: --clip-grad-norm adds the norm of every step to the CSV.
 TEST(Cli, TrainClipGradNormLogsTheNorm) {
   NEED_BINARY();
@@ -268,7 +315,9 @@ TEST(Cli, TrainValidationLossInOutputCsvPlotAndCheckpoint) {
   const Checkpoint c = load_checkpoint(ckpt);
   ASSERT_EQ(c.extra.count("best_val_loss"), 1u);
   EXPECT_NEAR(std::stod(c.extra.at("best_val_loss")), std::min(vals[0], vals[1]), 1e-6);
-  if (plot) EXPECT_NE(slurp(svg).find("validation loss"), std::string::npos);
+  if (plot) {
+    EXPECT_NE(slurp(svg).find("validation loss"), std::string::npos);
+  }
 }
 
 TEST(Cli, TrainSaveLogPlotThenSample) {

@@ -321,6 +321,43 @@ TEST(Validation, ValLossIsTheForwardLossOfFixedBatchesAndDeterministic) {
   EXPECT_NE(error_of([&] { bad.validate(); }).find("val-fraction"), std::string::npos);
 }
 
+// The checkpoint records the schedule and the clipping limit (issue 15: a
+// resumed run continues the schedule without the options given again); a
+// checkpoint written before those keys existed still loads, without them.
+TEST(Schedule, CheckpointRecordsScheduleAndClip) {
+  TempDir d;
+  train::Options o = small_options();
+  o.steps = 3;
+  o.schedule = {train::Schedule::cosine, 2, 2.5e-4};
+  o.clip_grad_norm = 0.75;
+  o.save_path = d.file("s.safetensors");
+  train::train(o);
+  Checkpoint c = load_checkpoint(o.save_path);
+  const train::TrainMeta m = train::parse_meta(c);
+  ASSERT_TRUE(m.has_schedule);
+  EXPECT_EQ(m.schedule.kind, train::Schedule::cosine);
+  EXPECT_EQ(m.schedule.warmup_steps, 2);
+  EXPECT_EQ(m.schedule.min_lr, 2.5e-4);
+  EXPECT_EQ(m.steps, 3);
+  EXPECT_EQ(m.clip_grad_norm, 0.75);
+
+  // The metadata as it was before the schedule keys: no schedule, no error.
+  c.extra[train::kTrainMetadataKey] =
+      R"({"seed":7,"lr":0.001,"beta1":0.9,"beta2":0.999,"eps":1e-08,"weight_decay":0.01,"text":"builtin"})";
+  const train::TrainMeta old = train::parse_meta(c);
+  EXPECT_TRUE(old.has_train);
+  EXPECT_FALSE(old.has_schedule);
+  // A schedule out of range, or unknown, is an error that says so.
+  c.extra[train::kTrainMetadataKey] =
+      R"({"seed":7,"lr":0.001,"beta1":0.9,"beta2":0.999,"eps":1e-08,"weight_decay":0.01,"text":"builtin",)"
+      R"("schedule":"cosine","warmup_steps":-1,"min_lr":0,"steps":3,"clip_grad_norm":0})";
+  EXPECT_NE(error_of([&] { train::parse_meta(c); }).find("schedule out of range"), std::string::npos);
+  c.extra[train::kTrainMetadataKey] =
+      R"({"seed":7,"lr":0.001,"beta1":0.9,"beta2":0.999,"eps":1e-08,"weight_decay":0.01,"text":"builtin",)"
+      R"("schedule":"linear","warmup_steps":0,"min_lr":0,"steps":3,"clip_grad_norm":0})";
+  EXPECT_NE(error_of([&] { train::parse_meta(c); }).find("linear"), std::string::npos);
+}
+
 // Issue 15, item 4: the spike rule on numbers, and the loop reports a spike
 // (not fatal) when a step's loss jumps.
 TEST(Spikes, RuleAndReport) {

@@ -19,8 +19,8 @@ namespace capstep::cli {
 namespace {
 
 // With --resume the checkpoint says which model it is, and by default which
-// seed, AdamW settings and text it was trained with: the continuation then
-// matches an uninterrupted run.
+// seed, AdamW settings, lr schedule, clipping limit and text it was trained
+// with: the continuation then matches an uninterrupted run.
 void adopt_checkpoint(TrainArgs& a) {
   train::Options& o = a.opts;
   const train::TrainMeta meta = train::parse_meta(load_checkpoint(o.resume_path));
@@ -34,6 +34,16 @@ void adopt_checkpoint(TrainArgs& a) {
   const double lr = o.adamw.lr;
   o.adamw = meta.adamw;
   if (a.lr_given) o.adamw.lr = lr;
+  if (meta.has_schedule) {
+    if (!a.schedule_given) o.schedule.kind = meta.schedule.kind;
+    if (!a.warmup_given) o.schedule.warmup_steps = meta.schedule.warmup_steps;
+    if (!a.min_lr_given) o.schedule.min_lr = meta.schedule.min_lr;
+    if (!a.clip_given) o.clip_grad_norm = meta.clip_grad_norm;
+    if (o.schedule.kind == train::Schedule::cosine && meta.schedule.kind == train::Schedule::cosine &&
+        o.steps != meta.steps)
+      std::cout << "note: the checkpoint's cosine schedule ends at step " << meta.steps << "; it now ends at step "
+                << o.steps << " (--steps)\n";
+  }
   if (!a.text_given && meta.text != "builtin") o.text_path = meta.text;
   if (a.text_given && meta.text != o.text_path)
     std::cout << "note: the checkpoint was trained on " << (meta.text == "builtin" ? "the built-in corpus" : "'" + meta.text + "'")
@@ -157,7 +167,7 @@ int run_train(TrainArgs a) {
     std::printf("loss log: %s (%zu rows)\n", a.log_csv.c_str(), log.size());
   }
   if (!a.plot.empty() && !log.empty()) {
-    Curve c{o.model.describe(), {}, {}};
+    Curve c{o.model.describe(), {}, {}, {}, {}};
     for (const train::StepInfo& s : log) {
       c.steps.push_back(s.step);
       c.losses.push_back(s.loss);

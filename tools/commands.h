@@ -36,6 +36,7 @@ struct TrainArgs {
   train::Options opts;                // model and steps etc. filled by main
   std::string lane = "host";
   bool seed_given = false, lr_given = false, text_given = false;
+  bool warmup_given = false, schedule_given = false, min_lr_given = false, clip_given = false;
   std::string log_csv;                // --log
   std::string plot;                   // --plot (.svg or .png)
   int64_t print_every = 0;            // plain log lines: 0 picks about twenty a run

@@ -91,23 +91,30 @@ int main(int argc, char** argv) {
   train->add_option("--save", ta.opts.save_path, "checkpoint file (safetensors), written atomically at the end");
   train->add_option("--save-every", ta.opts.save_every, "also save every K steps (needs --save)")
       ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
-  train->add_option("--resume", ta.opts.resume_path, "continue from this checkpoint (its model, seed and lr by default)")
+  train->add_option("--resume", ta.opts.resume_path, "continue from this checkpoint (its model, seed, lr, schedule and clipping by default)")
       ->check(CLI::ExistingFile);
   train->add_option("--seed", ta.opts.seed, "seed of the initial parameters and of the batch order")
       ->capture_default_str()->check(kSeed)->each([&](const std::string&) { ta.seed_given = true; });
   train->add_option("--lr", ta.opts.adamw.lr, "AdamW learning rate")
       ->capture_default_str()->check(kPositiveFinite)->each([&](const std::string&) { ta.lr_given = true; });
   train->add_option("--warmup-steps", ta.opts.schedule.warmup_steps, "raise the lr linearly from 0 over the first W steps")
-      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{100000000}));
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{100000000}))
+      ->each([&](const std::string&) { ta.warmup_given = true; });
   train->add_option_function<std::string>(
-           "--schedule", [&](const std::string& s) { ta.opts.schedule.kind = capstep::train::parse_schedule(s); },
+           "--schedule",
+           [&](const std::string& s) {
+             ta.opts.schedule.kind = capstep::train::parse_schedule(s);
+             ta.schedule_given = true;
+           },
            "lr after the warmup: constant, or cosine (down to --min-lr at the last step, --steps); default constant")
       ->check(CLI::IsMember({"constant", "cosine"}));
   train->add_option("--min-lr", ta.opts.schedule.min_lr, "the lr the cosine schedule ends at (at most --lr)")
-      ->capture_default_str()->check(CLI::Range(0.0, 1e30));
+      ->capture_default_str()->check(CLI::Range(0.0, 1e30))
+      ->each([&](const std::string&) { ta.min_lr_given = true; });
   train->add_option("--clip-grad-norm", ta.opts.clip_grad_norm,
                     "scale the gradients by min(1, C/norm), norm over all of them, inside the step (0: off)")
-      ->capture_default_str()->check(CLI::Range(0.0, 1e30));
+      ->capture_default_str()->check(CLI::Range(0.0, 1e30))
+      ->each([&](const std::string&) { ta.clip_given = true; });
   ta.opts.val_fraction = 0.1;   // the CLI holds out 10% as nanoGPT does; the library default is none
   train->add_option("--val-fraction", ta.opts.val_fraction,
                     "hold out the text's last fraction for a validation loss (0: none)")

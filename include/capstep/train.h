@@ -147,9 +147,12 @@ Result train(const Options& o);
 // ---- checkpoints of a training run -------------------------------------------
 // Beside the model config ("capstep.model_config", nn::LmConfig::to_json), a
 // training checkpoint carries one extra metadata key, "train": JSON
-// {"seed", "lr", "beta1", "beta2", "eps", "weight_decay", "text"} (text:
-// "builtin" or the file's path), so a resumed run or a sampler can default to
-// what the checkpoint was trained with.
+// {"seed", "lr", "beta1", "beta2", "eps", "weight_decay", "text",
+//  "schedule", "warmup_steps", "min_lr", "steps", "clip_grad_norm"} (text:
+// "builtin" or the file's path; schedule "constant" or "cosine"; steps: the
+// run's end, the cosine's horizon), so a resumed run or a sampler can default
+// to what the checkpoint was trained with. Checkpoints written before the
+// schedule keys existed have none of the last five (TrainMeta::has_schedule).
 constexpr const char* kTrainMetadataKey = "train";
 // With a validation split, also "best_val_loss": the lowest validation loss
 // of the run up to the checkpoint (a decimal number, %.9g).
@@ -161,9 +164,14 @@ struct TrainMeta {
   uint64_t seed = 1;
   optim::AdamW adamw;
   std::string text;                      // "builtin" or a path
+  bool has_schedule = false;             // false for checkpoints without the schedule keys
+  LrSchedule schedule;
+  int64_t steps = 0;                     // the end of the run that wrote it
+  double clip_grad_norm = 0;
   double best_val_loss = NAN;            // NaN when the checkpoint has none
 };
-std::string train_metadata(uint64_t seed, const optim::AdamW& a, const std::string& text);
+// The "train" metadata of a run with options `o` on `text` ("builtin" or a path).
+std::string train_metadata(const Options& o, const std::string& text);
 TrainMeta parse_meta(const Checkpoint& c);   // Error naming what is wrong
 
 // Loads a checkpoint and checks every tensor against the model its config

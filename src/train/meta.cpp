@@ -8,10 +8,20 @@
 
 namespace capstep::train {
 
-std::string train_metadata(uint64_t seed, const optim::AdamW& a, const std::string& text) {
-  nlohmann::json j = {{"seed", seed},     {"lr", a.lr},   {"beta1", a.beta1},
-                      {"beta2", a.beta2}, {"eps", a.eps}, {"weight_decay", a.weight_decay},
-                      {"text", text}};
+std::string train_metadata(const Options& o, const std::string& text) {
+  const optim::AdamW& a = o.adamw;
+  nlohmann::json j = {{"seed", o.seed},
+                      {"lr", a.lr},
+                      {"beta1", a.beta1},
+                      {"beta2", a.beta2},
+                      {"eps", a.eps},
+                      {"weight_decay", a.weight_decay},
+                      {"text", text},
+                      {"schedule", schedule_name(o.schedule.kind)},
+                      {"warmup_steps", o.schedule.warmup_steps},
+                      {"min_lr", o.schedule.min_lr},
+                      {"steps", o.steps},
+                      {"clip_grad_norm", o.clip_grad_norm}};
   return j.dump();
 }
 
@@ -35,6 +45,16 @@ TrainMeta parse_meta(const Checkpoint& c) {
     m.adamw.eps = t.at("eps").get<double>();
     m.adamw.weight_decay = t.at("weight_decay").get<double>();
     m.text = t.at("text").get<std::string>();
+    if (t.contains("schedule")) {
+      m.schedule.kind = parse_schedule(t.at("schedule").get<std::string>());
+      m.schedule.warmup_steps = t.at("warmup_steps").get<int64_t>();
+      m.schedule.min_lr = t.at("min_lr").get<double>();
+      m.steps = t.at("steps").get<int64_t>();
+      m.clip_grad_norm = t.at("clip_grad_norm").get<double>();
+      if (m.schedule.warmup_steps < 0 || m.steps < 1 || !(m.schedule.min_lr >= 0) || !(m.clip_grad_norm >= 0))
+        throw Error("the checkpoint's \"train\" metadata has a schedule out of range: " + it->second);
+      m.has_schedule = true;
+    }
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("the checkpoint's \"train\" metadata is malformed: ") + e.what());
   }

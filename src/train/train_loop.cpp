@@ -174,7 +174,7 @@ Result train(const Options& o) {
     return total / static_cast<double>(val_batches.size());
   };
   ckpt.model_config = o.model.to_json();
-  ckpt.extra[kTrainMetadataKey] = train_metadata(o.seed, o.adamw, text_name);
+  ckpt.extra[kTrainMetadataKey] = train_metadata(o, text_name);
   auto save = [&](int64_t step) -> bool {
     stepper->state(ckpt);
     const std::string bad = first_non_finite(ckpt);
