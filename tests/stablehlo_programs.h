@@ -215,10 +215,13 @@ inline Case f64_i32_case() {
 // AdamW appended (with_adamw): params, m, v, tokens, targets, 4 scalars ->
 // loss, params', m', v', with the aliases. Inputs: initial parameters, moments
 // after one made-up step, one batch, step-3 scalars.
-inline Case fused_step_case(const nn::LmConfig& c, const std::string& name) {
+// clip > 0: the step clips the global gradient norm to `clip` inside the
+// program (optim::clip_grad_norm between value_and_grad and with_adamw).
+inline Case fused_step_case(const nn::LmConfig& c, const std::string& name, double clip = 0) {
   std::vector<std::string> names;
   for (const auto& ps : nn::lm_parameters(c)) names.push_back(ps.name);
   Program grad = value_and_grad(nn::lm_loss_program(c), names);
+  if (clip > 0) grad = optim::clip_grad_norm(grad, names);
   optim::AdamW o;
   Program fused = optim::with_adamw(grad, names, o);
   std::vector<Array> params = nn::init_parameters(c, 42);
@@ -234,6 +237,7 @@ inline Case fused_step_case(const nn::LmConfig& c, const std::string& name) {
   }
   in.push_back(Array::i32({c.batch, c.seq}, tok));
   in.push_back(Array::i32({c.batch, c.seq}, tgt));
+  if (clip > 0) in.push_back(Array::scalar(static_cast<float>(clip)));
   optim::AdamWScalars s = optim::adamw_scalars(o, 3);
   for (float f : {s.lr, s.bc1, s.bc2, s.decay}) in.push_back(Array::scalar(f));
   if (in.size() != fused.inputs.size()) throw Error("fused_step_case: input count differs from the program's");

@@ -196,6 +196,22 @@ TEST(StablehloXla, FullFusedTrainingStepAgrees) {
   check_with_xla(fused_step_case(nn::LmConfig{}, "full_step"));
 }
 
+// Issue 15: value_and_grad + clip_grad_norm + AdamW, exported, runs on XLA
+// with the interpreter's results (loss, grad_norm, params', m', v'). The limit
+// is below the step's norm (asserted on the host), so the clipping branch is
+// the one both sides take.
+TEST(StablehloXla, ClippedFusedTrainingStepAgrees) {
+  REQUIRE_JAX();
+  for (const auto& [config, name] : {std::pair{tiny_lm(), "tiny_clipped_step"}, {nn::LmConfig{}, "full_clipped_step"}}) {
+    const Case c = fused_step_case(config, name, 0.05);
+    const std::vector<Array> host_out = host::run(c.program, c.inputs);
+    const int at = c.program.output_index(optim::kGradNormName);
+    ASSERT_GE(at, 0);
+    EXPECT_GT(host_out[static_cast<size_t>(at)].get(0), 0.05) << name << ": the limit must be below the norm";
+    check_with_xla(c);
+  }
+}
+
 // The golden files themselves are modules XLA accepts (they are what a reader
 // of the docs sees).
 TEST(StablehloXla, GoldenFilesCompile) {
