@@ -128,9 +128,9 @@ XlaRun run_with_xla(const Case& c, const std::string& text, const std::string& t
   std::string cmd = shell_quote(jax().python) + " " + shell_quote(jax().runner) + " --platform " + platform + " " +
                     shell_quote((dir / "module.mlir").string()) + " " + shell_quote((dir / "out").string());
   for (size_t i = 0; i < c.inputs.size(); ++i) {
-    std::string p = (dir / ("in" + std::to_string(i) + ".npy")).string();
+    std::string p = (dir / std::string("in").append(std::to_string(i)).append(".npy")).string();
     write_npy(p, c.inputs[i]);
-    cmd += " " + shell_quote(p);
+    cmd.append(" ").append(shell_quote(p));
   }
   std::string out;
   int rc = run_command(cmd, out);

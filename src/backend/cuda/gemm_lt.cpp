@@ -173,7 +173,7 @@ LtGemm::LtGemm(cublasLtHandle_t h, const plan::GemmLayout& g, DType dtype, bool 
     const uint32_t tile = algo_config<uint32_t>(algo_, CUBLASLT_ALGO_CONFIG_TILE_ID, 0);
     const int32_t splits = algo_config<int32_t>(algo_, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 1);
     const char* tn = tile_name(tile);
-    desc_ = "cublasLt algo " + std::to_string(id) + " tile " + (tn ? std::string(tn) : "#" + std::to_string(tile)) +
+    desc_ = "cublasLt algo " + std::to_string(id) + " tile " + (tn ? std::string(tn) : std::string("#").append(std::to_string(tile))) +
             " splitK " + std::to_string(splits < 1 ? 1 : splits);
     if (ws_bytes_ > 0) desc_ += " workspace " + std::to_string(ws_bytes_);
     if (!single_) desc_ += " (not single-kernel)";

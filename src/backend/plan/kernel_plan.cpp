@@ -58,7 +58,7 @@ void single_items(const Program& p, const std::vector<GemmLayout>& gemm, int d, 
     it.eqn = d;
     it.reads = e.inputs;
     it.writes = {e.out};
-    it.what = "%" + std::to_string(e.out) + " " + std::move(what);
+    it.what = std::string("%").append(std::to_string(e.out)).append(" ").append(what);
     items.push_back(std::move(it));
   };
   const std::string name = op_name(e.op);
