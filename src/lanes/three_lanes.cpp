@@ -236,7 +236,7 @@ void print(const Report& r, std::ostream& out) {
     out << '\n';
   }
   if (r.lanes[1].ran || r.lanes[2].ran)
-    out << "GPU: " << r.device << "; f32 dots " << (r.tf32 ? "in TF32" : "in full f32") << '\n';
+    out << "GPU: " << r.device << "; f32 dots " << (r.tf32 ? "of cuBLAS(Lt) in TF32, generated ones in f32" : "in full f32") << '\n';
   std::snprintf(buf, sizeof buf, "\nmedian step (of %d, after %d warm-up)", r.steps, r.warmup);
   out << buf << '\n';
   std::snprintf(buf, sizeof buf, "%-33s%10s%10s", "", "ms", "vs [1]");
