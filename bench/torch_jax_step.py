@@ -43,6 +43,13 @@ read-back:
       a run did not give a time). scripts/device-check runs it.
   --device cpu runs the GPU modes' code on the CPU (not the CUDA graph), to
       check this script on a machine without a GPU; its times mean nothing.
+
+--size seed|middle|gpt2-small picks the model of the size ladder (capstep's
+`bench --size`, nn::LmConfig::preset): seed as above; middle: 8 layers,
+d_model 512, 8 heads, d_ff 2048, positions 256, batch 8 x 256; gpt2-small:
+12 layers, d_model 768, 12 heads, d_ff 3072, positions 1024, batch 8 x 512;
+vocab 64 throughout. The GPU runs also report tokens/s and their peak device
+memory (torch.cuda.max_memory_allocated, JAX's peak_bytes_in_use).
 """
 import argparse
 import json
@@ -54,11 +61,27 @@ import subprocess
 import sys
 import time
 
-V, D, L, H, F, P, B, T = 64, 128, 2, 4, 256, 256, 4, 16
-DH = D // H
+# (vocab, d_model, layers, heads, d_ff, positions, batch, seq) of each size;
+# the same numbers as nn::LmConfig::preset in capstep.
+SIZES = {
+    "seed": (64, 128, 2, 4, 256, 256, 4, 16),
+    "middle": (64, 512, 8, 8, 2048, 256, 8, 256),
+    "gpt2-small": (64, 768, 12, 12, 3072, 1024, 8, 512),
+}
 EPS_NORM = 1e-5
 LR, BETA1, BETA2, EPS, WD = 1e-2, 0.9, 0.999, 1e-8, 0.01
-N_PARAMS = 311_936
+
+
+def set_size(name):
+    """The model's dimensions as module globals (every function reads them at call time)."""
+    global V, D, L, H, F, P, B, T, DH, N_PARAMS
+    V, D, L, H, F, P, B, T = SIZES[name]
+    DH = D // H
+    N_PARAMS = V * D + P * D + L * (D + 4 * D * D + D + 2 * D * F) + D + D * V
+
+
+set_size("seed")
+assert N_PARAMS == 311_936
 
 
 def param_specs():
@@ -260,6 +283,8 @@ def run_torch_gpu(args, mode):
     }
     r = measure(args, step, data, losses, info=info)
     sync()
+    if on_gpu:
+        r["peak_bytes"] = int(torch.cuda.max_memory_allocated())
     return r
 
 
@@ -349,7 +374,11 @@ def run_jax(args, gpu=False):
     if gpu:
         info.update(device=platform, gpu=jax.devices()[0].device_kind,
                     matmul_precision=str(jax.config.jax_default_matmul_precision))
-    return measure(args, step, data, losses, info=info)
+    r = measure(args, step, data, losses, info=info)
+    stats = jax.devices()[0].memory_stats() if gpu else None
+    if stats and "peak_bytes_in_use" in stats:
+        r["peak_bytes"] = int(stats["peak_bytes_in_use"])
+    return r
 
 
 # ---------------------------------------------------------------- timing
@@ -375,6 +404,8 @@ def measure(args, step, data, losses, info):
         "cpu_per_wall": statistics.median(cpu) / statistics.median(wall),
         "cpu_ms": statistics.median(cpu),
         "losses": losses,
+        "size": SIZE_NAME, "tokens_per_step": B * T,
+        "tokens_per_s": B * T / (statistics.median(wall) / 1e3),
     })
     return info
 
@@ -395,6 +426,7 @@ def thread_env(threads):
 
 
 PIN_CPU = None  # set from --pin-cpu
+SIZE_NAME = "seed"  # set from --size
 
 
 def pin_prefix(threads, cpu=None):
@@ -404,7 +436,8 @@ def pin_prefix(threads, cpu=None):
 def run_one(kind, threads, args, fused=False, extra_env=None):
     cmd = pin_prefix(threads) + [sys.executable, os.path.abspath(__file__), "--run", kind,
                                            "--threads", str(threads), "--warmup", str(args.warmup),
-                                           "--steps", str(args.steps), "--seed", str(args.seed)]
+                                           "--steps", str(args.steps), "--seed", str(args.seed),
+                                           "--size", args.size]
     if fused:
         cmd.append("--fused")
     try:
@@ -591,7 +624,8 @@ GPU_RUNS = [  # (kind, label), fastest recipe first: each runs as its own proces
 
 def run_gpu_one(kind, args):
     cmd = [sys.executable, os.path.abspath(__file__), "--run", kind, "--device", args.device,
-           "--warmup", str(args.warmup), "--steps", str(args.steps), "--seed", str(args.seed)]
+           "--warmup", str(args.warmup), "--steps", str(args.steps), "--seed", str(args.seed),
+           "--size", args.size]
     t0 = time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -649,21 +683,31 @@ def gpu_table(args):
     steps = f"{args.steps} timed steps after {args.warmup} warm-up"
     if capj:
         steps += f" (capstep: {capj.get('steps')} after {capj.get('warmup')})"
-    out = [f"us per step on the GPU (forward + backward + AdamW, batch up and loss down): median of {steps}; "
+    cap_size = capj.get("size") if capj else None
+    if cap_size and cap_size != args.size:
+        print(f"capstep JSON is of size {cap_size}, the peers of size {args.size}: not the same model",
+              file=sys.stderr)
+        return 3
+    out = [f"us per step on the GPU (forward + backward + AdamW, batch up and loss down), model size {args.size} "
+           f"({N_PARAMS:,} parameters, batch {B} x {T}): median of {steps}; "
            f"f32 dots in TF32" + ("" if not capj or capj.get("tf32") else " (capstep's run: full f32, --no-tf32)"),
-           "", f"| {'run':<66} | {'us/step':>9} | {'run/[3]':>8} | {'run/[2]':>8} |",
-           f"|{'-' * 68}|{'-' * 11}|{'-' * 10}|{'-' * 10}|"]
-    for label, us, why, _ in rows:
+           "", f"| {'run':<66} | {'us/step':>9} | {'tokens/s':>9} | {'peak MiB':>8} | {'run/[3]':>8} | {'run/[2]':>8} |",
+           f"|{'-' * 68}|{'-' * 11}|{'-' * 11}|{'-' * 10}|{'-' * 10}|{'-' * 10}|"]
+    for label, us, why, r in rows:
         if us is None:
-            out.append(f"| {label:<66} | {'skipped':>9} | {'':>8} | {'':>8} |")
+            out.append(f"| {label:<66} | {'skipped':>9} | {'':>9} | {'':>8} | {'':>8} | {'':>8} |")
             out.append(f"|   skipped: {why}")
             continue
         r3 = f"{us / l3:.2f}x" if l3 else "-"
         r2 = f"{us / l2:.2f}x" if l2 else "-"
-        out.append(f"| {label:<66} | {us:>9.1f} | {r3:>8} | {r2:>8} |")
+        tps = f"{B * T / (us * 1e-6):>9.0f}"
+        peak = r.get("peak_bytes", r.get("device_bytes"))
+        mib = f"{peak / 2**20:>8.0f}" if peak else f"{'-':>8}"
+        out.append(f"| {label:<66} | {us:>9.1f} | {tps} | {mib} | {r3:>8} | {r2:>8} |")
     out += ["",
             "run/[3], run/[2]: the run's median over capstep lane 3's (lane 2's): how many times faster capstep's "
-            "lane is (above 1: capstep faster).",
+            "lane is (above 1: capstep faster). tokens/s: batch x seq over the median. peak MiB: PyTorch's "
+            "max_memory_allocated, JAX's peak_bytes_in_use, capstep's device_bytes (every buffer it holds).",
             "Each Python run: its own process; batch from pinned host memory (torch) or numpy (JAX) every step; "
             "the loss read back (.item(), float()) ends the step; capstep's lanes time the same way with their own "
             "timer (and start from their own initialisation and corpus: a step's cost does not depend on the values)."]
@@ -718,9 +762,12 @@ def main():
     ap.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every run")
     ap.add_argument("--json-out", help="also write every figure here")
+    ap.add_argument("--size", choices=list(SIZES), default="seed", help="the model of the size ladder")
     args = ap.parse_args()
-    global PIN_CPU
+    global PIN_CPU, SIZE_NAME
     PIN_CPU = args.pin_cpu
+    SIZE_NAME = args.size
+    set_size(args.size)
     if args.warmup < 1 or args.steps < 1 or args.rounds < 1:
         ap.error("--warmup, --steps and --rounds must be at least 1")
     if args.run == "torch":

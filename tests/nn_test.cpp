@@ -129,3 +129,25 @@ TEST(CausalLm, GradientMatchesFiniteDifferencesInFloat64) {
     EXPECT_LT(rel, 1e-6) << names[pi] << "[" << ci << "]: analytic " << an << " finite-diff " << fd;
   }
 }
+
+// The benchmark's size ladder: the same parameter counts as the peers in
+// bench/torch_jax_step.py (SIZES, N_PARAMS), and each size is a valid model.
+TEST(CausalLm, PresetSizesOfTheLadder) {
+  const std::pair<const char*, int64_t> want[] = {{"seed", 311936}, {"middle", 25371136}, {"gpt2-small", 85838592}};
+  ASSERT_EQ(nn::LmConfig::preset_names().size(), 3u);
+  for (const auto& [name, count] : want) {
+    const nn::LmConfig c = nn::LmConfig::preset(name);
+    EXPECT_NO_THROW(c.validate()) << name;
+    EXPECT_EQ(nn::count_parameters(c), count) << name;
+  }
+  EXPECT_EQ(nn::LmConfig::preset("gpt2-small").batch * nn::LmConfig::preset("gpt2-small").seq, 4096);
+  EXPECT_EQ(nn::LmConfig::preset("seed").to_json(), nn::LmConfig{}.to_json());
+  try {
+    nn::LmConfig::preset("gpt3");
+    ADD_FAILURE() << "no error for an unknown size";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown model size 'gpt3': the sizes are seed, middle and gpt2-small"),
+              std::string::npos)
+        << e.what();
+  }
+}

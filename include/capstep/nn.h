@@ -32,6 +32,14 @@ struct LmConfig {
   std::string describe() const;   // "A 2-layer causal LM, dModel 128, 311936 parameters; batch 4 x 16 tokens."
   std::string to_json() const;    // for checkpoint metadata
   static LmConfig from_json(const std::string& s);
+  // The benchmark's size ladder (issue 11), vocab 64 throughout:
+  //   "seed": the defaults above (311,936 parameters, batch 4 x 16);
+  //   "middle": 8 layers, d_model 512, 8 heads, d_ff 2048, context 256, batch 8 x 256;
+  //   "gpt2-small": 12 layers, d_model 768, 12 heads, d_ff 3072, context 1024,
+  //   batch 8 x 512 (GPT-2 small's shape but for its vocabulary: 85,838,592 parameters).
+  // Error naming the known sizes for any other name.
+  static LmConfig preset(const std::string& size);
+  static const std::vector<std::string>& preset_names();
 };
 
 struct ParamSpec {

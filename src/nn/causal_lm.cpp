@@ -28,6 +28,25 @@ void LmConfig::validate() const {
   need(norm_eps > 0 && std::isfinite(norm_eps), "norm eps must be positive");
 }
 
+const std::vector<std::string>& LmConfig::preset_names() {
+  static const std::vector<std::string> names = {"seed", "middle", "gpt2-small"};
+  return names;
+}
+
+LmConfig LmConfig::preset(const std::string& size) {
+  LmConfig c;
+  if (size == "seed") return c;
+  if (size == "middle") {
+    c.n_layers = 8, c.d_model = 512, c.n_heads = 8, c.d_ff = 2048, c.context = 256, c.batch = 8, c.seq = 256;
+    return c;
+  }
+  if (size == "gpt2-small") {
+    c.n_layers = 12, c.d_model = 768, c.n_heads = 12, c.d_ff = 3072, c.context = 1024, c.batch = 8, c.seq = 512;
+    return c;
+  }
+  throw Error("unknown model size '" + size + "': the sizes are seed, middle and gpt2-small");
+}
+
 std::string LmConfig::describe() const {
   std::ostringstream o;
   o << "A " << n_layers << "-layer causal LM, dModel " << d_model << ", " << count_parameters(*this)
