@@ -579,6 +579,47 @@ TEST(Train, GpuLanesFollowTheHostAndTheirCheckpointsResume) {
   }
 }
 
+// Issue 15 on the GPU: warmup + cosine, clipping inside the step and the
+// validation loss, on both GPU lanes, follow the host run within 1e-3 relative
+// (TF32 dots): losses, the norms before clipping, the validation losses.
+TEST(Train, GpuLanesScheduleClipAndValidationFollowTheHost) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no GPU: " << why;
+  auto options = [] {
+    train::Options o = small_options();
+    o.steps = 10;
+    o.schedule = {train::Schedule::cosine, 3, 1e-4};
+    o.clip_grad_norm = 0.5;
+    o.val_fraction = 0.1;
+    o.eval_every = 5;
+    o.eval_batches = 2;
+    return o;
+  };
+  train::Options h = options();
+  std::vector<double> host_norms;
+  h.on_step = [&](const train::StepInfo& s) { host_norms.push_back(s.grad_norm); };
+  const train::Result host = train::train(h);
+  ASSERT_EQ(host.val_losses.size(), 2u);
+  for (train::Lane lane : {train::Lane::gpu, train::Lane::gpu_fused}) {
+    train::Options g = options();
+    g.lane = lane;
+    g.require_gpu = true;
+    std::vector<double> norms;
+    g.on_step = [&](const train::StepInfo& s) { norms.push_back(s.grad_norm); };
+    const train::Result r = train::train(g);
+    ASSERT_EQ(r.lane_used, lane);
+    ASSERT_EQ(r.losses.size(), host.losses.size());
+    ASSERT_EQ(norms.size(), host_norms.size());
+    for (size_t k = 0; k < r.losses.size(); ++k) {
+      EXPECT_LE(std::fabs(r.losses[k] - host.losses[k]) / host.losses[k], 1e-3) << train::lane_name(lane) << " step " << k + 1;
+      EXPECT_LE(std::fabs(norms[k] - host_norms[k]) / host_norms[k], 1e-3) << train::lane_name(lane) << " norm, step " << k + 1;
+    }
+    ASSERT_EQ(r.val_losses.size(), host.val_losses.size());
+    for (size_t k = 0; k < r.val_losses.size(); ++k)
+      EXPECT_LE(std::fabs(r.val_losses[k] - host.val_losses[k]) / host.val_losses[k], 1e-3) << train::lane_name(lane);
+  }
+}
+
 TEST(Train, OptionsOutOfRangeAreRefusedByName) {
   train::Options o = small_options();
   o.steps = 0;
