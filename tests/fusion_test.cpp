@@ -196,6 +196,15 @@ void run_loop_group(const Program& p, const Group& g, std::map<int, Array>& env)
   for (int64_t k = 0; k < g.numel; ++k) {
     for (int d = g.first; d <= g.last; ++d) {
       const Eqn& e = p.eqns[static_cast<size_t>(d)];
+      if (e.op == Op::gather_rows) {  // table row idx[k / C], column k % C; both made outside the group
+        ASSERT_FALSE(pos.count(e.inputs[0]) || pos.count(e.inputs[1])) << "a gather's table or indices made in its group";
+        const Array& table = env.at(e.inputs[0]);
+        const int64_t C = table.numel() / table.shape()[0];
+        const int64_t r = static_cast<int64_t>(env.at(e.inputs[1]).get(k / C));
+        ASSERT_TRUE(r >= 0 && r < table.shape()[0]) << "gather index " << r;
+        vals[static_cast<size_t>(d - g.first)] = load(table, r * C + k % C);
+        continue;
+      }
       std::vector<Scalar> a;
       for (int x : e.inputs) {
         auto it = pos.find(x);
@@ -251,7 +260,9 @@ std::vector<Array> run_grouped(const Fused& f, const std::vector<Array>& inputs)
 }
 
 // ---- invariants -------------------------------------------------------------------
-bool fusible(Op op) { return is_elementwise(op) || op == Op::broadcast_in_dim || op == Op::transpose; }
+bool fusible(Op op) {
+  return is_elementwise(op) || op == Op::broadcast_in_dim || op == Op::transpose || op == Op::gather_rows;
+}
 
 // Returns the number of loop groups.
 int check_invariants(const Program& p, const Fused& f) {
@@ -301,6 +312,11 @@ int check_invariants(const Program& p, const Fused& f) {
           const int q = producer[static_cast<size_t>(e.inputs[0])];
           EXPECT_TRUE(q < g.first || q > g.last) << "a transpose's operand made inside its group";
         }
+        if (e.op == Op::gather_rows)
+          for (int x : e.inputs) {
+            const int q = producer[static_cast<size_t>(x)];
+            EXPECT_TRUE(q < g.first || q > g.last) << "a gather's table or indices made inside its group";
+          }
       }
       EXPECT_GE(reductions, 1);
     } else if (g.kind != GroupKind::loop) {
@@ -367,7 +383,8 @@ int check_invariants(const Program& p, const Fused& f) {
     const Eqn& e = f.program.eqns[static_cast<size_t>(d)];
     const int gd = f.group_of[static_cast<size_t>(d)];
     if (f.groups[static_cast<size_t>(gd)].kind != GroupKind::loop) continue;
-    if (e.op == Op::transpose) continue;  // reads its operand at another index: never fused with its producer
+    // reads its operand at another index: never fused with its producer
+    if (e.op == Op::transpose || e.op == Op::gather_rows) continue;
     for (int x : e.inputs) {
       const int q = producer[static_cast<size_t>(x)];
       if (q < 0) continue;

@@ -35,6 +35,7 @@ using test::TempDir;
 
 // The CUDA built-ins the generated kernels use, for a host compiler.
 const char* const kShim = R"(#pragma once
+#include <atomic>
 #include <barrier>
 #include <cstring>
 #include <functional>
@@ -103,6 +104,10 @@ inline void run(unsigned blocks, unsigned threads, bool lockstep, const std::fun
   }
 }
 }  // namespace capstep_emu
+inline int atomicCAS(int* a, int expected, int desired) {  // returns the old value, as CUDA's
+  std::atomic_ref<int>(*a).compare_exchange_strong(expected, desired);
+  return expected;
+}
 template <class T> T __shfl_xor_sync(unsigned, T v, int o) {
   capstep_emu::Warp& w = *capstep_emu::warp;
   const unsigned lane = threadIdx.x & 31;
@@ -162,6 +167,13 @@ class HostKernels {
     if (lib_) dlclose(lib_);
   }
   Launcher operator[](int source) const { return launch_.at(static_cast<size_t>(source)); }
+  // The module's capstep_err: where its generated gathers and scatters report
+  // an index outside their table (the executor points it at its error flag).
+  void set_error_flag(void* flag) const {
+    void* slot = dlsym(lib_, "capstep_err");
+    if (!slot) throw Error("the kernels have no capstep_err");
+    std::memcpy(slot, &flag, sizeof flag);
+  }
 
  private:
   static void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
@@ -327,6 +339,84 @@ TEST(PlanEmulation, FusedTrainingStepsMatchTheInterpreter) {
       if (HasFailure()) return;
     }
   }
+}
+
+// The layout of cuda::k::DeviceError and of the kernels' capstep_device_error.
+struct DeviceError {
+  int flag = 0, eqn = 0;
+  long long position = 0, value = 0;
+};
+
+// Generated scatter_add_rows: a thread per output element sums its rows in
+// index order, so repeated indices give the interpreter's sums bit for bit;
+// an index outside the table is reported (equation, position, value) and the
+// other elements are still right.
+TEST(PlanEmulation, GeneratedScatterSumsInIndexOrderAndReportsBadIndices) {
+  Program p;
+  p.name = "scatter";
+  const int op = p.add_input("operand", {DType::f32, {6, 5}});
+  const int idx = p.add_input("idx", {DType::i32, {3, 4}});
+  const int upd = p.add_input("upd", {DType::f32, {3, 4, 5}});
+  const int y = p.add_eqn(Op::scatter_add_rows, {op, idx, upd}, {});
+  p.add_output("y", p.add_eqn(Op::multiply, {y, y}, {}));
+  const plan::KernelPlan kp = plan::plan_kernels(p);
+  int gen = 0;
+  for (const plan::Item& it : kp.items) gen += it.kind == plan::ItemKind::scatter_gen;
+  ASSERT_EQ(gen, 1) << kp.describe();
+  TempDir dir;
+  const HostKernels kernels(kp, dir.file("k"));
+  DeviceError err;
+  kernels.set_error_flag(&err);
+  HostPlanRunner run(kp, kernels);
+  std::mt19937 rng(3);
+  Array a({DType::f32, {6, 5}}), u({DType::f32, {3, 4, 5}}), ix({DType::i32, {3, 4}});
+  for (int64_t k = 0; k < a.numel(); ++k) a.set(k, std::uniform_real_distribution<double>(-1, 1)(rng));
+  for (int64_t k = 0; k < u.numel(); ++k) u.set(k, std::uniform_real_distribution<double>(-1, 1)(rng));
+  const int rows[12] = {2, 0, 2, 5, 2, 1, 0, 2, 4, 2, 3, 2};  // row 2 five times: the order of its sums matters
+  for (int64_t k = 0; k < 12; ++k) ix.set(k, rows[k]);
+  const std::vector<Array> in = {a, ix, u};
+  for (int i = 0; i < 3; ++i) run.upload(i, in[static_cast<size_t>(i)]);
+  run.step();
+  EXPECT_EQ(err.flag, 0);
+  EXPECT_TRUE(run.output(0).bit_equal(host::run(p, in)[0]));
+
+  ix.set(7, 6);  // one past the table
+  run.upload(1, ix);
+  run.step();
+  EXPECT_EQ(err.flag, 1);
+  EXPECT_EQ(kp.fused.program.eqns.at(static_cast<size_t>(err.eqn)).op, Op::scatter_add_rows);
+  EXPECT_EQ(err.position, 7);
+  EXPECT_EQ(err.value, 6);
+}
+
+// A token outside the vocabulary: the generated gather (the embedding, fused
+// into a loop kernel) reports its equation, position and value.
+TEST(PlanEmulation, GeneratedGatherReportsATokenOutsideTheTable) {
+  const nn::LmConfig c = small_config();
+  std::vector<std::string> names;
+  for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
+  const Program grad = value_and_grad(nn::lm_loss_program(c), names);
+  const plan::KernelPlan kp = plan::plan_kernels(grad);
+  for (const plan::Item& it : kp.items) EXPECT_NE(it.kind, plan::ItemKind::gather) << "a gather left to the library";
+  TempDir dir;
+  const HostKernels kernels(kp, dir.file("k"));
+  DeviceError err;
+  kernels.set_error_flag(&err);
+  HostPlanRunner run(kp, kernels);
+  const Program& p = kp.fused.program;
+  const std::vector<Array> params = nn::init_parameters(c, 5);
+  for (size_t i = 0; i < params.size(); ++i) run.upload(static_cast<int>(i), params[i]);
+  Array tokens({DType::i32, {c.batch, c.seq}}), targets = tokens;
+  tokens.set(13, 64);  // vocabulary 0..63
+  run.upload(p.input_index("tokens"), tokens);
+  run.upload(p.input_index("targets"), targets);
+  run.step();
+  ASSERT_EQ(err.flag, 1);
+  const Eqn& e = p.eqns.at(static_cast<size_t>(err.eqn));
+  EXPECT_EQ(e.op, Op::gather_rows);
+  EXPECT_EQ(e.inputs.at(1), p.inputs.at(static_cast<size_t>(p.input_index("tokens"))).value);
+  EXPECT_EQ(err.position, 13);
+  EXPECT_EQ(err.value, 64);
 }
 
 }  // namespace

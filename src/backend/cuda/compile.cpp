@@ -85,7 +85,7 @@ void Executable::Impl::build_launches() {
   for (const plan::Item& it : kp.items) {
     switch (it.kind) {
       case plan::ItemKind::loop: case plan::ItemKind::row: case plan::ItemKind::col: case plan::ItemKind::wave:
-      case plan::ItemKind::small_gemm:
+      case plan::ItemKind::small_gemm: case plan::ItemKind::scatter_gen:
         add_generated_launch(it);
         break;
       case plan::ItemKind::end_copy:

@@ -134,6 +134,7 @@ Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
   m.d_err = static_cast<k::DeviceError*>(m.device_alloc(sizeof(k::DeviceError), "error flag"));
   CAPSTEP_CU(cudaMallocHost(reinterpret_cast<void**>(&m.h_err), sizeof(k::DeviceError)));
   std::memset(m.h_err, 0, sizeof(k::DeviceError));
+  m.point_error_flag();
   // a never-uploaded input reads as zeros; on our stream, so that it is ordered before any upload
   CAPSTEP_CU(cudaMemsetAsync(m.d_inputs, 0, plan.inputs_bytes, m.stream));
 

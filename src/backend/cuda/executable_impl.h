@@ -68,6 +68,7 @@ struct Executable::Impl {
   void* device_alloc(size_t bytes, const char* what);
   std::string eqn_what(int eqn) const;    // "equation 12 (%15 = dot_general(...) ...)"
   void compile_kernels();                 // fused_launch.cpp: NVRTC, then load
+  void point_error_flag();                // fused_launch.cpp: the kernels' capstep_err -> d_err
   void add_generated_launch(const plan::Item& it);  // fused_launch.cpp
   void add_single_launch(const plan::Item& it);     // compile.cpp: one equation's kernel or library call
   void build_launches();                  // compile.cpp: every item of the kernel plan, then the end copies

@@ -65,6 +65,21 @@ void Executable::Impl::compile_kernels() {
                 " threads per block");
 }
 
+void Executable::Impl::point_error_flag() {
+  if (!loop_lib) return;
+  // Generated gathers and scatters report an index outside their table through
+  // the module's capstep_err: point it at this executable's error flag.
+  void* err_slot = nullptr;
+  size_t err_slot_bytes = 0;
+  CAPSTEP_CU(cudaLibraryGetGlobal(&err_slot, &err_slot_bytes, loop_lib, "capstep_err"),
+             "(finding the error flag pointer of program \"" + prog.name + "\")");
+  if (err_slot_bytes != sizeof(void*))
+    throw Error("fused kernels of program \"" + prog.name + "\": capstep_err has " + std::to_string(err_slot_bytes) +
+                " bytes, not a pointer's");
+  void* flag = d_err;
+  CAPSTEP_CU(cudaMemcpy(err_slot, &flag, sizeof flag, cudaMemcpyHostToDevice), "(setting the error flag pointer)");
+}
+
 void Executable::Impl::add_generated_launch(const plan::Item& it) {
   const plan::KernelSource& k = kp.sources.at(static_cast<size_t>(it.source));
   const cudaKernel_t kernel = source_kernel.at(static_cast<size_t>(it.source));

@@ -52,7 +52,7 @@ Geometry reduce_geometry(const Program& p, const Eqn& e) {
 }
 
 Geometry eqn_geometry(const Program& p, const Eqn& e) {
-  if (loop_op(e.op)) return {Geo::loop, p.type(e.out).numel(), 0};
+  if (loop_op(e.op) || e.op == Op::gather_rows) return {Geo::loop, p.type(e.out).numel(), 0};
   return reduce_geometry(p, e);
 }
 
@@ -167,6 +167,7 @@ const char* group_kind_name(GroupKind k) {
     case GroupKind::row: return "row";
     case GroupKind::col: return "col";
     case GroupKind::gemm: return "gemm";
+    case GroupKind::scatter: return "scatter";
     case GroupKind::single: return "single";
     case GroupKind::free: return "free";
   }
@@ -278,6 +279,7 @@ Fused fuse_program(const Program& p, const FuseOptions& fo) {
       for (int m : uf.members[static_cast<size_t>(r)]) {
         const Eqn& e = p.eqns[static_cast<size_t>(m)];
         if (e.op == Op::transpose && in_group(e.inputs[0])) return false;
+        if (e.op == Op::gather_rows && (in_group(e.inputs[0]) || in_group(e.inputs[1]))) return false;
         if (e.op == Op::dot_general) {
           if (in_group(e.inputs[0]) || in_group(e.inputs[1])) return false;  // no prologue
           if (dot_type && !(p.type(e.out) == *dot_type)) return false;       // one tile for all products
@@ -342,6 +344,7 @@ Fused fuse_program(const Program& p, const FuseOptions& fo) {
     const Op op0 = p.eqns[static_cast<size_t>(d0)].op;
     kind[static_cast<size_t>(g)] = gg.kind == Geo::gemm            ? GroupKind::gemm
                                    : view[static_cast<size_t>(d0)] ? GroupKind::free
+                                   : loops && scatter_group_eqn(p, p.eqns[static_cast<size_t>(d0)]) ? GroupKind::scatter
                                    : !loops || gg.kind == Geo::none ? (is_free(op0) ? GroupKind::free : GroupKind::single)
                                    : gg.kind == Geo::loop         ? GroupKind::loop
                                    : gg.kind == Geo::row          ? GroupKind::row
@@ -465,7 +468,16 @@ std::string Fused::summary() const {
 }
 
 bool fused_kind(GroupKind k) {
-  return k == GroupKind::loop || k == GroupKind::row || k == GroupKind::col || k == GroupKind::gemm;
+  return k == GroupKind::loop || k == GroupKind::row || k == GroupKind::col || k == GroupKind::gemm ||
+         k == GroupKind::scatter;
+}
+
+bool scatter_group_eqn(const Program& p, const Eqn& e) {
+  if (e.op != Op::scatter_add_rows) return false;
+  const DType t = p.type(e.out).dtype;
+  if (t != DType::f32 && t != DType::f64 && t != DType::i32) return false;
+  const int64_t n = p.type(e.out).numel(), r = p.type(e.inputs[1]).numel();
+  return n > 0 && r >= 0 && (r == 0 || n <= kMaxScatterWork / r);
 }
 
 std::vector<std::pair<int, int>> group_spans(const Fused& f) {

@@ -35,8 +35,16 @@
 //           count: an epilogue computed from each result in registers), and
 //           other dot_generals of the same result type that the epilogue
 //           combines with it (dq Wq' + dk Wk' + dv Wv': one kernel).
-//   single  one equation run as before (other dot_generals, gather, scatter,
-//           other reductions): never fused across.
+//           A gather_rows may be a member of any of these (loop geometry: one
+//           element per output element) when its table and indices are made
+//           outside the group: element i reads table row idx[i / C].
+//   scatter one scatter_add_rows whose work (output elements x index rows) is
+//           at most kMaxScatterWork, as a generated kernel: a thread per output
+//           element adds, in index order, the update rows whose index is its
+//           row (no atomics: the same sums in the same order as the host).
+//   single  one equation run as before (other dot_generals, gathers of a
+//           table made in the group, larger scatters, other reductions):
+//           never fused across.
 //   free    constant, iota (filled once), reshape (a view), and a transpose
 //           whose every reader is a gemm group, directly or through reshapes
 //           (a view too: Fused::view): no launch.
@@ -60,7 +68,13 @@
 
 namespace capstep::plan {
 
-enum class GroupKind : unsigned char { loop, row, col, gemm, single, free };
+enum class GroupKind : unsigned char { loop, row, col, gemm, scatter, single, free };
+
+// The largest scatter_add_rows (output elements x index rows) that runs as a
+// generated scatter group; larger ones use the library kernel (atomics).
+constexpr int64_t kMaxScatterWork = int64_t{1} << 28;
+// Whether equation e is a scatter_add_rows that a scatter group runs.
+bool scatter_group_eqn(const Program& p, const Eqn& e);
 const char* group_kind_name(GroupKind k);
 
 struct Group {
@@ -113,7 +127,7 @@ struct ViewOf {
 };
 std::optional<ViewOf> view_of(const Program& p, const std::vector<char>& view, int x);
 
-bool fused_kind(GroupKind k);  // loop, row, col or gemm: one generated kernel
+bool fused_kind(GroupKind k);  // loop, row, col, gemm or scatter: one generated kernel
 
 // Per equation of f.program: [first, last] of its group when that group runs as
 // one kernel (a fused group; all the sinks together are one kernel), else

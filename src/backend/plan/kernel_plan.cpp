@@ -25,6 +25,7 @@ const char* item_kind_name(ItemKind k) {
     case ItemKind::reduce: return "reduce";
     case ItemKind::gather: return "gather";
     case ItemKind::scatter: return "scatter";
+    case ItemKind::scatter_gen: return "scatter_gen";
     case ItemKind::end_copy: return "end_copy";
   }
   return "?";
@@ -40,6 +41,11 @@ std::string group_what(const Program& p, const Group& g) {
   if (g.kind == GroupKind::row) s << "; " << g.rows << " rows of " << g.cols;
   if (g.kind == GroupKind::col) s << "; " << g.cols << " sums of " << g.rows;
   if (g.kind == GroupKind::loop) s << "; " << g.numel << " elements";
+  if (g.kind == GroupKind::scatter) {
+    const Eqn& e = p.eqns[static_cast<size_t>(g.first)];
+    s.str("");
+    s << "%" << e.out << " scatter_add_rows " << p.type(e.out).str() << " (generated: sums in index order)";
+  }
   if (g.kind == GroupKind::gemm) {
     const Eqn& e = p.eqns[static_cast<size_t>(g.first)];
     s.str("");
@@ -175,6 +181,7 @@ KernelPlan plan_kernels(const Program& p, const KernelPlanOptions& o) {
       it.kind = g.kind == GroupKind::loop ? ItemKind::loop
                 : g.kind == GroupKind::row ? ItemKind::row
                 : g.kind == GroupKind::col ? ItemKind::col
+                : g.kind == GroupKind::scatter ? ItemKind::scatter_gen
                                            : ItemKind::small_gemm;
       it.what = group_what(fp, g);
     }

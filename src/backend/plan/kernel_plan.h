@@ -31,7 +31,8 @@ enum class ItemKind : unsigned char {
   elementwise,  // one elementwise equation (unfused)
   reduce,       // one reduction the fused kinds do not take
   gather,       // gather_rows
-  scatter,      // scatter_add_rows (after the copy of its operand)
+  scatter,      // scatter_add_rows (after the copy of its operand): the library kernel, atomics
+  scatter_gen,  // a generated scatter_add_rows (a scatter group): sums in index order, no atomics
   end_copy,     // an alias copied back, or an old input saved, after the step
 };
 const char* item_kind_name(ItemKind k);

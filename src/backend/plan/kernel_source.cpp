@@ -255,6 +255,22 @@ class Emitter {
           }
           break;
         }
+        case Op::gather_rows: {  // table and indices are always made outside the group
+          const int tbl = e.inputs[0], ix = e.inputs[1];
+          const Type& tt = p_.type(tbl);
+          const int64_t rows = tt.shape.at(0), C = rows > 0 ? tt.numel() / rows : 0;
+          const std::string id = std::to_string(e.out);
+          pre << ind << "const long long gs" << id << " = " << idx << " / " << C << "LL;\n"
+              << ind << "const int gr" << id << " = " << in_name_.at(ix) << "[gs" << id << "];\n"
+              << ind << T << " g" << id << " = " << T << "(0);\n"
+              << ind << "if (gr" << id << " >= 0 && gr" << id << " < " << rows << "LL) g" << id << " = "
+              << in_name_.at(tbl) << "[(long long)gr" << id << " * " << C << "LL + " << idx << " % " << C << "LL]"
+              << (tt.dtype == DType::i1 ? " != 0" : "") << ";\n"
+              << ind << "else if (" << idx << " % " << C << "LL == 0) capstep_report(" << d << ", gs" << id << ", gr" << id
+              << ");\n";
+          expr = "g" + id;
+          break;
+        }
         case Op::dot_general: {  // one element of the product, its k in order
           const Attrs& at = e.attrs;
           const std::vector<char> none;
@@ -301,6 +317,12 @@ class Emitter {
     }
     pre << ind << "const " << T << " " << reg(e.out) << " = " << expr << ";\n";
     return pre.str();
+  }
+  // an outside value at idx: a literal for a splat constant, else a load
+  std::string load(int x, const std::string& idx) const {
+    double v;
+    if (splat(x, &v)) return literal(p_.type(x).dtype, v);
+    return in_name_.at(x) + "[" + idx + "]" + (p_.type(x).dtype == DType::i1 ? " != 0" : "");
   }
   std::string store(int x, const std::string& idx, const std::string& ind) const {
     return ind + out_name_.at(x) + "[" + idx + "] = " + reg(x) + (p_.type(x).dtype == DType::i1 ? " ? 1 : 0" : "") +
@@ -707,12 +729,51 @@ KernelSource gemm_kernel_source(const Fused& f, int index) {
   return k;
 }
 
+// A scatter group: out = operand, then out[idx[r], :] += upd[r, :] for r in
+// order. A thread per output element (row t, column c) starts from the
+// operand and adds, in index order, upd[r, c] for every r with idx[r] == t:
+// the host's sums in the host's order, without atomics. An index outside
+// [0, rows) is reported once (by element 0) through capstep_report.
+KernelSource scatter_kernel_source(const Fused& f, int index) {
+  const Program& p = f.program;
+  const Group& g = group_of_kind(f, index, GroupKind::scatter, "scatter_kernel_source");
+  const Eqn& e = p.eqns[static_cast<size_t>(g.first)];
+  const Type& ot = p.type(e.out);
+  const int64_t n = ot.numel(), rows = ot.shape.at(0), C = rows > 0 ? n / rows : 0, R = p.type(e.inputs[1]).numel();
+  KernelSource k;
+  k.name = "capstep_scatter_" + std::to_string(index);
+  k.numel = n;
+  k.blocks = blocks_for(n, kLoopThreads, 4096);
+  Emitter em(p, k);
+  em.add_inputs(g);
+  em.add_outputs(g);
+  em.set_group(g);
+  const std::string T = reg_type(ot.dtype);
+  std::ostringstream b;
+  b << "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < " << n
+    << "LL; i += (long long)blockDim.x * gridDim.x) {\n"
+    << "    const long long t = i / " << C << "LL, c = i % " << C << "LL;\n"
+    << "    " << T << " acc = " << em.load(e.inputs[0], "i") << ";\n"
+    << "    for (long long r = 0; r < " << R << "LL; ++r) {\n"
+    << "      const int j = " << em.load(e.inputs[1], "r") << ";\n"
+    << "      if (j == t) acc = capstep::scalar::add<" << T << ">(acc, " << em.load(e.inputs[2], "r * " + std::to_string(C) + "LL + c")
+    << ");\n"
+    << "      else if (i == 0 && (j < 0 || j >= " << rows << "LL)) capstep_report(" << g.first << ", r, j);\n"
+    << "    }\n"
+    << "    const " << T << " " << em.reg(e.out) << " = acc;\n";
+  for (int x : g.outputs) b << em.store(x, "i", "    ");
+  b << "  }\n}\n";
+  k.code = em.signature() + b.str();
+  return k;
+}
+
 KernelSource group_kernel_source(const Fused& f, int index) {
   switch (f.groups.at(static_cast<size_t>(index)).kind) {
     case GroupKind::loop: return loop_kernel_source(f, index);
     case GroupKind::row: return row_kernel_source(f, index);
     case GroupKind::col: return col_kernel_source(f, index);
     case GroupKind::gemm: return gemm_kernel_source(f, index);
+    case GroupKind::scatter: return scatter_kernel_source(f, index);
     case GroupKind::single:
     case GroupKind::free: break;
   }
@@ -741,7 +802,20 @@ std::vector<KernelSource> kernel_sources(const Fused& f) {
 std::string kernel_module_source(const std::vector<KernelSource>& ks) {
   std::string s =
       "// capstep: fused loop kernels, generated when the Program was compiled\n"
-      "#include \"ir/scalar_math.h\"\n\n";
+      "#include \"ir/scalar_math.h\"\n\n"
+      // An index outside its table (gather_rows, scatter_add_rows): the first
+      // one found is written where the executor points capstep_err (its
+      // device error flag, the layout of cuda::k::DeviceError) and the
+      // executor reports it after the step.
+      "struct capstep_device_error { int flag; int eqn; long long position; long long value; };\n"
+      "__device__ capstep_device_error* capstep_err = nullptr;\n"
+      "__device__ __forceinline__ void capstep_report(int eqn, long long position, long long value) {\n"
+      "  if (capstep_err != nullptr && atomicCAS(&capstep_err->flag, 0, 1) == 0) {\n"
+      "    capstep_err->eqn = eqn;\n"
+      "    capstep_err->position = position;\n"
+      "    capstep_err->value = value;\n"
+      "  }\n"
+      "}\n\n";
   for (const KernelSource& k : ks) s += k.code + "\n";
   return s;
 }

@@ -49,7 +49,9 @@ KernelSource gemm_kernel_source(const Fused& f, int index);
 // Wave `wave` of f (Fused::waves) as one kernel: each group's kernel a
 // __device__ function on a range of blocks of its own.
 KernelSource wave_kernel_source(const Fused& f, int wave);
-// The kernel of a loop, row or col group (Error for any other).
+// A scatter group: a thread per output element adds its update rows in order.
+KernelSource scatter_kernel_source(const Fused& f, int index);
+// The kernel of a loop, row, col, gemm or scatter group (Error for any other).
 KernelSource group_kernel_source(const Fused& f, int index);
 // Every loop group that writes something (sinks included, each on its own).
 std::vector<KernelSource> loop_kernel_sources(const Fused& f);
