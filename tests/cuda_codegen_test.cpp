@@ -17,6 +17,7 @@
 #include "backend/plan/fusion.h"
 #include "backend/plan/kernel_plan.h"
 #include "backend/plan/kernel_source.h"
+#include "backend/plan/persistent.h"
 #include "capstep/autodiff.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
@@ -175,6 +176,29 @@ TEST(CudaCodegen, NvrtcCompilesEverySeedKernelForSm90) {
     if (!any_f64) EXPECT_EQ(ltext.find(".f64"), std::string::npos) << "an f32 loop kernel computes in double";
     for (const plan::KernelSource& k : ks) EXPECT_NE(text.find(".entry " + k.name), std::string::npos) << k.name;
   }
+#endif
+}
+
+// The persistent kernel of the seed's fused step (plan/persistent.h): one
+// entry, every phase a function of its own (noinline), compiled for sm_90.
+TEST(CudaCodegen, NvrtcCompilesTheSeedPersistentKernelForSm90) {
+#ifndef CAPSTEP_HAVE_CUDA
+  GTEST_SKIP() << "built without the CUDA toolkit (no NVRTC)";
+#else
+  const plan::KernelPlan kp = plan::plan_kernels(seed_programs()[1]);
+  ASSERT_EQ(plan::persistent_blocker(kp), "");
+  const plan::KernelSource pk = plan::persistent_kernel_source(kp);
+  cuda::NvrtcResult r;
+  ASSERT_NO_THROW(r = cuda::nvrtc_compile(plan::kernel_module_source({pk}), "sm_90", "the seed's persistent kernel"));
+  std::printf("[codegen] persistent kernel of %zu phases: cubin %zu bytes in %.2f s\n", kp.sources.size(),
+              r.image.size(), r.seconds);
+  const cuda::NvrtcResult ptx = cuda::nvrtc_compile(plan::kernel_module_source({pk}), "compute_90", "the seed's persistent kernel");
+  const std::string text(ptx.image.begin(), ptx.image.end());
+  size_t entries = 0;
+  for (size_t at = text.find(".entry "); at != std::string::npos; at = text.find(".entry ", at + 1)) ++entries;
+  EXPECT_EQ(entries, 1u);
+  EXPECT_NE(text.find(".entry capstep_persistent"), std::string::npos);
+  for (const plan::KernelSource& k : kp.sources) EXPECT_NE(text.find(k.name), std::string::npos) << k.name;
 #endif
 }
 

@@ -75,5 +75,40 @@ TEST(CudaPlan, SeedGradientThroughThePlanAgreesWithHostAndOldPath) {
   }
 }
 
+// The persistent kernel (Options::persistent; plan/persistent.h): the seed's
+// gradient step as one cooperative kernel of the plan's kernels as phases.
+// Its phases are the plan's kernels, so it must agree with the plan's
+// launches to f32 rounding (full f32), eager and then captured, over
+// several steps (the grid barrier's counter is reset by every step).
+TEST(CudaPlan, PersistentKernelAgreesWithThePlanAndTheHost) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  const nn::LmConfig c;
+  std::vector<std::string> names;
+  for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
+  const Program p = value_and_grad(nn::lm_loss_program(c), names);
+  const std::vector<Array> in = seed_inputs(p);
+  const std::vector<Array> want = host::run(p, in);
+  cuda::Options planned;
+  planned.tf32 = false;
+  planned.persistent = false;
+  cuda::Options persistent = planned;
+  persistent.persistent = true;
+  cuda::Executable a(p, planned), one(p, persistent);
+  std::printf("[cuda plan] persistent: %s\n", one.describe_launches().c_str());
+  ASSERT_NE(one.describe_launches().find("persistent: the step as 1 cooperative kernel"), std::string::npos)
+      << one.describe_launches();
+  for (int rep = 0; rep < 3; ++rep) {
+    const std::vector<Array> ga = a.run(in), g1 = one.run(in);
+    double worst = 0;
+    for (size_t o = 0; o < want.size(); ++o) {
+      EXPECT_LE(norm_diff(g1[o], want[o]), 1e-5) << p.outputs[o].name << " vs host, run " << rep;
+      EXPECT_LE(norm_diff(g1[o], ga[o]), 1e-6) << p.outputs[o].name << " vs the plan's launches, run " << rep;
+      worst = std::max(worst, norm_diff(g1[o], ga[o]));
+    }
+    std::printf("[cuda plan] persistent run %d: worst normalised difference vs the plan's launches %.3g\n", rep, worst);
+  }
+}
+
 }  // namespace
 }  // namespace capstep

@@ -21,6 +21,7 @@
 #include <random>
 
 #include "backend/plan/kernel_plan.h"
+#include "backend/plan/persistent.h"
 #include "capstep/autodiff.h"
 #include "capstep/interpreter.h"
 #include "capstep/nn.h"
@@ -37,6 +38,7 @@ using test::TempDir;
 const char* const kShim = R"(#pragma once
 #include <atomic>
 #include <barrier>
+#include <deque>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -47,6 +49,7 @@ inline dim3 gridDim, blockDim;
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __noinline__
 #define __launch_bounds__(n)
 inline float __int_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline double __longlong_as_double(long long u) { double d; std::memcpy(&d, &u, 8); return d; }
@@ -103,7 +106,34 @@ inline void run(unsigned blocks, unsigned threads, bool lockstep, const std::fun
     for (unsigned w = 0; w < threads / 32; ++w) lanes.run(f, b, w);
   }
 }
+// The persistent kernel: every thread of every block at once (its grid
+// barrier needs all blocks resident), each warp's lanes meeting at shuffles,
+// each block's threads at __syncthreads.
+inline thread_local std::barrier<>* block_bar = nullptr;
+inline void run_grid(unsigned blocks, unsigned threads, const std::function<void()>& f) {
+  gridDim = {blocks, 1, 1};
+  blockDim = {threads, 1, 1};
+  std::vector<Warp> warps(blocks * threads / 32);
+  std::deque<std::barrier<>> bars;  // (not movable: a deque never moves them)
+  for (unsigned b = 0; b < blocks; ++b) bars.emplace_back(threads);
+  std::vector<std::thread> all;
+  for (unsigned b = 0; b < blocks; ++b)
+    for (unsigned t = 0; t < threads; ++t)
+      all.emplace_back([&, b, t] {
+        blockIdx = {b, 1, 1};
+        threadIdx = {t, 1, 1};
+        warp = &warps[b * threads / 32 + t / 32];
+        block_bar = &bars[b];
+        f();
+      });
+  for (auto& t : all) t.join();
+}
 }  // namespace capstep_emu
+inline void __syncthreads() { capstep_emu::block_bar->arrive_and_wait(); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __nanosleep(unsigned) { std::this_thread::yield(); }
+inline unsigned atomicAdd(unsigned* a, unsigned v) { return std::atomic_ref<unsigned>(*a).fetch_add(v); }
+inline unsigned atomicExch(unsigned* a, unsigned v) { return std::atomic_ref<unsigned>(*a).exchange(v); }
 inline int atomicCAS(int* a, int expected, int desired) {  // returns the old value, as CUDA's
   std::atomic_ref<int>(*a).compare_exchange_strong(expected, desired);
   return expected;
@@ -135,15 +165,21 @@ using Launcher = void (*)(void** params, long long n, unsigned blocks);
 // The plan's generated kernels, compiled for the host and loaded.
 class HostKernels {
  public:
-  HostKernels(const plan::KernelPlan& kp, const std::string& dir) {
+  // With `persistent`: that one kernel (plan/persistent.h), run on
+  // `grid` blocks with every thread at once, instead of kp's kernels.
+  HostKernels(const plan::KernelPlan& kp, const std::string& dir, const plan::KernelSource* persistent = nullptr,
+              unsigned grid = 0) {
     std::filesystem::create_directories(dir + "/ir");
     write(dir + "/cuda_host_shim.h", kShim);
     write(dir + "/ir/scalar_math.h", plan::kScalarMathText);
-    std::string src = "#include \"cuda_host_shim.h\"\n" + plan::kernel_module_source(kp.sources);
+    const std::vector<plan::KernelSource> ks = persistent ? std::vector<plan::KernelSource>{*persistent} : kp.sources;
+    std::string src = "#include \"cuda_host_shim.h\"\n" + plan::kernel_module_source(ks);
     const Program& p = kp.fused.program;
-    for (const plan::KernelSource& k : kp.sources) {
-      src += "extern \"C\" void launch_" + k.name + "(void** p, long long n, unsigned blocks) {\n  capstep_emu::run(blocks, " +
-             std::to_string(plan::kLoopThreads) + ", " + (k.code.find("__shfl_xor_sync") != std::string::npos ? "true" : "false") +
+    for (const plan::KernelSource& k : ks) {
+      const std::string run = persistent ? "capstep_emu::run_grid(" + std::to_string(grid) + ", " + std::to_string(plan::kLoopThreads)
+                                         : "capstep_emu::run(blocks, " + std::to_string(plan::kLoopThreads) + ", " +
+                                               (k.code.find("__shfl_xor_sync") != std::string::npos ? "true" : "false");
+      src += "extern \"C\" void launch_" + k.name + "(void** p, long long n, unsigned blocks) {\n  (void)blocks;\n  " + run +
              ", [&] { " + k.name + "(";
       for (size_t a = 0; a < k.params.size(); ++a)
         src += std::string("(") + (static_cast<int>(a) < k.n_inputs ? "const " : "") +
@@ -157,7 +193,7 @@ class HostKernels {
     if (std::system(cmd.c_str()) != 0) throw Error("compiling the kernels for the host failed:\n" + slurp(dir + "/cc.log"));
     lib_ = dlopen((dir + "/kernels.so").c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!lib_) throw Error(std::string("dlopen: ") + dlerror());
-    for (const plan::KernelSource& k : kp.sources) {
+    for (const plan::KernelSource& k : ks) {
       void* f = dlsym(lib_, ("launch_" + k.name).c_str());
       if (!f) throw Error("no launcher for " + k.name);
       launch_.push_back(reinterpret_cast<Launcher>(f));
@@ -184,7 +220,9 @@ class HostKernels {
 // One equation in the interpreter, on the plan's buffers.
 class HostPlanRunner {
  public:
-  HostPlanRunner(const plan::KernelPlan& kp, const HostKernels& k) : kp_(kp), k_(k) {
+  // With `persistent`, k holds that one kernel (HostKernels' persistent).
+  HostPlanRunner(const plan::KernelPlan& kp, const HostKernels& k, const plan::KernelSource* persistent = nullptr)
+      : kp_(kp), k_(k), persistent_(persistent) {
     const plan::Plan& m = kp.memory;
     space_[plan::Space::inputs].assign(m.inputs_bytes + 8, 0);
     space_[plan::Space::statics].assign(m.statics_bytes + 8, 0);
@@ -209,7 +247,13 @@ class HostPlanRunner {
   void step() {
     const Program& p = kp_.fused.program;
     int last_single = -1;
+    if (persistent_) {
+      std::vector<void*> ptrs;
+      for (int x : persistent_->params) ptrs.push_back(value(x));
+      k_[0](ptrs.data(), persistent_->numel, persistent_->blocks);
+    }
     for (const plan::Item& it : kp_.items) {
+      if (persistent_) break;
       if (it.source >= 0) {
         const plan::KernelSource& ks = kp_.sources[static_cast<size_t>(it.source)];
         std::vector<void*> ptrs;
@@ -245,6 +289,7 @@ class HostPlanRunner {
   }
   const plan::KernelPlan& kp_;
   const HostKernels& k_;
+  const plan::KernelSource* persistent_ = nullptr;
   std::map<plan::Space, std::vector<char>> space_;
 };
 
@@ -259,6 +304,77 @@ nn::LmConfig small_config() {
   return c;
 }
 
+
+// `steps` steps of `prog` (a small model's gradient program, or its fused
+// AdamW program when `opt` is given) through kp on the host (with
+// `persistent`: kp as that one kernel), against the interpreter.
+void expect_plan_matches_interpreter(const nn::LmConfig& c, const Program& prog, const optim::AdamW* opt,
+                                     const plan::KernelPlan& kp, const HostKernels& kernels,
+                                     const plan::KernelSource* persistent, int steps) {
+  HostPlanRunner run(kp, kernels, persistent);
+  const Program& p = kp.fused.program;  // same inputs and outputs as prog, in the same order
+  std::vector<Array> in;
+  std::vector<Array> params = nn::init_parameters(c, 5);
+  std::mt19937 rng(9);
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    const Type& t = p.input_type(static_cast<int>(i));
+    Array a(t);
+    if (i < params.size()) a = params[i];
+    in.push_back(std::move(a));
+  }
+  for (int s = 1; s <= steps; ++s) {
+    for (const char* b : {"tokens", "targets"}) {
+      const int i = p.input_index(b);
+      for (int64_t k = 0; k < in[static_cast<size_t>(i)].numel(); ++k)
+        in[static_cast<size_t>(i)].set(k, static_cast<double>(rng() % static_cast<unsigned>(c.vocab)));
+    }
+    if (opt) {
+      const optim::AdamWScalars sc = optim::adamw_scalars(*opt, s);
+      const float four[4] = {sc.lr, sc.bc1, sc.bc2, sc.decay};
+      for (int k = 0; k < 4; ++k) in[static_cast<size_t>(p.input_index(optim::kScalarNames[k]))] = Array::scalar(four[k]);
+    }
+    // Every step starts from the host's state (an updated parameter may
+    // differ by up to 2 lr, below, and would make the next step's
+    // comparison meaningless); that the donated inputs carry the outputs
+    // from step to step is checked bit for bit after each step.
+    for (size_t i = 0; i < in.size(); ++i) run.upload(static_cast<int>(i), in[i]);
+    const std::vector<Array> want = host::run(prog, in);
+    run.step();
+    for (size_t o = 0; o < want.size(); ++o) {
+      const Array got = run.output(static_cast<int>(o));
+      const std::string& name = p.outputs[o].name;
+      const bool param = name.size() > 4 && name.compare(name.size() - 4, 4, ".new") == 0 && name.rfind("adamw.", 0) != 0;
+      if (!param) {
+        // loss, gradients, moments: sums in another order (double, then rounded), rounding only
+        EXPECT_LE(norm_diff(got, want[o]), 2e-5) << "step " << s << " output " << name;
+        continue;
+      }
+      // An updated parameter moves by lr * m/(sqrt(v) + eps): where a
+      // gradient is near eps (1e-8), that ratio is rounding noise in the
+      // gradient, so one element may move by anything up to 2 lr (a sign
+      // flipped) more than the host's. All others agree to rounding: at
+      // most 1% of the elements differ by more than 2e-5 of the scale,
+      // and none by more than 2 lr.
+      double scale = 0;
+      for (int64_t k = 0; k < got.numel(); ++k) scale = std::max(scale, std::fabs(want[o].get(k)));
+      int64_t off = 0;
+      for (int64_t k = 0; k < got.numel(); ++k) {
+        const double d = std::fabs(got.get(k) - want[o].get(k));
+        EXPECT_LE(d, 2 * opt->lr * (1 + 1e-3)) << "step " << s << " output " << name << " element " << k;
+        off += d > 2e-5 * scale;
+      }
+      EXPECT_LE(off * 100, got.numel()) << "step " << s << " output " << name << ": " << off << " of "
+                                        << got.numel() << " elements off by more than rounding";
+    }
+    for (const Alias& a : p.aliases) {
+      EXPECT_TRUE(run.input(a.input).bit_equal(run.output(a.output)))
+          << "step " << s << ": input " << p.inputs[static_cast<size_t>(a.input)].name
+          << " does not hold output " << p.outputs[static_cast<size_t>(a.output)].name;
+      in[static_cast<size_t>(a.input)] = want[static_cast<size_t>(a.output)];
+    }
+    if (::testing::Test::HasFailure()) return;
+  }
+}
 
 // Three steps of the fused AdamW program of a small model (and of its
 // gradient program) through the plan on the host, against the interpreter.
@@ -275,69 +391,51 @@ TEST(PlanEmulation, FusedTrainingStepsMatchTheInterpreter) {
     const plan::KernelPlan kp = plan::plan_kernels(*prog);
     ASSERT_FALSE(kp.sources.empty());
     const HostKernels kernels(kp, dir.file(prog == &grad ? "grad" : "fused"));
-    HostPlanRunner run(kp, kernels);
-    const Program& p = kp.fused.program;  // same inputs and outputs as *prog, in the same order
-    std::vector<Array> in;
-    std::vector<Array> params = nn::init_parameters(c, 5);
-    std::mt19937 rng(9);
-    for (size_t i = 0; i < p.inputs.size(); ++i) {
-      const Type& t = p.input_type(static_cast<int>(i));
-      Array a(t);
-      if (i < params.size()) a = params[i];
-      in.push_back(std::move(a));
-    }
-    for (int s = 1; s <= 3; ++s) {
-      for (const char* b : {"tokens", "targets"}) {
-        const int i = p.input_index(b);
-        for (int64_t k = 0; k < in[static_cast<size_t>(i)].numel(); ++k)
-          in[static_cast<size_t>(i)].set(k, static_cast<double>(rng() % static_cast<unsigned>(c.vocab)));
-      }
-      if (prog == &fused) {
-        const optim::AdamWScalars sc = optim::adamw_scalars(opt, s);
-        const float four[4] = {sc.lr, sc.bc1, sc.bc2, sc.decay};
-        for (int k = 0; k < 4; ++k) in[static_cast<size_t>(p.input_index(optim::kScalarNames[k]))] = Array::scalar(four[k]);
-      }
-      // Every step starts from the host's state (an updated parameter may
-      // differ by up to 2 lr, below, and would make the next step's
-      // comparison meaningless); that the donated inputs carry the outputs
-      // from step to step is checked bit for bit after each step.
-      for (size_t i = 0; i < in.size(); ++i) run.upload(static_cast<int>(i), in[i]);
-      const std::vector<Array> want = host::run(*prog, in);
-      run.step();
-      for (size_t o = 0; o < want.size(); ++o) {
-        const Array got = run.output(static_cast<int>(o));
-        const std::string& name = p.outputs[o].name;
-        const bool param = name.size() > 4 && name.compare(name.size() - 4, 4, ".new") == 0 && name.rfind("adamw.", 0) != 0;
-        if (!param) {
-          // loss, gradients, moments: sums in another order (double, then rounded), rounding only
-          EXPECT_LE(norm_diff(got, want[o]), 2e-5) << "step " << s << " output " << name;
-          continue;
-        }
-        // An updated parameter moves by lr * m/(sqrt(v) + eps): where a
-        // gradient is near eps (1e-8), that ratio is rounding noise in the
-        // gradient, so one element may move by anything up to 2 lr (a sign
-        // flipped) more than the host's. All others agree to rounding: at
-        // most 1% of the elements differ by more than 2e-5 of the scale,
-        // and none by more than 2 lr.
-        double scale = 0;
-        for (int64_t k = 0; k < got.numel(); ++k) scale = std::max(scale, std::fabs(want[o].get(k)));
-        int64_t off = 0;
-        for (int64_t k = 0; k < got.numel(); ++k) {
-          const double d = std::fabs(got.get(k) - want[o].get(k));
-          EXPECT_LE(d, 2 * opt.lr * (1 + 1e-3)) << "step " << s << " output " << name << " element " << k;
-          off += d > 2e-5 * scale;
-        }
-        EXPECT_LE(off * 100, got.numel()) << "step " << s << " output " << name << ": " << off << " of "
-                                          << got.numel() << " elements off by more than rounding";
-      }
-      for (const Alias& a : p.aliases) {
-        EXPECT_TRUE(run.input(a.input).bit_equal(run.output(a.output)))
-            << "step " << s << ": input " << p.inputs[static_cast<size_t>(a.input)].name
-            << " does not hold output " << p.outputs[static_cast<size_t>(a.output)].name;
-        in[static_cast<size_t>(a.input)] = want[static_cast<size_t>(a.output)];
-      }
-      if (HasFailure()) return;
-    }
+    expect_plan_matches_interpreter(c, *prog, prog == &fused ? &opt : nullptr, kp, kernels, nullptr, 3);
+  }
+}
+
+// The persistent kernel (plan/persistent.h): the fused AdamW step of a small
+// model as one kernel of the plan's kernels as phases with grid barriers
+// between them, run with every thread of 2 blocks at once (so the barrier is
+// really crossed by several blocks, and each phase strides over its blocks),
+// two steps against the interpreter as above.
+TEST(PlanEmulation, PersistentKernelStepsMatchTheInterpreter) {
+  nn::LmConfig c = small_config();
+  c.n_layers = 1;
+  std::vector<std::string> names;
+  for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
+  const optim::AdamW opt;
+  const Program fused = optim::with_adamw(value_and_grad(nn::lm_loss_program(c), names), names, opt);
+  const plan::KernelPlan kp = plan::plan_kernels(fused);
+  ASSERT_EQ(plan::persistent_blocker(kp), "");
+  const plan::KernelSource pk = plan::persistent_kernel_source(kp);
+  EXPECT_EQ(pk.code.find("__global__"), pk.code.rfind("__global__")) << "one kernel";
+  size_t barriers = 0;
+  for (size_t at = pk.code.find("capstep_grid_sync();"); at != std::string::npos; at = pk.code.find("capstep_grid_sync();", at + 1))
+    ++barriers;
+  EXPECT_EQ(barriers, kp.sources.size() - 1) << "a barrier between each two phases";
+  TempDir dir;
+  const HostKernels kernels(kp, dir.file("persistent"), &pk, 2);
+  expect_plan_matches_interpreter(c, fused, &opt, kp, kernels, &pk, 2);
+}
+
+// A plan with a library kernel cannot be one kernel, and says which.
+TEST(PlanEmulation, PersistentKernelNamesWhatStopsIt) {
+  const nn::LmConfig c = small_config();
+  std::vector<std::string> names;
+  for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
+  plan::KernelPlanOptions library;
+  library.gemm_max_macs = 0;  // every GEMM through the library
+  const plan::KernelPlan kp = plan::plan_kernels(value_and_grad(nn::lm_loss_program(c), names), library);
+  const std::string why = plan::persistent_blocker(kp);
+  EXPECT_NE(why.find("(gemm: "), std::string::npos) << why;
+  EXPECT_NE(why.find("is not a generated kernel"), std::string::npos) << why;
+  try {
+    plan::persistent_kernel_source(kp);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot be one kernel"), std::string::npos) << e.what();
   }
 }
 

@@ -35,6 +35,12 @@ inline bool lt_gemm_default() { return env_switch("CAPSTEP_CUDA_LT"); }
 // The default of Options::generated_gemm: on, unless CAPSTEP_CUDA_OWN_GEMM is "0".
 inline bool generated_gemm_default() { return env_switch("CAPSTEP_CUDA_OWN_GEMM"); }
 
+// The default of Options::persistent: off, unless CAPSTEP_CUDA_PERSISTENT is "1".
+inline bool persistent_default() {
+  const char* e = std::getenv("CAPSTEP_CUDA_PERSISTENT");
+  return e && e[0] == '1' && e[1] == '\0';
+}
+
 // The default of Options::fuse: on, unless the environment variable
 // CAPSTEP_CUDA_FUSE is "0" (so that one binary measures both paths:
 // CAPSTEP_CUDA_FUSE=0 ./training_step_on_device).
@@ -59,6 +65,14 @@ struct Options {
   // other independent kernels (plan::KernelPlanOptions::gemm_max_macs); false:
   // every dot_general through the GEMM library.
   bool generated_gemm = generated_gemm_default();
+  // With fuse, when every kernel of the plan is generated (the seed's step):
+  // the whole step as ONE kernel whose phases are the plan's kernels, with a
+  // grid-wide barrier between them, launched cooperatively with as many
+  // blocks as the device holds at once (plan/persistent.h). Off by default:
+  // it has not run on a GPU yet. On with CAPSTEP_CUDA_PERSISTENT=1. A plan
+  // that cannot be one kernel, or a device that refuses it, runs the plan's
+  // launches as before and says why (describe_launches()).
+  bool persistent = persistent_default();
 };
 
 class Executable {

@@ -81,8 +81,10 @@ void Executable::Impl::build_launches() {
                                    "(resetting the device error flag)");
                       }});
   lt_gemm.resize(prog.eqns.size());
+  if (persist_kernel) add_persistent_launch();  // every generated kernel, as phases of one
   int last_single = -1;  // a single equation may be several items (packs, gemm): launched once
   for (const plan::Item& it : kp.items) {
+    if (persist_kernel) break;  // (persistent_blocker: nothing but generated kernels and end copies)
     switch (it.kind) {
       case plan::ItemKind::loop: case plan::ItemKind::row: case plan::ItemKind::col: case plan::ItemKind::wave:
       case plan::ItemKind::small_gemm: case plan::ItemKind::scatter_gen:

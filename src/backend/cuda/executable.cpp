@@ -32,6 +32,7 @@ Executable::Impl::~Impl() {
   if (graph_exec) cudaGraphExecDestroy(graph_exec);
   if (graph) cudaGraphDestroy(graph);
   if (loop_lib) cudaLibraryUnload(loop_lib);
+  if (persist_lib) cudaLibraryUnload(persist_lib);
   for (cudaEvent_t e : stage_done)
     if (e) cudaEventDestroy(e);
   for (void* p : h_stage)
@@ -123,6 +124,19 @@ Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
       m.opt.fuse = false;
     }
   }
+  if (m.opt.fuse && m.opt.persistent) {
+    try {
+      m.compile_persistent();
+    } catch (const Error& ex) {
+      m.persist_failure = ex.what();
+      std::fprintf(stderr, "capstep cuda: no persistent kernel for program \"%s\", launching the plan's kernels: %s\n",
+                   m.prog.name.c_str(), ex.what());
+      (void)cudaGetLastError();
+      if (m.persist_lib) (void)cudaLibraryUnload(m.persist_lib);
+      m.persist_lib = nullptr;
+      m.persist_kernel = nullptr;
+    }
+  }
   if (!m.opt.fuse) m.kp = plan::plan_kernels(m.prog, {false, 0});
   m.prog = m.kp.fused.program;  // the same equations, each fused group contiguous
   const plan::Plan& plan = m.kp.memory;
@@ -178,8 +192,14 @@ std::string Executable::describe_launches() const {
   std::snprintf(buf, sizeof buf, "; %d kernels per step, NVRTC %.2f s", m.kp.kernels(), m.nvrtc_seconds);
   int split = 0;
   for (const auto& g : m.lt_gemm) split += g && !g->single_kernel();
+  std::string persistent;
+  if (m.persist_kernel)
+    persistent = "; persistent: the step as 1 cooperative kernel of " + std::to_string(m.kp.sources.size()) +
+                 " phases on " + std::to_string(m.persist_grid) + " blocks";
+  else if (m.opt.persistent)
+    persistent = "; no persistent kernel: " + m.persist_failure;
   return "fused: " + m.kp.fused.summary() + buf +
-         (split ? "; " + std::to_string(split) + " GEMMs could not avoid split-K (more kernels)" : "");
+         (split ? "; " + std::to_string(split) + " GEMMs could not avoid split-K (more kernels)" : "") + persistent;
 }
 
 void Executable::upload(int input, const Array& a) {

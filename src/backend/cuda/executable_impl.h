@@ -38,6 +38,12 @@ struct Executable::Impl {
   std::vector<cudaKernel_t> source_kernel;  // per kp.sources entry
   double nvrtc_seconds = 0;
   std::string fuse_failure;                // why Options::fuse fell back to one kernel per equation
+  // Options::persistent: the whole step as one cooperative kernel
+  cudaLibrary_t persist_lib = nullptr;
+  cudaKernel_t persist_kernel = nullptr;
+  plan::KernelSource persist_source;
+  unsigned persist_grid = 0;               // blocks launched (all resident at once)
+  std::string persist_failure;             // why Options::persistent was not used
   cublasLtHandle_t lt = nullptr;
   std::vector<std::unique_ptr<LtGemm>> lt_gemm;  // per equation (dot_general only)
 
@@ -69,6 +75,8 @@ struct Executable::Impl {
   std::string eqn_what(int eqn) const;    // "equation 12 (%15 = dot_general(...) ...)"
   void compile_kernels();                 // fused_launch.cpp: NVRTC, then load
   void point_error_flag();                // fused_launch.cpp: the kernels' capstep_err -> d_err
+  void compile_persistent();              // fused_launch.cpp: the persistent kernel, its grid
+  void add_persistent_launch();           // fused_launch.cpp
   void add_generated_launch(const plan::Item& it);  // fused_launch.cpp
   void add_single_launch(const plan::Item& it);     // compile.cpp: one equation's kernel or library call
   void build_launches();                  // compile.cpp: every item of the kernel plan, then the end copies

@@ -11,6 +11,7 @@
 #include "backend/cuda/executable_impl.h"
 #include "backend/cuda/nvrtc.h"
 #include "backend/plan/kernel_source.h"
+#include "backend/plan/persistent.h"
 
 namespace capstep::cuda {
 namespace {
@@ -66,18 +67,65 @@ void Executable::Impl::compile_kernels() {
 }
 
 void Executable::Impl::point_error_flag() {
-  if (!loop_lib) return;
   // Generated gathers and scatters report an index outside their table through
   // the module's capstep_err: point it at this executable's error flag.
-  void* err_slot = nullptr;
-  size_t err_slot_bytes = 0;
-  CAPSTEP_CU(cudaLibraryGetGlobal(&err_slot, &err_slot_bytes, loop_lib, "capstep_err"),
-             "(finding the error flag pointer of program \"" + prog.name + "\")");
-  if (err_slot_bytes != sizeof(void*))
-    throw Error("fused kernels of program \"" + prog.name + "\": capstep_err has " + std::to_string(err_slot_bytes) +
-                " bytes, not a pointer's");
-  void* flag = d_err;
-  CAPSTEP_CU(cudaMemcpy(err_slot, &flag, sizeof flag, cudaMemcpyHostToDevice), "(setting the error flag pointer)");
+  for (cudaLibrary_t lib : {loop_lib, persist_lib}) {
+    if (!lib) continue;
+    void* err_slot = nullptr;
+    size_t err_slot_bytes = 0;
+    CAPSTEP_CU(cudaLibraryGetGlobal(&err_slot, &err_slot_bytes, lib, "capstep_err"),
+               "(finding the error flag pointer of program \"" + prog.name + "\")");
+    if (err_slot_bytes != sizeof(void*))
+      throw Error("fused kernels of program \"" + prog.name + "\": capstep_err has " + std::to_string(err_slot_bytes) +
+                  " bytes, not a pointer's");
+    void* flag = d_err;
+    CAPSTEP_CU(cudaMemcpy(err_slot, &flag, sizeof flag, cudaMemcpyHostToDevice), "(setting the error flag pointer)");
+  }
+}
+
+void Executable::Impl::compile_persistent() {
+  persist_source = plan::persistent_kernel_source(kp);  // Error naming what is not a generated kernel
+  int major = 0, minor = 0, sms = 0, cooperative = 0;
+  CAPSTEP_CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  CAPSTEP_CU(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  CAPSTEP_CU(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  CAPSTEP_CU(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, 0));
+  if (!cooperative) throw Error("the device does not support cooperative launches");
+  const std::string arch = nvrtc_arch_for(major, minor);
+  const NvrtcResult r =
+      compile_cached(plan::kernel_module_source({persist_source}), arch, "persistent kernel of program \"" + prog.name + "\"");
+  nvrtc_seconds += r.seconds;
+  CAPSTEP_CU(cudaLibraryLoadData(&persist_lib, r.image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+             "(loading the persistent kernel of program \"" + prog.name + "\")");
+  CAPSTEP_CU(cudaLibraryGetKernel(&persist_kernel, persist_lib, persist_source.name.c_str()),
+             "(finding the persistent kernel)");
+  // Every block must be resident at once, or the grid barrier never opens:
+  // at most what the device holds of this kernel, and the cooperative launch
+  // refuses a grid larger than that.
+  int per_sm = 0;
+  CAPSTEP_CU(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(persist_kernel),
+                                                           plan::kLoopThreads, 0),
+             "(the occupancy of the persistent kernel)");
+  if (per_sm < 1) throw Error("the persistent kernel does not fit on a multiprocessor");
+  persist_grid = static_cast<unsigned>(std::min<long long>(static_cast<long long>(per_sm) * sms, persist_source.blocks));
+}
+
+void Executable::Impl::add_persistent_launch() {
+  const plan::KernelSource& k = persist_source;
+  const cudaKernel_t kernel = persist_kernel;
+  std::vector<void*> ptrs;
+  for (int x : k.params) ptrs.push_back(value_addr(x));
+  long long n = k.numel;
+  const unsigned blocks = persist_grid;
+  Impl* self = this;
+  launches.push_back({-1, [self, kernel, ptrs, n, blocks]() mutable {
+                        std::vector<void*> args;
+                        for (void*& p : ptrs) args.push_back(&p);
+                        args.push_back(&n);
+                        CAPSTEP_CU(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(blocks),
+                                                               dim3(plan::kLoopThreads), args.data(), 0, self->stream),
+                                   "in the persistent kernel");
+                      }});
 }
 
 void Executable::Impl::add_generated_launch(const plan::Item& it) {

@@ -439,6 +439,28 @@ KernelSource loop_kernel_source(const Fused& f, int index) {
   return k;
 }
 
+const char* kernel_mem_type(DType t) { return mem_type(t); }
+
+std::string kernel_head() {
+  return "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kLoopThreads) + ") ";
+}
+
+std::string device_function(const KernelSource& k, const std::string& qualifier) {
+  std::string code = k.code;
+  const std::string head = kernel_head();
+  const size_t at_head = code.find(head + k.name + "(");
+  if (at_head == std::string::npos || code.find(head, at_head + head.size()) != std::string::npos)
+    throw Error("device_function: no single kernel head for " + k.name);
+  code.replace(at_head, head.size(), "__device__ " + qualifier + " void ");
+  const size_t sig_end = code.find("long long n) {", at_head);
+  if (sig_end == std::string::npos) throw Error("device_function: unexpected signature of " + k.name);
+  code.replace(sig_end, 14, "long long n, const unsigned blk, const unsigned grd) {");
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"blockIdx.x", "blk"}, {"gridDim.x", "grd"}})
+    for (size_t at = code.find(from); at != std::string::npos; at = code.find(from, at + to.size()))
+      code.replace(at, from.size(), to);
+  return code;
+}
+
 // A wave: the kernels of its groups as __device__ functions that take their
 // block index and block count as arguments, and one kernel that gives each
 // its own range of blocks.
@@ -466,19 +488,11 @@ KernelSource wave_kernel_source(const Fused& f, int wave) {
     }
   const Program& p = f.program;
   std::ostringstream s;
-  const std::string head = "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kLoopThreads) + ") ";
+  const std::string head = kernel_head();
   std::ostringstream body;
   body << "  unsigned b = blockIdx.x;\n";
   for (size_t j = 0; j < ps.size(); ++j) {
-    std::string code = ps[j].code;
-    if (code.rfind(head, 0) != 0) throw Error("wave_kernel_source: unexpected kernel head in " + ps[j].name);
-    code = "__device__ __forceinline__ void " + code.substr(head.size());
-    const size_t sig_end = code.find("long long n) {");
-    code.replace(sig_end, 14, "long long n, const unsigned blk, const unsigned grd) {");
-    for (const auto& [from, to] : {std::pair<std::string, std::string>{"blockIdx.x", "blk"}, {"gridDim.x", "grd"}})
-      for (size_t at = code.find(from); at != std::string::npos; at = code.find(from, at + to.size()))
-        code.replace(at, from.size(), to);
-    s << code << "\n";
+    s << device_function(ps[j], "__forceinline__") << "\n";
     body << "  if (b < " << ps[j].blocks << "u) {\n    " << ps[j].name << "(";
     for (const std::string& a : arg[j]) body << a << ", ";
     body << ps[j].numel << "LL, b, " << ps[j].blocks << "u);\n    return;\n  }\n  b -= " << ps[j].blocks << "u;\n";

@@ -51,6 +51,16 @@ KernelSource gemm_kernel_source(const Fused& f, int index);
 KernelSource wave_kernel_source(const Fused& f, int wave);
 // A scatter group: a thread per output element adds its update rows in order.
 KernelSource scatter_kernel_source(const Fused& f, int index);
+// "extern \"C\" __global__ void __launch_bounds__(kLoopThreads) ": how every
+// generated kernel begins.
+std::string kernel_head();
+// The C type of a kernel parameter's elements ("float", "unsigned char" for i1, ...).
+const char* kernel_mem_type(DType t);
+// Kernel k (a group's or a wave's) as a __device__ function (with `qualifier`,
+// e.g. "__forceinline__") that takes its block index and block count as its
+// last arguments (blk, grd) instead of blockIdx.x and gridDim.x: a part of a
+// wave kernel, or a phase of the persistent kernel.
+std::string device_function(const KernelSource& k, const std::string& qualifier);
 // The kernel of a loop, row, col, gemm or scatter group (Error for any other).
 KernelSource group_kernel_source(const Fused& f, int index);
 // Every loop group that writes something (sinks included, each on its own).
