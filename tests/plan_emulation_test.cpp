@@ -349,22 +349,8 @@ void expect_plan_matches_interpreter(const nn::LmConfig& c, const Program& prog,
         EXPECT_LE(norm_diff(got, want[o]), 2e-5) << "step " << s << " output " << name;
         continue;
       }
-      // An updated parameter moves by lr * m/(sqrt(v) + eps): where a
-      // gradient is near eps (1e-8), that ratio is rounding noise in the
-      // gradient, so one element may move by anything up to 2 lr (a sign
-      // flipped) more than the host's. All others agree to rounding: at
-      // most 1% of the elements differ by more than 2e-5 of the scale,
-      // and none by more than 2 lr.
-      double scale = 0;
-      for (int64_t k = 0; k < got.numel(); ++k) scale = std::max(scale, std::fabs(want[o].get(k)));
-      int64_t off = 0;
-      for (int64_t k = 0; k < got.numel(); ++k) {
-        const double d = std::fabs(got.get(k) - want[o].get(k));
-        EXPECT_LE(d, 2 * opt->lr * (1 + 1e-3)) << "step " << s << " output " << name << " element " << k;
-        off += d > 2e-5 * scale;
-      }
-      EXPECT_LE(off * 100, got.numel()) << "step " << s << " output " << name << ": " << off << " of "
-                                        << got.numel() << " elements off by more than rounding";
+      // an updated parameter: within 2 lr, 99% of it within rounding (test_util.h)
+      test::expect_updated_param_close(got, want[o], opt->lr, 2e-5, "step " + std::to_string(s) + " output " + name);
     }
     for (const Alias& a : p.aliases) {
       EXPECT_TRUE(run.input(a.input).bit_equal(run.output(a.output)))

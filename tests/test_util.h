@@ -84,4 +84,23 @@ inline double norm_diff(const Array& a, const Array& b) {
   return scale > 0 ? worst / scale : worst;
 }
 
+// A parameter after one AdamW update against the reference's: it moves by
+// lr m/(sqrt(v) + eps), and where a gradient is near eps that ratio is
+// rounding noise, so one element may differ by up to 2 lr (a flipped sign).
+// So: every element within 2 lr, and at most 1% of them further than
+// `rounding` times the largest magnitude of `want`.
+inline void expect_updated_param_close(const Array& got, const Array& want, double lr, double rounding,
+                                       const std::string& where) {
+  double scale = 0;
+  for (int64_t k = 0; k < want.numel(); ++k) scale = std::max(scale, std::fabs(want.get(k)));
+  int64_t off = 0;
+  for (int64_t k = 0; k < got.numel(); ++k) {
+    const double d = std::fabs(got.get(k) - want.get(k));
+    EXPECT_LE(d, 2 * lr * (1 + 1e-3)) << where << " element " << k;
+    off += d > rounding * scale;
+  }
+  EXPECT_LE(off * 100, got.numel()) << where << ": " << off << " of " << got.numel()
+                                    << " elements off by more than rounding";
+}
+
 }  // namespace capstep::test
