@@ -173,7 +173,9 @@ TEST(CudaCodegen, NvrtcCompilesEverySeedKernelForSm90) {
     bool any_f64 = false;
     for (const plan::KernelSource& k : loops)
       for (int x : k.params) any_f64 |= f.program.type(x).dtype == DType::f64;
-    if (!any_f64) EXPECT_EQ(ltext.find(".f64"), std::string::npos) << "an f32 loop kernel computes in double";
+    if (!any_f64) {
+      EXPECT_EQ(ltext.find(".f64"), std::string::npos) << "an f32 loop kernel computes in double";
+    }
     for (const plan::KernelSource& k : ks) EXPECT_NE(text.find(".entry " + k.name), std::string::npos) << k.name;
   }
 #endif

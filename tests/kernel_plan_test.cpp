@@ -77,7 +77,9 @@ TEST(KernelPlan, SeedStepKernelCount) {
   EXPECT_EQ(c[ItemKind::strided], 0);
   for (const plan::Group& gr : kp.fused.groups)
     for (int d = gr.first; d <= gr.last; ++d)
-      if (kp.fused.program.eqns[static_cast<size_t>(d)].op == Op::transpose) EXPECT_TRUE(kp.fused.view[static_cast<size_t>(d)]);
+      if (kp.fused.program.eqns[static_cast<size_t>(d)].op == Op::transpose) {
+        EXPECT_TRUE(kp.fused.view[static_cast<size_t>(d)]);
+      }
   // every reduction fused (no one-block-per-output reduce kernel is left), every elementwise op too
   EXPECT_EQ(c[ItemKind::reduce], 0);
   EXPECT_EQ(c[ItemKind::elementwise], 0);
@@ -92,8 +94,9 @@ TEST(KernelPlan, SeedStepKernelCount) {
   EXPECT_EQ(g[GroupKind::scatter], 2);
   for (const plan::Group& gr : kp.fused.groups)
     for (int d = gr.first; d <= gr.last; ++d)
-      if (kp.fused.program.eqns[static_cast<size_t>(d)].op == Op::gather_rows)
+      if (kp.fused.program.eqns[static_cast<size_t>(d)].op == Op::gather_rows) {
         EXPECT_TRUE(gr.kind == GroupKind::loop || gr.kind == GroupKind::row) << group_kind_name(gr.kind);
+      }
   // the last launch is the wave of every parameter update (some inside their
   // gradient's GEMM or column sum), and of nothing else
   ASSERT_FALSE(kp.items.empty());
@@ -179,8 +182,12 @@ TEST(KernelPlan, EveryKernelOperandHasABuffer) {
   }
   // a row kernel combines across the warp; a column kernel walks its rows
   for (const plan::KernelSource& k : kp.sources) {
-    if (k.name.rfind("capstep_row_", 0) == 0) EXPECT_NE(k.code.find("__shfl_xor_sync"), std::string::npos) << k.code;
-    if (k.name.rfind("capstep_col_", 0) == 0) EXPECT_NE(k.code.find("for (long long r = 0;"), std::string::npos);
+    if (k.name.rfind("capstep_row_", 0) == 0) {
+      EXPECT_NE(k.code.find("__shfl_xor_sync"), std::string::npos) << k.code;
+    }
+    if (k.name.rfind("capstep_col_", 0) == 0) {
+      EXPECT_NE(k.code.find("for (long long r = 0;"), std::string::npos);
+    }
   }
 }
 

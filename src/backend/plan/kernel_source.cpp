@@ -101,6 +101,40 @@ std::string offset_code(const Walk& w, const std::string& idx) {
 }
 
 
+// A dot_general's operands as strided walks over their roots' buffers (through
+// reshapes and view transposes): batch, free and contracted axes of each side,
+// and the sizes B, M, N, K.
+struct DotLayout {
+  AxisLayout a_b, a_m, a_k, b_b, b_n, b_k;
+  int a_root = -1, b_root = -1;
+  int64_t B = 1, M = 1, N = 1, K = 1;
+};
+int64_t layout_size(const AxisLayout& a) {
+  int64_t n = 1;
+  for (const SubAxis& s : a) n *= s.size;
+  return n;
+}
+DotLayout dot_layout(const Program& p, const std::vector<char>& view, const Eqn& e, const std::string& kernel) {
+  const Attrs& at = e.attrs;
+  const std::optional<ViewOf> va = view_of(p, view, e.inputs[0]), vb = view_of(p, view, e.inputs[1]);
+  if (!va || !vb) throw Error("kernel source: an operand of a product in " + kernel + " has no strided layout");
+  const int ra = static_cast<int>(p.type(e.inputs[0]).shape.size()), rb = static_cast<int>(p.type(e.inputs[1]).shape.size());
+  DotLayout d;
+  d.a_b = combined(va->layout, at.lhs_batch);
+  d.a_m = combined(va->layout, dot_free_axes(ra, at.lhs_batch, at.lhs_contract));
+  d.a_k = combined(va->layout, at.lhs_contract);
+  d.b_b = combined(vb->layout, at.rhs_batch);
+  d.b_n = combined(vb->layout, dot_free_axes(rb, at.rhs_batch, at.rhs_contract));
+  d.b_k = combined(vb->layout, at.rhs_contract);
+  d.a_root = va->root;
+  d.b_root = vb->root;
+  d.B = layout_size(d.a_b);
+  d.M = layout_size(d.a_m);
+  d.N = layout_size(d.b_n);
+  d.K = layout_size(d.a_k);
+  return d;
+}
+
 // The text of one group's members, evaluated at a flat index: full members
 // at `full_idx`, row / kept-element members at `small_idx`. Parameter names
 // are shared by every part of one kernel (the sinks kernel has several).
@@ -272,19 +306,10 @@ class Emitter {
           break;
         }
         case Op::dot_general: {  // one element of the product, its k in order
-          const Attrs& at = e.attrs;
           const std::vector<char> none;
-          const std::optional<ViewOf> va = view_of(p_, view_ ? *view_ : none, e.inputs[0]),
-                                      vb = view_of(p_, view_ ? *view_ : none, e.inputs[1]);
-          if (!va || !vb) throw Error("kernel source: an operand of a product in " + k_.name + " has no strided layout");
-          const int ra = static_cast<int>(p_.type(e.inputs[0]).shape.size());
-          const int rb = static_cast<int>(p_.type(e.inputs[1]).shape.size());
-          const AxisLayout a_b = combined(va->layout, at.lhs_batch), a_k = combined(va->layout, at.lhs_contract);
-          const AxisLayout a_m = combined(va->layout, dot_free_axes(ra, at.lhs_batch, at.lhs_contract));
-          const AxisLayout b_b = combined(vb->layout, at.rhs_batch), b_k = combined(vb->layout, at.rhs_contract);
-          const AxisLayout b_n = combined(vb->layout, dot_free_axes(rb, at.rhs_batch, at.rhs_contract));
-          auto size = [](const AxisLayout& a) { int64_t n = 1; for (const SubAxis& s : a) n *= s.size; return n; };
-          const int64_t M = size(a_m), N = size(b_n), K = size(a_k);
+          const DotLayout dl = dot_layout(p_, view_ ? *view_ : none, e, k_.name);
+          const AxisLayout &a_b = dl.a_b, &a_m = dl.a_m, &a_k = dl.a_k, &b_b = dl.b_b, &b_n = dl.b_n, &b_k = dl.b_k;
+          const int64_t M = dl.M, N = dl.N, K = dl.K;
           const std::string v = "d" + std::to_string(e.out), id = std::to_string(e.out);
           pre << ind << T << " " << v << " = " << T << "(0);\n"
               << ind << "{\n"
@@ -297,14 +322,14 @@ class Emitter {
               << ind << "  for (long long kk = 0; kk + 3 < " << K << "LL; kk += 4) {\n";
           for (int q = 0; q < 4; ++q) {
             const std::string kq = q == 0 ? "kk" : "(kk + " + std::to_string(q) + ")";
-            pre << ind << "    s" << q << " = s" << q << " + " << in_name_.at(va->root) << "[oa + " << offset_expr(a_k, kq)
-                << "] * " << in_name_.at(vb->root) << "[ob + " << offset_expr(b_k, kq) << "];\n";
+            pre << ind << "    s" << q << " = s" << q << " + " << in_name_.at(dl.a_root) << "[oa + " << offset_expr(a_k, kq)
+                << "] * " << in_name_.at(dl.b_root) << "[ob + " << offset_expr(b_k, kq) << "];\n";
           }
           pre << ind << "  }\n";
           for (int64_t q = K / 4 * 4; q < K; ++q) {
             const std::string kq = std::to_string(q) + "LL";
-            pre << ind << "  s" << q % 4 << " = s" << q % 4 << " + " << in_name_.at(va->root) << "[oa + " << offset_expr(a_k, kq)
-                << "] * " << in_name_.at(vb->root) << "[ob + " << offset_expr(b_k, kq) << "];\n";
+            pre << ind << "  s" << q % 4 << " = s" << q % 4 << " + " << in_name_.at(dl.a_root) << "[oa + " << offset_expr(a_k, kq)
+                << "] * " << in_name_.at(dl.b_root) << "[ob + " << offset_expr(b_k, kq) << "];\n";
           }
           pre << ind << "  " << v << " = (s0 + s1) + (s2 + s3);\n"
               << ind << "}\n";
@@ -653,28 +678,18 @@ KernelSource gemm_kernel_source(const Fused& f, int index) {
   k.name = "capstep_gemm_" + std::to_string(index);
   struct Dot {
     int eqn;
-    AxisLayout a_b, a_m, a_k, b_b, b_n, b_k;
-    int a_root, b_root;
+    DotLayout l;
   };
   std::vector<Dot> dots;
-  auto size = [](const AxisLayout& a) { int64_t n = 1; for (const SubAxis& s : a) n *= s.size; return n; };
   for (int d = g.first; d <= g.last; ++d) {
     const Eqn& e = p.eqns[static_cast<size_t>(d)];
-    if (e.op != Op::dot_general) continue;
-    const Attrs& at = e.attrs;
-    const std::optional<ViewOf> va = view_of(p, f.view, e.inputs[0]), vb = view_of(p, f.view, e.inputs[1]);
-    if (!va || !vb) throw Error("gemm_kernel_source: an operand of " + k.name + " has no strided layout");
-    const int ra = static_cast<int>(p.type(e.inputs[0]).shape.size()), rb = static_cast<int>(p.type(e.inputs[1]).shape.size());
-    dots.push_back({d, combined(va->layout, at.lhs_batch), combined(va->layout, dot_free_axes(ra, at.lhs_batch, at.lhs_contract)),
-                    combined(va->layout, at.lhs_contract), combined(vb->layout, at.rhs_batch),
-                    combined(vb->layout, dot_free_axes(rb, at.rhs_batch, at.rhs_contract)), combined(vb->layout, at.rhs_contract),
-                    va->root, vb->root});
+    if (e.op == Op::dot_general) dots.push_back({d, dot_layout(p, f.view, e, k.name)});
   }
   if (dots.empty()) throw Error("gemm_kernel_source: " + k.name + " has no dot_general");
   const Dot& d0 = dots[0];
-  const int64_t B = size(d0.a_b), M = size(d0.a_m), N = size(d0.b_n);
+  const int64_t B = d0.l.B, M = d0.l.M, N = d0.l.N;
   for (const Dot& d : dots)
-    if (size(d.a_b) != B || size(d.a_m) != M || size(d.b_n) != N)
+    if (d.l.B != B || d.l.M != M || d.l.N != N)
       throw Error("gemm_kernel_source: the products of " + k.name + " differ in shape");
   const int64_t tile = B * M * N >= 4 * 2048 * 4 ? 4 : B * M * N >= 2 * 2048 * 2 ? 2 : 1;
   const int64_t tm = (M + tile - 1) / tile, tn = (N + tile - 1) / tile, total = B * tm * tn;
@@ -693,8 +708,8 @@ KernelSource gemm_kernel_source(const Fused& f, int index) {
   std::vector<int> lead;
   std::string lead_text;
   for (size_t j = 0; j < dots.size(); ++j) {
-    lead.push_back(dots[j].a_root);
-    lead.push_back(dots[j].b_root);
+    lead.push_back(dots[j].l.a_root);
+    lead.push_back(dots[j].l.b_root);
     lead_text += "const " + T + "* a" + std::to_string(j) + ", const " + T + "* b" + std::to_string(j) + ", ";
   }
   std::ostringstream s;
@@ -709,7 +724,7 @@ KernelSource gemm_kernel_source(const Fused& f, int index) {
     << "#pragma unroll\n    for (int i = 0; i < " << t << "; ++i) {\n"
     << "      okm[i] = tm * " << t << " + i < " << M << "LL;\n      okn[i] = tn * " << t << " + i < " << N << "LL;\n    }\n";
   for (size_t j = 0; j < dots.size(); ++j) {
-    const Dot& d = dots[j];
+    const DotLayout& d = dots[j].l;
     const std::string J = std::to_string(j);
     s << "    " << T << " acc" << J << "[" << t << "][" << t << "] = {};\n    {\n"
       << "      const long long oa = " << offset_expr(d.a_b, "bb") << ", ob = " << offset_expr(d.b_b, "bb") << ";\n"
@@ -718,7 +733,7 @@ KernelSource gemm_kernel_source(const Fused& f, int index) {
       << "        const long long m = tm * " << t << " + i, nn = tn * " << t << " + i;\n"
       << "        am[i] = okm[i] ? " << offset_expr(d.a_m, "m") << " : 0;\n"
       << "        bn[i] = okn[i] ? " << offset_expr(d.b_n, "nn") << " : 0;\n      }\n"
-      << "      for (long long kk = 0; kk < " << size(d.a_k) << "LL; ++kk) {\n"
+      << "      for (long long kk = 0; kk < " << d.K << "LL; ++kk) {\n"
       << "        const long long ak = oa + " << offset_expr(d.a_k, "kk") << ", bk = ob + " << offset_expr(d.b_k, "kk") << ";\n"
       << "        " << T << " av[" << t << "], bv[" << t << "];\n"
       << "#pragma unroll\n        for (int i = 0; i < " << t << "; ++i) {\n"
