@@ -186,7 +186,8 @@ TEST(KernelPlan, EveryKernelOperandHasABuffer) {
       EXPECT_NE(k.code.find("__shfl_xor_sync"), std::string::npos) << k.code;
     }
     if (k.name.rfind("capstep_col_", 0) == 0) {
-      EXPECT_NE(k.code.find("for (long long r = 0;"), std::string::npos);
+      EXPECT_NE(k.code.find("for (long long r = rl;"), std::string::npos);
+      EXPECT_NE(k.code.find("__syncthreads();"), std::string::npos);
     }
   }
 }

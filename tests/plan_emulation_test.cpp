@@ -110,17 +110,19 @@ inline void run(unsigned blocks, unsigned threads, bool lockstep, const std::fun
 // barrier needs all blocks resident), each warp's lanes meeting at shuffles,
 // each block's threads at __syncthreads.
 inline thread_local std::barrier<>* block_bar = nullptr;
-inline void run_grid(unsigned blocks, unsigned threads, const std::function<void()>& f) {
+// blocks [first, first + count) of a grid of `blocks`, every thread of them at once
+inline void run_concurrently(unsigned blocks, unsigned first, unsigned count, unsigned threads,
+                             const std::function<void()>& f) {
   gridDim = {blocks, 1, 1};
   blockDim = {threads, 1, 1};
-  std::vector<Warp> warps(blocks * threads / 32);
+  std::vector<Warp> warps(count * threads / 32);
   std::deque<std::barrier<>> bars;  // (not movable: a deque never moves them)
-  for (unsigned b = 0; b < blocks; ++b) bars.emplace_back(threads);
+  for (unsigned b = 0; b < count; ++b) bars.emplace_back(threads);
   std::vector<std::thread> all;
-  for (unsigned b = 0; b < blocks; ++b)
+  for (unsigned b = 0; b < count; ++b)
     for (unsigned t = 0; t < threads; ++t)
       all.emplace_back([&, b, t] {
-        blockIdx = {b, 1, 1};
+        blockIdx = {first + b, 1, 1};
         threadIdx = {t, 1, 1};
         warp = &warps[b * threads / 32 + t / 32];
         block_bar = &bars[b];
@@ -128,8 +130,21 @@ inline void run_grid(unsigned blocks, unsigned threads, const std::function<void
       });
   for (auto& t : all) t.join();
 }
+inline void run_grid(unsigned blocks, unsigned threads, const std::function<void()>& f) {
+  run_concurrently(blocks, 0, blocks, threads, f);
+}
+// A kernel whose blocks synchronise their threads (__syncthreads): block
+// after block, each with all its threads at once.
+inline void run_blocks(unsigned blocks, unsigned threads, const std::function<void()>& f) {
+  for (unsigned b = 0; b < blocks; ++b) run_concurrently(blocks, b, 1, threads, f);
+}
 }  // namespace capstep_emu
 inline void __syncthreads() { capstep_emu::block_bar->arrive_and_wait(); }
+// A block's shared array: one per block slot (blocks that run at once have
+// different indices below 64; blocks run one after another reuse slots).
+#define CAPSTEP_SHARED(T, name, n) \
+  static T name##_slots[64][n];    \
+  T* const name = name##_slots[blockIdx.x % 64]
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void __nanosleep(unsigned) { std::this_thread::yield(); }
 inline unsigned atomicAdd(unsigned* a, unsigned v) { return std::atomic_ref<unsigned>(*a).fetch_add(v); }
@@ -176,9 +191,12 @@ class HostKernels {
     std::string src = "#include \"cuda_host_shim.h\"\n" + plan::kernel_module_source(ks);
     const Program& p = kp.fused.program;
     for (const plan::KernelSource& k : ks) {
-      const std::string run = persistent ? "capstep_emu::run_grid(" + std::to_string(grid) + ", " + std::to_string(plan::kLoopThreads)
-                                         : "capstep_emu::run(blocks, " + std::to_string(plan::kLoopThreads) + ", " +
-                                               (k.code.find("__shfl_xor_sync") != std::string::npos ? "true" : "false");
+      const std::string threads = std::to_string(plan::kLoopThreads);
+      const std::string run =
+          persistent                                          ? "capstep_emu::run_grid(" + std::to_string(grid) + ", " + threads
+          : k.code.find("__syncthreads") != std::string::npos ? "capstep_emu::run_blocks(blocks, " + threads
+                                                              : "capstep_emu::run(blocks, " + threads + ", " +
+                                                                    (k.code.find("__shfl_xor_sync") != std::string::npos ? "true" : "false");
       src += "extern \"C\" void launch_" + k.name + "(void** p, long long n, unsigned blocks) {\n  (void)blocks;\n  " + run +
              ", [&] { " + k.name + "(";
       for (size_t a = 0; a < k.params.size(); ++a)
@@ -423,6 +441,52 @@ TEST(PlanEmulation, PersistentKernelNamesWhatStopsIt) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("cannot be one kernel"), std::string::npos) << e.what();
   }
+}
+
+// A column reduction over more rows than the row lanes (5000 of them, the
+// scale of a large model's gain gradients) and a kept count that is no
+// multiple of the tile (21), with a producer and a consumer in its group,
+// and a max beside the sum: the col kernel against the interpreter.
+TEST(PlanEmulation, ColumnReductionOverManyRows) {
+  Program p;
+  p.name = "columns";
+  const int x = p.add_input("x", {DType::f32, {5000, 21}});
+  const int sq = p.add_eqn(Op::multiply, {x, x}, {});
+  Attrs over_rows;
+  over_rows.dims = {0};
+  const int s = p.add_eqn(Op::reduce_sum, {sq}, over_rows);
+  const int m = p.add_eqn(Op::reduce_max, {x}, over_rows);
+  p.add_output("norm", p.add_eqn(Op::sqrt, {s}, {}));
+  p.add_output("max", p.add_eqn(Op::add, {m, s}, {}));
+  const plan::KernelPlan kp = plan::plan_kernels(p);
+  ASSERT_EQ(kp.kernels(), 1) << kp.describe();
+  EXPECT_EQ(kp.items[0].kind, plan::ItemKind::col) << kp.describe();
+  TempDir dir;
+  const HostKernels kernels(kp, dir.file("k"));
+  HostPlanRunner run(kp, kernels);
+  std::mt19937 rng(4);
+  Array a({DType::f32, {5000, 21}});
+  for (int64_t k = 0; k < a.numel(); ++k) a.set(k, std::uniform_real_distribution<double>(-1, 1)(rng));
+  run.upload(0, a);
+  run.step();
+  // the kernel sums in double and rounds once: against exact sums, f32 rounding
+  Array exact_norm({DType::f32, {21}}), exact_max({DType::f32, {21}});
+  for (int64_t c = 0; c < 21; ++c) {
+    double sum = 0, top = -INFINITY;
+    for (int64_t r = 0; r < 5000; ++r) {
+      const double v = a.get(r * 21 + c);
+      sum += static_cast<double>(static_cast<float>(v * v));
+      top = std::max(top, v);
+    }
+    exact_norm.set(c, std::sqrt(static_cast<double>(static_cast<float>(sum))));
+    exact_max.set(c, top + static_cast<double>(static_cast<float>(sum)));
+  }
+  EXPECT_LE(norm_diff(run.output(0), exact_norm), 2.4e-7);
+  EXPECT_LE(norm_diff(run.output(1), exact_max), 2.4e-7);
+  // the interpreter sums in f32 in row order: within its own rounding (5000 additions)
+  const std::vector<Array> want = host::run(p, {a});
+  EXPECT_LE(norm_diff(run.output(0), want[0]), 1e-5);
+  EXPECT_LE(norm_diff(run.output(1), want[1]), 1e-5);
 }
 
 // The layout of cuda::k::DeviceError and of the kernels' capstep_device_error.

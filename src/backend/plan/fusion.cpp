@@ -20,10 +20,10 @@ namespace {
 bool loop_op(Op op) { return is_elementwise(op) || op == Op::broadcast_in_dim || op == Op::transpose; }
 bool is_free(Op op) { return op == Op::constant || op == Op::iota || op == Op::reshape; }
 
-// Beyond these sizes a warp per row (row groups) or a thread per kept element
-// (col groups) leaves the device idle: such reductions stay single kernels.
+// Beyond this size a warp per row (row groups) leaves the device idle: such
+// reductions stay single kernels. Col groups take any number of rows (their
+// blocks share the rows of a tile of kept elements).
 constexpr int64_t kMaxRowCols = 8192;
-constexpr int64_t kMaxColRows = 2048;
 
 // The geometry of a group: loop (n elements), row or col (n full elements,
 // `small` rows or kept elements).
@@ -47,7 +47,7 @@ Geometry reduce_geometry(const Program& p, const Eqn& e) {
     prefix &= e.attrs.dims[static_cast<size_t>(j)] == j;
   }
   if (suffix && n / s <= kMaxRowCols) return {Geo::row, n, s};
-  if (prefix && n / s <= kMaxColRows) return {Geo::col, n, s};
+  if (prefix) return {Geo::col, n, s};
   return {};
 }
 

@@ -26,8 +26,9 @@
 //   col     reductions over leading axes (R = `rows` reduced rows of K = `cols`
 //           kept elements) with their elementwise producers (N elements) and
 //           the elementwise consumers of the K results (K elements), e.g. the
-//           gradient of a gain and its AdamW update. One kernel: a thread per
-//           kept element walks the R rows (coalesced across the threads).
+//           gradient of a gain and its AdamW update), any R. One kernel:
+//           each block takes tiles of 8 kept elements and its 32 row lanes
+//           share the rows, combined in a fixed order (kernel_source.h).
 //   gemm    one dot_general small enough for a generated GEMM kernel
 //           (FuseOptions::gemm_max_macs), reading its operands through any
 //           reshapes and "view" transposes in place (view_layout.h), with the

@@ -382,6 +382,37 @@ class Emitter {
     return ind + "for (int o = 16; o > 0; o >>= 1) " + a + " = " +
            combine(e.op, at, a, "__shfl_xor_sync(0xffffffffu, " + a + ", o)") + ";\n";
   }
+  // one shared slot per (warp, column) for the accumulator of reduction d
+  std::string acc_shared_decl(int d, int slots, const std::string& ind) const {
+    const Eqn& e = p_.eqns[static_cast<size_t>(d)];
+    return ind + "CAPSTEP_SHARED(" + reg_type(acc_type(e.op, p_.type(e.out).dtype)) + ", sh" + std::to_string(e.out) + ", " +
+           std::to_string(slots) + ");\n";
+  }
+  // combine the accumulator with the lanes at xor distances `offsets`, in order
+  std::string acc_shfl_combine(int d, const std::vector<int>& offsets, const std::string& ind) const {
+    const Eqn& e = p_.eqns[static_cast<size_t>(d)];
+    const DType at = acc_type(e.op, p_.type(e.out).dtype);
+    const std::string a = "a" + std::to_string(e.out);
+    std::string s;
+    for (int o : offsets)
+      s += ind + a + " = " + combine(e.op, at, a, "__shfl_xor_sync(0xffffffffu, " + a + ", " + std::to_string(o) + ")") + ";\n";
+    return s;
+  }
+  // where `who`, the accumulator into its shared slot `slot`
+  std::string acc_share(int d, const std::string& slot, const std::string& who, const std::string& ind) const {
+    const std::string id = std::to_string(p_.eqns[static_cast<size_t>(d)].out);
+    return ind + "if (" + who + ") sh" + id + "[" + slot + "] = a" + id + ";\n";
+  }
+  // the accumulator as the combination of the `rows` shared slots of column `col`, in row order
+  std::string acc_gather_shared(int d, int rows, int stride, const std::string& col, const std::string& ind) const {
+    const Eqn& e = p_.eqns[static_cast<size_t>(d)];
+    const DType at = acc_type(e.op, p_.type(e.out).dtype);
+    const std::string id = std::to_string(e.out), a = "a" + id;
+    std::string s = ind + a + " = sh" + id + "[" + col + "];\n";
+    s += ind + "for (int w = 1; w < " + std::to_string(rows) + "; ++w) " + a + " = " +
+         combine(e.op, at, a, "sh" + id + "[w * " + std::to_string(stride) + " + " + col + "]") + ";\n";
+    return s;
+  }
   std::string acc_value(int d, const std::string& ind) const {
     const Eqn& e = p_.eqns[static_cast<size_t>(d)];
     const DType t = p_.type(e.out).dtype;
@@ -618,49 +649,72 @@ KernelSource row_kernel_source(const Fused& f, int index) {
   return k;
 }
 
-// A col group: a thread per kept element k walks the R reduced rows (element
-// r*K + k), then computes the kept-element members from the sums.
+// A col group: blocks take tiles of kColTile kept elements k; in a block,
+// thread t serves element k = tile * kColTile + t % kColTile and walks the
+// reduced rows r = t / kColTile, + kColRowLanes, ... (element r*K + k: each
+// warp reads kColRowLanes / 8 rows of kColTile consecutive elements, whole
+// 32-byte sectors). The row lanes' partial sums are combined in a fixed
+// order: across the warp by shuffles, then across the warps through shared
+// memory; the first kColTile threads compute the kept-element members from
+// the sums. Every block takes part in the __syncthreads of every tile.
+constexpr int kColTile = 8;
+constexpr int kColRowLanes = kLoopThreads / kColTile;  // 32
 KernelSource col_kernel_source(const Fused& f, int index) {
   const Program& p = f.program;
   const Group& g = group_of_kind(f, index, GroupKind::col, "col_kernel_source");
   KernelSource k;
   k.name = "capstep_col_" + std::to_string(index);
   k.numel = g.numel;
-  k.blocks = blocks_for(g.cols, kLoopThreads, 4096);
+  const int64_t tiles = (g.cols + kColTile - 1) / kColTile;
+  k.blocks = blocks_for(tiles, 1, 4096);
   Emitter em(p, k);
   em.add_inputs(g);
   em.add_outputs(g);
   em.set_group(g);
   auto is_reduce = [&](int d) { const Op op = p.eqns[static_cast<size_t>(d)].op; return op == Op::reduce_sum || op == Op::reduce_max; };
+  constexpr int kWarps = kLoopThreads / 32;
   std::ostringstream b;
-  b << "  for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < " << g.cols
-    << "LL; k += (long long)blockDim.x * gridDim.x) {\n";
+  for (int d = g.first; d <= g.last; ++d)
+    if (is_reduce(d)) b << em.acc_shared_decl(d, kWarps * kColTile, "  ");
+  b << "  const int cl = threadIdx.x % " << kColTile << ", rl = threadIdx.x / " << kColTile << ";\n"
+    << "  for (long long tile = blockIdx.x; tile < " << tiles << "LL; tile += gridDim.x) {\n"
+    << "    const long long k = tile * " << kColTile << " + cl;\n";
   for (int d = g.first; d <= g.last; ++d)
     if (is_reduce(d)) b << em.acc_decl(d, "    ");
-  b << "    for (long long r = 0; r < " << g.rows << "LL; ++r) {\n"
-    << "      const long long i = r * " << g.cols << "LL + k;\n";
+  b << "    if (k < " << g.cols << "LL) {\n"
+    << "#pragma unroll 4\n"
+    << "      for (long long r = rl; r < " << g.rows << "LL; r += " << kColRowLanes << ") {\n"
+    << "        const long long i = r * " << g.cols << "LL + k;\n";
   em.new_scope();
   for (int d = g.first; d <= g.last; ++d) {
     const int out = p.eqns[static_cast<size_t>(d)].out;
     if (is_reduce(d)) {
       std::string pre;
-      const std::string val = em.reduce_operand(d, "      ", &pre);
-      b << pre << em.acc_update(d, val, "      ");
+      const std::string val = em.reduce_operand(d, "        ", &pre);
+      b << pre << em.acc_update(d, val, "        ");
     } else if (em.full(out)) {
-      b << em.member_code(d, "i", "      ");
-      if (em.is_output(out)) b << em.store(out, "i", "      ");
+      b << em.member_code(d, "i", "        ");
+      if (em.is_output(out)) b << em.store(out, "i", "        ");
     }
   }
-  b << "    }\n";
+  b << "      }\n    }\n";
+  // lanes l, l^8, l^16, l^24 of a warp hold one element's rows: combine them,
+  // then the warps' partials in warp order
+  for (int d = g.first; d <= g.last; ++d)
+    if (is_reduce(d)) b << em.acc_shfl_combine(d, {kColTile, 2 * kColTile}, "    ") << em.acc_share(d, "(threadIdx.x >> 5) * " + std::to_string(kColTile) + " + cl", "(threadIdx.x & 31) < " + std::to_string(kColTile), "    ");
+  b << "    __syncthreads();\n"
+    << "    if (threadIdx.x < " << kColTile << " && k < " << g.cols << "LL) {\n";
   em.new_scope();
+  for (int d = g.first; d <= g.last; ++d)
+    if (is_reduce(d)) b << em.acc_gather_shared(d, kWarps, kColTile, "cl", "      ");
   for (int d = g.first; d <= g.last; ++d) {
     const int out = p.eqns[static_cast<size_t>(d)].out;
     if (em.full(out)) continue;
-    if (is_reduce(d)) b << em.acc_value(d, "    ");
-    else b << em.member_code(d, "k", "    ");
-    if (em.is_output(out)) b << em.store(out, "k", "    ");
+    if (is_reduce(d)) b << em.acc_value(d, "      ");
+    else b << em.member_code(d, "k", "      ");
+    if (em.is_output(out)) b << em.store(out, "k", "      ");
   }
-  b << "  }\n}\n";
+  b << "    }\n    __syncthreads();\n  }\n}\n";
   k.code = em.signature() + b.str();
   return k;
 }
@@ -837,6 +891,8 @@ std::string kernel_module_source(const std::vector<KernelSource>& ks) {
       // device error flag, the layout of cuda::k::DeviceError) and the
       // executor reports it after the step.
       "struct capstep_device_error { int flag; int eqn; long long position; long long value; };\n"
+      // a block's shared array (a host emulation defines its own, per block)
+      "#ifndef CAPSTEP_SHARED\n#define CAPSTEP_SHARED(T, name, n) __shared__ T name[n]\n#endif\n"
       "__device__ capstep_device_error* capstep_err = nullptr;\n"
       "__device__ __forceinline__ void capstep_report(int eqn, long long position, long long value) {\n"
       "  if (capstep_err != nullptr && atomicCAS(&capstep_err->flag, 0, 1) == 0) {\n"

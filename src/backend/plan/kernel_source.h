@@ -42,7 +42,8 @@ struct KernelSource {
 KernelSource loop_kernel_source(const Fused& f, int index);
 // A row group: a warp per row, one pass over the row per level of reductions.
 KernelSource row_kernel_source(const Fused& f, int index);
-// A col group: a thread per kept element walks the reduced rows.
+// A col group: blocks take tiles of 8 kept elements, 32 row lanes each,
+// combined by shuffles and shared memory in a fixed order.
 KernelSource col_kernel_source(const Fused& f, int index);
 // A gemm group: one dot_general, its operands read through their views.
 KernelSource gemm_kernel_source(const Fused& f, int index);
