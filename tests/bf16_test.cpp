@@ -16,6 +16,7 @@
 #include "capstep/ir.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
+#include "capstep/safetensors.h"
 #include "capstep/lanes.h"
 #include "capstep/train.h"
 #include "capstep/trace.h"
@@ -508,6 +509,19 @@ TEST(Bf16Training, GpuLanesRefuseBf16AndTheBenchSaysWhy) {
   std::string why;
   if (cuda::available(&why)) EXPECT_THAT(r.lanes[2].skipped, ::testing::HasSubstr("no bf16 kernels"));
   EXPECT_THAT(lanes::to_json(r), ::testing::HasSubstr("\"precision\": \"bf16\""));
+}
+
+// bf16 arrays are "BF16" in safetensors (the name PyTorch and JAX write):
+// the two bytes as they are, both ways.
+TEST(Bf16Safetensors, Bf16TensorsRoundTripBitForBit) {
+  EXPECT_STREQ(safetensors_dtype_name(DType::bf16), "BF16");
+  EXPECT_EQ(parse_safetensors_dtype("BF16"), DType::bf16);
+  const Array a = bf16_array({2, 3}, {1.0, -2.5, 0x1p-133, INFINITY, 1.0 + 0x1p-7, -0.0});
+  const std::string img = serialize_safetensors({{"w", a}}, {});
+  EXPECT_NE(img.find("\"dtype\":\"BF16\""), std::string::npos);
+  const SafetensorsFile f = parse_safetensors(reinterpret_cast<const uint8_t*>(img.data()), img.size());
+  ASSERT_NE(f.find("w"), nullptr);
+  EXPECT_TRUE(f.find("w")->bit_equal(a));
 }
 
 }  // namespace
