@@ -555,6 +555,13 @@ TEST(Cli, PrecisionBf16TrainBenchExport) {
   const Outcome f = run({"export", "--layers", "1", "--out", d.file("f.mlir")});
   ASSERT_EQ(f.code, 0) << f.err;
   EXPECT_EQ(slurp(d.file("f.mlir")).find("bf16"), std::string::npos);
+  const Outcome s = run({"show", "--program", "forward", "--layers", "1", "--precision", "bf16"});
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_NE(s.out.find("convert(%"), std::string::npos);
+  EXPECT_NE(s.out.find(": bf16["), std::string::npos);
+  const Outcome k = run({"show", "--kernels", "--precision", "bf16"});
+  EXPECT_EQ(k.code, 2);
+  EXPECT_NE(k.err.find("no bf16 kernels"), std::string::npos) << k.err;
 }
 
 // The kernel plan, printed without a GPU: one line per kernel, the counts by
