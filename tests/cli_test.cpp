@@ -579,6 +579,40 @@ TEST(Cli, ShowAndExportPrintThePrograms) {
   EXPECT_EQ(slurp(d.file("g.mlir")).rfind("module @capstep", 0), 0u);
 }
 
+// --precision bf16 (issue 11): train, bench and export run the mixed-precision
+// step on the host; a GPU lane with bf16 is a usage error naming the lane.
+TEST(Cli, PrecisionBf16TrainBenchExport) {
+  NEED_BINARY();
+  TempDir d;
+  const Outcome t = run({"train", "--steps", "3", "--precision", "bf16", "--val-fraction", "0"});
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("precision bf16"), std::string::npos) << t.out;
+  const Outcome g = run({"train", "--steps", "3", "--precision", "bf16", "--lane", "gpu"});
+  EXPECT_EQ(g.code, 2);
+  EXPECT_NE(g.err.find("precision bf16 runs on the host lane only"), std::string::npos) << g.err;
+  const Outcome bad = run({"train", "--precision", "fp16"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--precision"), std::string::npos) << bad.err;
+  const Outcome b = run({"bench", "--steps", "2", "--warmup", "0", "--precision", "bf16"});
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_NE(b.out.find("precision: bf16"), std::string::npos) << b.out;
+  const Outcome e = run({"export", "--precision", "bf16", "--layers", "1", "--out", d.file("s.mlir")});
+  ASSERT_EQ(e.code, 0) << e.err;
+  const std::string text = slurp(d.file("s.mlir"));
+  EXPECT_NE(text.find("xbf16>) -> tensor<"), std::string::npos);
+  EXPECT_NE(text.find("xbf16>, tensor<"), std::string::npos);  // a dot of two bf16 operands
+  const Outcome f = run({"export", "--layers", "1", "--out", d.file("f.mlir")});
+  ASSERT_EQ(f.code, 0) << f.err;
+  EXPECT_EQ(slurp(d.file("f.mlir")).find("bf16"), std::string::npos);
+  const Outcome s = run({"show", "--program", "forward", "--layers", "1", "--precision", "bf16"});
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_NE(s.out.find("convert(%"), std::string::npos);
+  EXPECT_NE(s.out.find(": bf16["), std::string::npos);
+  const Outcome k = run({"show", "--kernels", "--precision", "bf16"});
+  EXPECT_EQ(k.code, 2);
+  EXPECT_NE(k.err.find("no bf16 kernels"), std::string::npos) << k.err;
+}
+
 // The kernel plan, printed without a GPU: one line per kernel, the counts by
 // kind, "total N kernels" last; the unfused plan has many more.
 TEST(Cli, ShowKernelsPrintsThePlanAndItsTotal) {

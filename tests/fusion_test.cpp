@@ -50,6 +50,7 @@ Scalar load(const Array& a, int64_t k) {
     case DType::f64: s.d = a.data<double>()[k]; break;
     case DType::i32: s.i = a.data<int32_t>()[k]; break;
     case DType::i1: s.b = a.data<uint8_t>()[k] != 0; break;
+    case DType::bf16: ADD_FAILURE() << "bf16 has no CUDA kernels to emulate"; break;
   }
   return s;
 }
@@ -60,6 +61,7 @@ void store(Array& a, int64_t k, const Scalar& s) {
     case DType::f64: a.data<double>()[k] = s.d; break;
     case DType::i32: a.data<int32_t>()[k] = s.i; break;
     case DType::i1: a.data<uint8_t>()[k] = s.b ? 1 : 0; break;
+    case DType::bf16: ADD_FAILURE() << "bf16 has no CUDA kernels to emulate"; break;
   }
 }
 
@@ -118,7 +120,7 @@ Scalar convert_to(DType from, const Scalar& a) {
     case DType::f32: go(a.f); break;
     case DType::f64: go(a.d); break;
     case DType::i32: go(static_cast<int>(a.i)); break;
-    case DType::i1: break;
+    case DType::i1: case DType::bf16: break;
   }
   return r;
 }
@@ -134,6 +136,7 @@ Scalar apply(const Program& p, const Eqn& e, const std::vector<Scalar>& a) {
         case DType::f64: r.b = compare_typed<double>(dir, a[0], a[1]); break;
         case DType::i32: r.b = compare_typed<int32_t>(dir, a[0], a[1]); break;
         case DType::i1: r.b = compare_typed<bool>(dir, a[0], a[1]); break;
+        case DType::bf16: ADD_FAILURE() << "bf16 compare"; break;
       }
       return r;
     }
@@ -145,6 +148,7 @@ Scalar apply(const Program& p, const Eqn& e, const std::vector<Scalar>& a) {
         case DType::f64: return convert_to<double>(from, a[0]);
         case DType::i32: return convert_to<int32_t>(from, a[0]);
         case DType::i1: return convert_to<bool>(from, a[0]);
+        case DType::bf16: ADD_FAILURE() << "bf16 convert"; return {};
       }
       return {};
     }
@@ -155,6 +159,7 @@ Scalar apply(const Program& p, const Eqn& e, const std::vector<Scalar>& a) {
         case DType::f64: return apply_typed<double>(e, a);
         case DType::i32: return apply_typed<int32_t>(e, a);
         case DType::i1: ADD_FAILURE() << "i1 arithmetic"; return {};
+        case DType::bf16: ADD_FAILURE() << "bf16 arithmetic"; return {};
       }
   }
   return {};

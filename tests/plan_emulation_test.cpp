@@ -171,6 +171,7 @@ const char* mem_type(DType t) {
     case DType::f64: return "double";
     case DType::i32: return "int";
     case DType::i1: return "unsigned char";
+    case DType::bf16: break;  // no bf16 kernels are generated
   }
   return "?";
 }

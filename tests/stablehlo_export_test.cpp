@@ -41,6 +41,7 @@ TEST(StablehloGolden, ShapesReductionsConstants) { check_golden(shapes_case()); 
 TEST(StablehloGolden, GatherScatterRows) { check_golden(rows_case()); }
 TEST(StablehloGolden, SgdStepWithAlias) { check_golden(sgd_step_case()); }
 TEST(StablehloGolden, F64AndI32) { check_golden(f64_i32_case()); }
+TEST(StablehloGolden, Bf16) { check_golden(bf16_case()); }
 
 TEST(StablehloExport, ModuleFormIsJaxs) {
   std::string t = to_stablehlo(sgd_step_case().program, "step");

@@ -18,6 +18,7 @@ inline const char* npy_descr(DType d) {
     case DType::f64: return "<f8";
     case DType::i32: return "<i4";
     case DType::i1: return "|b1";
+    case DType::bf16: return "<u2";  // the raw bits (numpy has no bfloat16 of its own); the bf16 cases keep their inputs and outputs f32
   }
   return "?";
 }

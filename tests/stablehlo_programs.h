@@ -211,6 +211,41 @@ inline Case f64_i32_case() {
   return {"f64_i32", p, {Array::f64({3}, {0.25, -1.5, 2.0}), Array::i32({3}, {-4, 3, 9})}};
 }
 
+// bf16 (issue 11): f32 inputs converted to bf16, bf16 elementwise ops and
+// constants (a splat, a list, and a hex string of more than 16), a bf16 x
+// bf16 -> f32 dot_general, a bf16 reduce_max, and f32 outputs (npy has no
+// bfloat16 of its own, so what crosses to XLA stays f32).
+inline Case bf16_case() {
+  Program p;
+  const Type xf{DType::f32, {4, 20}}, wf{DType::f32, {20, 3}};
+  int x = p.add_input("x", xf), w = p.add_input("w", wf);
+  int xb = p.add_eqn_typed(Op::convert, {x}, {}, {DType::bf16, xf.shape});
+  int wb = p.add_eqn_typed(Op::convert, {w}, {}, {DType::bf16, wf.shape});
+  int half = p.add_eqn_typed(Op::constant, {}, literal({0.5}), {DType::bf16, xf.shape});
+  std::vector<double> row(20);
+  for (int i = 0; i < 20; ++i) row[static_cast<size_t>(i)] = 0.1 * (i - 7);  // rounded to bf16 when added
+  int rowc = p.add_eqn_typed(Op::constant, {}, literal(row), {DType::bf16, {20}});
+  int rowb = p.add_eqn_typed(Op::broadcast_in_dim, {rowc}, dims({1}), {DType::bf16, xf.shape});
+  int three = p.add_eqn_typed(Op::constant, {}, literal({1.0, -2.5, 3.0}), {DType::bf16, {3}});
+  int a = p.add_eqn(Op::add, {xb, rowb}, {});
+  int m = p.add_eqn(Op::multiply, {a, half}, {});
+  int t = p.add_eqn(Op::tanh, {m}, {});
+  Attrs gt;
+  gt.cmp = Cmp::GT;
+  int c = p.add_eqn(Op::compare, {t, half}, gt);
+  int sel = p.add_eqn(Op::select, {c, half, t}, {});
+  Attrs mm;
+  mm.lhs_contract = {1};
+  mm.rhs_contract = {0};
+  int d = p.add_eqn(Op::dot_general, {sel, wb}, mm);  // bf16 x bf16 -> f32
+  int mx = p.add_eqn(Op::reduce_max, {wb}, dims({0}));
+  int mx3 = p.add_eqn(Op::multiply, {mx, three}, {});
+  p.add_output("dot", d);
+  p.add_output("tanh", p.add_eqn_typed(Op::convert, {sel}, {}, {DType::f32, xf.shape}));
+  p.add_output("max", p.add_eqn_typed(Op::convert, {mx3}, {}, {DType::f32, {3}}));
+  return {"bf16", p, {random_array(xf, -2, 2, 21), random_array(wf, -1, 1, 22)}};
+}
+
 // The seed's training step at a given size: causal LM loss, value_and_grad,
 // AdamW appended (with_adamw): params, m, v, tokens, targets, 4 scalars ->
 // loss, params', m', v', with the aliases. Inputs: initial parameters, moments

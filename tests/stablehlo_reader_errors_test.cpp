@@ -58,8 +58,8 @@ TEST(StablehloReaderErrors, MessagesNameLineColumnAndCause) {
       {"unsupported op", module("    %0 = stablehlo.cosine %arg0 : tensor<2x3xf32>\n"),
        "stablehlo:3:10: unsupported operation 'stablehlo.cosine' (the reader knows the ops to_stablehlo writes; "
        "see docs/stablehlo.md)"},
-      {"unsupported element type", module("    %0 = stablehlo.convert %arg0 : (tensor<2x3xf32>) -> tensor<2x3xbf16>\n"),
-       "stablehlo:3:68: unsupported element type 'bf16' (capstep has f32, f64, i32 and i1)"},
+      {"unsupported element type", module("    %0 = stablehlo.convert %arg0 : (tensor<2x3xf32>) -> tensor<2x3xf16>\n"),
+       "stablehlo:3:68: unsupported element type 'f16' (capstep has f32, f64, bf16, i32 and i1)"},
       {"operand type differs", module("    %0 = stablehlo.negate %arg0 : tensor<3x2xf32>\n"),
        "stablehlo:3:35: operand type tensor<3x2xf32> differs from the value's type tensor<2x3xf32>"},
       {"shape rule", module("    %0 = stablehlo.transpose %arg0, dims = [0, 0] : (tensor<2x3xf32>) -> tensor<2x3xf32>\n"),

@@ -37,6 +37,7 @@ TEST(StablehloRoundTrip, ShapesReductionsConstants) { check_round_trip(shapes_ca
 TEST(StablehloRoundTrip, GatherScatterRows) { check_round_trip(rows_case()); }
 TEST(StablehloRoundTrip, SgdStepWithAlias) { check_round_trip(sgd_step_case()); }
 TEST(StablehloRoundTrip, F64AndI32) { check_round_trip(f64_i32_case()); }
+TEST(StablehloRoundTrip, Bf16) { check_round_trip(bf16_case()); }
 TEST(StablehloRoundTrip, TinyFusedTrainingStep) { check_round_trip(fused_step_case(tiny_lm(), "tiny_step")); }
 
 // The check: the seed's full fused training step (311,936 parameters,

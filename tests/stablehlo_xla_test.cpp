@@ -186,6 +186,16 @@ TEST(StablehloXla, ShapesReductionsConstants) { REQUIRE_JAX(); check_with_xla(sh
 TEST(StablehloXla, GatherScatterRows) { REQUIRE_JAX(); check_with_xla(rows_case()); }
 TEST(StablehloXla, SgdStepWithDonation) { REQUIRE_JAX(); check_with_xla(sgd_step_case()); }
 TEST(StablehloXla, F64AndI32) { REQUIRE_JAX(); check_with_xla(f64_i32_case()); }
+// bf16: the host rounds every bf16 store to nearest even. XLA's CPU compiler
+// computes bf16 arithmetic in f32 and may skip a rounding between two such
+// ops (it drops f32 -> bf16 -> f32 pairs), its tanh is an f32 approximation of
+// its own, and its dot sums in another order: each can land on the other
+// side of a bf16 rounding boundary, one bf16 ulp (2^-8 relative), passed on
+// through at most one more rounding. Bound: 2^-7 of each output's largest
+// magnitude; measured with jax 0.10.2: 2.7e-3 (the bf16 multiply of "max").
+// A wrong lowering (a lost convert, an operand read as f32 bits, a dot
+// accumulated in bf16) is off by far more.
+TEST(StablehloXla, Bf16AgreesWithinABf16Ulp) { REQUIRE_JAX(); check_with_xla(bf16_case(), 0x1p-7); }
 TEST(StablehloXla, TinyFusedTrainingStep) { REQUIRE_JAX(); check_with_xla(fused_step_case(tiny_lm(), "tiny_step")); }
 
 // The check: the seed's full fused training step, exported, compiled
@@ -216,7 +226,7 @@ TEST(StablehloXla, ClippedFusedTrainingStepAgrees) {
 // of the docs sees).
 TEST(StablehloXla, GoldenFilesCompile) {
   REQUIRE_JAX();
-  for (const Case& c : {elementwise_case(), shapes_case(), rows_case(), sgd_step_case(), f64_i32_case()}) {
+  for (const Case& c : {elementwise_case(), shapes_case(), rows_case(), sgd_step_case(), f64_i32_case(), bf16_case()}) {
     std::string text = read_file(source_dir() + "/tests/golden/stablehlo_" + c.name + ".mlir");
     XlaRun x = run_with_xla(c, text, "golden_" + c.name);
     EXPECT_EQ(x.outputs.size(), c.program.outputs.size()) << c.name;

@@ -149,6 +149,7 @@ int run_train(TrainArgs a) {
   if (o.schedule.kind == train::Schedule::cosine) std::printf(", cosine to %g at step %lld", o.schedule.min_lr,
                                                                static_cast<long long>(o.steps));
   if (o.clip_grad_norm > 0) std::printf(", gradients clipped to norm %g", o.clip_grad_norm);
+  if (o.precision == optim::Precision::bf16) std::printf("; precision bf16 (GEMM operands bf16, f32 accumulation)");
   std::printf("\n");
   std::fflush(stdout);
   const train::Result r = train::train(o);

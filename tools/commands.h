@@ -53,6 +53,7 @@ struct BenchArgs {
 
 struct ShowArgs {
   ModelArgs model;
+  optim::Precision precision = optim::Precision::f32;   // --precision
   std::string program = "grad";       // forward | grad | fused
   bool kernels = false;               // the kernel plan instead of the program text
   bool unfused = false;               // with kernels: one kernel per equation (the baseline)
@@ -60,6 +61,7 @@ struct ShowArgs {
 
 struct ExportArgs {
   ModelArgs model;
+  optim::Precision precision = optim::Precision::f32;   // --precision
   std::string program = "fused";      // grad | fused
   std::string out;
 };

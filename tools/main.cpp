@@ -31,6 +31,16 @@ void add_model_options(CLI::App* c, ModelArgs& m) {
   mark(c->add_option("--seq", k.seq, "tokens per sequence (at most --context)")->capture_default_str()->check(CLI::Range(1, 65536)));
 }
 
+// --precision f32|bf16 (optim::Precision): bf16 runs the step from
+// optim::mixed_precision_bf16, on the host.
+void add_precision_option(CLI::App* c, optim::Precision& p) {
+  c->add_option_function<std::string>(
+       "--precision", [&p](const std::string& s) { p = optim::parse_precision(s); },
+       "f32, or bf16: GEMM operands in bf16 with f32 accumulation, parameters, AdamW and reductions in f32 "
+       "(host only; default f32)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+}
+
 // A seed: a decimal integer in [0, 2^64). CLI11's own conversion would wrap
 // "-1" to 2^64-1 and clamp 2^64 to it: silently another seed.
 const CLI::Validator kSeed(
@@ -88,6 +98,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::IsMember({"host", "gpu", "gpu-fused"}));
   train->add_flag("--require-gpu", ta.opts.require_gpu, "fail (exit 1) instead of falling back to the host without a GPU");
   train->add_flag("!--no-tf32", ta.opts.tf32, "full f32 dots on the GPU (TF32 is the default)");
+  add_precision_option(train, ta.opts.precision);
   train->add_option("--save", ta.opts.save_path, "checkpoint file (safetensors), written atomically at the end");
   train->add_option("--save-every", ta.opts.save_every, "also save every K steps (needs --save)")
       ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
@@ -155,6 +166,7 @@ int main(int argc, char** argv) {
   bench->add_option("--text", ba.opts.text_path, "train on this text file instead of the built-in corpus")->check(CLI::ExistingFile);
   bench->add_flag("--no-tf32", no_tf32, "full f32 dots on the GPU (TF32 is the default)");
   bench->add_flag("--json", ba.json, "print one JSON object with every figure");
+  add_precision_option(bench, ba.opts.precision);
   bench->callback([&] {
     ba.opts.tf32 = !no_tf32;
     action = [&] { return run_bench(ba); };
@@ -169,6 +181,7 @@ int main(int argc, char** argv) {
                  "print the kernel plan a GPU runs for one step instead: one line per kernel, the counts by kind, "
                  "and the total (computed without a GPU)");
   show->add_flag("--unfused", sh.unfused, "with --kernels: the plan with one kernel per equation (CAPSTEP_CUDA_FUSE=0)");
+  add_precision_option(show, sh.precision);
   add_model_options(show, sh.model);
   show->callback([&] { action = [&] { return run_show(sh); }; });
 
@@ -178,6 +191,7 @@ int main(int argc, char** argv) {
   exp->add_option("--program", ea.program, "grad (loss and gradients) or fused (with AdamW, parameters donated)")
       ->capture_default_str()->check(CLI::IsMember({"grad", "fused"}));
   exp->add_option("--out", ea.out, "the .mlir file to write")->required();
+  add_precision_option(exp, ea.precision);
   add_model_options(exp, ea.model);
   exp->callback([&] { action = [&] { return run_export(ea); }; });
 

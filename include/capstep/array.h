@@ -21,7 +21,8 @@ class Array {
   static Array f64(Shape s, const std::vector<double>& v);
   static Array i32(Shape s, const std::vector<int32_t>& v);
   // Values given as double, converted to t.dtype as the convert op does (i32
-  // truncates and saturates, NaN -> 0; i1: nonzero -> 1).
+  // truncates and saturates, NaN -> 0; i1: nonzero -> 1; bf16 rounds once to
+  // nearest even). bf16 is stored as uint16_t (the top half of an f32).
   static Array from_doubles(Type t, const std::vector<double>& v);
   static Array scalar(double v, DType d = DType::f32) { return from_doubles({d, {}}, {v}); }
 

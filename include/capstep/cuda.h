@@ -75,9 +75,25 @@ struct Options {
   bool persistent = persistent_default();
 };
 
+// Throws Error unless the CUDA backend has kernels for every dtype in p: it
+// has none for bf16 yet (the host interpreter runs bf16 programs). Executable
+// calls it first, before it looks for a device, so the refusal is the same
+// with or without a GPU.
+inline void check_supported(const Program& p) {
+  for (const NamedValue& in : p.inputs)
+    if (p.type(in.value).dtype == DType::bf16)
+      throw Error("cuda::Executable: program \"" + p.name + "\" has the bf16 input \"" + in.name + "\" (" +
+                  p.type(in.value).str() + "); the CUDA backend has no bf16 kernels yet: run it on the host");
+  for (size_t i = 0; i < p.eqns.size(); ++i)
+    if (p.type(p.eqns[i].out).dtype == DType::bf16)
+      throw Error("cuda::Executable: program \"" + p.name + "\" computes a bf16 value (equation " + std::to_string(i) +
+                  ": " + eqn_text(p, p.eqns[i]) + "); the CUDA backend has no bf16 kernels yet: run it on the host");
+}
+
 class Executable {
  public:
-  // Throws Error when no device is available or the program cannot be compiled.
+  // Throws Error when the program has bf16 values (check_supported), no device
+  // is available, or the program cannot be compiled.
   explicit Executable(Program p, Options o = {});
   ~Executable();
   Executable(Executable&&) noexcept;

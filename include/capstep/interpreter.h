@@ -3,6 +3,10 @@
 // The constructor verifies the Program and computes a memory plan once
 // (liveness, buffer reuse in one arena), so that a steady-state run() into
 // caller-held outputs allocates nothing. dot_general goes through OpenBLAS.
+// bf16 values are 2 bytes (ir/bf16.h): every op on them computes in f32 and
+// rounds each stored result to nearest even; bf16 dot_general operands are
+// widened to f32 while packed and multiplied by the f32 GEMM (f32
+// accumulation), and bf16 reductions accumulate in f32, rounding once.
 #pragma once
 
 #include <memory>

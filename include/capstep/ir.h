@@ -13,11 +13,13 @@
 namespace capstep {
 
 // ---- element types --------------------------------------------------------
-enum class DType : uint8_t { f32, f64, i32, i1 };
+// bf16 (bfloat16: f32's 8-bit exponent, 7 mantissa bits) is stored in 2 bytes;
+// the host rounds every bf16 store to nearest even and computes in f32.
+enum class DType : uint8_t { f32, f64, i32, i1, bf16 };
 
-const char* dtype_name(DType d);             // "f32", "f64", "i32", "i1"
+const char* dtype_name(DType d);             // "f32", "f64", "i32", "i1", "bf16"
 size_t dtype_size(DType d);                  // bytes per element (i1 stored as 1 byte)
-bool is_float(DType d);
+bool is_float(DType d);                      // f32, f64, bf16
 DType parse_dtype(const std::string& s);     // throws on unknown
 
 using Shape = std::vector<int64_t>;
@@ -94,7 +96,7 @@ Cmp parse_cmp(const std::string& s);
 
 // Operation semantics (operands in order):
 //  constant()                      attrs.literal: 1 value (splat) or numel values,
-//                                  stored as double (exact for f32, i32, i1)
+//                                  stored as double (exact for f32, bf16, i32, i1)
 //  iota()                          attrs.axis: values count along that axis
 //  add/subtract/multiply/divide/maximum(a, b)   same type
 //  negate/exponential/log/tanh/rsqrt/sqrt(a)    float types
@@ -106,8 +108,13 @@ Cmp parse_cmp(const std::string& s);
 //  reshape(a)                      same numel, row-major
 //  transpose(a)                    attrs.dims = permutation; out[i] = in[perm[i]]
 //  dot_general(a, b)               attrs.lhs_batch/rhs_batch/lhs_contract/rhs_contract;
-//                                  result dims: batch, lhs free (in order), rhs free
+//                                  result dims: batch, lhs free (in order), rhs free;
+//                                  operands of one dtype; the result has it too,
+//                                  except bf16 operands, whose result is f32 (an
+//                                  f32 accumulation, as StableHLO's dot_general
+//                                  with bf16 inputs and an f32 result)
 //  reduce_sum/reduce_max(a)        attrs.dims = axes reduced (sorted, unique), removed
+//                                  (bf16: accumulated in f32, rounded once at the end)
 //  gather_rows(table[N,...], idx i32[S...]) -> [S..., ...]   out[s] = table[idx[s]]
 //                                  index out of [0,N) is an error at run time
 //  scatter_add_rows(operand[N,...], idx i32[S...], upd[S...,...]) -> operand type

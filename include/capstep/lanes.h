@@ -23,6 +23,9 @@ struct Options {
   int warmup = 3;          // untimed steps first, on a copy of the start
   uint64_t seed = 1;       // initial parameters and batch order
   bool tf32 = true;        // TF32 for f32 dots on the GPU
+  // bf16: every lane's program from optim::mixed_precision_bf16 of the loss;
+  // the GPU lanes are then skipped (the CUDA backend has no bf16 kernels yet).
+  optim::Precision precision = optim::Precision::f32;
   std::string text_path;   // empty: the built-in corpus
   void validate() const;
 };
@@ -42,6 +45,7 @@ struct Report {
   std::string device;                // the GPU, or why there is none
   std::string gemm;                  // the host's GEMM libraries, versions, kernel sets and CPU ("GEMM: " line)
   bool tf32 = true;
+  std::string precision = "f32";     // optim::precision_name
   int steps = 0;
   int warmup = 0;
   std::vector<Lane> lanes;           // always three

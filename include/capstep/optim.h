@@ -71,4 +71,26 @@ extern const char* const kClipMaxNormName;            // "clip.max_norm"
 extern const char* const kGradNormName;               // "grad_norm"
 Program clip_grad_norm(const Program& grad_program, const std::vector<std::string>& params);
 
+// ---- bf16 mixed precision (issue 11) -------------------------------------------
+// A Program -> Program transform applied to the forward (loss) program, before
+// value_and_grad:
+//   with_adamw(value_and_grad(mixed_precision_bf16(loss), params), params, o)
+// Every dot_general whose operands are f32 gets them through convert(-> bf16)
+// (one convert per distinct value, shared by the dots that read it), and its
+// result stays f32: bf16 x bf16 -> f32 is a GEMM with f32 accumulation. All
+// else is unchanged and stays f32: the inputs (master parameters, so AdamW's
+// moments and update are f32 too), softmax, the norms, cross-entropy and every
+// other reduction, the elementwise ops. value_and_grad then differentiates
+// through the converts: the VJP of convert(f32 -> bf16) is convert(bf16 ->
+// f32), and a bf16 dot's cotangents are bf16 x bf16 -> f32 dots of the
+// cotangent rounded to bf16 (as autocast's backward does), rounded to bf16
+// again as cotangents of the bf16 operands; the gradients reaching the f32
+// parameters are f32. Inputs, outputs, names and aliases are p's.
+enum class Precision { f32, bf16 };
+const char* precision_name(Precision p);              // "f32", "bf16"
+Precision parse_precision(const std::string& s);      // Error naming the allowed values
+Program mixed_precision_bf16(const Program& forward);
+// f32: forward itself; bf16: mixed_precision_bf16(forward).
+Program with_precision(const Program& forward, Precision p);
+
 }  // namespace capstep::optim

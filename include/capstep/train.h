@@ -98,6 +98,11 @@ struct Options {
   Lane lane = Lane::host;
   bool require_gpu = false;              // a GPU lane without a device is an Error
   bool tf32 = true;                      // TF32 dots on the GPU lanes
+  // bf16: the step program is built from optim::mixed_precision_bf16 of the
+  // loss (bf16 GEMM operands, f32 accumulation, f32 master parameters, AdamW
+  // moments and reductions), the validation loss too. Host lane only: the
+  // CUDA backend has no bf16 kernels yet, so a GPU lane with bf16 is an Error.
+  optim::Precision precision = optim::Precision::f32;
   std::string text_path;                 // empty: the built-in corpus
   std::string save_path;                 // empty: no checkpoints
   int64_t save_every = 0;                // also save every K steps (0: only at the end)

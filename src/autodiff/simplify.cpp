@@ -3,12 +3,16 @@
 #include <optional>
 
 #include "autodiff/passes.h"
+#include "ir/bf16.h"
 
 namespace capstep::autodiff_detail {
 namespace {
 
 // The value of a float constant after rounding to `d`.
-double round_to(double v, DType d) { return d == DType::f32 ? static_cast<double>(static_cast<float>(v)) : v; }
+double round_to(double v, DType d) {
+  if (d == DType::bf16) return bf16::round_double(v);
+  return d == DType::f32 ? static_cast<double>(static_cast<float>(v)) : v;
+}
 
 }  // namespace
 

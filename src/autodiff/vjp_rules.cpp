@@ -130,8 +130,20 @@ std::vector<Tensor> vjp(Tracer& tr, const Eqn& e, const Tensor& g, const std::ve
     }
     case Op::dot_general: {
       const DotDims d{e.attrs.lhs_batch, e.attrs.rhs_batch, e.attrs.lhs_contract, e.attrs.rhs_contract};
-      if (wants(0)) gx[0] = dot_general_vjp_lhs(g, x[1], Type(p.type(e.inputs[0])), d);
-      if (wants(1)) gx[1] = dot_general_vjp_rhs(g, x[0], Type(p.type(e.inputs[1])), d);
+      // bf16 operands, f32 result: the two cotangent GEMMs are bf16 x bf16 -> f32
+      // too, on g rounded to bf16 (as autocast's backward), and each result is
+      // rounded to bf16, the dtype of the operand it is the cotangent of.
+      const DType od = p.type(e.inputs[0]).dtype;
+      const bool bf = od == DType::bf16;
+      const Tensor gd = bf ? convert(g, DType::bf16) : g;
+      if (wants(0)) {
+        gx[0] = dot_general_vjp_lhs(gd, x[1], Type(p.type(e.inputs[0])), d);
+        if (bf) gx[0] = convert(gx[0], od);
+      }
+      if (wants(1)) {
+        gx[1] = dot_general_vjp_rhs(gd, x[0], Type(p.type(e.inputs[1])), d);
+        if (bf) gx[1] = convert(gx[1], od);
+      }
       break;
     }
     case Op::reduce_sum: {

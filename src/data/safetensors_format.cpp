@@ -28,6 +28,7 @@ size_t element_size(DType d) {
     case DType::f64: return 8;
     case DType::i32: return 4;
     case DType::i1: return 1;
+    case DType::bf16: return 2;
   }
   return 0;
 }
@@ -90,7 +91,7 @@ TensorEntry parse_entry(const std::string& name, const json& info) {
   try {
     e.dtype = parse_safetensors_dtype(dt.get<std::string>());
   } catch (const Error& err) {
-    fail(where + ": dtype '" + short_text(dt.get<std::string>()) + "' is not supported (capstep reads F32, F64, I32 and BOOL)");
+    fail(where + ": dtype '" + short_text(dt.get<std::string>()) + "' is not supported (capstep reads F32, F64, BF16, I32 and BOOL)");
   }
 
   const json& shape = info.at("shape");
@@ -142,6 +143,7 @@ const char* safetensors_dtype_name(DType d) {
     case DType::f64: return "F64";
     case DType::i32: return "I32";
     case DType::i1: return "BOOL";
+    case DType::bf16: return "BF16";
   }
   return "?";
 }
@@ -151,7 +153,8 @@ DType parse_safetensors_dtype(std::string_view s) {
   if (s == "F64") return DType::f64;
   if (s == "I32") return DType::i32;
   if (s == "BOOL") return DType::i1;
-  fail("dtype '" + std::string(s) + "' is not supported (capstep reads F32, F64, I32 and BOOL)");
+  if (s == "BF16") return DType::bf16;
+  fail("dtype '" + std::string(s) + "' is not supported (capstep reads F32, F64, BF16, I32 and BOOL)");
 }
 
 SafetensorsLayout parse_safetensors_layout(const uint8_t* bytes, size_t size) {

@@ -199,7 +199,8 @@ Type Cursor::tensor_type() {
   else if (el == "f64") t.dtype = DType::f64;
   else if (el == "i32") t.dtype = DType::i32;
   else if (el == "i1") t.dtype = DType::i1;
-  else fail(eb, "unsupported element type '" + el + "' (capstep has f32, f64, i32 and i1)");
+  else if (el == "bf16") t.dtype = DType::bf16;
+  else fail(eb, "unsupported element type '" + el + "' (capstep has f32, f64, bf16, i32 and i1)");
   if (pos_ >= s_.size() || s_[pos_] != '>') {
     if (pos_ < s_.size() && s_[pos_] == ',') fail("tensor encodings are not supported");
     expected("'>' closing the tensor type");

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <limits>
 
+#include "ir/bf16.h"
+
 namespace capstep::stablehlo_detail {
 
 std::string tensor_type(const Type& t) {
@@ -27,11 +29,13 @@ std::string sci(double x, int digits) {
 }
 
 // What an MLIR parser reads back from `s` for an element of dtype d: the
-// decimal is parsed as double, then rounded to f32 for f32 (MLIR does the same).
+// decimal is parsed as double, then rounded to f32 for f32 (MLIR does the same)
+// and to bf16 for bf16.
 bool reads_back_exactly(const std::string& s, DType d, double want) {
   double got = 0;
   auto r = std::from_chars(s.data(), s.data() + s.size(), got);
   if (r.ec != std::errc() || r.ptr != s.data() + s.size()) return false;
+  if (d == DType::bf16) return bf16::from_double(got) == bf16::from_double(want);
   if (d == DType::f32)
     return std::bit_cast<uint32_t>(static_cast<float>(got)) ==
            std::bit_cast<uint32_t>(static_cast<float>(want));
@@ -45,6 +49,13 @@ std::string hex_bits(uint64_t bits, int nibbles) {
 }
 
 std::string float_text(DType d, double v) {
+  if (d == DType::bf16) {
+    const double x = bf16::round_double(v);
+    if (!std::isfinite(x)) return hex_bits(bf16::from_double(v), 4);
+    std::string s = sci(x, 6);
+    if (reads_back_exactly(s, d, x)) return s;
+    return sci(x, 16);  // never needed: 4 significant digits identify a bf16
+  }
   bool f32 = d == DType::f32;
   if (!std::isfinite(f32 ? static_cast<double>(static_cast<float>(v)) : v)) {
     if (f32) return hex_bits(std::bit_cast<uint32_t>(static_cast<float>(v)), 8);
@@ -69,7 +80,8 @@ int32_t to_i32(double v) {
 std::string element_text(DType d, double v) {
   switch (d) {
     case DType::f32:
-    case DType::f64: return float_text(d, v);
+    case DType::f64:
+    case DType::bf16: return float_text(d, v);
     case DType::i32: return std::to_string(to_i32(v));
     case DType::i1: return v != 0 ? "true" : "false";
   }
@@ -84,6 +96,7 @@ void append_element_bytes(DType d, double v, std::string& out) {
     case DType::f64: bits = std::bit_cast<uint64_t>(v); break;
     case DType::i32: bits = static_cast<uint32_t>(to_i32(v)); break;
     case DType::i1: bits = v != 0 ? 1 : 0; break;
+    case DType::bf16: bits = bf16::from_double(v); break;
   }
   for (size_t i = 0; i < n; ++i) out.push_back(static_cast<char>((bits >> (8 * i)) & 0xFF));
 }
@@ -111,7 +124,7 @@ const char* simple_op_name(Op op) {
 
 const char* compare_type(DType d) {
   switch (d) {
-    case DType::f32: case DType::f64: return "FLOAT";
+    case DType::f32: case DType::f64: case DType::bf16: return "FLOAT";
     case DType::i32: return "SIGNED";
     case DType::i1: return "UNSIGNED";
   }
@@ -121,7 +134,7 @@ const char* compare_type(DType d) {
 double reduce_init(Op op, DType d) {
   if (op != Op::reduce_max) return 0.0;
   switch (d) {
-    case DType::f32: case DType::f64: return -std::numeric_limits<double>::infinity();
+    case DType::f32: case DType::f64: case DType::bf16: return -std::numeric_limits<double>::infinity();
     case DType::i32: return static_cast<double>(std::numeric_limits<int32_t>::min());
     case DType::i1: return 0.0;
   }

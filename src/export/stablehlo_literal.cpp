@@ -1,6 +1,7 @@
 // dense<...> literals: parsed as tokens first, converted once the type is known
 // (MLIR writes the type after the value). Conversions follow MLIR's: decimals
-// are read as double and rounded to f32 for f32; 0x... is the raw bit pattern.
+// are read as double and rounded to f32 (bf16) for f32 (bf16); 0x... is the raw
+// bit pattern.
 #include "export/stablehlo_literal.h"
 
 #include <bit>
@@ -8,6 +9,8 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+
+#include "ir/bf16.h"
 
 namespace capstep::stablehlo_detail {
 
@@ -66,7 +69,7 @@ double elem_value(Cursor& c, const DenseLiteral::Elem& e, DType dt) {
   if (s.size() > b + 1 && (s[b + 1] == 'x' || s[b + 1] == 'X')) {
     // Hex: the bit pattern of the element.
     if (neg) c.fail(e.pos, "a hex element cannot be negative");
-    size_t width = dt == DType::f64 ? 64 : (dt == DType::i1 ? 1 : 32);
+    size_t width = dt == DType::f64 ? 64 : (dt == DType::i1 ? 1 : (dt == DType::bf16 ? 16 : 32));
     uint64_t bits = 0;
     for (size_t i = b + 2; i < s.size(); ++i) {
       if (bits >> 60) c.fail(e.pos, "hex element " + s + " is wider than 64 bits");
@@ -79,6 +82,7 @@ double elem_value(Cursor& c, const DenseLiteral::Elem& e, DType dt) {
       case DType::f64: return std::bit_cast<double>(bits);
       case DType::i32: return static_cast<double>(static_cast<int32_t>(static_cast<uint32_t>(bits)));
       case DType::i1: return static_cast<double>(bits);
+      case DType::bf16: return static_cast<double>(bf16::to_float(static_cast<uint16_t>(bits)));
     }
   }
   bool integral = s.find_first_of(".eE") == std::string::npos;
@@ -93,6 +97,14 @@ double elem_value(Cursor& c, const DenseLiteral::Elem& e, DType dt) {
       float f = static_cast<float>(v);
       if (std::isinf(f)) c.fail(e.pos, "float literal " + s + " is out of range for f32");
       return static_cast<double>(f);
+    }
+    case DType::bf16: {
+      double v = 0;
+      auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+      const double x = r.ec == std::errc() ? bf16::round_double(v) : 0.0;
+      if (r.ec != std::errc() || r.ptr != s.data() + s.size() || std::isinf(x))
+        c.fail(e.pos, "float literal " + s + " is out of range for bf16");
+      return x;
     }
     case DType::i32:
     case DType::i1: {
@@ -177,6 +189,7 @@ std::vector<double> literal_values(Cursor& c, const DenseLiteral& d, const Type&
           case DType::f32: out.push_back(static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(bits)))); break;
           case DType::f64: out.push_back(std::bit_cast<double>(bits)); break;
           case DType::i32: out.push_back(static_cast<double>(static_cast<int32_t>(static_cast<uint32_t>(bits)))); break;
+          case DType::bf16: out.push_back(static_cast<double>(bf16::to_float(static_cast<uint16_t>(bits)))); break;
           case DType::i1:
             if (bits > 1) c.fail(d.pos, "an i1 element in a hex string must be 00 or 01");
             out.push_back(static_cast<double>(bits));

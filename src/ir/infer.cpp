@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "capstep/ir.h"
+#include "ir/bf16.h"
 
 namespace capstep {
 namespace {
@@ -20,7 +21,7 @@ std::string types_str(const std::vector<Type>& ts) {
 }
 
 void require_float(Op op, const std::vector<Type>& ts, const Type& t) {
-  if (!is_float(t.dtype)) fail(op, ts, "needs a float operand (f32 or f64), got " + t.str());
+  if (!is_float(t.dtype)) fail(op, ts, "needs a float operand (f32, f64 or bf16), got " + t.str());
 }
 
 // Distinct axes in [0, rank), optionally strictly increasing.
@@ -48,6 +49,7 @@ bool literal_fits(double v, DType d) {
     case DType::f64: return true;
     case DType::i32: return v > -2147483649.0 && v < 2147483648.0;  // false for NaN
     case DType::i1: return true;                                     // stored as v != 0
+    case DType::bf16: return !std::isfinite(v) || std::isfinite(bf16::round_double(v));  // not rounded to inf
   }
   return false;
 }
@@ -128,7 +130,8 @@ Type infer_type(Op op, const std::vector<Type>& ts, const Attrs& at) {
       rall.insert(rall.end(), at.rhs_contract.begin(), at.rhs_contract.end());
       check_axes(op, ts, lall, l.rank(), "lhs batch+contracting dims", false);
       check_axes(op, ts, rall, r.rank(), "rhs batch+contracting dims", false);
-      Type out{l.dtype, {}};
+      // bf16 operands accumulate into an f32 result (the mixed-precision GEMM).
+      Type out{l.dtype == DType::bf16 ? DType::f32 : l.dtype, {}};
       for (size_t i = 0; i < at.lhs_batch.size(); ++i) {
         int64_t a = l.shape[static_cast<size_t>(at.lhs_batch[i])], b = r.shape[static_cast<size_t>(at.rhs_batch[i])];
         if (a != b)

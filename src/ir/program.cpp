@@ -2,6 +2,7 @@
 #include <unordered_set>
 
 #include "capstep/ir.h"
+#include "ir/bf16.h"
 
 namespace capstep {
 
@@ -44,6 +45,10 @@ static void canonicalise_literal(std::vector<double>& lit, DType d) {
         v = static_cast<double>(static_cast<int32_t>(v));
         break;
       case DType::i1: v = v != 0 ? 1.0 : 0.0; break;
+      case DType::bf16:
+        if (!literal_fits(v, d)) throw Error("constant: " + std::to_string(v) + " does not fit in bf16");
+        v = bf16::round_double(v);
+        break;
     }
   }
 }

@@ -12,6 +12,7 @@ const char* dtype_name(DType d) {
     case DType::f64: return "f64";
     case DType::i32: return "i32";
     case DType::i1: return "i1";
+    case DType::bf16: return "bf16";
   }
   return "?";
 }
@@ -22,18 +23,20 @@ size_t dtype_size(DType d) {
     case DType::f64: return 8;
     case DType::i32: return 4;
     case DType::i1: return 1;
+    case DType::bf16: return 2;
   }
   return 0;
 }
 
-bool is_float(DType d) { return d == DType::f32 || d == DType::f64; }
+bool is_float(DType d) { return d == DType::f32 || d == DType::f64 || d == DType::bf16; }
 
 DType parse_dtype(const std::string& s) {
   if (s == "f32") return DType::f32;
   if (s == "f64") return DType::f64;
   if (s == "i32") return DType::i32;
   if (s == "i1") return DType::i1;
-  throw Error("unknown dtype \"" + s + "\" (expected f32, f64, i32 or i1)");
+  if (s == "bf16") return DType::bf16;
+  throw Error("unknown dtype \"" + s + "\" (expected f32, f64, bf16, i32 or i1)");
 }
 
 int64_t Type::numel() const {

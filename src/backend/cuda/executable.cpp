@@ -97,6 +97,7 @@ void Executable::Impl::check_device_error() {
 }
 
 Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
+  check_supported(p);
   std::string why;
   if (!available(&why)) throw Error("cuda::Executable: " + why);
   Impl& m = *impl_;

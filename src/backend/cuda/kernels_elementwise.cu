@@ -116,6 +116,7 @@ cudaError_t launch_convert_from(cudaStream_t s, DType to, const void* a, void* o
     case DType::f64: k_convert<double, From><<<g, kThreads, 0, s>>>(x, static_cast<double*>(out), n); break;
     case DType::i32: k_convert<int32_t, From><<<g, kThreads, 0, s>>>(x, static_cast<int32_t*>(out), n); break;
     case DType::i1: k_convert<uint8_t, From><<<g, kThreads, 0, s>>>(x, static_cast<uint8_t*>(out), n); break;
+    case DType::bf16: return cudaErrorInvalidValue;  // no bf16 kernels yet (cuda::check_supported)
   }
   return cudaGetLastError();
 }
@@ -137,7 +138,7 @@ cudaError_t unary(cudaStream_t s, Unary f, DType t, const void* a, void* out, in
       k_unary<int32_t, 0><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const int32_t*>(a),
                                                                static_cast<int32_t*>(out), n);
       return cudaGetLastError();
-    case DType::i1: return cudaErrorInvalidValue;
+    case DType::i1: case DType::bf16: return cudaErrorInvalidValue;
   }
   return cudaErrorInvalidValue;
 }
@@ -148,7 +149,7 @@ cudaError_t binary(cudaStream_t s, Binary f, DType t, const void* a, const void*
     case DType::f32: return launch_binary<float>(s, f, a, b, out, n);
     case DType::f64: return launch_binary<double>(s, f, a, b, out, n);
     case DType::i32: return launch_binary<int32_t>(s, f, a, b, out, n);
-    case DType::i1: return cudaErrorInvalidValue;
+    case DType::i1: case DType::bf16: return cudaErrorInvalidValue;
   }
   return cudaErrorInvalidValue;
 }
@@ -173,6 +174,7 @@ cudaError_t compare(cudaStream_t s, int cmp, DType t, const void* a, const void*
       k_compare<uint8_t><<<g, kThreads, 0, s>>>(cmp, static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b),
                                                  o, n);
       break;
+    case DType::bf16: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
@@ -207,6 +209,7 @@ cudaError_t convert(cudaStream_t s, DType from, DType to, const void* a, void* o
     case DType::f64: return launch_convert_from<double>(s, to, a, out, n);
     case DType::i32: return launch_convert_from<int32_t>(s, to, a, out, n);
     case DType::i1: return launch_convert_from<uint8_t>(s, to, a, out, n);
+    case DType::bf16: return cudaErrorInvalidValue;
   }
   return cudaErrorInvalidValue;
 }

@@ -136,7 +136,7 @@ cudaError_t reduce(cudaStream_t s, bool is_max, DType t, const void* in, void* o
     case DType::i32:
       return is_max ? launch_reduce<int32_t, true>(s, in, out, kept, n_out, reduced, n_red)
                     : launch_reduce<int32_t, false>(s, in, out, kept, n_out, reduced, n_red);
-    case DType::i1: return cudaErrorInvalidValue;
+    case DType::i1: case DType::bf16: return cudaErrorInvalidValue;
   }
   return cudaErrorInvalidValue;
 }
@@ -164,7 +164,7 @@ cudaError_t scatter_add_rows(cudaStream_t s, DType t, void* out, const int32_t* 
     case DType::f32: k_scatter_add<float><<<g, kThreads, 0, s>>>(static_cast<float*>(out), idx, static_cast<const float*>(upd), rows, n, row_elems, err, eqn); break;
     case DType::f64: k_scatter_add<double><<<g, kThreads, 0, s>>>(static_cast<double*>(out), idx, static_cast<const double*>(upd), rows, n, row_elems, err, eqn); break;
     case DType::i32: k_scatter_add<int><<<g, kThreads, 0, s>>>(static_cast<int*>(out), idx, static_cast<const int*>(upd), rows, n, row_elems, err, eqn); break;
-    case DType::i1: return cudaErrorInvalidValue;
+    case DType::i1: case DType::bf16: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }

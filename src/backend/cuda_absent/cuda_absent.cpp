@@ -15,7 +15,10 @@ std::string device_description() { return kWhy; }
 
 struct Executable::Impl {};
 
-Executable::Executable(Program, Options) { throw Error(std::string("cuda::Executable: ") + kWhy); }
+Executable::Executable(Program p, Options) {
+  check_supported(p);  // the same first refusal as the CUDA build's
+  throw Error(std::string("cuda::Executable: ") + kWhy);
+}
 Executable::~Executable() = default;
 Executable::Executable(Executable&&) noexcept = default;
 Executable& Executable::operator=(Executable&&) noexcept = default;

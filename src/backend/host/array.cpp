@@ -8,6 +8,7 @@
 #include <cmath>
 #include <new>
 
+#include "ir/bf16.h"
 #include "ir/scalar_math.h"
 
 namespace capstep {
@@ -40,6 +41,7 @@ To load_as(DType d, const void* p, int64_t i) {
     case DType::f64: return scalar::convert<To, double>(static_cast<const double*>(p)[i]);
     case DType::i32: return scalar::convert<To, int>(static_cast<const int32_t*>(p)[i]);
     case DType::i1: return static_cast<To>(static_cast<const uint8_t*>(p)[i] != 0);
+    case DType::bf16: return scalar::convert<To, float>(bf16::to_float(static_cast<const uint16_t*>(p)[i]));
   }
   return To{};
 }
@@ -131,6 +133,7 @@ void Array::set(int64_t i, double v) {
     case DType::f64: data<double>()[i] = v; return;
     case DType::i32: data<int32_t>()[i] = scalar::convert<int32_t, double>(v); return;  // saturates; NaN -> 0
     case DType::i1: data<uint8_t>()[i] = v != 0.0 ? 1 : 0; return;
+    case DType::bf16: data<uint16_t>()[i] = bf16::from_double(v); return;  // rounded once, to nearest even
   }
 }
 
@@ -157,6 +160,9 @@ Array Array::converted(DType to) const {
       break;
     case DType::i1:
       for (int64_t i = 0; i < n; ++i) out.data<uint8_t>()[i] = load_as<bool>(type_.dtype, raw(), i) ? 1 : 0;
+      break;
+    case DType::bf16:  // through double: exact for every source dtype, then one rounding
+      for (int64_t i = 0; i < n; ++i) out.data<uint16_t>()[i] = bf16::from_double(load_as<double>(type_.dtype, raw(), i));
       break;
   }
   return out;

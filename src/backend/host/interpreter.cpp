@@ -28,6 +28,7 @@
 
 #include "backend/host/memory_plan.h"
 #include "backend/host/step.h"
+#include "ir/bf16.h"
 
 namespace capstep::host {
 namespace {
@@ -59,6 +60,7 @@ void store_doubles(DType d, void* dst, int64_t n, const auto& value_at) {
     case DType::f64: store_all<double>(dst, n, value_at); return;
     case DType::i32: store_all<int32_t>(dst, n, value_at); return;
     case DType::i1: store_all<uint8_t>(dst, n, [&](int64_t i) { return value_at(i) != 0.0 ? 1 : 0; }); return;
+    case DType::bf16: store_all<uint16_t>(dst, n, [&](int64_t i) { return bf16::from_double(value_at(i)); }); return;
   }
 }
 
@@ -262,9 +264,9 @@ Interpreter::Impl::Impl(Program p) : prog(std::move(p)) {
         else s.fn = strided_copy_kernel(t.dtype);
         break;
       case Op::dot_general: {
-        s.fn = dot_general_kernel(t.dtype);
+        s.fn = dot_general_kernel(prog.type(e.inputs[0]).dtype);
         s.dot = plan_dot(prog.type(e.inputs[0]), prog.type(e.inputs[1]), e.attrs, what);
-        const size_t es = dtype_size(t.dtype);
+        const size_t es = dtype_size(t.dtype);  // packed in the result's dtype (bf16 operands: widened to f32)
         if (s.dot.pack_a) {
           s.scratch[0] = nv + static_cast<int>(scratch.size());
           scratch.push_back({static_cast<size_t>(s.dot.batch * s.dot.m * s.dot.k) * es, i});
@@ -281,6 +283,10 @@ Interpreter::Impl::Impl(Program p) : prog(std::move(p)) {
         s.fn = reduce_kernel(e.op, in.dtype);
         s.n_in = in.numel();
         s.view = plan_reduce(in, e.attrs.dims, what);
+        if (in.dtype == DType::bf16) {  // the f32 accumulators
+          s.scratch[0] = nv + static_cast<int>(scratch.size());
+          scratch.push_back({static_cast<size_t>(s.n) * sizeof(float), i});
+        }
         break;
       }
       case Op::gather_rows:

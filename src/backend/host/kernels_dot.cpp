@@ -11,6 +11,7 @@
 
 #include "backend/host/gemm.h"
 #include "backend/host/step.h"
+#include "ir/bf16.h"
 
 namespace capstep::host {
 namespace {
@@ -85,6 +86,46 @@ void k_dot(const Step& s, void* const* p) {
   gemm_batch(d.trans_a, d.trans_b, d.m, d.n, d.k, a, d.lda, d.a_off.data(), b, d.ldb, d.b_off.data(), c, d.batch);
 }
 
+// The packing walk of strided_copy, widening bf16 to f32 (exact) on the way.
+void widen_strided(const StridedView& v, const uint16_t* __restrict src, float* __restrict dst) {
+  if (v.rank == 0) {
+    dst[0] = bf16::to_float(src[0]);
+    return;
+  }
+  const int r = v.rank;
+  const int64_t inner = v.size[r - 1], is = v.stride[r - 1];
+  if (inner == 0) return;
+  int64_t outer = 1;
+  for (int a = 0; a < r - 1; ++a) outer *= v.size[a];
+  int64_t idx[kMaxRank] = {};
+  int64_t off = 0;
+  for (int64_t o = 0; o < outer; ++o) {
+    const uint16_t* s = src + off;
+    for (int64_t j = 0; j < inner; ++j) dst[j] = bf16::to_float(s[j * is]);
+    dst += inner;
+    next_outer(v, idx, off);
+  }
+}
+
+// bf16 operands, f32 result: both operands are always packed (plan_dot), widened
+// to f32, and multiplied by the f32 GEMM, which accumulates in f32. The
+// products of two bf16 values are exact in f32, so this is the f32
+// accumulation of exact products that a bf16 tensor core performs.
+void k_dot_bf16(const Step& s, void* const* p) {
+  const DotPlan& d = s.dot;
+  float* c = static_cast<float*>(p[s.out]);
+  if (s.n == 0) return;
+  if (d.k == 0) {
+    std::fill(c, c + s.n, 0.0f);
+    return;
+  }
+  float* a = static_cast<float*>(p[s.scratch[0]]);
+  float* b = static_cast<float*>(p[s.scratch[1]]);
+  widen_strided(d.a_view, static_cast<const uint16_t*>(p[s.in[0]]), a);
+  widen_strided(d.b_view, static_cast<const uint16_t*>(p[s.in[1]]), b);
+  gemm_batch(d.trans_a, d.trans_b, d.m, d.n, d.k, a, d.lda, d.a_off.data(), b, d.ldb, d.b_off.data(), c, d.batch);
+}
+
 }  // namespace
 
 DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::string& what) {
@@ -114,6 +155,7 @@ DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::s
   } else {
     d.pack_a = true;
   }
+  if (lhs.dtype == DType::bf16) d.pack_a = d.pack_b = true;  // widened to f32 while packing
   // B is K x N. In place without transpose: N stride 1, K stride >= N.
   // In place transposed (stored N x K): K stride 1, N stride >= K.
   if (rn.chained && rk.chained && (rn.any || rn.stride == 1) && (rk.any || rk.stride >= N)) {
@@ -151,7 +193,7 @@ DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::s
     d.b_off = batch_offsets(rhs.shape, rs, at.rhs_batch);
   }
   // A libxsmm kernel is generated now, so that running the step allocates nothing.
-  if (lhs.dtype == DType::f32 && d.m > 0 && d.n > 0 && d.k > 0)
+  if ((lhs.dtype == DType::f32 || lhs.dtype == DType::bf16) && d.m > 0 && d.n > 0 && d.k > 0)
     gemm_prepare_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.lda, d.ldb);
   return d;
 }
@@ -162,10 +204,11 @@ Kernel dot_general_kernel(DType t) {
   switch (t) {
     case DType::f32: return &k_dot<float>;
     case DType::f64: return &k_dot<double>;
+    case DType::bf16: return &k_dot_bf16;
     case DType::i32: case DType::i1: break;
   }
   throw Error(std::string("host interpreter: no kernel for dot_general on ") + dtype_name(t) +
-              " (dot_general takes f32 or f64)");
+              " (dot_general takes f32, f64 or bf16)");
 }
 
 }  // namespace capstep::host

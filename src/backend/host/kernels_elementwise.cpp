@@ -6,7 +6,10 @@
 
 #include <climits>
 
+#include <type_traits>
+
 #include "backend/host/step.h"
+#include "ir/bf16.h"
 #include "ir/scalar_math.h"
 
 namespace capstep::host {
@@ -82,6 +85,58 @@ CAPSTEP_HOST_CLONES void k_convert(const Step& s, void* const* p) {
     o[i] = static_cast<S<To>>(scalar::convert<To, From>(static_cast<From>(a[i])));
 }
 
+// bf16: each operand widened to f32 (exact), the f32 formula, the result
+// rounded to nearest even. For add, subtract, multiply, divide and sqrt this is
+// the correctly rounded bf16 result: f32 has more than 2 * 8 + 2 significand
+// bits, so rounding to f32 first cannot change the final rounding.
+template <float (*F)(float, float)>
+CAPSTEP_HOST_CLONES void k_binary_bf16(const Step& s, void* const* p) {
+  const uint16_t* a = static_cast<const uint16_t*>(p[s.in[0]]);
+  const uint16_t* b = static_cast<const uint16_t*>(p[s.in[1]]);
+  uint16_t* o = static_cast<uint16_t*>(p[s.out]);
+  const int64_t n = s.n;
+  for (int64_t i = 0; i < n; ++i) o[i] = bf16::from_float(F(bf16::to_float(a[i]), bf16::to_float(b[i])));
+}
+
+template <float (*F)(float)>
+CAPSTEP_HOST_CLONES void k_unary_bf16(const Step& s, void* const* p) {
+  const uint16_t* a = static_cast<const uint16_t*>(p[s.in[0]]);
+  uint16_t* o = static_cast<uint16_t*>(p[s.out]);
+  const int64_t n = s.n;
+  for (int64_t i = 0; i < n; ++i) o[i] = bf16::from_float(F(bf16::to_float(a[i])));
+}
+
+template <int Dir>
+CAPSTEP_HOST_CLONES void k_compare_bf16(const Step& s, void* const* p) {
+  const uint16_t* a = static_cast<const uint16_t*>(p[s.in[0]]);
+  const uint16_t* b = static_cast<const uint16_t*>(p[s.in[1]]);
+  uint8_t* o = static_cast<uint8_t*>(p[s.out]);
+  const int64_t n = s.n;
+  for (int64_t i = 0; i < n; ++i) o[i] = scalar::compare<float>(Dir, bf16::to_float(a[i]), bf16::to_float(b[i])) ? 1 : 0;
+}
+
+// bf16 -> any: exact to f32, then f32's convert rule.
+template <class To>
+CAPSTEP_HOST_CLONES void k_convert_from_bf16(const Step& s, void* const* p) {
+  const uint16_t* a = static_cast<const uint16_t*>(p[s.in[0]]);
+  S<To>* o = static_cast<S<To>*>(p[s.out]);
+  const int64_t n = s.n;
+  for (int64_t i = 0; i < n; ++i) o[i] = static_cast<S<To>>(scalar::convert<To, float>(bf16::to_float(a[i])));
+}
+
+// any -> bf16, rounded once to nearest even (f64 and i32 through
+// bf16::from_double, which does not round twice).
+template <class From>
+CAPSTEP_HOST_CLONES void k_convert_to_bf16(const Step& s, void* const* p) {
+  const S<From>* a = static_cast<const S<From>*>(p[s.in[0]]);
+  uint16_t* o = static_cast<uint16_t*>(p[s.out]);
+  const int64_t n = s.n;
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<From, float>) o[i] = bf16::from_float(a[i]);
+    else o[i] = bf16::from_double(static_cast<double>(static_cast<From>(a[i])));
+  }
+}
+
 [[noreturn]] void no_kernel(const char* what, DType t) {
   throw Error(std::string("host interpreter: no kernel for ") + what + " on " + dtype_name(t));
 }
@@ -93,9 +148,23 @@ Kernel convert_from(DType from) {
     case DType::f64: return &k_convert<To, double>;
     case DType::i32: return &k_convert<To, int32_t>;
     case DType::i1: return &k_convert<To, bool>;
+    case DType::bf16: return &k_convert_from_bf16<To>;
   }
   return nullptr;
 }
+
+Kernel convert_to_bf16(DType from) {
+  switch (from) {
+    case DType::f32: return &k_convert_to_bf16<float>;
+    case DType::f64: return &k_convert_to_bf16<double>;
+    case DType::i32: return &k_convert_to_bf16<int32_t>;
+    case DType::i1: return &k_convert_to_bf16<bool>;
+    case DType::bf16: break;  // an alias, never a kernel
+  }
+  return nullptr;
+}
+
+template <int Dir> Kernel compare_bf16() { return &k_compare_bf16<Dir>; }
 
 template <class T>
 Kernel compare_dir(Cmp c) {
@@ -113,9 +182,10 @@ Kernel compare_dir(Cmp c) {
 }  // namespace
 
 Kernel binary_kernel(Op op, DType t) {
-#define CAPSTEP_FLOAT_BINARY(F)                                  \
-  if (t == DType::f32) return &k_binary<float, &scalar::F<float>>; \
-  if (t == DType::f64) return &k_binary<double, &scalar::F<double>>;
+#define CAPSTEP_FLOAT_BINARY(F)                                    \
+  if (t == DType::f32) return &k_binary<float, &scalar::F<float>>;   \
+  if (t == DType::f64) return &k_binary<double, &scalar::F<double>>; \
+  if (t == DType::bf16) return &k_binary_bf16<&scalar::F<float>>;
   switch (op) {
     case Op::add:
       CAPSTEP_FLOAT_BINARY(add)
@@ -145,9 +215,10 @@ Kernel binary_kernel(Op op, DType t) {
 }
 
 Kernel unary_kernel(Op op, DType t) {
-#define CAPSTEP_FLOAT_UNARY(F)                                   \
-  if (t == DType::f32) return &k_unary<float, &scalar::F<float>>; \
-  if (t == DType::f64) return &k_unary<double, &scalar::F<double>>;
+#define CAPSTEP_FLOAT_UNARY(F)                                     \
+  if (t == DType::f32) return &k_unary<float, &scalar::F<float>>;   \
+  if (t == DType::f64) return &k_unary<double, &scalar::F<double>>; \
+  if (t == DType::bf16) return &k_unary_bf16<&scalar::F<float>>;
   switch (op) {
     case Op::negate:
       CAPSTEP_FLOAT_UNARY(negate)
@@ -172,6 +243,16 @@ Kernel compare_kernel(Cmp c, DType t) {
     case DType::f64: return compare_dir<double>(c);
     case DType::i32: return compare_dir<int32_t>(c);
     case DType::i1: return compare_dir<bool>(c);  // bytes 0/1: false < true
+    case DType::bf16:  // compared as f32 values (the bits do not order negative numbers)
+      switch (c) {
+        case Cmp::EQ: return compare_bf16<0>();
+        case Cmp::NE: return compare_bf16<1>();
+        case Cmp::LT: return compare_bf16<2>();
+        case Cmp::LE: return compare_bf16<3>();
+        case Cmp::GT: return compare_bf16<4>();
+        case Cmp::GE: return compare_bf16<5>();
+      }
+      break;
   }
   no_kernel("compare", t);
 }
@@ -179,6 +260,7 @@ Kernel compare_kernel(Cmp c, DType t) {
 Kernel select_kernel(DType t) {
   switch (dtype_size(t)) {
     case 1: return &k_select<uint8_t>;
+    case 2: return &k_select<uint16_t>;
     case 4: return &k_select<uint32_t>;
     case 8: return &k_select<uint64_t>;
   }
@@ -191,6 +273,9 @@ Kernel convert_kernel(DType from, DType to) {
     case DType::f64: return convert_from<double>(from);
     case DType::i32: return convert_from<int32_t>(from);
     case DType::i1: return convert_from<bool>(from);
+    case DType::bf16:
+      if (Kernel k = convert_to_bf16(from)) return k;
+      break;
   }
   no_kernel("convert", to);
 }

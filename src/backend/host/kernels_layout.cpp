@@ -7,7 +7,10 @@
 #include <cmath>
 #include <limits>
 
+#include <type_traits>
+
 #include "backend/host/step.h"
+#include "ir/bf16.h"
 #include "ir/scalar_math.h"
 
 namespace capstep::host {
@@ -37,15 +40,20 @@ constexpr T identity() {
 // Walks the input row-major; view.stride[a] is the output stride of input axis
 // a (0 for reduced axes). The innermost axis is either reduced (one running
 // accumulator) or kept (a vector update of contiguous outputs).
-template <class T, bool Max>
-CAPSTEP_HOST_CLONES void k_reduce(const Step& s, void* const* p) {
-  const T* __restrict in = static_cast<const T*>(p[s.in[0]]);
-  T* __restrict out = static_cast<T*>(p[s.out]);
+// An element of the input as the accumulator's type (bf16 widens to f32).
+template <class T, class In>
+inline T load(In x) {
+  if constexpr (std::is_same_v<In, uint16_t>) return bf16::to_float(x);
+  else return x;
+}
+
+template <class T, bool Max, class In>
+CAPSTEP_HOST_CLONES void reduce_into(const Step& s, const In* __restrict in, T* __restrict out) {
   for (int64_t i = 0; i < s.n; ++i) out[i] = identity<T, Max>();
   if (s.n_in == 0) return;
   const StridedView& v = s.view;
   if (v.rank == 0) {  // every axis had size 1
-    out[0] = combine<T, Max>(out[0], in[0]);
+    out[0] = combine<T, Max>(out[0], load<T>(in[0]));
     return;
   }
   const int r = v.rank;
@@ -56,17 +64,31 @@ CAPSTEP_HOST_CLONES void k_reduce(const Step& s, void* const* p) {
   for (int64_t o = 0; o < outer; ++o) {
     if (os == 0) {
       T acc = out[off];
-      for (int64_t j = 0; j < inner; ++j) acc = combine<T, Max>(acc, in[j]);
+      for (int64_t j = 0; j < inner; ++j) acc = combine<T, Max>(acc, load<T>(in[j]));
       out[off] = acc;
     } else if (os == 1) {
       T* __restrict dst = out + off;
-      for (int64_t j = 0; j < inner; ++j) dst[j] = combine<T, Max>(dst[j], in[j]);
+      for (int64_t j = 0; j < inner; ++j) dst[j] = combine<T, Max>(dst[j], load<T>(in[j]));
     } else {
-      for (int64_t j = 0; j < inner; ++j) out[off + j * os] = combine<T, Max>(out[off + j * os], in[j]);
+      for (int64_t j = 0; j < inner; ++j) out[off + j * os] = combine<T, Max>(out[off + j * os], load<T>(in[j]));
     }
     in += inner;
     next_outer(v, idx, off);
   }
+}
+
+template <class T, bool Max>
+void k_reduce(const Step& s, void* const* p) {
+  reduce_into<T, Max>(s, static_cast<const T*>(p[s.in[0]]), static_cast<T*>(p[s.out]));
+}
+
+// bf16: accumulated in f32 (the step's scratch buffer), rounded once at the end.
+template <bool Max>
+void k_reduce_bf16(const Step& s, void* const* p) {
+  float* acc = static_cast<float*>(p[s.scratch[0]]);
+  reduce_into<float, Max>(s, static_cast<const uint16_t*>(p[s.in[0]]), acc);
+  uint16_t* out = static_cast<uint16_t*>(p[s.out]);
+  for (int64_t i = 0; i < s.n; ++i) out[i] = bf16::from_float(acc[i]);
 }
 
 void k_gather_rows(const Step& s, void* const* p) {
@@ -114,6 +136,22 @@ void k_scatter_add_rows<int32_t>(const Step& s, void* const* p) {
   }
 }
 
+// bf16: each add in f32, rounded to bf16 on every store.
+void k_scatter_add_rows_bf16(const Step& s, void* const* p) {
+  const uint16_t* operand = static_cast<const uint16_t*>(p[s.in[0]]);
+  const int32_t* idx = static_cast<const int32_t*>(p[s.in[1]]);
+  const uint16_t* upd = static_cast<const uint16_t*>(p[s.in[2]]);
+  uint16_t* __restrict out = static_cast<uint16_t*>(p[s.out]);
+  if (s.n) std::memcpy(out, operand, static_cast<size_t>(s.n) * sizeof(uint16_t));
+  const int64_t R = s.row_elems;
+  for (int64_t i = 0; i < s.n_idx; ++i) {
+    const int64_t k = idx[i];
+    if (k < 0 || k >= s.rows) throw_index_error(s, i, k);
+    for (int64_t j = 0; j < R; ++j)
+      out[k * R + j] = bf16::from_float(bf16::to_float(out[k * R + j]) + bf16::to_float(upd[i * R + j]));
+  }
+}
+
 [[noreturn]] void no_kernel(const char* what, DType t) {
   throw Error(std::string("host interpreter: no kernel for ") + what + " on " + dtype_name(t));
 }
@@ -154,6 +192,7 @@ StridedView plan_reduce(const Type& in, const std::vector<int64_t>& axes, const 
 Kernel strided_copy_kernel(DType t) {
   switch (dtype_size(t)) {
     case 1: return &k_strided<uint8_t>;
+    case 2: return &k_strided<uint16_t>;
     case 4: return &k_strided<uint32_t>;
     case 8: return &k_strided<uint64_t>;
   }
@@ -166,6 +205,7 @@ Kernel reduce_kernel(Op op, DType t) {
     case DType::f32: return max ? &k_reduce<float, true> : &k_reduce<float, false>;
     case DType::f64: return max ? &k_reduce<double, true> : &k_reduce<double, false>;
     case DType::i32: return max ? &k_reduce<int32_t, true> : &k_reduce<int32_t, false>;
+    case DType::bf16: return max ? &k_reduce_bf16<true> : &k_reduce_bf16<false>;  // needs s.scratch[0]
     case DType::i1: break;
   }
   no_kernel(op_name(op), t);
@@ -178,6 +218,7 @@ Kernel scatter_add_rows_kernel(DType t) {
     case DType::f32: return &k_scatter_add_rows<float>;
     case DType::f64: return &k_scatter_add_rows<double>;
     case DType::i32: return &k_scatter_add_rows<int32_t>;
+    case DType::bf16: return &k_scatter_add_rows_bf16;
     case DType::i1: break;
   }
   no_kernel("scatter_add_rows", t);

@@ -69,7 +69,7 @@ Kernel strided_copy_kernel(DType t);       // broadcast_in_dim, transpose
 Kernel reduce_kernel(Op op, DType t);      // reduce_sum, reduce_max
 Kernel gather_rows_kernel(DType t);
 Kernel scatter_add_rows_kernel(DType t);
-Kernel dot_general_kernel(DType t);
+Kernel dot_general_kernel(DType t);       // t: the operands' dtype
 
 // Sets OpenBLAS to one thread, once per process, unless OPENBLAS_NUM_THREADS
 // is set (see kernels_dot.cpp for why). Called by every Interpreter.

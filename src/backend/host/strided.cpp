@@ -41,6 +41,7 @@ StridedView make_view(const std::vector<int64_t>& size, const std::vector<int64_
 void strided_copy_bytes(const StridedView& v, size_t elem_bytes, const void* src, void* dst) {
   switch (elem_bytes) {
     case 1: strided_copy(v, static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst)); return;
+    case 2: strided_copy(v, static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst)); return;
     case 4: strided_copy(v, static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst)); return;
     case 8: strided_copy(v, static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst)); return;
     default: throw Error("strided copy: unsupported element width " + std::to_string(elem_bytes));

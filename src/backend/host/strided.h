@@ -54,7 +54,7 @@ inline void next_outer(const StridedView& v, int64_t* idx, int64_t& off) {
 }
 
 // dst[0..n) (row-major over v) = src[offset(v)]. E is a storage type of the
-// element's width (uint8_t, uint32_t, uint64_t): copying never looks at values.
+// element's width (uint8_t, uint16_t, uint32_t, uint64_t): copying never looks at values.
 template <class E>
 void strided_copy(const StridedView& v, const E* __restrict src, E* __restrict dst) {
   if (v.rank == 0) {
@@ -83,7 +83,7 @@ void strided_copy(const StridedView& v, const E* __restrict src, E* __restrict d
   }
 }
 
-// Dispatches strided_copy on an element width in bytes (1, 4 or 8).
+// Dispatches strided_copy on an element width in bytes (1, 2, 4 or 8).
 void strided_copy_bytes(const StridedView& v, size_t elem_bytes, const void* src, void* dst);
 
 }  // namespace capstep::host

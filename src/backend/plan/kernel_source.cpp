@@ -22,8 +22,9 @@ const char* reg_type(DType t) {
     case DType::f64: return "double";
     case DType::i32: return "int";
     case DType::i1: return "bool";
+    case DType::bf16: break;  // no bf16 kernels yet: cuda::Executable refuses bf16 programs first
   }
-  return "?";
+  throw Error(std::string("CUDA kernel generator: no kernels for ") + dtype_name(t) + " values");
 }
 const char* mem_type(DType t) { return t == DType::i1 ? "unsigned char" : reg_type(t); }
 
@@ -57,8 +58,9 @@ std::string literal(DType t, double v) {
       return std::to_string(i);
     }
     case DType::i1: return v != 0 ? "true" : "false";
+    case DType::bf16: break;
   }
-  return "?";
+  throw Error(std::string("CUDA kernel generator: no literal of ") + dtype_name(t));
 }
 
 const char* scalar_fn(Op op) {
