@@ -3,8 +3,17 @@
 // The constructor verifies the Program and computes a memory plan once
 // (liveness, buffer reuse in one arena), so that a steady-state run() into
 // caller-held outputs allocates nothing. dot_general goes through OpenBLAS.
+//
+// By default the elementwise work runs fused: the loop, row and column groups
+// of the fusion plan (the GPU backend's) each run as one pass over memory,
+// tile by tile, with the values made and used inside a group kept in a
+// cache-sized scratch tile (src/backend/host/fused.h). Results are bitwise
+// those of the unfused interpreter (one pass per primitive), which stays
+// selectable: InterpreterOptions::fuse = false, or CAPSTEP_HOST_FUSION=0 in the
+// environment for the default.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -13,9 +22,17 @@
 
 namespace capstep::host {
 
+struct InterpreterOptions {
+  bool fuse = true;           // run the fusion groups tile by tile; false: one pass per primitive
+  int64_t tile_elems = 1024;  // elements per tile (row/column groups: whole rows, at least one)
+  // fuse = false when the environment sets CAPSTEP_HOST_FUSION=0 (or "off").
+  static InterpreterOptions defaults();
+};
+
 class Interpreter {
  public:
-  explicit Interpreter(Program p);
+  explicit Interpreter(Program p);  // InterpreterOptions::defaults()
+  Interpreter(Program p, const InterpreterOptions& o);
   ~Interpreter();
   Interpreter(Interpreter&&) noexcept;
   Interpreter& operator=(Interpreter&&) noexcept;
@@ -32,6 +49,8 @@ class Interpreter {
 
   const Program& program() const;
   size_t arena_bytes() const;        // bytes of the planned intermediate arena
+  int fused_groups() const;          // groups run tile by tile (0 when unfused)
+  int fused_equations() const;       // equations inside those groups
 
  private:
   struct Impl;
