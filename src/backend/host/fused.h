@@ -38,6 +38,7 @@ struct FusedOperand {
   int value = -1;        // slot of the value (the interpreter's slot table)
   int64_t tile_off = -1; // >= 0: tile-resident, at this byte offset of the group's scratch
   bool small = false;    // of the row/kept domain (R rows or K kept elements), not the N domain
+  bool splat = false;    // every element the same (a splat constant): each tile reads the first ones
   size_t esz = 0;        // bytes per element
 };
 
@@ -77,9 +78,10 @@ void run_fused_group(const Step& s, void* const* slots);
 // Builds the executable group: `member_steps[d - g.first]` is the Step the
 // interpreter built for equation d (kernel chosen, views planned), slot of
 // each value = its value id (aliases resolved through `root`); `tile_resident`
-// per root value; `tile_elems`: the tile size in elements.
+// and `splat` (a splat constant) per root value; `tile_elems`: the tile size
+// in elements.
 FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::vector<Step>& member_steps,
                              const std::vector<int>& root, const std::vector<char>& tile_resident,
-                             int64_t tile_elems);
+                             const std::vector<char>& splat, int64_t tile_elems);
 
 }  // namespace capstep::host

@@ -468,11 +468,17 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
 
   // ---- the fused groups' members and scratch tiles (one block: groups run
   // one after another), then the Steps in order.
+  // Splat constants: a tile reads the first elements of the static array
+  // whatever its position (the same values), which stay in the cache.
+  std::vector<char> splat(static_cast<size_t>(nv), 0);
+  for (const Eqn& e : ex.eqns)
+    if (e.op == Op::constant && e.attrs.literal.size() == 1 && where[static_cast<size_t>(e.out)] == Where::stat)
+      splat[static_cast<size_t>(e.out)] = 1;
   size_t tile_bytes = 0;
   for (size_t k = 0; k < groups.size(); ++k) {
     const plan::Group& g = *group_src[k];
     const std::vector<Step> members(built.begin() + g.first, built.begin() + g.last + 1);
-    *groups[k] = build_fused_group(ex, g, members, root, tile_resident, opt.tile_elems);
+    *groups[k] = build_fused_group(ex, g, members, root, tile_resident, splat, opt.tile_elems);
     tile_bytes = std::max(tile_bytes, groups[k]->scratch_bytes);
   }
   tiles = alloc_block(tile_bytes);
