@@ -258,6 +258,14 @@ FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::
                                      : std::min(g.rows, std::max<int64_t>(1, tile_elems / g.cols));
   const int64_t full_tile = g.kind == GroupKind::loop ? G.tile : G.tile * g.cols;
   const int64_t small_tile = g.kind == GroupKind::row ? G.tile : 0;
+  // A broadcast of one value (an AdamW scalar, say) into a tile value: the
+  // same at every position, so filled once before the tiles, and its tile
+  // kept for the whole group.
+  auto hoist = [&](int d) {
+    const Eqn& e = p.eqns[static_cast<size_t>(d)];
+    return e.op == Op::broadcast_in_dim && member_steps[static_cast<size_t>(d - g.first)].fn &&
+           p.type(e.inputs[0]).numel() == 1 && tile_resident[static_cast<size_t>(root[static_cast<size_t>(e.out)])];
+  };
   // The tile values' scratch: packed by their lifetimes among the members
   // (memory_plan.h), so that a long group needs only a few tiles at a time and
   // they stay in the L1 cache. Each is 5 cache lines longer than its tile:
@@ -268,10 +276,12 @@ FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::
     std::vector<int> tile_roots;
     std::vector<BufferLife> lives;
     std::vector<int> life_of(static_cast<size_t>(p.num_values()), -1);
+    std::vector<int> hoisted_roots;
     int member = 0;
     for (int d = g.first; d <= g.last; ++d) {
       const Eqn& e = p.eqns[static_cast<size_t>(d)];
       if (!member_steps[static_cast<size_t>(d - g.first)].fn) continue;
+      if (hoist(d)) hoisted_roots.push_back(root[static_cast<size_t>(e.out)]);
       std::vector<int> touched(e.inputs.begin(), e.inputs.end());
       touched.push_back(e.out);
       for (int v : touched) {
@@ -289,6 +299,10 @@ FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::
         lives[static_cast<size_t>(l)].last = std::max(lives[static_cast<size_t>(l)].last, member);
       }
       ++member;
+    }
+    for (int r : hoisted_roots) {  // filled before the first tile, read in every tile: live throughout
+      lives[static_cast<size_t>(life_of[static_cast<size_t>(r)])].first = 0;
+      lives[static_cast<size_t>(life_of[static_cast<size_t>(r)])].last = member;
     }
     const ArenaPlan plan = pack_arena(lives);
     for (size_t k = 0; k < tile_roots.size(); ++k) off[static_cast<size_t>(tile_roots[k])] = static_cast<int64_t>(plan.offset[k]);
@@ -356,7 +370,13 @@ FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::
         m.after = g.kind == GroupKind::col && m.small;
         break;
     }
-    if (m.kind == FusedMember::Kind::strided) m.after = g.kind == GroupKind::col && m.small;
+    if (m.kind == FusedMember::Kind::strided) {
+      m.after = g.kind == GroupKind::col && m.small;
+      if (hoist(d)) {
+        m.hoisted = true;
+        m.fill = m.small ? small_tile : full_tile;
+      }
+    }
     G.members.push_back(std::move(m));
   }
   return G;
@@ -365,12 +385,15 @@ FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::
 void run_fused_group(const Step& s, void* const* slots) {
   FusedGroup& g = *static_cast<FusedGroup*>(s.group);
   const int64_t N = g.numel, T = g.tile;
+  for (FusedMember& m : g.members)
+    if (m.hoisted) strided_range_bytes(m.view, m.out.esz, slots[m.in[0].value], 0, m.fill, g.scratch + m.out.tile_off);
   switch (g.kind) {
     case GroupKind::row: {
       const int64_t C = g.cols;
       for (int64_t r0 = 0; r0 < g.rows; r0 += T) {
         const int64_t nr = std::min(T, g.rows - r0);
-        for (FusedMember& m : g.members) run_member(g, m, slots, r0 * C, nr * C, r0, nr);
+        for (FusedMember& m : g.members)
+          if (!m.hoisted) run_member(g, m, slots, r0 * C, nr * C, r0, nr);
       }
       return;
     }
@@ -379,7 +402,7 @@ void run_fused_group(const Step& s, void* const* slots) {
       for (int64_t i0 = 0; i0 < g.rows; i0 += T) {
         const int64_t nr = std::min(T, g.rows - i0);
         for (FusedMember& m : g.members)
-          if (!m.after) run_member(g, m, slots, i0 * K, nr * K, 0, 0);
+          if (!m.after && !m.hoisted) run_member(g, m, slots, i0 * K, nr * K, 0, 0);
       }
       for (FusedMember& m : g.members)
         if (m.after) run_member(g, m, slots, 0, 0, 0, K);
@@ -388,7 +411,8 @@ void run_fused_group(const Step& s, void* const* slots) {
     default:
       for (int64_t b = 0; b < N; b += T) {
         const int64_t c = std::min(T, N - b);
-        for (FusedMember& m : g.members) run_member(g, m, slots, b, c, 0, 0);
+        for (FusedMember& m : g.members)
+          if (!m.hoisted) run_member(g, m, slots, b, c, 0, 0);
       }
       return;
   }

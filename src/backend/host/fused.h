@@ -47,6 +47,8 @@ struct FusedMember {
   Kind kind = Kind::kernel;
   bool small = false;     // its result is of the small domain (row value, kept element)
   bool after = false;     // col groups: runs once after every tile (a member of K elements)
+  bool hoisted = false;   // a broadcast of one value into a tile: filled once, before the tiles
+  int64_t fill = 0;       // hoisted: elements filled (the tile)
   int nin = 0;
   FusedOperand in[3], out;
   Step step;              // kernel: the interpreter's kernel and Step with in = {0,1,2}, out = 3; n per call
