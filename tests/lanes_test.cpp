@@ -63,3 +63,24 @@ TEST(Lanes, HostLaneLearnsAndIsReproducible) {
     }
   }
 }
+
+TEST(Lanes, OnlyRunsTheSelectedLane) {
+  lanes::Options o;
+  o.steps = 2;
+  o.warmup = 0;
+  o.only = "1f";
+  const lanes::Report r = lanes::run(o);
+  ASSERT_EQ(r.lanes.size(), 4u);
+  EXPECT_FALSE(r.lanes[0].ran);
+  EXPECT_EQ(r.lanes[0].skipped, "not selected (only lane 1f)");
+  EXPECT_FALSE(r.lanes[1].ran);
+  EXPECT_FALSE(r.lanes[2].ran);
+  ASSERT_TRUE(r.lanes[3].ran) << r.lanes[3].skipped;
+  EXPECT_EQ(r.lanes[3].losses.size(), 2u);
+  EXPECT_NEAR(r.lanes[3].losses[0], std::log(64.0), 0.15);
+  std::ostringstream out;
+  lanes::print(r, out);
+  EXPECT_THAT(out.str(), ::testing::HasSubstr("[1] host: skipped (not selected (only lane 1f))"));
+  o.only = "4";
+  EXPECT_THROW(lanes::run(o), Error);
+}

@@ -26,6 +26,8 @@ struct Options {
   uint64_t seed = 1;       // initial parameters and batch order
   bool tf32 = true;        // TF32 for f32 dots on the GPU
   std::string text_path;   // empty: the built-in corpus
+  std::string only;        // empty: every lane; "1", "1f", "2" or "3": that lane alone
+                           // (the others skip, "not selected"), e.g. to time one lane's CPU
   void validate() const;
 };
 

@@ -217,6 +217,8 @@ void Options::validate() const {
   adamw.validate();
   if (steps < 1 || steps > 1000000) throw Error("steps must be in [1, 1000000], got " + std::to_string(steps));
   if (warmup < 0 || warmup > 1000) throw Error("warm-up must be in [0, 1000], got " + std::to_string(warmup));
+  if (!only.empty() && only != "1" && only != "1f" && only != "2" && only != "3")
+    throw Error("the lane to run alone must be 1, 1f, 2 or 3, got \"" + only + "\"");
 }
 
 double median(std::vector<double> v) {
@@ -242,10 +244,15 @@ Report run(const Options& o) {
   const Program loss = nn::lm_loss_program(o.model);
   const Program grad = value_and_grad(loss, s.names);
 
-  lane_host(o, s, grad, r.lanes[0]);
+  auto selected = [&](const char* tag, Lane& l) {
+    if (o.only.empty() || o.only == tag) return true;
+    l.skipped = "not selected (only lane " + o.only + ")";
+    return false;
+  };
+  if (selected("1", r.lanes[0])) lane_host(o, s, grad, r.lanes[0]);
   r.gemm = host::gemm_info().line;
   const Program with_adamw = optim::with_adamw(grad, s.names, o.adamw);
-  lane_host_fused(o, s, with_adamw, r.lanes[3]);
+  if (selected("1f", r.lanes[3])) lane_host_fused(o, s, with_adamw, r.lanes[3]);
 
   std::string why;
   if (!cuda::available(&why)) {
@@ -254,6 +261,7 @@ Report run(const Options& o) {
   } else {
     r.device = cuda::device_description();
     for (int i : {1, 2}) {
+      if (!selected(i == 1 ? "2" : "3", r.lanes[static_cast<size_t>(i)])) continue;
       try {
         if (i == 1) lane_gpu_host_adamw(o, s, grad, r.lanes[1]);
         else lane_gpu_fused(o, s, with_adamw, r.lanes[2]);
@@ -290,7 +298,7 @@ void print(const Report& r, std::ostream& out) {
     }
     std::snprintf(buf, sizeof buf, "losses %.4f -> %.4f over %zu steps", l.losses.front(), l.losses.back(), l.losses.size());
     out << buf;
-    if (&l != &h) {
+    if (&l != &h && h.ran) {
       std::snprintf(buf, sizeof buf, ", at most %.1e from [1]", l.max_rel_vs_host);
       out << buf;
     }
@@ -304,8 +312,10 @@ void print(const Report& r, std::ostream& out) {
   out << buf << '\n';
   for (const Lane* lp : print_order(r)) {
     const Lane& l = *lp;
-    if (l.ran) {
+    if (l.ran && h.ran) {
       std::snprintf(buf, sizeof buf, "%-33s%10.3f%9.1f\u00d7", l.label.c_str(), l.median_ms, h.median_ms / l.median_ms);
+    } else if (l.ran) {
+      std::snprintf(buf, sizeof buf, "%-33s%10.3f%10s", l.label.c_str(), l.median_ms, "-");
     } else {
       std::snprintf(buf, sizeof buf, "%-33s%10s", l.label.c_str(), "skipped");
     }
