@@ -216,6 +216,11 @@ bool host_fusable(const Program& p, const plan::Group& g, const std::vector<Step
     const int64_t n_out = p.type(e.out).numel();
     if (n_out != N && n_out != small) return no("a member of " + std::to_string(n_out) + " elements");
     if (e.inputs.size() > 3) return no("more than 3 operands");
+    // the tile copies (strided_range_bytes, row_fill_bytes) move 1, 4 or 8 bytes
+    // an element; a group with another width (a 2-byte dtype) runs unfused
+    for (int v : e.inputs)
+      if (const size_t w = dtype_size(p.type(v).dtype); w != 1 && w != 4 && w != 8) return no("element width");
+    if (const size_t w = dtype_size(p.type(e.out).dtype); w != 1 && w != 4 && w != 8) return no("element width");
     if (is_elementwise(e.op)) continue;
     switch (e.op) {
       case Op::broadcast_in_dim:
