@@ -465,8 +465,9 @@ def openblas_core(unset):
     return p.stdout.strip() or "unknown"
 
 
-def run_capstep(args, unset_openblas):
-    """capstep lane 1 (pinned like the 1-thread runs, when --pin-cpu is given).
+def run_capstep(args, unset_openblas, lane_tag="1"):
+    """capstep lane 1 (or lane_tag's lane alone, e.g. "1f"; pinned like the
+    1-thread runs, when --pin-cpu is given).
 
     Its JSON gives wall time per step; its CPU time per step comes from two
     runs that differ only in the number of timed steps: the difference of the
@@ -476,7 +477,8 @@ def run_capstep(args, unset_openblas):
     env = {k: v for k, v in os.environ.items() if not (unset_openblas and k in OPENBLAS_ENV)}
 
     def once(steps):
-        cmd = pin_prefix(1) + [args.capstep_bin, "--json", "--warmup", str(args.warmup), "--steps", str(steps)]
+        cmd = pin_prefix(1) + [args.capstep_bin, "--json", "--only", lane_tag, "--warmup", str(args.warmup),
+                               "--steps", str(steps)]
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -492,7 +494,7 @@ def run_capstep(args, unset_openblas):
         return {"skipped": f"did not finish in {args.timeout} s"}
     except RuntimeError as e:
         return {"skipped": str(e)}
-    lane = j["lanes"][0]
+    lane = next(l for l in j["lanes"] if l["label"].startswith(f"[{lane_tag}]"))
     wall = lane["step_ms"]
     cpu_step = (cpu_full - cpu_one) / (args.steps - 1) if args.steps > 1 else None
     return {"median_ms": lane["median_ms"], "min_ms": min(wall), "max_ms": max(wall),
@@ -515,6 +517,8 @@ def table(args):
                      lambda: run_capstep(args, False)))
         plan.append(("capstep lane 1, OPENBLAS_CORETYPE/L2_SIZE unset", one,
                      lambda: run_capstep(args, True)))
+        plan.append(("capstep lane 1f (AdamW in the program)", one,
+                     lambda: run_capstep(args, False, "1f")))
     # libgomp's default wait policy spins; with 2 threads on 2 shared cores a
     # step sometimes stalls for most of a second, so the passive policy is a row too.
     passive = {"OMP_WAIT_POLICY": "PASSIVE"}
@@ -647,7 +651,7 @@ def capstep_lanes(path):
     lanes = {}
     for i, lane in enumerate(j.get("lanes", [])):
         label = lane.get("label", "")
-        key = label[1] if label.startswith("[") and len(label) > 1 else str(i + 1)
+        key = label[1:label.index("]")] if label.startswith("[") and "]" in label else str(i + 1)
         lanes[key] = lane
     return lanes, j
 

@@ -15,8 +15,11 @@
 #include <new>
 
 #include "capstep/array.h"
+#include "capstep/autodiff.h"
 #include "capstep/interpreter.h"
 #include "capstep/ir.h"
+#include "capstep/nn.h"
+#include "capstep/optim.h"
 
 #include "test_util.h"
 
@@ -1117,6 +1120,64 @@ TEST(Run, RejectsAnInvalidProgram) {
   p.add_output("y", p.add_eqn(Op::negate, {x}, {}));
   p.types[1] = T(DType::f32, {4});  // the equation's recorded type no longer matches its rule
   EXPECT_THROW(host::Interpreter{p}, Error);
+}
+
+// The seed model's step, fused (the default) and unfused, and the with_adamw
+// program run in place (parameters and moments updated in their own Arrays,
+// as the fused host lane does): no heap allocation once the outputs exist.
+TEST(Run, SeedStepAndInPlaceAdamwAllocateNothingFusedOrNot) {
+  nn::LmConfig c;
+  std::vector<std::string> names;
+  for (const nn::ParamSpec& s : nn::lm_parameters(c)) names.push_back(s.name);
+  const Program grad = value_and_grad(nn::lm_loss_program(c), names);
+  const Program step = optim::with_adamw(grad, names, optim::AdamW{});
+  std::vector<Array> params = nn::init_parameters(c, 3);
+  Array tokens(T(DType::i32, {c.batch, c.seq})), targets = tokens;
+  for (int64_t i = 0; i < tokens.numel(); ++i) {
+    tokens.set(i, static_cast<double>((i * 5) % c.vocab));
+    targets.set(i, static_cast<double>((i * 3 + 1) % c.vocab));
+  }
+  for (bool fuse : {true, false}) {
+    host::InterpreterOptions o;
+    o.fuse = fuse;
+    host::Interpreter g(grad, o);
+    EXPECT_EQ(g.fused_groups() > 0, fuse);
+    std::vector<const Array*> in;
+    for (Array& p : params) in.push_back(&p);
+    in.push_back(&tokens);
+    in.push_back(&targets);
+    std::vector<Array> out;
+    g.run(in, out);
+    g_allocations = 0;
+    g_counting = true;
+    g.run(in, out);
+    g_counting = false;
+    EXPECT_EQ(g_allocations.load(), 0) << "gradient step, fuse " << fuse;
+
+    // with_adamw in place: outputs "loss", then <p>.new, m, v for every parameter.
+    host::Interpreter a(step, o);
+    std::vector<Array> state;  // params, m, v, then the loss
+    for (const Array& p : params) state.push_back(p);
+    for (int k = 0; k < 2; ++k)
+      for (const Array& p : params) state.emplace_back(p.type());
+    std::vector<Array> outs(step.outputs.size());
+    std::vector<const Array*> ain;
+    for (size_t j = 0; j < 3 * params.size(); ++j) ain.push_back(&outs[1 + j]);
+    for (size_t j = 0; j < 3 * params.size(); ++j) outs[1 + j] = state[j];
+    ain.push_back(&tokens);
+    ain.push_back(&targets);
+    std::vector<Array> scalars(4, Array(T(DType::f32, {})));
+    const optim::AdamWScalars sc = optim::adamw_scalars(optim::AdamW{}, 1);
+    scalars[0].set(0, sc.lr), scalars[1].set(0, sc.bc1), scalars[2].set(0, sc.bc2), scalars[3].set(0, sc.decay);
+    for (Array& x : scalars) ain.push_back(&x);
+    a.run(ain, outs);
+    g_allocations = 0;
+    g_counting = true;
+    a.run(ain, outs);
+    g_counting = false;
+    EXPECT_EQ(g_allocations.load(), 0) << "with_adamw in place, fuse " << fuse;
+    EXPECT_TRUE(std::isfinite(outs[0].get(0)));
+  }
 }
 
 }  // namespace

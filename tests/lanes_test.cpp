@@ -31,6 +31,18 @@ TEST(Lanes, HostLaneLearnsAndIsReproducible) {
   EXPECT_EQ(h.step_ms.size(), 10u);
   EXPECT_GT(h.median_ms, 0.0);
 
+  // [1f]: AdamW inside the program, in the interpreter. The program's update
+  // has adamw_update's operation order, so the losses are lane 1's, bit for bit.
+  ASSERT_EQ(a.lanes.size(), 4u);
+  const lanes::Lane& f = a.lanes[3];
+  EXPECT_EQ(f.label, "[1f] host, AdamW in the program");
+  ASSERT_TRUE(f.ran) << f.skipped;
+  ASSERT_EQ(f.losses.size(), h.losses.size());
+  for (size_t k = 0; k < h.losses.size(); ++k) EXPECT_EQ(f.losses[k], h.losses[k]) << "step " << k;
+  EXPECT_EQ(f.max_rel_vs_host, 0.0);
+  EXPECT_EQ(f.step_ms.size(), 10u);
+  EXPECT_GT(f.median_ms, 0.0);
+
   std::string why;
   if (!cuda::available(&why)) {
     EXPECT_FALSE(a.lanes[1].ran);
@@ -40,10 +52,35 @@ TEST(Lanes, HostLaneLearnsAndIsReproducible) {
     lanes::print(a, out);
     EXPECT_THAT(out.str(), ::testing::HasSubstr("[2] GPU, AdamW on the host: skipped (" + why + ")"));
     EXPECT_THAT(out.str(), ::testing::HasSubstr("A 2-layer causal LM, dModel 128, 311936 parameters"));
+    EXPECT_THAT(out.str(), ::testing::HasSubstr("[1f] host, AdamW in the program: losses "));
+    // printed right after [1], in the list and in the table
+    EXPECT_LT(out.str().find("[1] host: "), out.str().find("[1f] host, AdamW in the program: "));
+    EXPECT_LT(out.str().find("[1f] host, AdamW in the program: "), out.str().find("[2] GPU, AdamW on the host: "));
   } else {
     for (int i : {1, 2}) {
       ASSERT_TRUE(a.lanes[static_cast<size_t>(i)].ran) << a.lanes[static_cast<size_t>(i)].skipped;
       EXPECT_LT(a.lanes[static_cast<size_t>(i)].max_rel_vs_host, 1e-3);
     }
   }
+}
+
+TEST(Lanes, OnlyRunsTheSelectedLane) {
+  lanes::Options o;
+  o.steps = 2;
+  o.warmup = 0;
+  o.only = "1f";
+  const lanes::Report r = lanes::run(o);
+  ASSERT_EQ(r.lanes.size(), 4u);
+  EXPECT_FALSE(r.lanes[0].ran);
+  EXPECT_EQ(r.lanes[0].skipped, "not selected (only lane 1f)");
+  EXPECT_FALSE(r.lanes[1].ran);
+  EXPECT_FALSE(r.lanes[2].ran);
+  ASSERT_TRUE(r.lanes[3].ran) << r.lanes[3].skipped;
+  EXPECT_EQ(r.lanes[3].losses.size(), 2u);
+  EXPECT_NEAR(r.lanes[3].losses[0], std::log(64.0), 0.15);
+  std::ostringstream out;
+  lanes::print(r, out);
+  EXPECT_THAT(out.str(), ::testing::HasSubstr("[1] host: skipped (not selected (only lane 1f))"));
+  o.only = "4";
+  EXPECT_THROW(lanes::run(o), Error);
 }

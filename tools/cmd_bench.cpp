@@ -1,4 +1,4 @@
-// `capstep bench`: the three lanes of the seed, by the same code as
+// `capstep bench`: the lanes of the seed, by the same code as
 // examples/training_step_on_device (src/lanes/three_lanes.cpp).
 #include <iostream>
 

@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
   // ---- bench: the options of examples/training_step_on_device
   BenchArgs ba;
   bool no_tf32 = false;
-  CLI::App* bench = app.add_subcommand("bench", "one training step of the seed's model, three ways, each timed");
+  CLI::App* bench = app.add_subcommand("bench", "one training step of the seed's model, four ways, each timed");
   bench->add_option("--steps", ba.opts.steps, "compared and timed steps per lane")->capture_default_str()->check(CLI::Range(1, 1000000));
   bench->add_option("--warmup", ba.opts.warmup, "untimed warm-up steps per lane")->capture_default_str()->check(CLI::Range(0, 1000));
   bench->add_option("--seed", ba.opts.seed, "seed of the initial parameters and the batch order")
@@ -167,6 +167,7 @@ int main(int argc, char** argv) {
   bench->add_flag("--no-tf32", no_tf32, "full f32 dots on the GPU (TF32 is the default)");
   bench->add_flag("--json", ba.json, "print one JSON object with every figure");
   add_precision_option(bench, ba.opts.precision);
+  bench->add_option("--only", ba.opts.only, "run this lane alone: 1, 1f, 2 or 3")->check(CLI::IsMember({"1", "1f", "2", "3"}));
   bench->callback([&] {
     ba.opts.tf32 = !no_tf32;
     action = [&] { return run_bench(ba); };

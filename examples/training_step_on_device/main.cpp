@@ -1,6 +1,6 @@
-// training_step_on_device: one training step of the seed's causal LM, three
-// ways (host; GPU with AdamW on the host; GPU with AdamW in the program), each
-// timed, each GPU lane checked against the host. The lanes live in
+// training_step_on_device: one training step of the seed's causal LM, four
+// ways (host; host with AdamW in the program; GPU with AdamW on the host; GPU
+// with AdamW in the program), each timed, each checked against the host lane. The lanes live in
 // src/lanes/three_lanes.cpp, shared with `capstep bench`.
 #include <CLI/CLI.hpp>
 #include <charconv>
@@ -11,7 +11,7 @@
 int main(int argc, char** argv) {
   capstep::lanes::Options o;
   bool json = false, no_tf32 = false;
-  CLI::App app{"One training step of a small causal LM, three ways, each timed."};
+  CLI::App app{"One training step of a small causal LM, four ways, each timed."};
   app.add_option("--steps", o.steps, "compared and timed steps per lane")->check(CLI::Range(1, 1000000));
   app.add_option("--warmup", o.warmup, "untimed warm-up steps per lane")->check(CLI::Range(0, 1000));
   // Read as text: CLI11 would wrap "-1" to 2^64-1, silently another seed.
@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   app.add_option("--text", o.text_path, "train on this text file instead of the built-in corpus");
   app.add_flag("--no-tf32", no_tf32, "full f32 dots on the GPU (TF32 is the default)");
   app.add_flag("--json", json, "print one JSON object with every figure");
+  app.add_option("--only", o.only, "run this lane alone: 1, 1f, 2 or 3")->check(CLI::IsMember({"1", "1f", "2", "3"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

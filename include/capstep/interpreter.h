@@ -7,8 +7,17 @@
 // rounds each stored result to nearest even; bf16 dot_general operands are
 // widened to f32 while packed and multiplied by the f32 GEMM (f32
 // accumulation), and bf16 reductions accumulate in f32, rounding once.
+//
+// By default the elementwise work runs fused: the loop, row and column groups
+// of the fusion plan (the GPU backend's) each run as one pass over memory,
+// tile by tile, with the values made and used inside a group kept in a
+// cache-sized scratch tile (src/backend/host/fused.h). Results are bitwise
+// those of the unfused interpreter (one pass per primitive), which stays
+// selectable: InterpreterOptions::fuse = false, or CAPSTEP_HOST_FUSION=0 in the
+// environment for the default.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -17,9 +26,17 @@
 
 namespace capstep::host {
 
+struct InterpreterOptions {
+  bool fuse = true;           // run the fusion groups tile by tile; false: one pass per primitive
+  int64_t tile_elems = 1024;  // elements per tile (row/column groups: whole rows, at least one)
+  // fuse = false when the environment sets CAPSTEP_HOST_FUSION=0 (or "off").
+  static InterpreterOptions defaults();
+};
+
 class Interpreter {
  public:
-  explicit Interpreter(Program p);
+  explicit Interpreter(Program p);  // InterpreterOptions::defaults()
+  Interpreter(Program p, const InterpreterOptions& o);
   ~Interpreter();
   Interpreter(Interpreter&&) noexcept;
   Interpreter& operator=(Interpreter&&) noexcept;
@@ -36,6 +53,8 @@ class Interpreter {
 
   const Program& program() const;
   size_t arena_bytes() const;        // bytes of the planned intermediate arena
+  int fused_groups() const;          // groups run tile by tile (0 when unfused)
+  int fused_equations() const;       // equations inside those groups
 
  private:
   struct Impl;

@@ -1,6 +1,8 @@
-// The three lanes of the seed: one training step of the causal LM, three ways,
+// The lanes of the seed: one training step of the causal LM, several ways,
 // from the same start on the same batches, each timed.
 //   [1] host: the gradient program in the interpreter, AdamW in C++ on the host
+//   [1f] host, AdamW in the program: the with_adamw program in the interpreter,
+//       parameters and moments updated in place (lanes[3]; printed after [1])
 //   [2] GPU, AdamW on the host: upload every parameter, download every gradient
 //   [3] GPU, AdamW in the program: parameters and moments stay on the device
 // Shared by examples/training_step_on_device and `capstep bench`.
@@ -27,6 +29,8 @@ struct Options {
   // the GPU lanes are then skipped (the CUDA backend has no bf16 kernels yet).
   optim::Precision precision = optim::Precision::f32;
   std::string text_path;   // empty: the built-in corpus
+  std::string only;        // empty: every lane; "1", "1f", "2" or "3": that lane alone
+                           // (the others skip, "not selected"), e.g. to time one lane's CPU
   void validate() const;
 };
 
@@ -48,7 +52,7 @@ struct Report {
   std::string precision = "f32";     // optim::precision_name
   int steps = 0;
   int warmup = 0;
-  std::vector<Lane> lanes;           // always three
+  std::vector<Lane> lanes;           // always four: [1], [2], [3], [1f]
 };
 
 Report run(const Options& o);

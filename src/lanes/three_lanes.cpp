@@ -105,6 +105,55 @@ void lane_host(const Options& o, const Start& s, const Program& grad_prog, Lane&
   });
 }
 
+// [1f]: the with_adamw program (gradients and AdamW in one Program) in the
+// interpreter. Parameters and both moments are inputs and outputs; they live
+// in two sets of Arrays that swap each step (read one, write the other), so a
+// step copies nothing: the interpreter computes the new state straight into
+// the other set. Only the batch, four scalars and the loss go in or out, as in
+// lane 3 on the GPU.
+void lane_host_fused(const Options& o, const Start& s, const Program& fused, Lane& lane) {
+  host::Interpreter interp(fused);
+  const size_t n = s.params.size();
+  std::vector<Array> bufs[2];  // each: one Array per output (loss, then the new state)
+  bufs[0].resize(fused.outputs.size());
+  bufs[1].resize(fused.outputs.size());
+  std::vector<const Array*> ins(fused.inputs.size(), nullptr);
+  std::vector<int> state_out(3 * n);  // output index of input j (j < 3n: parameters, m, v)
+  for (size_t j = 0; j < 3 * n; ++j) {
+    const int k = fused.output_index(optim::updated_name(fused.inputs[j].name));
+    if (k < 0) throw Error("with_adamw program: no output for input \"" + fused.inputs[j].name + "\"");
+    state_out[j] = k;
+  }
+  Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens;
+  std::vector<Array> scalars(4, Array({DType::f32, {}}));
+  ins[static_cast<size_t>(fused.input_index("tokens"))] = &tokens;
+  ins[static_cast<size_t>(fused.input_index("targets"))] = &targets;
+  for (int i = 0; i < 4; ++i) ins[static_cast<size_t>(fused.input_index(optim::kScalarNames[i]))] = &scalars[static_cast<size_t>(i)];
+  const size_t loss_out = static_cast<size_t>(fused.output_index("loss"));
+  int cur = 0;  // bufs[cur] holds the state a step reads
+  run_phases(
+      o, lane,
+      [&] {
+        cur = 0;
+        for (int b = 0; b < 2; ++b)
+          for (size_t j = 0; j < n; ++j) {
+            bufs[b][static_cast<size_t>(state_out[j])] = s.params[j];
+            bufs[b][static_cast<size_t>(state_out[n + j])] = Array(s.params[j].type());
+            bufs[b][static_cast<size_t>(state_out[2 * n + j])] = Array(s.params[j].type());
+          }
+      },
+      [&](int k) {
+        s.batches.fill(static_cast<uint64_t>(k), tokens, targets);
+        const optim::AdamWScalars sc = optim::adamw_scalars(o.adamw, k + 1);
+        const float vals[4] = {sc.lr, sc.bc1, sc.bc2, sc.decay};
+        for (int i = 0; i < 4; ++i) scalars[static_cast<size_t>(i)].data<float>()[0] = vals[i];
+        for (size_t j = 0; j < 3 * n; ++j) ins[j] = &bufs[cur][static_cast<size_t>(state_out[j])];
+        interp.run(ins, bufs[1 - cur]);
+        cur = 1 - cur;
+        return bufs[cur][loss_out].get(0);
+      });
+}
+
 void lane_gpu_host_adamw(const Options& o, const Start& s, const Program& grad_prog, Lane& lane) {
   cuda::Executable exe(grad_prog, {o.tf32, true});
   std::vector<Array> ins(grad_prog.inputs.size());
@@ -168,6 +217,8 @@ void Options::validate() const {
   adamw.validate();
   if (steps < 1 || steps > 1000000) throw Error("steps must be in [1, 1000000], got " + std::to_string(steps));
   if (warmup < 0 || warmup > 1000) throw Error("warm-up must be in [0, 1000], got " + std::to_string(warmup));
+  if (!only.empty() && only != "1" && only != "1f" && only != "2" && only != "3")
+    throw Error("the lane to run alone must be 1, 1f, 2 or 3, got \"" + only + "\"");
 }
 
 double median(std::vector<double> v) {
@@ -185,16 +236,24 @@ Report run(const Options& o) {
   r.precision = optim::precision_name(o.precision);
   r.steps = o.steps;
   r.warmup = o.warmup;
-  r.lanes.resize(3);
+  r.lanes.resize(4);
   r.lanes[0].label = "[1] host";
   r.lanes[1].label = "[2] GPU, AdamW on the host";
   r.lanes[2].label = "[3] GPU, AdamW in the program";
+  r.lanes[3].label = "[1f] host, AdamW in the program";
   const Start s = make_start(o);
   const Program loss = optim::with_precision(nn::lm_loss_program(o.model), o.precision);
   const Program grad = value_and_grad(loss, s.names);
 
-  lane_host(o, s, grad, r.lanes[0]);
+  auto selected = [&](const char* tag, Lane& l) {
+    if (o.only.empty() || o.only == tag) return true;
+    l.skipped = "not selected (only lane " + o.only + ")";
+    return false;
+  };
+  if (selected("1", r.lanes[0])) lane_host(o, s, grad, r.lanes[0]);
   r.gemm = host::gemm_info().line;
+  const Program with_adamw = optim::with_adamw(grad, s.names, o.adamw);
+  if (selected("1f", r.lanes[3])) lane_host_fused(o, s, with_adamw, r.lanes[3]);
 
   std::string why;
   if (!cuda::available(&why)) {
@@ -206,9 +265,10 @@ Report run(const Options& o) {
   } else {
     r.device = cuda::device_description();
     for (int i : {1, 2}) {
+      if (!selected(i == 1 ? "2" : "3", r.lanes[static_cast<size_t>(i)])) continue;
       try {
         if (i == 1) lane_gpu_host_adamw(o, s, grad, r.lanes[1]);
-        else lane_gpu_fused(o, s, optim::with_adamw(grad, s.names, o.adamw), r.lanes[2]);
+        else lane_gpu_fused(o, s, with_adamw, r.lanes[2]);
       } catch (const Error& e) {
         r.lanes[static_cast<size_t>(i)].skipped = std::string("failed: ") + e.what();
       }
@@ -219,6 +279,14 @@ Report run(const Options& o) {
   return r;
 }
 
+// The lanes in the order they are printed: [1], [1f], [2], [3].
+std::vector<const Lane*> print_order(const Report& r) {
+  std::vector<const Lane*> v;
+  for (size_t i : {size_t{0}, size_t{3}, size_t{1}, size_t{2}})
+    if (i < r.lanes.size()) v.push_back(&r.lanes[i]);
+  return v;
+}
+
 void print(const Report& r, std::ostream& out) {
   char buf[256];
   out << r.model_line << '\n';
@@ -226,7 +294,8 @@ void print(const Report& r, std::ostream& out) {
   if (r.precision != "f32") out << "precision: " << r.precision << " (GEMM operands in bf16, f32 accumulation; all else f32)\n";
   out << '\n';
   const Lane& h = r.lanes[0];
-  for (const Lane& l : r.lanes) {
+  for (const Lane* lp : print_order(r)) {
+    const Lane& l = *lp;
     out << l.label << ": ";
     if (!l.ran) {
       out << "skipped (" << l.skipped << ")\n";
@@ -234,7 +303,7 @@ void print(const Report& r, std::ostream& out) {
     }
     std::snprintf(buf, sizeof buf, "losses %.4f -> %.4f over %zu steps", l.losses.front(), l.losses.back(), l.losses.size());
     out << buf;
-    if (&l != &h) {
+    if (&l != &h && h.ran) {
       std::snprintf(buf, sizeof buf, ", at most %.1e from [1]", l.max_rel_vs_host);
       out << buf;
     }
@@ -246,9 +315,12 @@ void print(const Report& r, std::ostream& out) {
   out << buf << '\n';
   std::snprintf(buf, sizeof buf, "%-33s%10s%10s", "", "ms", "vs [1]");
   out << buf << '\n';
-  for (const Lane& l : r.lanes) {
-    if (l.ran) {
+  for (const Lane* lp : print_order(r)) {
+    const Lane& l = *lp;
+    if (l.ran && h.ran) {
       std::snprintf(buf, sizeof buf, "%-33s%10.3f%9.1f\u00d7", l.label.c_str(), l.median_ms, h.median_ms / l.median_ms);
+    } else if (l.ran) {
+      std::snprintf(buf, sizeof buf, "%-33s%10.3f%10s", l.label.c_str(), l.median_ms, "-");
     } else {
       std::snprintf(buf, sizeof buf, "%-33s%10s", l.label.c_str(), "skipped");
     }

@@ -20,20 +20,33 @@
 //
 // run() writes the Interpreter's own arena and slot table: one Interpreter runs
 // on one thread at a time (make one per thread to run in parallel).
+//
+// Fused (the default, InterpreterOptions::fuse): the equations run in the
+// order of plan::fuse_program, and each loop, row or col group that
+// host_fusable accepts is one Step (run_fused_group, fused.h) instead of one
+// per equation. Its members' values that nothing outside the group reads are
+// "tile" values: no arena buffer, only a tile in the group's scratch. Every
+// value a group reads or writes lives in the arena for the group's whole span
+// of equations, and no member of a group works in place.
 #include "capstep/interpreter.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <new>
+#include <optional>
 
+#include "backend/host/fused.h"
 #include "backend/host/memory_plan.h"
 #include "backend/host/step.h"
+#include "backend/plan/fusion.h"
 #include "ir/bf16.h"
 
 namespace capstep::host {
 namespace {
 
-enum class Where : uint8_t { input, stat, alias, arena, direct };
+enum class Where : uint8_t { input, stat, alias, arena, direct, tile };
 
 struct AlignedFree {
   void operator()(void* p) const { ::operator delete(p, std::align_val_t{kArenaAlign}); }
@@ -105,7 +118,9 @@ StridedView transpose_view(const Type& in, const std::vector<int64_t>& perm, con
 // both are updated, and the output becomes an alias). Each element is read
 // before the same element is written, so the loop stays correct; the
 // elementwise kernels carry no __restrict for this reason.
-void merge_in_place(const Program& prog, std::vector<Where>& where, std::vector<int>& root, std::vector<int>& last) {
+// Equations of fused groups (in_group[i] >= 0) are left out.
+void merge_in_place(const Program& prog, std::vector<Where>& where, std::vector<int>& root, std::vector<int>& last,
+                    const std::vector<int>& in_group) {
   const int nv = prog.num_values();
   const int ne = static_cast<int>(prog.eqns.size());
   std::vector<int> merged(static_cast<size_t>(nv));
@@ -117,7 +132,7 @@ void merge_in_place(const Program& prog, std::vector<Where>& where, std::vector<
   for (int i = 0; i < ne; ++i) {
     const Eqn& e = prog.eqns[static_cast<size_t>(i)];
     const size_t o = static_cast<size_t>(e.out);
-    if (where[o] != Where::arena) continue;
+    if (where[o] != Where::arena || in_group[static_cast<size_t>(i)] >= 0) continue;
     int first = 0, count = 0;  // operands that may share the output's buffer
     switch (e.op) {
       case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
@@ -152,8 +167,18 @@ void merge_in_place(const Program& prog, std::vector<Where>& where, std::vector<
 
 }  // namespace
 
+InterpreterOptions InterpreterOptions::defaults() {
+  InterpreterOptions o;
+  if (const char* e = std::getenv("CAPSTEP_HOST_FUSION"))
+    o.fuse = !(std::strcmp(e, "0") == 0 || std::strcmp(e, "off") == 0);
+  return o;
+}
+
 struct Interpreter::Impl {
   Program prog;
+  std::optional<plan::Fused> fusion;             // fused: the equations in group order
+  std::vector<std::unique_ptr<FusedGroup>> groups;  // run tile by tile, one Step each
+  int fused_eqns = 0;
   std::vector<Step> steps;
   std::vector<void*> slots;                      // one per value, then scratch
   std::vector<std::pair<int, int>> input_slots;  // (slot, input index) set per run
@@ -181,19 +206,23 @@ struct Interpreter::Impl {
   };
   std::vector<Direct> direct;
   std::vector<char> output_is_direct;
-  Block arena, statics, fallback, staging;
+  Block arena, statics, fallback, staging, tiles;
   size_t arena_bytes = 0, fallback_bytes = 0, staging_bytes = 0;
 
-  explicit Impl(Program p);
+  Impl(Program p, const InterpreterOptions& opt);
   void run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs);
   void check_inputs(const std::vector<const Array*>& inputs) const;
   // Output j's bytes from src into outputs[j], retyped if needed.
   void copy_out(int j, const void* src, std::vector<Array>& outputs) const;
 };
 
-Interpreter::Impl::Impl(Program p) : prog(std::move(p)) {
+Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::move(p)) {
   verify(prog);
   configure_blas_threads();
+  if (opt.fuse) fusion = plan::fuse_program(prog, plan::FuseOptions{true, 0});
+  // The order the equations run in (values and types are those of prog).
+  const Program& ex = fusion ? fusion->program : prog;
+  auto orig_index = [&](int i) { return fusion ? fusion->old_index[static_cast<size_t>(i)] : i; };
   const int nv = prog.num_values();
   const int ne = static_cast<int>(prog.eqns.size());
   std::vector<Where> where(static_cast<size_t>(nv), Where::arena);
@@ -207,17 +236,18 @@ Interpreter::Impl::Impl(Program p) : prog(std::move(p)) {
     int eqn;
   };
   std::vector<Scratch> scratch;
+  std::vector<Step> built;  // per equation of ex (fn null: no work)
 
   // ---- one Step per equation; the switch has no default so that a primitive
   // without a host kernel does not compile.
   for (int i = 0; i < ne; ++i) {
-    const Eqn& e = prog.eqns[static_cast<size_t>(i)];
+    const Eqn& e = ex.eqns[static_cast<size_t>(i)];
     const Type& t = prog.type(e.out);
-    const std::string what = "equation " + std::to_string(i) + " (" + op_name(e.op) + ")";
+    const std::string what = "equation " + std::to_string(orig_index(i)) + " (" + op_name(e.op) + ")";
     const size_t o = static_cast<size_t>(e.out);
     def[o] = i;
     Step s;
-    s.eqn = i;
+    s.eqn = orig_index(i);
     s.program = &prog;
     s.out = e.out;
     for (size_t k = 0; k < e.inputs.size() && k < 3; ++k) s.in[k] = e.inputs[k];
@@ -300,20 +330,69 @@ Interpreter::Impl::Impl(Program p) : prog(std::move(p)) {
         break;
       }
     }
-    if (s.fn) steps.push_back(s);
+    built.push_back(s);
   }
 
-  // ---- liveness: each arena buffer lives from its defining equation to the
-  // last equation reading it through any alias; outputs live to the end.
+  // ---- fused groups: those that run tile by tile; span[i] = the equations
+  // [first, last] of equation i's group (i alone outside one).
+  std::vector<int> in_group(static_cast<size_t>(ne), -1);
+  std::vector<std::pair<int, int>> span(static_cast<size_t>(ne));
+  for (int i = 0; i < ne; ++i) span[static_cast<size_t>(i)] = {i, i};
+  std::vector<const plan::Group*> group_src;
+  if (fusion)
+    for (const plan::Group& g : fusion->groups) {
+      if (!plan::fused_kind(g.kind) || g.kind == plan::GroupKind::gemm || g.size() < 2) continue;
+      const std::vector<Step> members(built.begin() + g.first, built.begin() + g.last + 1);
+      if (!host_fusable(ex, g, members)) continue;
+      for (int d = g.first; d <= g.last; ++d) {
+        in_group[static_cast<size_t>(d)] = static_cast<int>(groups.size());
+        span[static_cast<size_t>(d)] = {g.first, g.last};
+      }
+      groups.push_back(std::make_unique<FusedGroup>());
+      group_src.push_back(&g);
+      fused_eqns += g.size();
+    }
+
+  // ---- liveness: each arena buffer lives from its defining equation (its
+  // group's first) to the last equation reading it (its group's last) through
+  // any alias; outputs live to the end.
   std::vector<int> last(static_cast<size_t>(nv), -1);
   for (int i = 0; i < ne; ++i)
-    for (int v : prog.eqns[static_cast<size_t>(i)].inputs) {
+    for (int v : ex.eqns[static_cast<size_t>(i)].inputs) {
       int& l = last[static_cast<size_t>(root[static_cast<size_t>(v)])];
-      l = std::max(l, i);
+      l = std::max(l, span[static_cast<size_t>(i)].second);
     }
   for (const NamedValue& out : prog.outputs) last[static_cast<size_t>(root[static_cast<size_t>(out.value)])] = ne;
 
-  merge_in_place(prog, where, root, last);
+  // ---- tile values: made in a fused group, read only inside it, of the
+  // group's element count (or, in a row group, one per row).
+  std::vector<char> tile_resident(static_cast<size_t>(nv), 0);
+  if (!groups.empty()) {
+    auto group_of_value = [&](int r) {
+      const int d = def[static_cast<size_t>(r)];
+      return d < 0 ? -1 : in_group[static_cast<size_t>(d)];
+    };
+    std::vector<char> escapes(static_cast<size_t>(nv), 0);
+    for (int i = 0; i < ne; ++i)
+      for (int v : ex.eqns[static_cast<size_t>(i)].inputs) {
+        const int r = root[static_cast<size_t>(v)];
+        const int g = group_of_value(r);
+        if (g < 0 || g != in_group[static_cast<size_t>(i)]) escapes[static_cast<size_t>(r)] = 1;
+      }
+    for (const NamedValue& out : prog.outputs) escapes[static_cast<size_t>(root[static_cast<size_t>(out.value)])] = 1;
+    for (int v = 0; v < nv; ++v) {
+      const int g = group_of_value(v);
+      if (g < 0 || where[static_cast<size_t>(v)] != Where::arena || escapes[static_cast<size_t>(v)]) continue;
+      const plan::Group& gr = *group_src[static_cast<size_t>(g)];
+      const int64_t n = prog.type(v).numel();
+      if (n == gr.numel || (gr.kind == plan::GroupKind::row && n == gr.rows)) {
+        where[static_cast<size_t>(v)] = Where::tile;
+        tile_resident[static_cast<size_t>(v)] = 1;
+      }
+    }
+  }
+
+  merge_in_place(ex, where, root, last, in_group);
 
   // ---- outputs computed in the caller's Arrays: the first output on each
   // arena buffer that has the output's size (one buffer, one Array).
@@ -337,7 +416,7 @@ Interpreter::Impl::Impl(Program p) : prog(std::move(p)) {
   std::vector<int> buffer_slot;
   for (int v = 0; v < nv; ++v) {
     if (where[static_cast<size_t>(v)] != Where::arena) continue;
-    const int d = def[static_cast<size_t>(v)];
+    const int d = span[static_cast<size_t>(def[static_cast<size_t>(v)])].first;
     lives.push_back({prog.type(v).bytes(), d, std::max(d, last[static_cast<size_t>(v)])});
     buffer_slot.push_back(v);
   }
@@ -366,7 +445,7 @@ Interpreter::Impl::Impl(Program p) : prog(std::move(p)) {
   for (size_t b = 0; b < lives.size(); ++b)
     if (lives[b].bytes) slots[static_cast<size_t>(buffer_slot[b])] = arena_base + plan.offset[b];
   for (int i = 0; i < ne; ++i) {
-    const Eqn& e = prog.eqns[static_cast<size_t>(i)];
+    const Eqn& e = ex.eqns[static_cast<size_t>(i)];
     const Type& t = prog.type(e.out);
     if (where[static_cast<size_t>(e.out)] != Where::stat || t.bytes() == 0) continue;
     void* dst = static_base + static_off[static_cast<size_t>(e.out)];
@@ -390,6 +469,37 @@ Interpreter::Impl::Impl(Program p) : prog(std::move(p)) {
       staging_bytes += align_up(prog.output_type(static_cast<int>(j)).bytes());
     } else {
       computed_outputs.push_back(static_cast<int>(j));
+    }
+  }
+
+  // ---- the fused groups' members and scratch tiles (one block: groups run
+  // one after another), then the Steps in order.
+  // Splat constants: a tile reads the first elements of the static array
+  // whatever its position (the same values), which stay in the cache.
+  std::vector<char> splat(static_cast<size_t>(nv), 0);
+  for (const Eqn& e : ex.eqns)
+    if (e.op == Op::constant && e.attrs.literal.size() == 1 && where[static_cast<size_t>(e.out)] == Where::stat)
+      splat[static_cast<size_t>(e.out)] = 1;
+  size_t tile_bytes = 0;
+  for (size_t k = 0; k < groups.size(); ++k) {
+    const plan::Group& g = *group_src[k];
+    const std::vector<Step> members(built.begin() + g.first, built.begin() + g.last + 1);
+    *groups[k] = build_fused_group(ex, g, members, root, tile_resident, splat, opt.tile_elems);
+    tile_bytes = std::max(tile_bytes, groups[k]->scratch_bytes);
+  }
+  tiles = alloc_block(tile_bytes);
+  for (auto& g : groups) g->scratch = static_cast<char*>(tiles.get());
+  for (int i = 0; i < ne; ++i) {
+    const int g = in_group[static_cast<size_t>(i)];
+    if (g < 0) {
+      if (built[static_cast<size_t>(i)].fn) steps.push_back(built[static_cast<size_t>(i)]);
+    } else if (i == span[static_cast<size_t>(i)].second) {
+      Step s;
+      s.fn = &run_fused_group;
+      s.group = groups[static_cast<size_t>(g)].get();
+      s.program = &prog;
+      s.eqn = orig_index(i);
+      steps.push_back(s);
     }
   }
 }
@@ -484,7 +594,8 @@ void Interpreter::Impl::copy_out(int j, const void* src, std::vector<Array>& out
   if (t.bytes()) std::memcpy(out.raw(), src, t.bytes());
 }
 
-Interpreter::Interpreter(Program p) : impl_(std::make_unique<Impl>(std::move(p))) {}
+Interpreter::Interpreter(Program p) : Interpreter(std::move(p), InterpreterOptions::defaults()) {}
+Interpreter::Interpreter(Program p, const InterpreterOptions& o) : impl_(std::make_unique<Impl>(std::move(p), o)) {}
 Interpreter::~Interpreter() = default;
 Interpreter::Interpreter(Interpreter&&) noexcept = default;
 Interpreter& Interpreter::operator=(Interpreter&&) noexcept = default;
@@ -504,6 +615,8 @@ void Interpreter::run(const std::vector<const Array*>& inputs, std::vector<Array
 
 const Program& Interpreter::program() const { return impl_->prog; }
 size_t Interpreter::arena_bytes() const { return impl_->arena_bytes; }
+int Interpreter::fused_groups() const { return static_cast<int>(impl_->groups.size()); }
+int Interpreter::fused_equations() const { return impl_->fused_eqns; }
 
 std::vector<Array> run(const Program& p, const std::vector<Array>& inputs) {
   return Interpreter(p).run(inputs);

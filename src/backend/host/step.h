@@ -52,6 +52,7 @@ struct Step {
   int64_t row_elems = 0;         // elements in one row
   int64_t n_idx = 0;             // number of indices
   DotPlan dot;
+  void* group = nullptr;         // a fused group (fused.h) run by run_fused_group
 };
 
 // Error for an index outside [0, rows): names the value, its position in the

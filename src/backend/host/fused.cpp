@@ -1,0 +1,426 @@
+// Fused host execution (fused.h): a loop, row or col group run tile by tile.
+// See kernels_layout.cpp: lets the NaN-propagating max vectorise.
+#pragma GCC optimize("no-trapping-math")
+
+#include "backend/host/fused.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "backend/host/memory_plan.h"
+#include "ir/scalar_math.h"
+
+namespace capstep::host {
+namespace {
+
+using plan::GroupKind;
+
+size_t align_up(size_t n) { return (n + 63) / 64 * 64; }
+
+bool suffix_axes(const std::vector<int64_t>& dims, int rank) {
+  const int k = static_cast<int>(dims.size());
+  for (int j = 0; j < k; ++j)
+    if (dims[static_cast<size_t>(j)] != rank - k + j) return false;
+  return k > 0;
+}
+bool prefix_axes(const std::vector<int64_t>& dims) {
+  for (size_t j = 0; j < dims.size(); ++j)
+    if (dims[j] != static_cast<int64_t>(j)) return false;
+  return !dims.empty();
+}
+
+// broadcast_in_dim of a row value onto the leading axes of its result:
+// element i reads row i / C (as in plan/fusion.cpp).
+bool row_broadcast(const Program& p, const Eqn& e) {
+  const Shape& in = p.type(e.inputs[0]).shape;
+  const Shape& out = p.type(e.out).shape;
+  if (in.size() > out.size()) return false;
+  for (size_t a = 0; a < in.size(); ++a)
+    if (e.attrs.dims[a] != static_cast<int64_t>(a) || in[a] != out[a]) return false;
+  return true;
+}
+
+// dst[0, count) = the elements [begin, begin + count) of the row-major walk v
+// over src (strided_copy on a sub-range).
+template <class E>
+void strided_range(const StridedView& v, const E* __restrict src, int64_t begin, int64_t count, E* __restrict dst) {
+  if (count <= 0) return;
+  if (v.rank == 0) {
+    dst[0] = src[0];
+    return;
+  }
+  const int r = v.rank;
+  int64_t idx[kMaxRank] = {};
+  int64_t off = 0, rest = begin;
+  for (int a = r - 1; a >= 0; --a) {
+    idx[a] = rest % v.size[a];
+    rest /= v.size[a];
+    off += idx[a] * v.stride[a];
+  }
+  const int64_t inner = v.size[r - 1], is = v.stride[r - 1];
+  while (count > 0) {
+    const int64_t j0 = idx[r - 1];
+    const int64_t n = std::min(inner - j0, count);
+    const E* s = src + off;
+    if (is == 1) {
+      std::memcpy(dst, s, static_cast<size_t>(n) * sizeof(E));
+    } else if (is == 0) {
+      const E x = s[0];
+      for (int64_t j = 0; j < n; ++j) dst[j] = x;
+    } else {
+      for (int64_t j = 0; j < n; ++j) dst[j] = s[j * is];
+    }
+    dst += n;
+    count -= n;
+    off -= j0 * is;
+    idx[r - 1] = 0;
+    next_outer(v, idx, off);
+  }
+}
+
+void strided_range_bytes(const StridedView& v, size_t esz, const void* src, int64_t begin, int64_t count, void* dst) {
+  switch (esz) {
+    case 1: strided_range(v, static_cast<const uint8_t*>(src), begin, count, static_cast<uint8_t*>(dst)); return;
+    case 4: strided_range(v, static_cast<const uint32_t*>(src), begin, count, static_cast<uint32_t*>(dst)); return;
+    case 8: strided_range(v, static_cast<const uint64_t*>(src), begin, count, static_cast<uint64_t*>(dst)); return;
+  }
+}
+
+// dst[r * C + j] = src[r] for rows [0, rows).
+template <class E>
+void row_fill(const E* __restrict src, int64_t rows, int64_t C, E* __restrict dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const E x = src[r];
+    for (int64_t j = 0; j < C; ++j) dst[j] = x;
+    dst += C;
+  }
+}
+
+void row_fill_bytes(size_t esz, const void* src, int64_t rows, int64_t C, void* dst) {
+  switch (esz) {
+    case 1: row_fill(static_cast<const uint8_t*>(src), rows, C, static_cast<uint8_t*>(dst)); return;
+    case 4: row_fill(static_cast<const uint32_t*>(src), rows, C, static_cast<uint32_t*>(dst)); return;
+    case 8: row_fill(static_cast<const uint64_t*>(src), rows, C, static_cast<uint64_t*>(dst)); return;
+  }
+}
+
+// The unfused reduce's combine and identity (kernels_layout.cpp), repeated so
+// that a column's reduction accumulates row by row across tiles in the same
+// order.
+template <class T, bool Max>
+inline T combine(T acc, T x) {
+  if constexpr (Max) return scalar::maximum<T>(acc, x);
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return static_cast<int32_t>(static_cast<uint32_t>(acc) + static_cast<uint32_t>(x));
+  else return scalar::add<T>(acc, x);
+}
+
+template <class T, bool Max>
+constexpr T identity() {
+  if constexpr (!Max) return T(0);
+  else if constexpr (std::numeric_limits<T>::has_infinity) return -std::numeric_limits<T>::infinity();
+  else return std::numeric_limits<T>::lowest();
+}
+
+// out[j] (K of them) combined with rows [0, rows) of in; first: out starts at the identity.
+template <class T, bool Max>
+CAPSTEP_HOST_CLONES void col_accumulate(const void* vin, void* vout, int64_t rows, int64_t K, bool first) {
+  const T* __restrict in = static_cast<const T*>(vin);
+  T* __restrict out = static_cast<T*>(vout);
+  if (first)
+    for (int64_t j = 0; j < K; ++j) out[j] = identity<T, Max>();
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* __restrict row = in + i * K;
+    for (int64_t j = 0; j < K; ++j) out[j] = combine<T, Max>(out[j], row[j]);
+  }
+}
+
+void col_accumulate_typed(DType t, bool max, const void* in, void* out, int64_t rows, int64_t K, bool first) {
+  switch (t) {
+    case DType::f32:
+      return max ? col_accumulate<float, true>(in, out, rows, K, first) : col_accumulate<float, false>(in, out, rows, K, first);
+    case DType::f64:
+      return max ? col_accumulate<double, true>(in, out, rows, K, first)
+                 : col_accumulate<double, false>(in, out, rows, K, first);
+    case DType::i32:
+      return max ? col_accumulate<int32_t, true>(in, out, rows, K, first)
+                 : col_accumulate<int32_t, false>(in, out, rows, K, first);
+    default:
+      return;  // refused by host_fusable
+  }
+}
+
+inline char* operand_ptr(const FusedOperand& o, void* const* slots, char* scratch, int64_t full_begin,
+                         int64_t small_begin) {
+  if (o.tile_off >= 0) return scratch + o.tile_off;
+  if (o.splat) return static_cast<char*>(slots[o.value]);  // the first elements stay in the cache
+  return static_cast<char*>(slots[o.value]) + (o.small ? small_begin : full_begin) * static_cast<int64_t>(o.esz);
+}
+
+// One member on one tile: elements [fb, fb + fc) of the N domain, [sb, sb + sc)
+// of the small one.
+void run_member(FusedGroup& g, FusedMember& m, void* const* slots, int64_t fb, int64_t fc, int64_t sb, int64_t sc) {
+  char* scr = g.scratch;
+  switch (m.kind) {
+    case FusedMember::Kind::kernel: {
+      void* q[4] = {nullptr, nullptr, nullptr, nullptr};
+      for (int k = 0; k < m.nin; ++k) q[k] = operand_ptr(m.in[k], slots, scr, fb, sb);
+      q[3] = operand_ptr(m.out, slots, scr, fb, sb);
+      m.step.n = m.small ? sc : fc;
+      m.step.fn(m.step, q);
+      return;
+    }
+    case FusedMember::Kind::strided:
+      strided_range_bytes(m.view, m.out.esz, slots[m.in[0].value], m.small ? sb : fb, m.small ? sc : fc,
+                          operand_ptr(m.out, slots, scr, fb, sb));
+      return;
+    case FusedMember::Kind::row_bcast:
+      row_fill_bytes(m.out.esz, operand_ptr(m.in[0], slots, scr, fb, sb), sc, m.cols,
+                     operand_ptr(m.out, slots, scr, fb, sb));
+      return;
+    case FusedMember::Kind::reduce_row: {
+      void* q[4] = {operand_ptr(m.in[0], slots, scr, fb, sb), nullptr, nullptr, operand_ptr(m.out, slots, scr, fb, sb)};
+      m.step.n = sc;
+      m.step.n_in = fc;
+      m.step.fn(m.step, q);
+      return;
+    }
+    case FusedMember::Kind::reduce_col:
+      col_accumulate_typed(m.dtype, m.max, operand_ptr(m.in[0], slots, scr, fb, 0),
+                           operand_ptr(m.out, slots, scr, fb, 0), fc / m.cols, m.cols, fb == 0);
+      return;
+  }
+}
+
+}  // namespace
+
+bool host_fusable(const Program& p, const plan::Group& g, const std::vector<Step>& member_steps, std::string* why) {
+  auto no = [&](const std::string& w) {
+    if (why) *why = w;
+    return false;
+  };
+  if (g.kind != GroupKind::loop && g.kind != GroupKind::row && g.kind != GroupKind::col)
+    return no(std::string(plan::group_kind_name(g.kind)) + " group");
+  const int64_t N = g.numel;
+  const int64_t small = g.kind == GroupKind::row ? g.rows : g.kind == GroupKind::col ? g.cols : -1;
+  if (N <= 0) return no("no elements");
+  if (g.kind == GroupKind::row && (g.rows <= 0 || g.cols <= 0 || g.rows * g.cols != N)) return no("row geometry");
+  if (g.kind == GroupKind::col && (g.rows <= 0 || g.cols <= 0 || g.rows * g.cols != N)) return no("col geometry");
+  std::vector<char> mine(static_cast<size_t>(p.num_values()), 0);
+  for (int d = g.first; d <= g.last; ++d) mine[static_cast<size_t>(p.eqns[static_cast<size_t>(d)].out)] = 1;
+  for (int d = g.first; d <= g.last; ++d) {
+    const Eqn& e = p.eqns[static_cast<size_t>(d)];
+    const Step& st = member_steps[static_cast<size_t>(d - g.first)];
+    const int64_t n_out = p.type(e.out).numel();
+    if (n_out != N && n_out != small) return no("a member of " + std::to_string(n_out) + " elements");
+    if (e.inputs.size() > 3) return no("more than 3 operands");
+    // the tile copies (strided_range_bytes, row_fill_bytes) move 1, 4 or 8 bytes
+    // an element; a group with another width (a 2-byte dtype) runs unfused
+    for (int v : e.inputs)
+      if (const size_t w = dtype_size(p.type(v).dtype); w != 1 && w != 4 && w != 8) return no("element width");
+    if (const size_t w = dtype_size(p.type(e.out).dtype); w != 1 && w != 4 && w != 8) return no("element width");
+    if (is_elementwise(e.op)) continue;
+    switch (e.op) {
+      case Op::broadcast_in_dim:
+      case Op::transpose: {
+        if (!st.fn || !mine[static_cast<size_t>(e.inputs[0])]) continue;  // an alias, or a strided read from outside
+        const int64_t n_in = p.type(e.inputs[0]).numel();
+        if (e.op == Op::broadcast_in_dim && g.kind == GroupKind::row && n_in == g.rows && n_out == N &&
+            row_broadcast(p, e))
+          continue;
+        return no("reads a member's value at other indices");
+      }
+      case Op::reduce_sum:
+      case Op::reduce_max: {
+        const Type& in = p.type(e.inputs[0]);
+        if (in.dtype != DType::f32 && in.dtype != DType::f64 && in.dtype != DType::i32) return no("reduce dtype");
+        if (in.numel() != N || n_out != small) return no("reduce geometry");
+        const bool ok = g.kind == GroupKind::row ? suffix_axes(e.attrs.dims, static_cast<int>(in.shape.size()))
+                                                 : prefix_axes(e.attrs.dims);
+        if (!ok) return no("reduce axes");
+        continue;
+      }
+      default:
+        return no(std::string(op_name(e.op)) + " in a group");
+    }
+  }
+  return true;
+}
+
+FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::vector<Step>& member_steps,
+                             const std::vector<int>& root, const std::vector<char>& tile_resident,
+                             const std::vector<char>& splat, int64_t tile_elems) {
+  FusedGroup G;
+  G.kind = g.kind;
+  G.numel = g.numel;
+  G.rows = g.rows;
+  G.cols = g.cols;
+  tile_elems = std::max<int64_t>(1, tile_elems);
+  // never more than the group holds (the scratch is sized by it)
+  G.tile = g.kind == GroupKind::loop ? std::min(tile_elems, g.numel)
+                                     : std::min(g.rows, std::max<int64_t>(1, tile_elems / g.cols));
+  const int64_t full_tile = g.kind == GroupKind::loop ? G.tile : G.tile * g.cols;
+  const int64_t small_tile = g.kind == GroupKind::row ? G.tile : 0;
+  // A broadcast of one value (an AdamW scalar, say) into a tile value: the
+  // same at every position, so filled once before the tiles, and its tile
+  // kept for the whole group.
+  auto hoist = [&](int d) {
+    const Eqn& e = p.eqns[static_cast<size_t>(d)];
+    return e.op == Op::broadcast_in_dim && member_steps[static_cast<size_t>(d - g.first)].fn &&
+           p.type(e.inputs[0]).numel() == 1 && tile_resident[static_cast<size_t>(root[static_cast<size_t>(e.out)])];
+  };
+  // The tile values' scratch: packed by their lifetimes among the members
+  // (memory_plan.h), so that a long group needs only a few tiles at a time and
+  // they stay in the L1 cache. Each is 5 cache lines longer than its tile:
+  // tiles of 4 KiB would otherwise lie a multiple of 4 KiB apart, and a load
+  // from one would wait on a store to another (4K aliasing).
+  std::vector<int64_t> off(static_cast<size_t>(p.num_values()), -1);
+  {
+    std::vector<int> tile_roots;
+    std::vector<BufferLife> lives;
+    std::vector<int> life_of(static_cast<size_t>(p.num_values()), -1);
+    std::vector<int> hoisted_roots;
+    int member = 0;
+    for (int d = g.first; d <= g.last; ++d) {
+      const Eqn& e = p.eqns[static_cast<size_t>(d)];
+      if (!member_steps[static_cast<size_t>(d - g.first)].fn) continue;
+      if (hoist(d)) hoisted_roots.push_back(root[static_cast<size_t>(e.out)]);
+      std::vector<int> touched(e.inputs.begin(), e.inputs.end());
+      touched.push_back(e.out);
+      for (int v : touched) {
+        const int r = root[static_cast<size_t>(v)];
+        if (!tile_resident[static_cast<size_t>(r)]) continue;
+        int& l = life_of[static_cast<size_t>(r)];
+        if (l < 0) {
+          l = static_cast<int>(lives.size());
+          const bool small = p.type(r).numel() != g.numel;
+          const size_t b = align_up(static_cast<size_t>(small ? small_tile : full_tile) * dtype_size(p.type(r).dtype));
+          lives.push_back({b + 5 * 64, member, member});
+          tile_roots.push_back(r);
+        }
+        lives[static_cast<size_t>(l)].first = std::min(lives[static_cast<size_t>(l)].first, member);
+        lives[static_cast<size_t>(l)].last = std::max(lives[static_cast<size_t>(l)].last, member);
+      }
+      ++member;
+    }
+    for (int r : hoisted_roots) {  // filled before the first tile, read in every tile: live throughout
+      lives[static_cast<size_t>(life_of[static_cast<size_t>(r)])].first = 0;
+      lives[static_cast<size_t>(life_of[static_cast<size_t>(r)])].last = member;
+    }
+    const ArenaPlan plan = pack_arena(lives);
+    for (size_t k = 0; k < tile_roots.size(); ++k) off[static_cast<size_t>(tile_roots[k])] = static_cast<int64_t>(plan.offset[k]);
+    G.scratch_bytes = plan.total;
+  }
+  auto operand = [&](int v) {
+    FusedOperand o;
+    o.value = v;
+    o.esz = dtype_size(p.type(v).dtype);
+    o.small = p.type(v).numel() != g.numel;
+    const size_t r = static_cast<size_t>(root[static_cast<size_t>(v)]);
+    o.splat = splat[r] != 0;
+    if (tile_resident[r]) o.tile_off = off[r];
+    return o;
+  };
+  for (int d = g.first; d <= g.last; ++d) {
+    const Eqn& e = p.eqns[static_cast<size_t>(d)];
+    const Step& st = member_steps[static_cast<size_t>(d - g.first)];
+    if (!st.fn) continue;  // an alias: no work
+    FusedMember m;
+    m.out = operand(e.out);
+    m.small = m.out.small;
+    m.nin = static_cast<int>(e.inputs.size());
+    for (int k = 0; k < m.nin; ++k) m.in[k] = operand(e.inputs[static_cast<size_t>(k)]);
+    m.dtype = p.type(e.out).dtype;
+    switch (e.op) {
+      case Op::broadcast_in_dim:
+      case Op::transpose:
+        if (e.op == Op::broadcast_in_dim && g.kind == GroupKind::row && p.type(e.inputs[0]).numel() == g.rows &&
+            p.type(e.out).numel() == g.numel && row_broadcast(p, e)) {
+          m.kind = FusedMember::Kind::row_bcast;
+          m.cols = g.cols;
+        } else {
+          m.kind = FusedMember::Kind::strided;
+          m.view = st.view;
+        }
+        break;
+      case Op::reduce_sum:
+      case Op::reduce_max:
+        m.max = e.op == Op::reduce_max;
+        m.cols = g.cols;
+        if (g.kind == GroupKind::row) {
+          m.kind = FusedMember::Kind::reduce_row;
+          m.step = st;
+          m.step.in[0] = 0;
+          m.step.out = 3;
+          StridedView v;  // R rows of C: output stride 1 per row, 0 along the row
+          v.rank = 2;
+          v.size[0] = g.rows;
+          v.size[1] = g.cols;
+          v.stride[0] = 1;
+          v.stride[1] = 0;
+          m.step.view = v;
+        } else {
+          m.kind = FusedMember::Kind::reduce_col;
+        }
+        break;
+      default:
+        m.kind = FusedMember::Kind::kernel;
+        m.step = st;
+        m.step.in[0] = 0;
+        m.step.in[1] = 1;
+        m.step.in[2] = 2;
+        m.step.out = 3;
+        m.after = g.kind == GroupKind::col && m.small;
+        break;
+    }
+    if (m.kind == FusedMember::Kind::strided) {
+      m.after = g.kind == GroupKind::col && m.small;
+      if (hoist(d)) {
+        m.hoisted = true;
+        m.fill = m.small ? small_tile : full_tile;
+      }
+    }
+    G.members.push_back(std::move(m));
+  }
+  return G;
+}
+
+void run_fused_group(const Step& s, void* const* slots) {
+  FusedGroup& g = *static_cast<FusedGroup*>(s.group);
+  const int64_t N = g.numel, T = g.tile;
+  for (FusedMember& m : g.members)
+    if (m.hoisted) strided_range_bytes(m.view, m.out.esz, slots[m.in[0].value], 0, m.fill, g.scratch + m.out.tile_off);
+  switch (g.kind) {
+    case GroupKind::row: {
+      const int64_t C = g.cols;
+      for (int64_t r0 = 0; r0 < g.rows; r0 += T) {
+        const int64_t nr = std::min(T, g.rows - r0);
+        for (FusedMember& m : g.members)
+          if (!m.hoisted) run_member(g, m, slots, r0 * C, nr * C, r0, nr);
+      }
+      return;
+    }
+    case GroupKind::col: {
+      const int64_t K = g.cols;
+      for (int64_t i0 = 0; i0 < g.rows; i0 += T) {
+        const int64_t nr = std::min(T, g.rows - i0);
+        for (FusedMember& m : g.members)
+          if (!m.after && !m.hoisted) run_member(g, m, slots, i0 * K, nr * K, 0, 0);
+      }
+      for (FusedMember& m : g.members)
+        if (m.after) run_member(g, m, slots, 0, 0, 0, K);
+      return;
+    }
+    default:
+      for (int64_t b = 0; b < N; b += T) {
+        const int64_t c = std::min(T, N - b);
+        for (FusedMember& m : g.members)
+          if (!m.hoisted) run_member(g, m, slots, b, c, 0, 0);
+      }
+      return;
+  }
+}
+
+}  // namespace capstep::host

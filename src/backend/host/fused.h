@@ -1,0 +1,89 @@
+// Fused host execution: the fusion groups that the GPU backend forms
+// (backend/plan/fusion.h: loop, row and col groups) run on the host as one
+// pass over memory each. A group is evaluated in tiles: every member runs on
+// the tile before the next tile starts, so a value made and consumed inside
+// the group ("tile-resident") never exists as a whole array: it lives in a
+// small scratch area (a tile of it), which stays in the L1/L2 cache.
+//
+//   loop  tiles of `tile` elements of the group's N elements
+//   row   tiles of whole rows (max(1, tile / C) rows of C elements): each
+//         member runs on those rows' elements ("full" members) or on those
+//         rows' one value each ("row" members: the reductions' results);
+//         softmax, RMSNorm and cross-entropy rows in one pass
+//   col   tiles of whole reduced rows (max(1, tile / K) rows of K kept
+//         elements) for the members of N elements, the reductions adding each
+//         tile's rows into their K results; then the members of K elements once
+//
+// Every member runs the very kernel the unfused interpreter runs on the same
+// elements in the same order (elementwise kernels on a sub-range; a row's
+// reduction in the order of the unfused reduce; a column's reduction row by
+// row as the unfused reduce does), so fused and unfused results are bitwise
+// equal. A group whose shape falls outside these cases (a member reading
+// another member's value at a different index other than a row broadcast)
+// runs unfused, one step per equation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/host/step.h"
+#include "backend/plan/fusion.h"
+
+namespace capstep::host {
+
+// Where a member reads or writes one operand within a tile.
+struct FusedOperand {
+  int value = -1;        // slot of the value (the interpreter's slot table)
+  int64_t tile_off = -1; // >= 0: tile-resident, at this byte offset of the group's scratch
+  bool small = false;    // of the row/kept domain (R rows or K kept elements), not the N domain
+  bool splat = false;    // every element the same (a splat constant): each tile reads the first ones
+  size_t esz = 0;        // bytes per element
+};
+
+struct FusedMember {
+  enum class Kind : uint8_t { kernel, strided, row_bcast, reduce_row, reduce_col };
+  Kind kind = Kind::kernel;
+  bool small = false;     // its result is of the small domain (row value, kept element)
+  bool after = false;     // col groups: runs once after every tile (a member of K elements)
+  bool hoisted = false;   // a broadcast of one value into a tile: filled once, before the tiles
+  int64_t fill = 0;       // hoisted: elements filled (the tile)
+  int nin = 0;
+  FusedOperand in[3], out;
+  Step step;              // kernel: the interpreter's kernel and Step with in = {0,1,2}, out = 3; n per call
+  StridedView view;       // strided: the source walk over the whole result; reduce_row: {R, C} strides {1, 0}
+  int64_t cols = 0;       // row_bcast, reduce_row: C; reduce_col: K
+  DType dtype = DType::f32;
+  bool max = false;       // reduce_*: reduce_max
+};
+
+struct FusedGroup {
+  plan::GroupKind kind = plan::GroupKind::loop;
+  int64_t numel = 0;      // N
+  int64_t rows = 0;       // row: R; col: R reduced rows
+  int64_t cols = 0;       // row: C; col: K
+  int64_t tile = 0;       // loop: elements per tile; row/col: rows per tile
+  std::vector<FusedMember> members;  // in equation order
+  char* scratch = nullptr;           // tile-resident values, set by the interpreter
+  size_t scratch_bytes = 0;
+};
+
+// Whether the equations [g.first, g.last] of p (a loop, row or col group)
+// can run tile by tile; why not in *why. member_steps as for build_fused_group.
+bool host_fusable(const Program& p, const plan::Group& g, const std::vector<Step>& member_steps,
+                  std::string* why = nullptr);
+
+// Runs the group (Step::group) over slots; the Kernel of a group Step.
+void run_fused_group(const Step& s, void* const* slots);
+
+// Builds the executable group: `member_steps[d - g.first]` is the Step the
+// interpreter built for equation d (kernel chosen, views planned), slot of
+// each value = its value id (aliases resolved through `root`); `tile_resident`
+// and `splat` (a splat constant) per root value; `tile_elems`: the tile size
+// in elements.
+FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::vector<Step>& member_steps,
+                             const std::vector<int>& root, const std::vector<char>& tile_resident,
+                             const std::vector<char>& splat, int64_t tile_elems);
+
+}  // namespace capstep::host
