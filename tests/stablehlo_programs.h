@@ -14,6 +14,7 @@
 #include "capstep/ir.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
+#include "capstep/trace.h"
 
 namespace capstep::hlo_test {
 
@@ -215,10 +216,14 @@ inline Case f64_i32_case() {
 // AdamW appended (with_adamw): params, m, v, tokens, targets, 4 scalars ->
 // loss, params', m', v', with the aliases. Inputs: initial parameters, moments
 // after one made-up step, one batch, step-3 scalars.
-inline Case fused_step_case(const nn::LmConfig& c, const std::string& name) {
+// fused_attention: the loss program through fuse_attention first (the
+// attention primitives, which the export writes out as primitives).
+inline Case fused_step_case(const nn::LmConfig& c, const std::string& name, bool fused_attention = false) {
   std::vector<std::string> names;
   for (const auto& ps : nn::lm_parameters(c)) names.push_back(ps.name);
-  Program grad = value_and_grad(nn::lm_loss_program(c), names);
+  Program loss = nn::lm_loss_program(c);
+  if (fused_attention) loss = fuse_attention(loss);
+  Program grad = value_and_grad(loss, names);
   optim::AdamW o;
   Program fused = optim::with_adamw(grad, names, o);
   std::vector<Array> params = nn::init_parameters(c, 42);

@@ -25,6 +25,7 @@ const char* item_kind_name(ItemKind k) {
     case ItemKind::reduce: return "reduce";
     case ItemKind::gather: return "gather";
     case ItemKind::scatter: return "scatter";
+    case ItemKind::attention: return "attention";
     case ItemKind::end_copy: return "end_copy";
   }
   return "?";
@@ -104,6 +105,12 @@ void single_items(const Program& p, const std::vector<GemmLayout>& gemm, int d, 
     case Op::scatter_add_rows:
       add(ItemKind::copy, "the operand of scatter_add_rows " + ot.str());
       add(ItemKind::scatter, name + " " + ot.str());
+      return;
+    case Op::attention:
+      add(ItemKind::attention, "attention (fused causal, flash) " + ot.str());
+      return;
+    case Op::attention_grad:
+      add(ItemKind::attention, "attention_grad " + std::string(e.attrs.axis == 0 ? "dq " : e.attrs.axis == 1 ? "dk " : "dv ") + ot.str());
       return;
   }
 }

@@ -32,6 +32,9 @@ enum class ItemKind : unsigned char {
   reduce,       // one reduction the fused kinds do not take
   gather,       // gather_rows
   scatter,      // scatter_add_rows (after the copy of its operand)
+  attention,    // attention: the fused causal attention forward, one kernel;
+                // attention_grad: the equations of one cotangent triple (same
+                // operands) as one item, two kernels (attention_source.h)
   end_copy,     // an alias copied back, or an old input saved, after the step
 };
 const char* item_kind_name(ItemKind k);
