@@ -6,6 +6,7 @@
 #include "capstep/autodiff.h"
 #include "capstep/safetensors.h"
 #include "capstep/stablehlo.h"
+#include "capstep/trace.h"
 #include "commands.h"
 
 namespace capstep::cli {
@@ -13,8 +14,9 @@ namespace {
 
 // forward: params, tokens, targets -> loss; grad: + "grad.<p>" for every
 // parameter; fused: with_adamw(grad), parameters and moments donated.
-Program model_program(const nn::LmConfig& c, const std::string& which) {
+Program model_program(const nn::LmConfig& c, const std::string& which, bool fused_attention) {
   Program loss = nn::lm_loss_program(c);
+  if (fused_attention) loss = fuse_attention(loss);
   if (which == "forward") return loss;
   std::vector<std::string> names;
   for (const nn::ParamSpec& p : nn::lm_parameters(c)) names.push_back(p.name);
@@ -28,7 +30,7 @@ Program model_program(const nn::LmConfig& c, const std::string& which) {
 
 int run_show(const ShowArgs& a) {
   if (a.unfused && !a.kernels) throw UsageError("--unfused goes with --kernels");
-  const Program p = model_program(a.model.checked(), a.program);
+  const Program p = model_program(a.model.checked(), a.program, a.fused_attention);
   if (a.kernels) std::cout << plan::plan_kernels(p, {!a.unfused}).describe();
   else std::cout << to_text(p);
   std::cout.flush();
@@ -38,7 +40,7 @@ int run_show(const ShowArgs& a) {
 int run_export(const ExportArgs& a) {
   if (a.program == "forward") throw UsageError("--program: export takes grad or fused");
   const nn::LmConfig c = a.model.checked();
-  const std::string text = to_stablehlo(model_program(c, a.program), "capstep");
+  const std::string text = to_stablehlo(model_program(c, a.program, a.fused_attention), "capstep");
   write_file_atomically(a.out, text);
   std::cout << "wrote " << a.out << " (" << text.size() << " bytes): the " << a.program << " program of \""
             << c.describe() << "\" as StableHLO\n";

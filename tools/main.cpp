@@ -54,6 +54,10 @@ const CLI::Validator kPositiveFinite(
     },
     "POSITIVE");
 
+const char* const kFusedAttentionHelp =
+    "each layer's causal attention as one attention primitive (fuse_attention): fused forward and backward "
+    "kernels on the GPU, the score matrix never stored; exported as plain StableHLO";
+
 }  // namespace
 
 nn::LmConfig ModelArgs::checked() const {
@@ -88,6 +92,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::IsMember({"host", "gpu", "gpu-fused"}));
   train->add_flag("--require-gpu", ta.opts.require_gpu, "fail (exit 1) instead of falling back to the host without a GPU");
   train->add_flag("!--no-tf32", ta.opts.tf32, "full f32 dots on the GPU (TF32 is the default)");
+  train->add_flag("--fused-attention", ta.opts.fused_attention, kFusedAttentionHelp);
   train->add_option("--save", ta.opts.save_path, "checkpoint file (safetensors), written atomically at the end");
   train->add_option("--save-every", ta.opts.save_every, "also save every K steps (needs --save)")
       ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
@@ -148,6 +153,7 @@ int main(int argc, char** argv) {
   bench->add_option("--text", ba.opts.text_path, "train on this text file instead of the built-in corpus")->check(CLI::ExistingFile);
   bench->add_flag("--no-tf32", no_tf32, "full f32 dots on the GPU (TF32 is the default)");
   bench->add_flag("--json", ba.json, "print one JSON object with every figure");
+  bench->add_flag("--fused-attention", ba.opts.fused_attention, kFusedAttentionHelp);
   bench->callback([&] {
     ba.opts.tf32 = !no_tf32;
     action = [&] { return run_bench(ba); };
@@ -162,6 +168,7 @@ int main(int argc, char** argv) {
                  "print the kernel plan a GPU runs for one step instead: one line per kernel, the counts by kind, "
                  "and the total (computed without a GPU)");
   show->add_flag("--unfused", sh.unfused, "with --kernels: the plan with one kernel per equation (CAPSTEP_CUDA_FUSE=0)");
+  show->add_flag("--fused-attention", sh.fused_attention, kFusedAttentionHelp);
   add_model_options(show, sh.model);
   show->callback([&] { action = [&] { return run_show(sh); }; });
 
@@ -171,6 +178,7 @@ int main(int argc, char** argv) {
   exp->add_option("--program", ea.program, "grad (loss and gradients) or fused (with AdamW, parameters donated)")
       ->capture_default_str()->check(CLI::IsMember({"grad", "fused"}));
   exp->add_option("--out", ea.out, "the .mlir file to write")->required();
+  exp->add_flag("--fused-attention", ea.fused_attention, kFusedAttentionHelp);
   add_model_options(exp, ea.model);
   exp->callback([&] { action = [&] { return run_export(ea); }; });
 

@@ -23,6 +23,7 @@ struct Options {
   int warmup = 3;          // untimed steps first, on a copy of the start
   uint64_t seed = 1;       // initial parameters and batch order
   bool tf32 = true;        // TF32 for f32 dots on the GPU
+  bool fused_attention = false;  // fuse_attention (trace.h) on the loss program of every lane
   std::string text_path;   // empty: the built-in corpus
   void validate() const;
 };

@@ -98,6 +98,7 @@ struct Options {
   Lane lane = Lane::host;
   bool require_gpu = false;              // a GPU lane without a device is an Error
   bool tf32 = true;                      // TF32 dots on the GPU lanes
+  bool fused_attention = false;          // fuse_attention (trace.h) on the loss program: the attention primitives
   std::string text_path;                 // empty: the built-in corpus
   std::string save_path;                 // empty: no checkpoints
   int64_t save_every = 0;                // also save every K steps (0: only at the end)

@@ -12,6 +12,7 @@
 #include "backend/host/gemm.h"
 #include "capstep/autodiff.h"
 #include "capstep/cuda.h"
+#include "capstep/trace.h"
 #include "capstep/data.h"
 #include "capstep/interpreter.h"
 #include "capstep/lanes.h"
@@ -189,7 +190,7 @@ Report run(const Options& o) {
   r.lanes[1].label = "[2] GPU, AdamW on the host";
   r.lanes[2].label = "[3] GPU, AdamW in the program";
   const Start s = make_start(o);
-  const Program loss = nn::lm_loss_program(o.model);
+  const Program loss = o.fused_attention ? fuse_attention(nn::lm_loss_program(o.model)) : nn::lm_loss_program(o.model);
   const Program grad = value_and_grad(loss, s.names);
 
   lane_host(o, s, grad, r.lanes[0]);

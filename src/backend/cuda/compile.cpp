@@ -290,7 +290,8 @@ void Executable::Impl::add_single_launch(const plan::Item& item) {
         break;
       }
       case Op::attention: case Op::attention_grad:
-        throw Error(what + ": attention on the GPU is not built yet");
+        add_attention_launch(item);
+        break;
     }
   }
 }

@@ -32,6 +32,7 @@ Executable::Impl::~Impl() {
   if (graph_exec) cudaGraphExecDestroy(graph_exec);
   if (graph) cudaGraphDestroy(graph);
   if (loop_lib) cudaLibraryUnload(loop_lib);
+  if (attn_lib) cudaLibraryUnload(attn_lib);
   for (cudaEvent_t e : stage_done)
     if (e) cudaEventDestroy(e);
   for (void* p : h_stage)
