@@ -19,7 +19,7 @@ cudaKernel_t Executable::Impl::attention_kernel(const std::string& name) {
     CAPSTEP_CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
     CAPSTEP_CU(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
     const std::string arch = nvrtc_arch_for(major, minor);
-    const NvrtcResult r = nvrtc_compile(plan::attention_module_source(qs), arch,
+    const NvrtcResult r = compile_cached(plan::attention_module_source(qs), arch,
                                         "the attention kernels of program \"" + prog.name + "\"");
     nvrtc_seconds += r.seconds;
     CAPSTEP_CU(cudaLibraryLoadData(&attn_lib, r.image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
