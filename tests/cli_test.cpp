@@ -556,6 +556,7 @@ TEST(Cli, FusedAttentionInShowExportAndTrain) {
     if (fused) args.push_back("--fused-attention");
     const Outcome t = run(args);
     ASSERT_EQ(t.code, 0) << t.out << t.err;
+    EXPECT_EQ(t.out.find(", fused attention\n") != std::string::npos, fused) << t.out;
     rows.push_back(lines_of(slurp(d.file(fused ? "f.csv" : "u.csv"))));
   }
   ASSERT_EQ(rows[0].size(), 7u);

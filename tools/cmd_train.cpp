@@ -139,6 +139,7 @@ int run_train(TrainArgs a) {
   if (o.schedule.kind == train::Schedule::cosine) std::printf(", cosine to %g at step %lld", o.schedule.min_lr,
                                                                static_cast<long long>(o.steps));
   if (o.clip_grad_norm > 0) std::printf(", gradients clipped to norm %g", o.clip_grad_norm);
+  if (o.fused_attention) std::printf(", fused attention");
   std::printf("\n");
   std::fflush(stdout);
   const train::Result r = train::train(o);

@@ -181,7 +181,7 @@ double median(std::vector<double> v) {
 Report run(const Options& o) {
   o.validate();
   Report r;
-  r.model_line = o.model.describe();
+  r.model_line = o.model.describe() + (o.fused_attention ? " Fused attention (the attention primitives)." : "");
   r.tf32 = o.tf32;
   r.steps = o.steps;
   r.warmup = o.warmup;
