@@ -8,6 +8,8 @@
 //  - the text form and the shape rules' errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <random>
 
 #include "capstep/autodiff.h"
@@ -51,7 +53,7 @@ std::vector<Array> inputs_for(DType d, const Shape& s, uint32_t seed) {
 // the largest magnitude of the unfused output (norm_diff). The unfused program
 // rounds the scores, the scaled scores, exp, the row sums and each product to
 // f32 (a few ulps each, over rows of T <= 33 terms); the host reference sums
-// in f64 and rounds once. Observed about 1e-7; the bound is 2e-6.
+// in f64 and rounds once. Observed up to 7.2e-7 (f32[2,3,7,5]); the bound is 2e-6.
 constexpr double kF32Bound = 2e-6;
 
 TEST(Attention, FuseFindsThePatternAndMatchesTheUnfusedProgram) {
@@ -78,7 +80,13 @@ TEST(Attention, FuseFindsThePatternAndMatchesTheUnfusedProgram) {
       const std::vector<Array> ga = host::Interpreter(gp).run(in);
       const std::vector<Array> gb = host::Interpreter(gf).run(in);
       ASSERT_EQ(ga.size(), gb.size());
-      for (size_t o = 0; o < ga.size(); ++o) EXPECT_LT(norm_diff(gb[o], ga[o]), bound) << gp.outputs[o].name;
+      double worst = std::max(norm_diff(b[0], a[0]), norm_diff(b[1], a[1]));
+      for (size_t o = 0; o < ga.size(); ++o) {
+        EXPECT_LT(norm_diff(gb[o], ga[o]), bound) << gp.outputs[o].name;
+        worst = std::max(worst, norm_diff(gb[o], ga[o]));
+      }
+      std::printf("[attention] %s%s: fused vs unfused, worst normalised difference %.3g\n", dtype_name(d),
+                  shape_str(s).c_str(), worst);
 
       // written back as primitives: the same numbers (the unfused formulas)
       const Program ex = expand_attention(gf);
@@ -140,7 +148,12 @@ TEST(Attention, TheModelWithFusedAttention) {
   ASSERT_EQ(a.size(), b.size());
   // the loss and every gradient: the bound above, loosened 10x for the model's
   // deeper chain of f32 roundings around the attention
-  for (size_t o = 0; o < a.size(); ++o) EXPECT_LT(norm_diff(b[o], a[o]), 10 * kF32Bound) << o;
+  double worst = 0;
+  for (size_t o = 0; o < a.size(); ++o) {
+    EXPECT_LT(norm_diff(b[o], a[o]), 10 * kF32Bound) << o;
+    worst = std::max(worst, norm_diff(b[o], a[o]));
+  }
+  std::printf("[attention] model loss and gradients, fused vs unfused: worst normalised difference %.3g\n", worst);
 }
 
 TEST(Attention, TextRoundTripAndShapeErrors) {
