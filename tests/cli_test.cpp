@@ -613,6 +613,45 @@ TEST(Cli, PrecisionBf16TrainBenchExport) {
   EXPECT_NE(k.err.find("no bf16 kernels"), std::string::npos) << k.err;
 }
 
+// --fused-attention: the attention primitives in the shown program and plan,
+// none in the export (written out as plain ops), and a host training run
+// whose losses follow the unfused run's within f32 rounding.
+TEST(Cli, FusedAttentionInShowExportAndTrain) {
+  NEED_BINARY();
+  TempDir d;
+  const Outcome f = run({"show", "--program", "grad", "--layers", "1", "--fused-attention"});
+  ASSERT_EQ(f.code, 0) << f.err;
+  EXPECT_NE(f.out.find(" = attention("), std::string::npos);
+  EXPECT_NE(f.out.find(" = attention_grad("), std::string::npos);
+  const Outcome k = run({"show", "--program", "fused", "--kernels", "--fused-attention"});
+  ASSERT_EQ(k.code, 0) << k.err;
+  EXPECT_NE(k.out.find("\tattention\t"), std::string::npos) << k.out;
+  const Outcome e = run({"export", "--program", "grad", "--layers", "1", "--fused-attention", "--out", d.file("a.mlir")});
+  ASSERT_EQ(e.code, 0) << e.err;
+  const std::string mlir = slurp(d.file("a.mlir"));
+  EXPECT_EQ(mlir.rfind("module @capstep", 0), 0u);
+  EXPECT_EQ(mlir.find("attention"), std::string::npos);
+  EXPECT_NE(mlir.find("stablehlo.dot_general"), std::string::npos);
+  std::vector<std::vector<std::string>> rows;
+  for (bool fused : {false, true}) {
+    std::vector<std::string> args = {"train", "--steps", "6", "--lane", "host", "--d-model", "16", "--heads", "2",
+                                     "--d-ff", "32", "--batch", "2", "--seq", "12", "--log", d.file(fused ? "f.csv" : "u.csv")};
+    if (fused) args.push_back("--fused-attention");
+    const Outcome t = run(args);
+    ASSERT_EQ(t.code, 0) << t.out << t.err;
+    EXPECT_EQ(t.out.find(", fused attention\n") != std::string::npos, fused) << t.out;
+    rows.push_back(lines_of(slurp(d.file(fused ? "f.csv" : "u.csv"))));
+  }
+  ASSERT_EQ(rows[0].size(), 7u);
+  ASSERT_EQ(rows[1].size(), 7u);
+  for (size_t k = 1; k < rows[0].size(); ++k) {
+    double a = NAN, b = NAN;
+    ASSERT_EQ(std::sscanf(rows[0][k].c_str(), "%*ld,%lf", &a), 1) << rows[0][k];
+    ASSERT_EQ(std::sscanf(rows[1][k].c_str(), "%*ld,%lf", &b), 1) << rows[1][k];
+    EXPECT_NEAR(b, a, 1e-5 * std::fabs(a)) << "step " << k;  // f32 rounding, six steps of AdamW
+  }
+}
+
 // The kernel plan, printed without a GPU: one line per kernel, the counts by
 // kind, "total N kernels" last; the unfused plan has many more.
 TEST(Cli, ShowKernelsPrintsThePlanAndItsTotal) {

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "backend/plan/attention_source.h"
 #include "backend/plan/fusion.h"
 #include "backend/plan/kernel_plan.h"
 #include "backend/plan/kernel_source.h"
@@ -202,6 +203,50 @@ TEST(CudaCodegen, NvrtcCompilesTheSeedPersistentKernelForSm90) {
   EXPECT_NE(text.find(".entry capstep_persistent"), std::string::npos);
   for (const plan::KernelSource& k : kp.sources) EXPECT_NE(text.find(k.name), std::string::npos) << k.name;
 #endif
+}
+
+// The fused attention kernels (plan/attention_source.h) of every width and
+// dtype compile for sm_90; the f32 ones compute in f32 only (no .f64 in their
+// PTX).
+TEST(CudaCodegen, NvrtcCompilesTheAttentionKernelsForSm90) {
+#ifndef CAPSTEP_HAVE_CUDA
+  GTEST_SKIP() << "built without the CUDA toolkit (no NVRTC)";
+#else
+  std::vector<Type> f32s, all;
+  for (int64_t dh : {16, 64, 128}) {
+    f32s.push_back(f32({2, 4, 100, dh}));
+    all.push_back(f32({2, 4, 100, dh}));
+    all.push_back({DType::f64, {2, 4, 100, dh}});
+  }
+  cuda::NvrtcResult r;
+  ASSERT_NO_THROW(r = cuda::nvrtc_compile(plan::attention_module_source(all), "sm_90", "the attention kernels"));
+  EXPECT_GT(r.image.size(), 1000u);
+  std::printf("[codegen] 18 attention kernels: cubin %zu bytes in %.2f s\n", r.image.size(), r.seconds);
+  const cuda::NvrtcResult ptx = cuda::nvrtc_compile(plan::attention_module_source(f32s), "compute_90", "the f32 attention kernels");
+  const std::string text(ptx.image.begin(), ptx.image.end());
+  EXPECT_EQ(text.find(".f64"), std::string::npos) << "an f32 attention kernel computes in double";
+  for (const Type& q : f32s) {
+    const plan::AttentionLaunch a = plan::attention_launch(q);
+    for (const std::string& k : {a.fwd, a.dq, a.dkv}) EXPECT_NE(text.find(".entry " + k), std::string::npos) << k;
+  }
+#endif
+}
+
+TEST(CudaCodegen, AttentionLaunchShapes) {
+  const plan::AttentionLaunch a = plan::attention_launch(f32({8, 12, 512, 64}));
+  EXPECT_EQ(a.width, 64);
+  EXPECT_EQ(a.rows, 32);                 // 4 tiles of 32 x 64 floats: 32 KiB of shared memory
+  EXPECT_EQ(a.blocks, 8u * 12u * 16u);   // 512 / 32 query tiles per head
+  EXPECT_EQ(a.fwd, "capstep_attn_fwd_f32_d64");
+  EXPECT_EQ(a.scratch_bytes, 2u * 8 * 12 * 512 * 4);
+  EXPECT_EQ(plan::attention_launch({DType::f64, {1, 1, 5, 100}}).rows, 8);
+  EXPECT_EQ(plan::attention_launch(f32({1, 1, 5, 1})).width, 32);
+  try {
+    plan::attention_launch(f32({1, 1, 5, 129}));
+    FAIL() << "Dh 129 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Dh up to 128"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CudaCodegen, NvrtcReportsABrokenSourceWithItsLog) {

@@ -180,6 +180,41 @@ TEST(GradCheck, Transpose) {
 
 // ---- contractions -------------------------------------------------------------------
 
+// The fused attention primitive: its VJP (three attention_grad equations)
+// against finite differences of its host reference, in f64, for shapes with
+// T = 1 (one key), T not a multiple of anything, and Dh = 1.
+TEST(GradCheck, Attention) {
+  std::mt19937 rng(31);
+  for (const Shape& s : std::vector<Shape>{{1, 1, 1, 3}, {2, 3, 7, 5}, {1, 2, 4, 1}}) {
+    SCOPED_TRACE(shape_name(s));
+    Tracer tr;
+    Tensor q = tr.input("q", {f64, s});
+    Tensor k = tr.input("k", {f64, s});
+    Tensor v = tr.input("v", {f64, s});
+    Program p = tr.finish({{"loss", weighted_sum(tr, attention(q, k, v), rng)}});
+    expect_close_grads(p, {random_array(rng, {f64, s}, -2, 2), random_array(rng, {f64, s}, -2, 2),
+                           random_array(rng, {f64, s}, -2, 2)},
+                       {"q", "k", "v"});
+  }
+}
+
+TEST(GradCheck, AttentionGradHasNoVjp) {
+  Tracer tr;
+  const Type t{f64, {1, 1, 2, 2}};
+  Tensor q = tr.input("q", t);
+  Tensor o = attention(q, q, q);
+  Attrs a;
+  a.axis = 0;
+  Tensor dq = tr.emit(Op::attention_grad, {q, q, q, o, o}, a);
+  Program p = tr.finish({{"loss", sum(dq)}});
+  try {
+    value_and_grad(p, {"q"});
+    ADD_FAILURE() << "value_and_grad through attention_grad must refuse";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attention_grad has no VJP"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GradCheck, DotGeneral) {
   std::mt19937 rng(10);
   struct C { const char* what; Shape a, b; DotDims d; };
@@ -452,6 +487,8 @@ const char* grad_test_of(Op op) {
     case Op::reduce_max: return "ReduceMax";
     case Op::gather_rows: return "GatherRows";
     case Op::scatter_add_rows: return "ScatterAddRows";
+    case Op::attention: return "Attention";
+    case Op::attention_grad: return "AttentionGradHasNoVjp";
   }
   return nullptr;
 }

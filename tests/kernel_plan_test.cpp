@@ -120,6 +120,52 @@ TEST(KernelPlan, SeedStepKernelCount) {
   EXPECT_LE(lib.kernels(), kSeedLibraryGemmCeiling) << lib.describe();
 }
 
+// With fuse_attention, a step's plan holds no [B,H,T,T] value at all: each
+// layer's attention is one forward item and two backward items (dq with the
+// rows' lse and D; dk and dv), the attention_grad group's three equations
+// share one span, and the arena shrinks by the score matrices it no longer
+// keeps for the backward pass (GPT-2-small shape: 9303 MiB -> 5701 MiB). The
+// kernel count is not the point: at this size the unfused scores run in a few
+// generated kernels too (67 against 69 here; 473 against 412 at GPT-2-small).
+TEST(KernelPlan, FusedAttentionStepHasNoScoreMatrix) {
+  nn::LmConfig c;
+  c.n_layers = 3;
+  c.d_model = 128;
+  c.n_heads = 4;
+  c.seq = 128;
+  c.context = 128;
+  c.batch = 2;
+  std::vector<std::string> names;
+  for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
+  const Program loss = nn::lm_loss_program(c);
+  const Program unfused = optim::with_adamw(value_and_grad(loss, names), names, optim::AdamW{});
+  const Program fused = optim::with_adamw(value_and_grad(fuse_attention(loss), names), names, optim::AdamW{});
+  for (bool fuse : {true, false}) {
+    SCOPED_TRACE(fuse ? "fused plan" : "one kernel per equation");
+    const plan::KernelPlan a = plan::plan_kernels(unfused, {fuse});
+    const plan::KernelPlan b = plan::plan_kernels(fused, {fuse});
+    const Shape scores = {c.batch, c.n_heads, c.seq, c.seq};
+    int square = 0;
+    for (const Type& t : b.fused.program.types) square += t.shape == scores;
+    EXPECT_EQ(square, 0) << "a score matrix is left in the fused-attention program";
+    EXPECT_EQ(counts(b)[ItemKind::attention], 3 * 3);
+    EXPECT_EQ(counts(a)[ItemKind::attention], 0);
+    int grads = 0;
+    for (const plan::Item& it : b.items)
+      if (it.kind == ItemKind::attention && b.fused.program.eqns[static_cast<size_t>(it.eqn)].op == Op::attention_grad) {
+        ++grads;
+        EXPECT_EQ(it.eqns.size(), 3u);
+        EXPECT_GT(b.memory.scratch_loc.size(), static_cast<size_t>(it.eqn));
+      }
+    EXPECT_EQ(grads, 2 * 3);
+    // the arena holds at least one f32 score matrix per layer less
+    const size_t score_bytes = static_cast<size_t>(c.batch * c.n_heads * c.seq * c.seq) * 4;
+    EXPECT_LT(b.memory.arena_bytes + c.n_layers * score_bytes, a.memory.arena_bytes);
+    std::printf("[kernel plan] %s: %d -> %d kernels, arena %zu -> %zu bytes with fused attention\n",
+                fuse ? "fused" : "unfused", a.kernels(), b.kernels(), a.memory.arena_bytes, b.memory.arena_bytes);
+  }
+}
+
 TEST(KernelPlan, DescribeEndsWithCountsAndTotal) {
   const plan::KernelPlan kp = plan::plan_kernels(seed_step());
   const std::string d = kp.describe();

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 
 #include "backend/plan/kernel_plan.h"
 #include "backend/plan/persistent.h"
@@ -26,6 +27,7 @@
 #include "capstep/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
+#include "capstep/trace.h"
 #include "test_util.h"
 
 namespace capstep {
@@ -39,6 +41,7 @@ const char* const kShim = R"(#pragma once
 #include <atomic>
 #include <barrier>
 #include <deque>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -153,6 +156,10 @@ inline int atomicCAS(int* a, int expected, int desired) {  // returns the old va
   std::atomic_ref<int>(*a).compare_exchange_strong(expected, desired);
   return expected;
 }
+// The attention kernels (plan/attention_source.h) declare their shared
+// memory directly: blocks run one after another (run_blocks), so a
+// function-local static is the block's shared memory.
+#define __shared__ static
 template <class T> T __shfl_xor_sync(unsigned, T v, int o) {
   capstep_emu::Warp& w = *capstep_emu::warp;
   const unsigned lane = threadIdx.x & 31;
@@ -177,6 +184,9 @@ const char* mem_type(DType t) {
 }
 
 using Launcher = void (*)(void** params, long long n, unsigned blocks);
+// An attention kernel: the nine pointers of its signature, t, dh, the scale,
+// and the grid.
+using AttentionLauncher = void (*)(void** params, int t, int dh, double scale, unsigned blocks);
 
 // The plan's generated kernels, compiled for the host and loaded.
 class HostKernels {
@@ -205,6 +215,22 @@ class HostKernels {
                mem_type(p.type(k.params[a]).dtype) + "*)p[" + std::to_string(a) + "], ";
       src += "n); });\n}\n";
     }
+    // the attention kernels of the plan's attention items, each with a launcher
+    std::vector<Type> qs;
+    for (const Eqn& e : p.eqns)
+      if (e.op == Op::attention || e.op == Op::attention_grad) qs.push_back(p.type(e.inputs[0]));
+    if (!qs.empty()) src += plan::attention_module_source(qs);
+    for (const Type& q : qs) {
+      const plan::AttentionLaunch a = plan::attention_launch(q);
+      const std::string t = mem_type(q.dtype);
+      for (const std::string& name : {a.fwd, a.dq, a.dkv}) {
+        if (!attention_names_.insert(name).second) continue;
+        src += "extern \"C\" void launch_" + name + "(void** p, int t, int dh, double scale, unsigned blocks) {\n" +
+               "  capstep_emu::run_blocks(blocks, " + std::to_string(a.rows) + ", [&] { " + name + "(";
+        for (int k = 0; k < 9; ++k) src += "(" + std::string(k < 5 ? "const " : "") + t + "*)p[" + std::to_string(k) + "], ";
+        src += "t, dh, (" + t + ")scale); });\n}\n";
+      }
+    }
     write(dir + "/kernels.cpp", src);
     const char* cxx = std::getenv("CXX");
     const std::string cmd = std::string(cxx && *cxx ? cxx : "c++") + " -std=c++20 -O1 -ffp-contract=off -shared -fPIC -I" +
@@ -216,6 +242,11 @@ class HostKernels {
       void* f = dlsym(lib_, ("launch_" + k.name).c_str());
       if (!f) throw Error("no launcher for " + k.name);
       launch_.push_back(reinterpret_cast<Launcher>(f));
+    }
+    for (const std::string& name : attention_names_) {
+      void* f = dlsym(lib_, ("launch_" + name).c_str());
+      if (!f) throw Error("no launcher for " + name);
+      attention_[name] = reinterpret_cast<AttentionLauncher>(f);
     }
   }
   ~HostKernels() {
@@ -229,11 +260,14 @@ class HostKernels {
     if (!slot) throw Error("the kernels have no capstep_err");
     std::memcpy(slot, &flag, sizeof flag);
   }
+  AttentionLauncher attention(const std::string& name) const { return attention_.at(name); }
 
  private:
   static void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
   void* lib_ = nullptr;
   std::vector<Launcher> launch_;
+  std::set<std::string> attention_names_;
+  std::map<std::string, AttentionLauncher> attention_;
 };
 
 // One equation in the interpreter, on the plan's buffers.
@@ -278,6 +312,9 @@ class HostPlanRunner {
         std::vector<void*> ptrs;
         for (int x : ks.params) ptrs.push_back(value(x));
         k_[it.source](ptrs.data(), ks.numel, ks.blocks);
+      } else if (it.kind == plan::ItemKind::attention && it.eqn != last_single) {
+        run_attention(it);
+        last_single = it.eqn;
       } else if (it.kind != plan::ItemKind::end_copy && it.eqn != last_single) {
         run_eqn(it.eqn);
         last_single = it.eqn;
@@ -290,6 +327,33 @@ class HostPlanRunner {
  private:
   char* at(const plan::Loc& l) const { return const_cast<char*>(space_.at(l.space).data()) + l.offset; }
   char* value(int x) const { return at(kp_.memory.values[static_cast<size_t>(x)].loc); }
+  // An attention item's kernels, as the CUDA executor launches them
+  // (src/backend/cuda/attention_launch.cpp).
+  void run_attention(const plan::Item& it) {
+    const Program& p = kp_.fused.program;
+    const Eqn& e = p.eqns[static_cast<size_t>(it.eqn)];
+    const plan::AttentionLaunch a = plan::attention_launch(p.type(e.inputs[0]));
+    if (a.blocks == 0 || a.t == 0) return;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(a.dh));
+    void* ptr[9] = {};
+    for (size_t k = 0; k < e.inputs.size(); ++k) ptr[k] = value(e.inputs[k]);
+    if (e.op == Op::attention) {
+      ptr[5] = value(e.out);
+      k_.attention(a.fwd)(ptr, a.t, a.dh, scale, a.blocks);
+      return;
+    }
+    void* res[3] = {nullptr, nullptr, nullptr};
+    for (int m : it.eqns) res[p.eqns[static_cast<size_t>(m)].attrs.axis] = value(p.eqns[static_cast<size_t>(m)].out);
+    char* lse = at(kp_.memory.scratch_loc[static_cast<size_t>(it.eqn)]);
+    ptr[7] = lse;
+    ptr[8] = lse + a.scratch_bytes / 2;
+    ptr[5] = res[0];
+    k_.attention(a.dq)(ptr, a.t, a.dh, scale, a.blocks);
+    if (!res[1] && !res[2]) return;
+    ptr[5] = res[1];
+    ptr[6] = res[2];
+    k_.attention(a.dkv)(ptr, a.t, a.dh, scale, a.blocks);
+  }
   void run_eqn(int d) {
     const Program& p = kp_.fused.program;
     const Eqn& e = p.eqns[static_cast<size_t>(d)];
@@ -383,12 +447,15 @@ void expect_plan_matches_interpreter(const nn::LmConfig& c, const Program& prog,
 
 // Three steps of the fused AdamW program of a small model (and of its
 // gradient program) through the plan on the host, against the interpreter.
-TEST(PlanEmulation, FusedTrainingStepsMatchTheInterpreter) {
+// fused_attention: the loss program through fuse_attention (the attention
+// kernels run too).
+void check_training_steps(bool fused_attention) {
   const nn::LmConfig c = small_config();
   std::vector<std::string> names;
   for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
   const optim::AdamW opt;
-  const Program grad = value_and_grad(nn::lm_loss_program(c), names);
+  const Program loss = nn::lm_loss_program(c);
+  const Program grad = value_and_grad(fused_attention ? fuse_attention(loss) : loss, names);
   const Program fused = optim::with_adamw(grad, names, opt);
   TempDir dir;
   for (const Program* prog : {&grad, &fused}) {
@@ -566,6 +633,71 @@ TEST(PlanEmulation, GeneratedGatherReportsATokenOutsideTheTable) {
   EXPECT_EQ(e.inputs.at(1), p.inputs.at(static_cast<size_t>(p.input_index("tokens"))).value);
   EXPECT_EQ(err.position, 13);
   EXPECT_EQ(err.value, 64);
+
+TEST(PlanEmulation, FusedTrainingStepsMatchTheInterpreter) { check_training_steps(false); }
+
+TEST(PlanEmulation, FusedAttentionTrainingStepsMatchTheInterpreter) { check_training_steps(true); }
+
+// The attention kernels alone, against the host reference: several query and
+// key tiles (T above R, not a multiple of it), every register width, f32 and
+// f64, and the gradient groups with dq only, dk and dv only, and all three.
+// One program holds every case, so the kernels compile once.
+TEST(PlanEmulation, AttentionKernelsMatchTheHostReference) {
+  struct C { DType d; Shape s; std::vector<std::string> wrt; int items; };
+  const std::vector<C> cases = {
+      {DType::f32, {2, 2, 70, 20}, {"q", "k", "v"}, 3},  // D 32, R 64: 2 tiles
+      {DType::f64, {1, 2, 37, 40}, {"q", "k", "v"}, 3},  // D 64, R 16: 3 tiles
+      {DType::f32, {1, 2, 20, 100}, {"q"}, 2},           // D 128, R 16: 2 tiles; no dk/dv kernel
+      {DType::f32, {1, 1, 2, 3}, {"k", "v"}, 3},         // two rows (with one, dk is exactly 0); dq kernel for lse and D only
+      {DType::f64, {2, 1, 9, 1}, {"v"}, 3},              // Dh 1
+  };
+  Tracer tr;
+  std::vector<std::string> wrt;
+  Tensor loss;
+  std::vector<std::pair<std::string, Tensor>> outs;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Type t{cases[i].d, cases[i].s};
+    const std::string n = std::to_string(i);
+    Tensor q = tr.input("q" + n, t), k = tr.input("k" + n, t), v = tr.input("v" + n, t), r = tr.input("r" + n, t);
+    Tensor out = attention(q, k, v);
+    Tensor l = convert(sum(out * r), DType::f32);
+    loss = i == 0 ? l : loss + l;
+    outs.emplace_back("out" + n, out);
+    for (const std::string& w : cases[i].wrt) wrt.push_back(w + n);
+  }
+  outs.insert(outs.begin(), {"loss", loss});
+  const Program g = value_and_grad(tr.finish(outs), wrt);
+  const plan::KernelPlan kp = plan::plan_kernels(g);
+  int items = 0, want_items = 0;
+  for (const plan::Item& it : kp.items) items += it.kind == plan::ItemKind::attention;
+  for (const C& c : cases) want_items += c.items;
+  EXPECT_EQ(items, want_items) << kp.describe();
+  TempDir dir;
+  const HostKernels kernels(kp, dir.file("attention"));
+  HostPlanRunner run(kp, kernels);
+  std::mt19937 rng(4);
+  std::vector<Array> in;
+  for (const NamedValue& x : g.inputs) {
+    const Type& t = g.type(x.value);
+    std::vector<double> v(static_cast<size_t>(t.numel()));
+    for (double& y : v) y = std::uniform_real_distribution<double>(-2, 2)(rng);
+    in.push_back(Array::from_doubles(t, v));
+  }
+  const Program& p = kp.fused.program;
+  for (size_t i = 0; i < in.size(); ++i) run.upload(p.input_index(g.inputs[i].name), in[i]);
+  const std::vector<Array> want = host::run(g, in);
+  run.step();
+  // f32: the kernels sum in f32 in another order than the reference's f64
+  // sums (rows of at most 70 terms of products of 100 terms): 1e-5 of the
+  // output's largest magnitude; f64: 1e-12.
+  double worst32 = 0, worst64 = 0;
+  for (size_t o = 0; o < want.size(); ++o) {
+    const double d = norm_diff(run.output(p.output_index(g.outputs[o].name)), want[o]);
+    const bool f64 = want[o].dtype() == DType::f64;
+    (f64 ? worst64 : worst32) = std::max(f64 ? worst64 : worst32, d);
+    EXPECT_LE(d, f64 ? 1e-12 : 1e-5) << g.outputs[o].name;
+  }
+  std::printf("attention kernels vs host reference: worst |kernel-host|/max|host| f32 %.3g, f64 %.3g\n", worst32, worst64);
 }
 
 }  // namespace

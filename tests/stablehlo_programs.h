@@ -14,6 +14,7 @@
 #include "capstep/ir.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
+#include "capstep/trace.h"
 
 namespace capstep::hlo_test {
 
@@ -252,10 +253,14 @@ inline Case bf16_case() {
 // after one made-up step, one batch, step-3 scalars.
 // clip > 0: the step clips the global gradient norm to `clip` inside the
 // program (optim::clip_grad_norm between value_and_grad and with_adamw).
-inline Case fused_step_case(const nn::LmConfig& c, const std::string& name, double clip = 0) {
+// fused_attention: the loss program through fuse_attention first (the
+// attention primitives, which the export writes out as primitives).
+inline Case fused_step_case(const nn::LmConfig& c, const std::string& name, double clip = 0, bool fused_attention = false) {
   std::vector<std::string> names;
   for (const auto& ps : nn::lm_parameters(c)) names.push_back(ps.name);
-  Program grad = value_and_grad(nn::lm_loss_program(c), names);
+  Program loss = nn::lm_loss_program(c);
+  if (fused_attention) loss = fuse_attention(loss);
+  Program grad = value_and_grad(loss, names);
   if (clip > 0) grad = optim::clip_grad_norm(grad, names);
   optim::AdamW o;
   Program fused = optim::with_adamw(grad, names, o);

@@ -197,6 +197,16 @@ TEST(StablehloXla, F64AndI32) { REQUIRE_JAX(); check_with_xla(f64_i32_case()); }
 // accumulated in bf16) is off by far more.
 TEST(StablehloXla, Bf16AgreesWithinABf16Ulp) { REQUIRE_JAX(); check_with_xla(bf16_case(), 0x1p-7); }
 TEST(StablehloXla, TinyFusedTrainingStep) { REQUIRE_JAX(); check_with_xla(fused_step_case(tiny_lm(), "tiny_step")); }
+// With the attention primitives (fuse_attention): the export expands them into
+// plain StableHLO, and XLA's numbers equal the host's attention kernels.
+TEST(StablehloXla, TinyFusedTrainingStepWithFusedAttention) {
+  REQUIRE_JAX();
+  const Case c = fused_step_case(tiny_lm(), "tiny_step_fused_attention", 0, true);
+  int n = 0;
+  for (const Eqn& e : c.program.eqns) n += e.op == Op::attention || e.op == Op::attention_grad;
+  ASSERT_EQ(n, 4);  // the forward and the three cotangents of the one layer
+  check_with_xla(c);
+}
 
 // The check: the seed's full fused training step, exported, compiled
 // by XLA, run on the same inputs; loss, params', m', v' within 1e-5 relative of

@@ -150,6 +150,7 @@ int run_train(TrainArgs a) {
                                                                static_cast<long long>(o.steps));
   if (o.clip_grad_norm > 0) std::printf(", gradients clipped to norm %g", o.clip_grad_norm);
   if (o.precision == optim::Precision::bf16) std::printf("; precision bf16 (GEMM operands bf16, f32 accumulation)");
+  if (o.fused_attention) std::printf(", fused attention");
   std::printf("\n");
   std::fflush(stdout);
   const train::Result r = train::train(o);

@@ -57,6 +57,7 @@ struct ShowArgs {
   std::string program = "grad";       // forward | grad | fused
   bool kernels = false;               // the kernel plan instead of the program text
   bool unfused = false;               // with kernels: one kernel per equation (the baseline)
+  bool fused_attention = false;       // fuse_attention on the loss program
 };
 
 struct ExportArgs {
@@ -64,6 +65,7 @@ struct ExportArgs {
   optim::Precision precision = optim::Precision::f32;   // --precision
   std::string program = "fused";      // grad | fused
   std::string out;
+  bool fused_attention = false;       // fuse_attention on the loss program
 };
 
 int run_train(TrainArgs a);

@@ -64,6 +64,10 @@ const CLI::Validator kPositiveFinite(
     },
     "POSITIVE");
 
+const char* const kFusedAttentionHelp =
+    "each layer's causal attention as one attention primitive (fuse_attention): fused forward and backward "
+    "kernels on the GPU, the score matrix never stored; exported as plain StableHLO";
+
 }  // namespace
 
 nn::LmConfig ModelArgs::checked() const {
@@ -99,6 +103,7 @@ int main(int argc, char** argv) {
   train->add_flag("--require-gpu", ta.opts.require_gpu, "fail (exit 1) instead of falling back to the host without a GPU");
   train->add_flag("!--no-tf32", ta.opts.tf32, "full f32 dots on the GPU (TF32 is the default)");
   add_precision_option(train, ta.opts.precision);
+  train->add_flag("--fused-attention", ta.opts.fused_attention, kFusedAttentionHelp);
   train->add_option("--save", ta.opts.save_path, "checkpoint file (safetensors), written atomically at the end");
   train->add_option("--save-every", ta.opts.save_every, "also save every K steps (needs --save)")
       ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
@@ -168,6 +173,7 @@ int main(int argc, char** argv) {
   bench->add_flag("--json", ba.json, "print one JSON object with every figure");
   add_precision_option(bench, ba.opts.precision);
   bench->add_option("--only", ba.opts.only, "run this lane alone: 1, 1f, 2 or 3")->check(CLI::IsMember({"1", "1f", "2", "3"}));
+  bench->add_flag("--fused-attention", ba.opts.fused_attention, kFusedAttentionHelp);
   bench->callback([&] {
     ba.opts.tf32 = !no_tf32;
     action = [&] { return run_bench(ba); };
@@ -183,6 +189,7 @@ int main(int argc, char** argv) {
                  "and the total (computed without a GPU)");
   show->add_flag("--unfused", sh.unfused, "with --kernels: the plan with one kernel per equation (CAPSTEP_CUDA_FUSE=0)");
   add_precision_option(show, sh.precision);
+  show->add_flag("--fused-attention", sh.fused_attention, kFusedAttentionHelp);
   add_model_options(show, sh.model);
   show->callback([&] { action = [&] { return run_show(sh); }; });
 
@@ -193,6 +200,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::IsMember({"grad", "fused"}));
   exp->add_option("--out", ea.out, "the .mlir file to write")->required();
   add_precision_option(exp, ea.precision);
+  exp->add_flag("--fused-attention", ea.fused_attention, kFusedAttentionHelp);
   add_model_options(exp, ea.model);
   exp->callback([&] { action = [&] { return run_export(ea); }; });
 

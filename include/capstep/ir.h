@@ -72,7 +72,9 @@ void validate_type(const Type& t, const std::string& what);
   X(reduce_sum, "reduce_sum", 1)                                               \
   X(reduce_max, "reduce_max", 1)                                               \
   X(gather_rows, "gather_rows", 2)                                             \
-  X(scatter_add_rows, "scatter_add_rows", 3)
+  X(scatter_add_rows, "scatter_add_rows", 3)                                   \
+  X(attention, "attention", 3)                                                 \
+  X(attention_grad, "attention_grad", 5)
 
 enum class Op : uint8_t {
 #define CAPSTEP_X(name, text, arity) name,
@@ -119,6 +121,19 @@ Cmp parse_cmp(const std::string& s);
 //                                  index out of [0,N) is an error at run time
 //  scatter_add_rows(operand[N,...], idx i32[S...], upd[S...,...]) -> operand type
 //                                  out = operand; out[idx[s]] += upd[s]
+//  attention(q, k, v) -> q type    causal scaled dot-product attention, one composite
+//                                  primitive (capture never emits it; fuse_attention
+//                                  in trace.h puts it in place of the traced pattern):
+//                                  q, k, v float [B,H,T,Dh] of one type;
+//                                  out[b,h,t] = sum_{s<=t} p[t,s] v[b,h,s] with
+//                                  p[t,.] = softmax_{s<=t}(q[b,h,t].k[b,h,s] / sqrt(Dh))
+//  attention_grad(q, k, v, out, dout) -> q type   attrs.axis: 0 dq, 1 dk, 2 dv of
+//                                  attention at (q, k, v) for cotangent dout, where out
+//                                  is attention(q, k, v): with dS = p * (dout.v^T - D),
+//                                  D[t] = sum_d dout[t,d] out[t,d]:
+//                                  dq = dS k / sqrt(Dh), dk = dS^T q / sqrt(Dh), dv = p^T dout.
+//                                  It has no VJP (no second derivatives of attention).
+//                                  StableHLO export expands both (expand_attention).
 struct Attrs {
   std::vector<double> literal;      // constant
   int64_t axis = 0;                  // iota

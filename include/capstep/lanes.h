@@ -28,6 +28,7 @@ struct Options {
   // bf16: every lane's program from optim::mixed_precision_bf16 of the loss;
   // the GPU lanes are then skipped (the CUDA backend has no bf16 kernels yet).
   optim::Precision precision = optim::Precision::f32;
+  bool fused_attention = false;  // fuse_attention (trace.h) on the loss program of every lane
   std::string text_path;   // empty: the built-in corpus
   std::string only;        // empty: every lane; "1", "1f", "2" or "3": that lane alone
                            // (the others skip, "not selected"), e.g. to time one lane's CPU

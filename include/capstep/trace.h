@@ -130,4 +130,20 @@ Tensor causal_mask(Tracer& tr, int64_t T, DType d = DType::f32);
 // Scaled dot-product attention with the causal mask. q, k, v: [B, H, T, Dh].
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v);
 
+// ---- fused attention (the attention primitives of ir.h) ---------------------------
+// The attention primitive recorded directly: causal_attention as one equation.
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v);
+// Program -> Program: each causal_attention traced above (the scores' dot_general,
+// the scale 1/sqrt(Dh), an additive causal mask of -1e9 or below, softmax, the
+// product with v) becomes one attention equation; other equations are kept, and
+// those no output needs any more are dropped. Run it on a forward program before
+// value_and_grad, whose VJP of attention is attention_grad. Equal to the unfused
+// program within rounding (the masked weights are exactly 0 in both).
+Program fuse_attention(const Program& p);
+// Program -> Program: attention and attention_grad written out as the primitives
+// they stand for (causal_attention, and the formulas of ir.h for the cotangents);
+// a program without them comes back unchanged. The StableHLO export runs it.
+Program expand_attention(const Program& p);
+bool has_attention(const Program& p);
+
 }  // namespace capstep

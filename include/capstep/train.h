@@ -103,6 +103,7 @@ struct Options {
   // moments and reductions), the validation loss too. Host lane only: the
   // CUDA backend has no bf16 kernels yet, so a GPU lane with bf16 is an Error.
   optim::Precision precision = optim::Precision::f32;
+  bool fused_attention = false;          // fuse_attention (trace.h) on the loss program: the attention primitives
   std::string text_path;                 // empty: the built-in corpus
   std::string save_path;                 // empty: no checkpoints
   int64_t save_every = 0;                // also save every K steps (0: only at the end)

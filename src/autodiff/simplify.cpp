@@ -82,6 +82,8 @@ Program simplify(const Program& p) {
       case Op::reduce_max:
       case Op::gather_rows:
       case Op::scatter_add_rows:
+      case Op::attention:
+      case Op::attention_grad:
         break;
     }
   }

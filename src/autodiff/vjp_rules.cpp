@@ -171,6 +171,18 @@ std::vector<Tensor> vjp(Tracer& tr, const Eqn& e, const Tensor& g, const std::ve
       if (wants(0)) gx[0] = g;
       if (wants(2)) gx[2] = gather_rows(g, x[1]);
       break;
+    case Op::attention:
+      // One attention_grad per cotangent wanted (axis 0 dq, 1 dk, 2 dv), all
+      // reading the same operands: the kernel plan runs them as one item.
+      for (size_t i = 0; i < 3; ++i)
+        if (wants(i)) {
+          Attrs a;
+          a.axis = static_cast<int64_t>(i);
+          gx[i] = tr.emit(Op::attention_grad, {x[0], x[1], x[2], out, g}, a);
+        }
+      break;
+    case Op::attention_grad:
+      throw Error("value_and_grad: attention_grad has no VJP (second derivatives of attention are not supported)");
   }
   return gx;
 }

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "capstep/stablehlo.h"
+#include "capstep/trace.h"
 #include "export/stablehlo_common.h"
 
 namespace capstep {
@@ -225,6 +226,8 @@ class Writer {
            << "    }) : " << fn_type(e) << "\n";
         return;
       }
+      case Op::attention: case Op::attention_grad:
+        break;  // to_stablehlo expands them first (expand_attention)
     }
     throw Error("to_stablehlo: unknown primitive in equation " + std::to_string(idx));
   }
@@ -241,9 +244,12 @@ std::string to_stablehlo(const Program& p, const std::string& module_name) {
     throw Error("to_stablehlo: module name \"" + module_name +
                 "\" is not an MLIR bare identifier ([A-Za-z_][A-Za-z0-9_$.]*)");
   verify(p);
+  // The attention primitives have no one StableHLO op: written out as the
+  // primitives they stand for.
+  const Program expanded = expand_attention(p);
   std::ostringstream o;
   o << "module @" << module_name << " attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n";
-  Writer(p, o).function();
+  Writer(expanded, o).function();
   o << "}\n";
   return o.str();
 }

@@ -183,6 +183,17 @@ Type infer_type(Op op, const std::vector<Type>& ts, const Attrs& at) {
       if (upd != want) fail(op, ts, "updates must be " + want.str());
       return operand;
     }
+    case Op::attention: case Op::attention_grad: {
+      const Type& q = ts[0];
+      if (q.rank() != 4) fail(op, ts, "q must be [B,H,T,Dh], got " + q.str());
+      require_float(op, ts, q);
+      if (q.shape[3] < 1) fail(op, ts, "Dh (the last dimension of q) must be at least 1, got " + q.str());
+      for (size_t i = 1; i < ts.size(); ++i)
+        if (ts[i] != q) fail(op, ts, "every operand must have q's type " + q.str() + ", operand " + std::to_string(i) + " is " + ts[i].str());
+      if (op == Op::attention_grad && (at.axis < 0 || at.axis > 2))
+        fail(op, ts, "axis " + std::to_string(at.axis) + " must be 0 (dq), 1 (dk) or 2 (dv)");
+      return q;
+    }
   }
   fail(op, ts, "unknown primitive");
 }
@@ -245,7 +256,8 @@ void check_type(Op op, const std::vector<Type>& ts, const Attrs& at, const Type&
     case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
     case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
     case Op::compare: case Op::select: case Op::transpose: case Op::dot_general: case Op::reduce_sum:
-    case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows: {
+    case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows: case Op::attention:
+    case Op::attention_grad: {
       Type t = infer_type(op, ts, at);
       if (t != out) fail(op, ts, "result type " + out.str() + " differs from the inferred " + t.str());
       return;

@@ -55,7 +55,7 @@ std::string eqn_text(const Program& p, const Eqn& e) {
       o << "]}";
       break;
     }
-    case Op::iota: o << " {axis=" << a.axis << '}'; break;
+    case Op::iota: case Op::attention_grad: o << " {axis=" << a.axis << '}'; break;
     case Op::compare: o << " {cmp=" << cmp_name(a.cmp) << '}'; break;
     case Op::broadcast_in_dim: case Op::transpose: case Op::reduce_sum: case Op::reduce_max:
       o << " {dims=" << list(a.dims) << '}';
@@ -67,6 +67,7 @@ std::string eqn_text(const Program& p, const Eqn& e) {
     case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
     case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
     case Op::select: case Op::convert: case Op::reshape: case Op::gather_rows: case Op::scatter_add_rows:
+    case Op::attention:
       break;
   }
   o << " : " << p.type(e.out).str();

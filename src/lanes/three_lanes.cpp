@@ -12,6 +12,7 @@
 #include "backend/host/gemm.h"
 #include "capstep/autodiff.h"
 #include "capstep/cuda.h"
+#include "capstep/trace.h"
 #include "capstep/data.h"
 #include "capstep/interpreter.h"
 #include "capstep/lanes.h"
@@ -231,7 +232,7 @@ double median(std::vector<double> v) {
 Report run(const Options& o) {
   o.validate();
   Report r;
-  r.model_line = o.model.describe();
+  r.model_line = o.model.describe() + (o.fused_attention ? " Fused attention (the attention primitives)." : "");
   r.tf32 = o.tf32;
   r.precision = optim::precision_name(o.precision);
   r.steps = o.steps;
@@ -242,7 +243,8 @@ Report run(const Options& o) {
   r.lanes[2].label = "[3] GPU, AdamW in the program";
   r.lanes[3].label = "[1f] host, AdamW in the program";
   const Start s = make_start(o);
-  const Program loss = optim::with_precision(nn::lm_loss_program(o.model), o.precision);
+  const Program traced = nn::lm_loss_program(o.model);
+  const Program loss = optim::with_precision(o.fused_attention ? fuse_attention(traced) : traced, o.precision);
   const Program grad = value_and_grad(loss, s.names);
 
   auto selected = [&](const char* tag, Lane& l) {

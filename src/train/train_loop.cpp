@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "capstep/autodiff.h"
+#include "capstep/trace.h"
 #include "capstep/cuda.h"
 #include "capstep/data.h"
 #include "capstep/interpreter.h"
@@ -126,7 +127,9 @@ Result train(const Options& o) {
   if (o.val_fraction > 0) {
     val = std::make_unique<data::BatchStream>(std::move(split.val), o.seed, o.model.batch, o.model.seq);
     for (int64_t k = 0; k < o.eval_batches; ++k) val_batches.push_back(val->at(static_cast<uint64_t>(k)));
-    forward = std::make_unique<host::Interpreter>(optim::with_precision(nn::lm_loss_program(o.model), o.precision));
+    const Program loss = nn::lm_loss_program(o.model);
+    forward = std::make_unique<host::Interpreter>(
+        optim::with_precision(o.fused_attention ? fuse_attention(loss) : loss, o.precision));
   }
   const std::vector<nn::ParamSpec> specs = nn::lm_parameters(o.model);
   uint64_t done = 0, position = 0;
@@ -138,7 +141,9 @@ Result train(const Options& o) {
   if (!o.resume_path.empty())
     say("resumed from '" + o.resume_path + "' at step " + std::to_string(done));
 
-  Program grad = value_and_grad(optim::with_precision(nn::lm_loss_program(o.model), o.precision), state.names);
+  const Program loss = nn::lm_loss_program(o.model);
+  Program grad =
+      value_and_grad(optim::with_precision(o.fused_attention ? fuse_attention(loss) : loss, o.precision), state.names);
   // Clipping is part of the step program (the norm and the scale computed where
   // the step runs); the limit is a scalar input.
   if (o.clip_grad_norm > 0) grad = optim::clip_grad_norm(grad, state.names);

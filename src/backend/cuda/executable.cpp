@@ -33,6 +33,7 @@ Executable::Impl::~Impl() {
   if (graph) cudaGraphDestroy(graph);
   if (loop_lib) cudaLibraryUnload(loop_lib);
   if (persist_lib) cudaLibraryUnload(persist_lib);
+  if (attn_lib) cudaLibraryUnload(attn_lib);
   for (cudaEvent_t e : stage_done)
     if (e) cudaEventDestroy(e);
   for (void* p : h_stage)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,10 @@ struct Executable::Impl {
   unsigned persist_grid = 0;               // blocks launched (all resident at once)
   std::string persist_failure;             // why Options::persistent was not used
   cublasLtHandle_t lt = nullptr;
+  // The fused attention kernels (plan/attention_source.h), compiled by NVRTC
+  // on the first attention item, fused or not.
+  cudaLibrary_t attn_lib = nullptr;
+  std::map<std::string, cudaKernel_t> attn_kernel;
   std::vector<std::unique_ptr<LtGemm>> lt_gemm;  // per equation (dot_general only)
 
   cudaStream_t stream = nullptr;
@@ -79,6 +84,8 @@ struct Executable::Impl {
   void add_persistent_launch();           // fused_launch.cpp
   void add_generated_launch(const plan::Item& it);  // fused_launch.cpp
   void add_single_launch(const plan::Item& it);     // compile.cpp: one equation's kernel or library call
+  void add_attention_launch(const plan::Item& it);  // attention_launch.cpp: the attention kernels of an item
+  cudaKernel_t attention_kernel(const std::string& name);  // attention_launch.cpp
   void build_launches();                  // compile.cpp: every item of the kernel plan, then the end copies
   void fill_statics();                    // compile.cpp
   void enqueue_step();                    // every launch, in order, on the stream

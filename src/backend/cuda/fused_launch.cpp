@@ -14,7 +14,6 @@
 #include "backend/plan/persistent.h"
 
 namespace capstep::cuda {
-namespace {
 
 // Compiled images by (architecture, source), for this process: a program
 // compiled again (lane 2 and a retry, checkpoint resume, the tests) costs no
@@ -37,8 +36,6 @@ NvrtcResult compile_cached(const std::string& source, const std::string& arch, c
   cache.emplace(std::make_pair(arch, source), r);
   return r;
 }
-
-}  // namespace
 
 void Executable::Impl::compile_kernels() {
   const std::vector<plan::KernelSource>& ks = kp.sources;

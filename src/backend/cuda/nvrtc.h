@@ -25,4 +25,8 @@ NvrtcResult nvrtc_compile(const std::string& source, const std::string& arch, co
 // compiles when it loads it.
 std::string nvrtc_arch_for(int major, int minor);
 
+// nvrtc_compile through a per-process cache by (arch, source)
+// (fused_launch.cpp): a source compiled before costs nothing (seconds 0).
+NvrtcResult compile_cached(const std::string& source, const std::string& arch, const std::string& what);
+
 }  // namespace capstep::cuda

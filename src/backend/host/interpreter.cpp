@@ -147,7 +147,7 @@ void merge_in_place(const Program& prog, std::vector<Where>& where, std::vector<
         break;
       case Op::constant: case Op::iota: case Op::compare: case Op::convert: case Op::broadcast_in_dim:
       case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
-      case Op::gather_rows: case Op::scatter_add_rows:
+      case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad:
         break;
     }
     for (int k = first; k < first + count; ++k) {
@@ -250,7 +250,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
     s.eqn = orig_index(i);
     s.program = &prog;
     s.out = e.out;
-    for (size_t k = 0; k < e.inputs.size() && k < 3; ++k) s.in[k] = e.inputs[k];
+    for (size_t k = 0; k < e.inputs.size() && k < 5; ++k) s.in[k] = e.inputs[k];
     s.n = t.numel();
     s.elem_bytes = dtype_size(t.dtype);
     auto alias_of_operand = [&] {
@@ -329,6 +329,10 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
         s.n_idx = prog.type(e.inputs[1]).numel();
         break;
       }
+      case Op::attention:
+      case Op::attention_grad:
+        s.fn = attention_kernel(e.op, t.dtype);
+        break;
     }
     built.push_back(s);
   }

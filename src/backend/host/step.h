@@ -41,7 +41,7 @@ struct Step {
   int eqn = -1;                  // index into Program::eqns, for error messages
   const Program* program = nullptr;
   int out = -1;                  // output slot
-  int in[3] = {-1, -1, -1};      // operand slots
+  int in[5] = {-1, -1, -1, -1, -1};  // operand slots
   int scratch[2] = {-1, -1};     // scratch slots (dot_general packing)
   int64_t n = 0;                 // elements of the output
   int64_t n_in = 0;              // elements of the first operand (reduce)
@@ -71,6 +71,7 @@ Kernel reduce_kernel(Op op, DType t);      // reduce_sum, reduce_max
 Kernel gather_rows_kernel(DType t);
 Kernel scatter_add_rows_kernel(DType t);
 Kernel dot_general_kernel(DType t);       // t: the operands' dtype
+Kernel attention_kernel(Op op, DType t);  // attention, attention_grad (kernels_attention.cpp)
 
 // Sets OpenBLAS to one thread, once per process, unless OPENBLAS_NUM_THREADS
 // is set (see kernels_dot.cpp for why). Called by every Interpreter.

@@ -26,6 +26,7 @@ const char* item_kind_name(ItemKind k) {
     case ItemKind::gather: return "gather";
     case ItemKind::scatter: return "scatter";
     case ItemKind::scatter_gen: return "scatter_gen";
+    case ItemKind::attention: return "attention";
     case ItemKind::end_copy: return "end_copy";
   }
   return "?";
@@ -55,7 +56,8 @@ std::string group_what(const Program& p, const Group& g) {
 }
 
 // The single items of equation d (one or two launches).
-void single_items(const Program& p, const std::vector<GemmLayout>& gemm, int d, std::vector<Item>& items) {
+void single_items(const Program& p, const std::vector<GemmLayout>& gemm, const std::vector<int>& attention_group, int d,
+                  std::vector<Item>& items) {
   const Eqn& e = p.eqns[static_cast<size_t>(d)];
   const Type& ot = p.type(e.out);
   auto add = [&](ItemKind k, std::string what) {
@@ -111,6 +113,39 @@ void single_items(const Program& p, const std::vector<GemmLayout>& gemm, int d, 
       add(ItemKind::copy, "the operand of scatter_add_rows " + ot.str());
       add(ItemKind::scatter, name + " " + ot.str());
       return;
+    case Op::attention: {
+      const AttentionLaunch a = attention_launch(ot);
+      add(ItemKind::attention, "attention " + ot.str() + ": flash forward, " + std::to_string(a.blocks) + " blocks of " +
+                                   std::to_string(a.rows) + " query rows");
+      items.back().eqns = {d};
+      return;
+    }
+    case Op::attention_grad: {
+      if (attention_group[static_cast<size_t>(d)] != d) return;  // computed by its group's first equation
+      const AttentionLaunch a = attention_launch(ot);
+      std::string which;
+      std::vector<int> members;
+      for (int m = d; m < static_cast<int>(p.eqns.size()); ++m) {
+        if (attention_group[static_cast<size_t>(m)] != d) continue;
+        const Eqn& x = p.eqns[static_cast<size_t>(m)];
+        members.push_back(m);
+        which += std::string(which.empty() ? "" : ", ") + (x.attrs.axis == 0 ? "dq" : x.attrs.axis == 1 ? "dk" : "dv");
+      }
+      // two launches: dq with the rows' lse and D (always: dk and dv need
+      // them), then dk and dv by key tiles when either is wanted
+      std::vector<int> dq, kv;
+      for (int m : members) (p.eqns[static_cast<size_t>(m)].attrs.axis == 0 ? dq : kv).push_back(p.eqns[static_cast<size_t>(m)].out);
+      const std::string grid = ", " + std::to_string(a.blocks) + " blocks of " + std::to_string(a.rows) + " rows";
+      add(ItemKind::attention, "attention_grad (" + which + ") " + ot.str() + ": " + (dq.empty() ? "" : "dq, ") +
+                                   "row lse and D" + grid);
+      items.back().eqns = members;
+      items.back().writes = dq;
+      if (kv.empty()) return;
+      add(ItemKind::attention, "attention_grad (" + which + ") " + ot.str() + ": dk, dv by key tiles" + grid);
+      items.back().eqns = members;
+      items.back().writes = kv;
+      return;
+    }
   }
 }
 
@@ -147,6 +182,28 @@ KernelPlan plan_kernels(const Program& p, const KernelPlanOptions& o) {
     kp.gemm[static_cast<size_t>(d)] = plan_gemm(fp.type(e.inputs[0]), fp.type(e.inputs[1]), e.attrs);
     po.eqn_scratch[static_cast<size_t>(d)] = kp.gemm[static_cast<size_t>(d)].scratch_bytes();
   }
+  // attention_grad equations with the same operands form one group: one item
+  // at the first, lse and D in its scratch, every member's result live (and
+  // every operand read) over the whole span of the group.
+  kp.attention_group.assign(static_cast<size_t>(E), -1);
+  for (int d = 0; d < E; ++d) {
+    const Eqn& e = fp.eqns[static_cast<size_t>(d)];
+    if (e.op != Op::attention_grad || kp.attention_group[static_cast<size_t>(d)] >= 0) continue;
+    int last = d;
+    for (int m = d; m < E; ++m) {
+      const Eqn& x = fp.eqns[static_cast<size_t>(m)];
+      if (x.op == Op::attention_grad && x.inputs == e.inputs && kp.attention_group[static_cast<size_t>(m)] < 0) {
+        kp.attention_group[static_cast<size_t>(m)] = d;
+        last = m;
+      }
+    }
+    po.eqn_scratch[static_cast<size_t>(d)] = attention_launch(fp.type(e.out)).scratch_bytes;
+    if (last == d) continue;
+    if (po.span.empty())
+      for (int x = 0; x < E; ++x) po.span.emplace_back(x, x);
+    for (int m = d; m <= last; ++m)
+      if (kp.attention_group[static_cast<size_t>(m)] == d) po.span[static_cast<size_t>(m)] = {d, last};
+  }
   if (o.fuse) kp.sources = kernel_sources(kp.fused);
   kp.memory = plan_device_memory(fp, po);
 
@@ -155,7 +212,7 @@ KernelPlan plan_kernels(const Program& p, const KernelPlanOptions& o) {
     const Group& g = kp.fused.groups[static_cast<size_t>(gi)];
     if (g.kind == GroupKind::free) continue;  // filled once, or a view: no launch
     if (!fused_kind(g.kind)) {
-      for (int d = g.first; d <= g.last; ++d) single_items(fp, kp.gemm, d, kp.items);
+      for (int d = g.first; d <= g.last; ++d) single_items(fp, kp.gemm, kp.attention_group, d, kp.items);
       continue;
     }
     const std::vector<int>& wave = kp.fused.waves[static_cast<size_t>(g.wave)];

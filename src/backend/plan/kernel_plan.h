@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/plan/attention_source.h"
 #include "backend/plan/fusion.h"
 #include "backend/plan/gemm_layout.h"
 #include "backend/plan/kernel_source.h"
@@ -33,6 +34,11 @@ enum class ItemKind : unsigned char {
   gather,       // gather_rows
   scatter,      // scatter_add_rows (after the copy of its operand): the library kernel, atomics
   scatter_gen,  // a generated scatter_add_rows (a scatter group): sums in index order, no atomics
+  scatter,      // scatter_add_rows (after the copy of its operand)
+  attention,    // attention: the fused causal attention forward; attention_grad:
+                // the equations of one group (same operands: dq, dk, dv) as
+                // two items at the group's first equation, dq (with the rows'
+                // lse and D) and dk/dv (attention_source.h)
   end_copy,     // an alias copied back, or an old input saved, after the step
 };
 const char* item_kind_name(ItemKind k);
@@ -43,6 +49,7 @@ struct Item {
   int eqn = -1;                // the equation (single items; the first of a group), or -1
   int source = -1;             // generated kernels: index into KernelPlan::sources (= the wave)
   std::vector<int> reads, writes;  // value ids (end copies: none)
+  std::vector<int> eqns;       // attention: the equations the item computes (attention_grad: its group)
   std::string what;            // one line: what the kernel computes
 };
 
@@ -60,6 +67,11 @@ struct KernelPlan {
   Plan memory;                 // the device memory plan of fused.program
   std::vector<KernelSource> sources;  // the generated kernels (fuse only)
   std::vector<Item> items;     // in launch order
+  // Per equation of fused.program: the first equation of its attention_grad
+  // group (the attention_grad equations with the same operands, dq, dk and dv
+  // of one attention: one item at the first, which writes every member's
+  // result; the memory plan sees the group as one span), or -1.
+  std::vector<int> attention_group;
   int kernels() const { return static_cast<int>(items.size()); }
   // One line per kernel, then the counts by kind, and last "total N kernels".
   std::string describe() const;
