@@ -633,6 +633,7 @@ TEST(PlanEmulation, GeneratedGatherReportsATokenOutsideTheTable) {
   EXPECT_EQ(e.inputs.at(1), p.inputs.at(static_cast<size_t>(p.input_index("tokens"))).value);
   EXPECT_EQ(err.position, 13);
   EXPECT_EQ(err.value, 64);
+}
 
 TEST(PlanEmulation, FusedTrainingStepsMatchTheInterpreter) { check_training_steps(false); }
 

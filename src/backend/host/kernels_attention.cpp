@@ -114,7 +114,7 @@ Kernel attention_kernel(Op op, DType t) {
   switch (t) {
     case DType::f32: return fwd ? attention_forward<float> : attention_backward<float>;
     case DType::f64: return fwd ? attention_forward<double> : attention_backward<double>;
-    case DType::i32: case DType::i1: break;
+    case DType::i32: case DType::i1: case DType::bf16: break;
   }
   throw Error(std::string(op_name(op)) + ": no host kernel for " + dtype_name(t));
 }

@@ -34,7 +34,6 @@ enum class ItemKind : unsigned char {
   gather,       // gather_rows
   scatter,      // scatter_add_rows (after the copy of its operand): the library kernel, atomics
   scatter_gen,  // a generated scatter_add_rows (a scatter group): sums in index order, no atomics
-  scatter,      // scatter_add_rows (after the copy of its operand)
   attention,    // attention: the fused causal attention forward; attention_grad:
                 // the equations of one group (same operands: dq, dk, dv) as
                 // two items at the group's first equation, dq (with the rows'
