@@ -70,7 +70,8 @@ void validate_type(const Type& t, const std::string& what);
   X(reduce_sum, "reduce_sum", 1)                                               \
   X(reduce_max, "reduce_max", 1)                                               \
   X(gather_rows, "gather_rows", 2)                                             \
-  X(scatter_add_rows, "scatter_add_rows", 3)
+  X(scatter_add_rows, "scatter_add_rows", 3)                                   \
+  X(all_reduce, "all_reduce", 1)
 
 enum class Op : uint8_t {
 #define CAPSTEP_X(name, text, arity) name,
@@ -112,6 +113,13 @@ Cmp parse_cmp(const std::string& s);
 //                                  index out of [0,N) is an error at run time
 //  scatter_add_rows(operand[N,...], idx i32[S...], upd[S...,...]) -> operand type
 //                                  out = operand; out[idx[s]] += upd[s]
+//  all_reduce(a) -> a's type       the sum of `a` over every replica of the run
+//                                  (data parallelism). The replica count belongs
+//                                  to the run, not to the program: one process
+//                                  alone is one replica (the identity); the host
+//                                  interpreter with a Communicator sums across
+//                                  its ranks; StableHLO export names the count
+//                                  (mhlo.num_replicas). Float types only.
 struct Attrs {
   std::vector<double> literal;      // constant
   int64_t axis = 0;                  // iota

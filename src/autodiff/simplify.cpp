@@ -78,6 +78,7 @@ Program simplify(const Program& p) {
       case Op::reduce_max:
       case Op::gather_rows:
       case Op::scatter_add_rows:
+      case Op::all_reduce:
         break;
     }
   }

@@ -159,6 +159,11 @@ std::vector<Tensor> vjp(Tracer& tr, const Eqn& e, const Tensor& g, const std::ve
       if (wants(0)) gx[0] = g;
       if (wants(2)) gx[2] = gather_rows(g, x[1]);
       break;
+    case Op::all_reduce:
+      // out = sum over replicas r of a_r, so d(sum_r L_r)/d a_r = sum over
+      // replicas of g_r: the transpose of an all-reduce is an all-reduce.
+      gx[0] = all_reduce(g);
+      break;
   }
   return gx;
 }

@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <cstring>
 #include <new>
 
 #include "backend/host/memory_plan.h"
@@ -122,6 +123,7 @@ void merge_in_place(const Program& prog, std::vector<Where>& where, std::vector<
         count = 2;
         break;
       case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
+      case Op::all_reduce:
         count = 1;
         break;
       case Op::select:
@@ -148,10 +150,21 @@ void merge_in_place(const Program& prog, std::vector<Where>& where, std::vector<
   for (int v = 0; v < nv; ++v) root[static_cast<size_t>(v)] = find(root[static_cast<size_t>(v)]);
 }
 
+// all_reduce: the operand's bytes (unless it was computed in place), then the
+// sum over the replicas when there are several.
+void all_reduce_step(const Step& s, void* const* slots) {
+  void* out = slots[s.out];
+  const void* in = slots[s.in[0]];
+  if (out != in && s.n > 0) std::memcpy(out, in, static_cast<size_t>(s.n) * s.elem_bytes);
+  Communicator* c = *s.comm;
+  if (c != nullptr && c->size() > 1 && s.n > 0) c->all_reduce_sum(out, s.program->type(s.out).dtype, s.n);
+}
+
 }  // namespace
 
 struct Interpreter::Impl {
   Program prog;
+  Communicator* comm = nullptr;        // all_reduce's replicas (none: one replica)
   std::vector<Step> steps;
   std::vector<void*> slots;                      // one per value, then scratch
   std::vector<std::pair<int, int>> input_slots;  // (slot, input index) set per run
@@ -293,6 +306,10 @@ Interpreter::Impl::Impl(Program p) : prog(std::move(p)) {
         s.n_idx = prog.type(e.inputs[1]).numel();
         break;
       }
+      case Op::all_reduce:
+        s.fn = &all_reduce_step;
+        s.comm = &comm;
+        break;
     }
     if (s.fn) steps.push_back(s);
   }
@@ -496,6 +513,7 @@ void Interpreter::run(const std::vector<const Array*>& inputs, std::vector<Array
   impl_->run(inputs, outputs);
 }
 
+void Interpreter::set_communicator(Communicator* c) { impl_->comm = c; }
 const Program& Interpreter::program() const { return impl_->prog; }
 size_t Interpreter::arena_bytes() const { return impl_->arena_bytes; }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/host/strided.h"
+#include "capstep/collective.h"
 #include "capstep/ir.h"
 
 namespace capstep::host {
@@ -52,6 +53,8 @@ struct Step {
   int64_t row_elems = 0;         // elements in one row
   int64_t n_idx = 0;             // number of indices
   DotPlan dot;
+  // all_reduce: the interpreter's communicator (it may be set after planning)
+  Communicator* const* comm = nullptr;
 };
 
 // Error for an index outside [0, rows): names the value, its position in the

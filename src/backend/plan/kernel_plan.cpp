@@ -26,6 +26,7 @@ const char* item_kind_name(ItemKind k) {
     case ItemKind::gather: return "gather";
     case ItemKind::scatter: return "scatter";
     case ItemKind::end_copy: return "end_copy";
+    case ItemKind::collective: return "collective";
   }
   return "?";
 }
@@ -104,6 +105,9 @@ void single_items(const Program& p, const std::vector<GemmLayout>& gemm, int d, 
     case Op::scatter_add_rows:
       add(ItemKind::copy, "the operand of scatter_add_rows " + ot.str());
       add(ItemKind::scatter, name + " " + ot.str());
+      return;
+    case Op::all_reduce:
+      add(ItemKind::collective, name + " " + ot.str() + " (" + std::to_string(ot.bytes()) + " bytes)");
       return;
   }
 }

@@ -33,6 +33,7 @@ enum class ItemKind : unsigned char {
   gather,       // gather_rows
   scatter,      // scatter_add_rows (after the copy of its operand)
   end_copy,     // an alias copied back, or an old input saved, after the step
+  collective,   // all_reduce: a sum over the replicas; a kernel boundary (nothing fuses across it)
 };
 const char* item_kind_name(ItemKind k);
 
