@@ -1,5 +1,6 @@
 // `capstep show` and `capstep export`: the captured programs of the model, as
 // capstep's own text or as StableHLO.
+#include <algorithm>
 #include <iostream>
 
 #include "backend/plan/kernel_plan.h"
@@ -13,12 +14,14 @@ namespace {
 
 // forward: params, tokens, targets -> loss; grad: + "grad.<p>" for every
 // parameter; fused: with_adamw(grad), parameters and moments donated.
-Program model_program(const nn::LmConfig& c, const std::string& which) {
+// replicas > 0: the gradient program through optim::data_parallel.
+Program model_program(const nn::LmConfig& c, const std::string& which, int replicas = 0) {
   Program loss = nn::lm_loss_program(c);
   if (which == "forward") return loss;
   std::vector<std::string> names;
   for (const nn::ParamSpec& p : nn::lm_parameters(c)) names.push_back(p.name);
   Program grad = value_and_grad(loss, names);
+  if (replicas > 0) grad = optim::data_parallel(grad, names, replicas);
   if (which == "grad") return grad;
   if (which == "fused") return optim::with_adamw(grad, names, optim::AdamW{});
   throw UsageError("--program: '" + which + "' is not one of forward, grad, fused");
@@ -38,10 +41,13 @@ int run_show(const ShowArgs& a) {
 int run_export(const ExportArgs& a) {
   if (a.program == "forward") throw UsageError("--program: export takes grad or fused");
   const nn::LmConfig c = a.model.checked();
-  const std::string text = to_stablehlo(model_program(c, a.program), "capstep");
+  const int replicas = a.data_parallel;
+  const std::string text = to_stablehlo(model_program(c, a.program, replicas), "capstep", std::max(replicas, 1));
   write_file_atomically(a.out, text);
   std::cout << "wrote " << a.out << " (" << text.size() << " bytes): the " << a.program << " program of \""
-            << c.describe() << "\" as StableHLO\n";
+            << c.describe() << "\" as StableHLO";
+  if (replicas > 0) std::cout << ", data-parallel over " << replicas << " replicas (batch " << c.batch << " each)";
+  std::cout << "\n";
   return kOk;
 }
 

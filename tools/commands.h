@@ -39,6 +39,8 @@ struct TrainArgs {
   std::string log_csv;                // --log
   std::string plot;                   // --plot (.svg or .png)
   int64_t print_every = 0;            // plain log lines: 0 picks about twenty a run
+  bool data_parallel = false;         // --data-parallel: one replica per MPI rank
+  double dp_timeout = 60;             // --dp-timeout: seconds one all_reduce waits for the other ranks
 };
 
 struct SampleArgs {
@@ -61,6 +63,7 @@ struct ExportArgs {
   ModelArgs model;
   std::string program = "fused";      // grad | fused
   std::string out;
+  int data_parallel = 0;              // --data-parallel N: the step with all_reduce, for N replicas (0: none)
 };
 
 int run_train(TrainArgs a);

@@ -105,6 +105,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"constant", "cosine"}));
   train->add_option("--min-lr", ta.opts.schedule.min_lr, "the lr the cosine schedule ends at (at most --lr)")
       ->capture_default_str()->check(CLI::Range(0.0, 1e30));
+  train->add_flag("--data-parallel", ta.data_parallel,
+                  "one replica per MPI rank (start with mpirun -np R): --batch is each rank's, the global batch R times "
+                  "it; gradients and loss averaged by all_reduce; rank 0 prints and saves");
+  train->add_option("--dp-timeout", ta.dp_timeout,
+                    "with --data-parallel: seconds one all_reduce waits for the other ranks before stopping the run")
+      ->capture_default_str()->check(CLI::Range(0.1, 86400.0));
   train->add_option("--clip-grad-norm", ta.opts.clip_grad_norm,
                     "scale the gradients by min(1, C/norm), norm over all of them, inside the step (0: off)")
       ->capture_default_str()->check(CLI::Range(0.0, 1e30));
@@ -171,6 +177,10 @@ int main(int argc, char** argv) {
   exp->add_option("--program", ea.program, "grad (loss and gradients) or fused (with AdamW, parameters donated)")
       ->capture_default_str()->check(CLI::IsMember({"grad", "fused"}));
   exp->add_option("--out", ea.out, "the .mlir file to write")->required();
+  exp->add_option("--data-parallel", ea.data_parallel,
+                  "the data-parallel step for N replicas: gradients and loss averaged by stablehlo.all_reduce, "
+                  "mhlo.num_replicas = N")
+      ->check(CLI::Range(1, 65536));
   add_model_options(exp, ea.model);
   exp->callback([&] { action = [&] { return run_export(ea); }; });
 
