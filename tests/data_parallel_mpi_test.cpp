@@ -27,7 +27,11 @@
 #include <sstream>
 #include <thread>
 
+#include "capstep/autodiff.h"
 #include "capstep/checkpoint.h"
+#include "capstep/nn.h"
+#include "capstep/optim.h"
+#include "capstep/stablehlo.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -306,4 +310,42 @@ TEST(DataParallelMpi, SeveralRanksOnAGpuLaneAreRefused) {
   const Outcome r = run(2, {"--steps", "2", "--batch", "2", "--lane", "gpu"});
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("runs on the host lane only"), std::string::npos) << r.err;
+}
+
+// `capstep export --data-parallel N` writes the step the XLA test runs on 2
+// replicas (StablehloXla.DataParallelStepOnTwoReplicas): the same text as
+// to_stablehlo(with_adamw(data_parallel(grad, N)), "capstep", N). No MPI needed.
+TEST(DataParallelCli, ExportWritesTheStepWithAllReduce) {
+  if (binary().empty() || !fs::exists(binary())) GTEST_SKIP() << "the capstep binary is not built";
+  TempDir d;
+  const std::string path = d.file("dp.mlir");
+  TempDir io;
+  const pid_t pid = [&] {
+    std::vector<std::string> args = {binary(), "export", "--data-parallel", "2", "--out", path};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t p = -1;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, io.file("out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, io.file("err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    EXPECT_EQ(posix_spawn(&p, argv[0], &fa, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    return p;
+  }();
+  ASSERT_EQ(wait_exit(pid, 55), 0) << slurp(io.file("err"));
+  EXPECT_NE(slurp(io.file("out")).find("data-parallel over 2 replicas (batch 4 each)"), std::string::npos)
+      << slurp(io.file("out"));
+  nn::LmConfig c;
+  std::vector<std::string> names;
+  for (const nn::ParamSpec& p : nn::lm_parameters(c)) names.push_back(p.name);
+  const Program dp = optim::with_adamw(optim::data_parallel(value_and_grad(nn::lm_loss_program(c), names), names, 2),
+                                       names, optim::AdamW{});
+  const std::string text = slurp(path);
+  EXPECT_EQ(text, to_stablehlo(dp, "capstep", 2));
+  int allreduces = 0;
+  for (size_t at = text.find("stablehlo.all_reduce"); at != std::string::npos; at = text.find("stablehlo.all_reduce", at + 1))
+    ++allreduces;
+  EXPECT_EQ(allreduces, static_cast<int>(names.size()) + 1);  // every gradient and the loss
 }
