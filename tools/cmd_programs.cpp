@@ -31,9 +31,21 @@ Program model_program(const nn::LmConfig& c, const std::string& which, int repli
 
 int run_show(const ShowArgs& a) {
   if (a.unfused && !a.kernels) throw UsageError("--unfused goes with --kernels");
-  const Program p = model_program(a.model.checked(), a.program);
+  if (a.data_parallel > 0 && a.program == "forward") throw UsageError("--data-parallel goes with --program grad or fused");
+  const nn::LmConfig c = a.model.checked();
+  const Program p = model_program(c, a.program, a.data_parallel);
   if (a.kernels) std::cout << plan::plan_kernels(p, {!a.unfused}).describe();
   else std::cout << to_text(p);
+  if (a.data_parallel > 0) {
+    int64_t n = 0, bytes = 0;
+    for (const Eqn& e : p.eqns)
+      if (e.op == Op::all_reduce) {
+        ++n;
+        bytes += static_cast<int64_t>(p.type(e.out).bytes());
+      }
+    std::cout << "data-parallel over " << a.data_parallel << " replicas: " << n << " all_reduce equations, " << bytes
+              << " bytes all-reduced per step (" << nn::count_parameters(c) << " parameters x 4 bytes + the f32 loss)\n";
+  }
   std::cout.flush();
   return kOk;
 }

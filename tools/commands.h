@@ -57,6 +57,7 @@ struct ShowArgs {
   std::string program = "grad";       // forward | grad | fused
   bool kernels = false;               // the kernel plan instead of the program text
   bool unfused = false;               // with kernels: one kernel per equation (the baseline)
+  int data_parallel = 0;              // --data-parallel N: the step with all_reduce; ends with the bytes it reduces
 };
 
 struct ExportArgs {

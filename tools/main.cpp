@@ -168,6 +168,10 @@ int main(int argc, char** argv) {
                  "print the kernel plan a GPU runs for one step instead: one line per kernel, the counts by kind, "
                  "and the total (computed without a GPU)");
   show->add_flag("--unfused", sh.unfused, "with --kernels: the plan with one kernel per equation (CAPSTEP_CUDA_FUSE=0)");
+  show->add_option("--data-parallel", sh.data_parallel,
+                   "the data-parallel step for N replicas (grad or fused), then one line: how many all_reduce "
+                   "equations and bytes each replica sends into them per step")
+      ->check(CLI::Range(1, 65536));
   add_model_options(show, sh.model);
   show->callback([&] { action = [&] { return run_show(sh); }; });
 
