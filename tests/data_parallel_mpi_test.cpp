@@ -80,8 +80,26 @@ pid_t spawn(int ranks, const std::vector<std::string>& args, const std::string& 
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  // The sanitizer build (scripts/test: detect_leaks=1): OpenMPI keeps
+  // allocations until exit in plugins it has unloaded by then, so LeakSanitizer
+  // reports them from "<unknown module>" (about 116 kB in 3300 allocations per
+  // rank, measured), which no suppression by library can name. Leak checking
+  // is off for the processes mpirun starts; the same training loop is
+  // leak-checked single-process by train_test and cli_test.
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, "ASAN_OPTIONS=", 13) != 0) env_s.emplace_back(*e);
+  if (ranks > 0) {
+    const char* old = std::getenv("ASAN_OPTIONS");
+    env_s.push_back(std::string("ASAN_OPTIONS=") + (old && *old ? std::string(old) + ":" : "") + "detect_leaks=0");
+  } else if (const char* old = std::getenv("ASAN_OPTIONS")) {
+    env_s.push_back(std::string("ASAN_OPTIONS=") + old);
+  }
+  std::vector<char*> envp;
+  for (std::string& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  const int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) throw std::runtime_error(std::string("cannot start ") + argv[0]);
   return pid;

@@ -293,6 +293,23 @@ Result train(const Options& o) {
       break;
     }
   }
+  if (ranks > 1 && r.stopped.empty()) {
+    // The replicas must end with identical parameters (each applied the same
+    // all-reduced update). Each rank sums the ranks' 32-bit hashes of their
+    // parameter bytes (exact in a double): unless all are equal, the sum
+    // differs from ranks x its own hash on at least one rank, which fails.
+    stepper->state(ckpt);
+    uint32_t h = 2166136261u;  // FNV-1a
+    for (const NamedArray& t : ckpt.params) {
+      const unsigned char* b = static_cast<const unsigned char*>(t.array.raw());
+      for (size_t i = 0; i < t.array.bytes(); ++i) h = (h ^ b[i]) * 16777619u;
+    }
+    double sum = static_cast<double>(h);
+    o.comm->all_reduce_sum(&sum, DType::f64, 1);
+    if (sum != static_cast<double>(ranks) * static_cast<double>(h))
+      throw Error("data parallel: the " + std::to_string(ranks) + " ranks ended with different parameters (rank " +
+                  std::to_string(rank) + "'s hash " + std::to_string(h) + "); their updates diverged");
+  }
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   r.tokens_per_s = r.seconds > 0 ? tokens_per_step * static_cast<double>(r.losses.size()) / r.seconds : 0;
   if (!r.stopped.empty()) say(r.stopped);
