@@ -459,6 +459,11 @@ TEST(GradCheck, F32GradientsMatchF64) {
   }
 }
 
+// One process is one replica: all_reduce is the identity there, and so is its
+// VJP (an all_reduce of the cotangent). tests/all_reduce_test.cpp checks the
+// sum of the cotangents across replicas.
+TEST(GradCheck, AllReduce) { check_unary([](const Tensor& x) { return all_reduce(x * x); }, -2, 2); }
+
 // Which test above checks each primitive's VJP. A switch with no default: a
 // primitive added to the table without a gradient check does not compile.
 const char* grad_test_of(Op op) {
@@ -489,6 +494,7 @@ const char* grad_test_of(Op op) {
     case Op::scatter_add_rows: return "ScatterAddRows";
     case Op::attention: return "Attention";
     case Op::attention_grad: return "AttentionGradHasNoVjp";
+    case Op::all_reduce: return "AllReduce";
   }
   return nullptr;
 }

@@ -33,7 +33,7 @@ Program matmul_program() {
 }  // namespace
 
 TEST(Ir, PrimitiveTableIsComplete) {
-  EXPECT_EQ(kNumOps, 26);
+  EXPECT_EQ(kNumOps, 27);
   for (int i = 0; i < kNumOps; ++i) {
     Op op = static_cast<Op>(i);
     EXPECT_EQ(parse_op(op_name(op)), op);

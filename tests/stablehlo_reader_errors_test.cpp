@@ -105,8 +105,8 @@ TEST(StablehloReaderErrors, MessagesNameLineColumnAndCause) {
        "stablehlo:3:28: unknown comparison direction \"LTE\" (expected EQ, NE, LT, LE, GT, GE)"},
       {"trailing text", module(neg) + "module", "stablehlo:7:1: expected end of input after the module, found 'module'"},
       {"not main", "module @m {\n  func.func public @step() {\n", "stablehlo:2:20: the function must be @main, found @step"},
-      {"multi-device", "module @m attributes {mhlo.num_partitions = 2 : i32} {",
-       "stablehlo:1:23: mhlo.num_partitions = 2: only single-device modules (1) are supported"},
+      {"partitioned", "module @m attributes {mhlo.num_partitions = 2 : i32} {",
+       "stablehlo:1:23: mhlo.num_partitions = 2: only replicated modules (1 partition) are supported"},
       {"gather not of rows",
        "module @m {\n  func.func public @main(%arg0: tensor<6x4xf32>, %arg1: tensor<3xi32>) -> tensor<3x4xf32> {\n"
        "    %0 = \"stablehlo.gather\"(%arg0, %arg1) <{dimension_numbers = #stablehlo.gather<offset_dims = [1], "

@@ -13,13 +13,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "capstep/interpreter.h"
 #include "capstep/stablehlo.h"
 #include "stablehlo_npy.h"
 #include "stablehlo_programs.h"
 #include "stablehlo_test_util.h"
+#include "thread_comm.h"
 
 using namespace capstep;
 using namespace capstep::hlo_test;
@@ -230,6 +233,92 @@ TEST(StablehloXla, ClippedFusedTrainingStepAgrees) {
     EXPECT_GT(host_out[static_cast<size_t>(at)].get(0), 0.05) << name << ": the limit must be below the norm";
     check_with_xla(c);
   }
+}
+
+// The data-parallel step (issue 14), as `capstep export --data-parallel 2`
+// writes it: with_adamw(data_parallel(grad, 2)), mhlo.num_replicas = 2. XLA
+// runs it on 2 host devices, each replica with the same parameters and
+// moments and its own half of the global batch; capstep runs it as 2 replicas
+// (threads of one process summing through a test communicator). Every output
+// of every replica within 1e-5 of capstep's (tensor-relative), and the two
+// replicas' parameters identical (the point of the all_reduce).
+void check_data_parallel_with_xla(const nn::LmConfig& c, const std::string& name) {
+  std::vector<std::string> names;
+  for (const auto& ps : nn::lm_parameters(c)) names.push_back(ps.name);
+  const Program dp = optim::with_adamw(optim::data_parallel(value_and_grad(nn::lm_loss_program(c), names), names, 2),
+                                       names, optim::AdamW{});
+  Case base = fused_step_case(c, name);  // inputs: params, m, v, tokens, targets, scalars
+  const int tok = dp.input_index("tokens"), tgt = dp.input_index("targets");
+  ASSERT_GE(tok, 0);
+  ASSERT_GE(tgt, 0);
+  std::vector<std::vector<Array>> in(2, base.inputs);
+  for (int64_t i = 0; i < in[1][static_cast<size_t>(tok)].numel(); ++i) {  // replica 1: other rows
+    in[1][static_cast<size_t>(tok)].data<int32_t>()[i] = static_cast<int32_t>((i * 3 + 5) % c.vocab);
+    in[1][static_cast<size_t>(tgt)].data<int32_t>()[i] = static_cast<int32_t>((i * 11 + 2) % c.vocab);
+  }
+  test::Shared shared(2);
+  std::vector<std::vector<Array>> want(2);
+  std::vector<std::thread> th;
+  for (int r = 0; r < 2; ++r)
+    th.emplace_back([&, r] {
+      test::ThreadComm comm(shared, r);
+      host::Interpreter interp(dp);
+      interp.set_communicator(&comm);
+      want[static_cast<size_t>(r)] = interp.run(in[static_cast<size_t>(r)]);
+    });
+  for (std::thread& t : th) t.join();
+
+  fs::path dir = fs::path(binary_dir()) / "stablehlo_xla" / ("replicas_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir / "out");
+  const std::string text = to_stablehlo(dp, "capstep", 2);
+  ASSERT_NE(text.find("mhlo.num_replicas = 2"), std::string::npos);
+  write_file((dir / "module.mlir").string(), text);
+  std::string cmd = shell_quote(jax().python) + " " + shell_quote(jax().runner) + " --replicas 2 " +
+                    shell_quote((dir / "module.mlir").string()) + " " + shell_quote((dir / "out").string());
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < in[static_cast<size_t>(r)].size(); ++i) {
+      const std::string p = (dir / ("r" + std::to_string(r) + "_in" + std::to_string(i) + ".npy")).string();
+      write_npy(p, in[static_cast<size_t>(r)][i]);
+      cmd += " " + shell_quote(p);
+    }
+  std::string out;
+  ASSERT_EQ(run_command(cmd, out), 0) << out;
+  Diff worst;
+  std::string worst_name;
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < dp.outputs.size(); ++i) {
+      const Array got = read_npy((dir / "out" / ("out" + std::to_string(i) + ".r" + std::to_string(r) + ".npy")).string());
+      const Array& w = want[static_cast<size_t>(r)][i];
+      ASSERT_EQ(got.type().str(), w.type().str()) << dp.outputs[i].name;
+      const Diff d = difference(w, got);
+      EXPECT_LE(d.tensor, 1e-5) << "replica " << r << ": output " << dp.outputs[i].name << " differs from XLA by "
+                                << d.tensor << " of its largest magnitude";
+      if (d.tensor >= worst.tensor) worst = d, worst_name = dp.outputs[i].name + " (replica " + std::to_string(r) + ")";
+    }
+  for (size_t i = 0; i < dp.outputs.size(); ++i)
+    EXPECT_EQ(std::memcmp(want[0][i].raw(), want[1][i].raw(), want[0][i].bytes()), 0) << dp.outputs[i].name;
+  // The replicas saw different rows: without the all_reduce their losses would differ.
+  // The replicas saw different rows: their own losses differ, the reported
+  // one is their mean.
+  double local[2];
+  for (int r = 0; r < 2; ++r) {
+    std::vector<Array> li(in[static_cast<size_t>(r)].begin(), in[static_cast<size_t>(r)].begin() + static_cast<std::ptrdiff_t>(names.size()));
+    li.push_back(in[static_cast<size_t>(r)][static_cast<size_t>(tok)]);
+    li.push_back(in[static_cast<size_t>(r)][static_cast<size_t>(tgt)]);
+    local[r] = host::run(nn::lm_loss_program(c), li)[0].get(0);
+  }
+  EXPECT_NE(local[0], local[1]);
+  const int loss = dp.output_index("loss");
+  EXPECT_NEAR(want[0][static_cast<size_t>(loss)].get(0), (local[0] + local[1]) / 2, 1e-6 * std::fabs(local[0]));
+  std::printf("%s on 2 replicas: %zu outputs each; worst |xla-capstep|/max|capstep| %.3g (%s)\n", name.c_str(),
+              dp.outputs.size(), worst.tensor, worst_name.c_str());
+}
+
+TEST(StablehloXla, DataParallelStepOnTwoReplicas) {
+  REQUIRE_JAX();
+  check_data_parallel_with_xla(tiny_lm(), "tiny_dp_step");
+  check_data_parallel_with_xla(nn::LmConfig{}, "seed_dp_step");
 }
 
 // The golden files themselves are modules XLA accepts (they are what a reader

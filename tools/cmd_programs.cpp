@@ -1,5 +1,6 @@
 // `capstep show` and `capstep export`: the captured programs of the model, as
 // capstep's own text or as StableHLO.
+#include <algorithm>
 #include <iostream>
 
 #include "backend/plan/kernel_plan.h"
@@ -15,8 +16,10 @@ namespace {
 // forward: params, tokens, targets -> loss; grad: + "grad.<p>" for every
 // parameter; fused: with_adamw(grad), parameters and moments donated. With
 // fused_attention the loss goes through fuse_attention first; bf16: then
-// through optim::mixed_precision_bf16.
-Program model_program(const nn::LmConfig& c, const std::string& which, optim::Precision precision, bool fused_attention) {
+// through optim::mixed_precision_bf16. replicas > 0: the gradient program
+// through optim::data_parallel.
+Program model_program(const nn::LmConfig& c, const std::string& which, optim::Precision precision, bool fused_attention,
+                      int replicas) {
   Program loss = nn::lm_loss_program(c);
   if (fused_attention) loss = fuse_attention(loss);
   loss = optim::with_precision(loss, precision);
@@ -24,6 +27,7 @@ Program model_program(const nn::LmConfig& c, const std::string& which, optim::Pr
   std::vector<std::string> names;
   for (const nn::ParamSpec& p : nn::lm_parameters(c)) names.push_back(p.name);
   Program grad = value_and_grad(loss, names);
+  if (replicas > 0) grad = optim::data_parallel(grad, names, replicas);
   if (which == "grad") return grad;
   if (which == "fused") return optim::with_adamw(grad, names, optim::AdamW{});
   throw UsageError("--program: '" + which + "' is not one of forward, grad, fused");
@@ -35,9 +39,21 @@ int run_show(const ShowArgs& a) {
   if (a.unfused && !a.kernels) throw UsageError("--unfused goes with --kernels");
   if (a.kernels && a.precision == optim::Precision::bf16)
     throw UsageError("--kernels: the GPU's kernel plan has no bf16 kernels yet; show --precision bf16 without --kernels");
-  const Program p = model_program(a.model.checked(), a.program, a.precision, a.fused_attention);
+  if (a.data_parallel > 0 && a.program == "forward") throw UsageError("--data-parallel goes with --program grad or fused");
+  const nn::LmConfig c = a.model.checked();
+  const Program p = model_program(c, a.program, a.precision, a.fused_attention, a.data_parallel);
   if (a.kernels) std::cout << plan::plan_kernels(p, {!a.unfused}).describe();
   else std::cout << to_text(p);
+  if (a.data_parallel > 0) {
+    int64_t n = 0, bytes = 0;
+    for (const Eqn& e : p.eqns)
+      if (e.op == Op::all_reduce) {
+        ++n;
+        bytes += static_cast<int64_t>(p.type(e.out).bytes());
+      }
+    std::cout << "data-parallel over " << a.data_parallel << " replicas: " << n << " all_reduce equations, " << bytes
+              << " bytes all-reduced per step (" << nn::count_parameters(c) << " parameters x 4 bytes + the f32 loss)\n";
+  }
   std::cout.flush();
   return kOk;
 }
@@ -45,11 +61,15 @@ int run_show(const ShowArgs& a) {
 int run_export(const ExportArgs& a) {
   if (a.program == "forward") throw UsageError("--program: export takes grad or fused");
   const nn::LmConfig c = a.model.checked();
-  const std::string text = to_stablehlo(model_program(c, a.program, a.precision, a.fused_attention), "capstep");
+  const int replicas = a.data_parallel;
+  const std::string text =
+      to_stablehlo(model_program(c, a.program, a.precision, a.fused_attention, replicas), "capstep", std::max(replicas, 1));
   write_file_atomically(a.out, text);
   std::cout << "wrote " << a.out << " (" << text.size() << " bytes): the " << a.program
-            << (a.precision == optim::Precision::bf16 ? " bf16 mixed-precision" : "") << " program of \""
-            << c.describe() << "\" as StableHLO\n";
+            << (a.precision == optim::Precision::bf16 ? " bf16 mixed-precision" : "") << " program of ""
+            << c.describe() << "" as StableHLO";
+  if (replicas > 0) std::cout << ", data-parallel over " << replicas << " replicas (batch " << c.batch << " each)";
+  std::cout << "\n";
   return kOk;
 }
 

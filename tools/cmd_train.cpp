@@ -9,9 +9,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 
 #include "capstep/data.h"
 #include "commands.h"
+#ifdef CAPSTEP_HAVE_MPI
+#include "dist/mpi_communicator.h"
+#endif
 #include "plot.h"
 #include "progress.h"
 
@@ -105,6 +109,25 @@ void check_output(const char* option, const std::string& path) {
 
 int run_train(TrainArgs a) {
   train::Options& o = a.opts;
+  // --data-parallel: this process is one rank of an MPI job. Every rank parses
+  // the same options and takes the same decisions below; only rank 0 prints
+  // and writes files.
+#ifdef CAPSTEP_HAVE_MPI
+  std::unique_ptr<dist::MpiCommunicator> comm;
+  if (a.data_parallel) {
+    comm = std::make_unique<dist::MpiCommunicator>(a.dp_timeout);
+    o.comm = comm.get();
+    if (comm->rank() != 0) {
+      if (!std::freopen("/dev/null", "w", stdout)) throw Error("rank " + std::to_string(comm->rank()) + ": cannot silence stdout");
+      a.log_csv.clear();
+      a.plot.clear();
+    }
+  }
+#else
+  if (a.data_parallel)
+    throw Error("--data-parallel needs MPI, and this capstep was built without it (Debian: apt-get install "
+                "libopenmpi-dev openmpi-bin, or run scripts/install-deps, then rebuild)");
+#endif
   o.lane = train::parse_lane(a.lane);
   if (o.save_every > 0 && o.save_path.empty()) throw UsageError("--save-every needs --save FILE");
   if (!a.plot.empty() && plot_format(a.plot).empty())
@@ -151,9 +174,28 @@ int run_train(TrainArgs a) {
   if (o.clip_grad_norm > 0) std::printf(", gradients clipped to norm %g", o.clip_grad_norm);
   if (o.precision == optim::Precision::bf16) std::printf("; precision bf16 (GEMM operands bf16, f32 accumulation)");
   if (o.fused_attention) std::printf(", fused attention");
+  if (o.comm)
+    std::printf(", data-parallel over %d ranks (global batch %lld)", o.comm->size(),
+                static_cast<long long>(o.comm->size() * o.model.batch));
   std::printf("\n");
   std::fflush(stdout);
-  const train::Result r = train::train(o);
+  train::Result r;
+#ifdef CAPSTEP_HAVE_MPI
+  try {
+    r = train::train(o);
+  } catch (const std::exception& e) {
+    if (!comm || comm->size() == 1) throw;
+    // The other ranks may be inside a collective that will never complete;
+    // MPI_Finalize would wait for them. End the whole job instead.
+    progress.finish();
+    std::fflush(stdout);
+    std::fprintf(stderr, "capstep train: error: rank %d: %s\n", comm->rank(), e.what());
+    std::fflush(stderr);
+    comm->abort(kFailed);
+  }
+#else
+  r = train::train(o);
+#endif
   progress.finish();
 
   if (!r.losses.empty()) {

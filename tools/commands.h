@@ -40,6 +40,8 @@ struct TrainArgs {
   std::string log_csv;                // --log
   std::string plot;                   // --plot (.svg or .png)
   int64_t print_every = 0;            // plain log lines: 0 picks about twenty a run
+  bool data_parallel = false;         // --data-parallel: one replica per MPI rank
+  double dp_timeout = 60;             // --dp-timeout: seconds one all_reduce waits for the other ranks
 };
 
 struct SampleArgs {
@@ -58,6 +60,7 @@ struct ShowArgs {
   bool kernels = false;               // the kernel plan instead of the program text
   bool unfused = false;               // with kernels: one kernel per equation (the baseline)
   bool fused_attention = false;       // fuse_attention on the loss program
+  int data_parallel = 0;              // --data-parallel N: the step with all_reduce; ends with the bytes it reduces
 };
 
 struct ExportArgs {
@@ -66,6 +69,7 @@ struct ExportArgs {
   std::string program = "fused";      // grad | fused
   std::string out;
   bool fused_attention = false;       // fuse_attention on the loss program
+  int data_parallel = 0;              // --data-parallel N: the step with all_reduce, for N replicas (0: none)
 };
 
 int run_train(TrainArgs a);

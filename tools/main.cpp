@@ -127,6 +127,12 @@ int main(int argc, char** argv) {
   train->add_option("--min-lr", ta.opts.schedule.min_lr, "the lr the cosine schedule ends at (at most --lr)")
       ->capture_default_str()->check(CLI::Range(0.0, 1e30))
       ->each([&](const std::string&) { ta.min_lr_given = true; });
+  train->add_flag("--data-parallel", ta.data_parallel,
+                  "one replica per MPI rank (start with mpirun -np R): --batch is each rank's, the global batch R times "
+                  "it; gradients and loss averaged by all_reduce; rank 0 prints and saves");
+  train->add_option("--dp-timeout", ta.dp_timeout,
+                    "with --data-parallel: seconds one all_reduce waits for the other ranks before stopping the run")
+      ->capture_default_str()->check(CLI::Range(0.1, 86400.0));
   train->add_option("--clip-grad-norm", ta.opts.clip_grad_norm,
                     "scale the gradients by min(1, C/norm), norm over all of them, inside the step (0: off)")
       ->capture_default_str()->check(CLI::Range(0.0, 1e30))
@@ -190,6 +196,10 @@ int main(int argc, char** argv) {
   show->add_flag("--unfused", sh.unfused, "with --kernels: the plan with one kernel per equation (CAPSTEP_CUDA_FUSE=0)");
   add_precision_option(show, sh.precision);
   show->add_flag("--fused-attention", sh.fused_attention, kFusedAttentionHelp);
+  show->add_option("--data-parallel", sh.data_parallel,
+                   "the data-parallel step for N replicas (grad or fused), then one line: how many all_reduce "
+                   "equations and bytes each replica sends into them per step")
+      ->check(CLI::Range(1, 65536));
   add_model_options(show, sh.model);
   show->callback([&] { action = [&] { return run_show(sh); }; });
 
@@ -201,6 +211,10 @@ int main(int argc, char** argv) {
   exp->add_option("--out", ea.out, "the .mlir file to write")->required();
   add_precision_option(exp, ea.precision);
   exp->add_flag("--fused-attention", ea.fused_attention, kFusedAttentionHelp);
+  exp->add_option("--data-parallel", ea.data_parallel,
+                  "the data-parallel step for N replicas: gradients and loss averaged by stablehlo.all_reduce, "
+                  "mhlo.num_replicas = N")
+      ->check(CLI::Range(1, 65536));
   add_model_options(exp, ea.model);
   exp->callback([&] { action = [&] { return run_export(ea); }; });
 

@@ -93,6 +93,11 @@ class BatchStream {
   // (no allocation, checks included: for a training loop's steady state);
   // throws Error otherwise.
   void fill(uint64_t index, Array& inputs, Array& targets) const;
+  // Rows [first_row, first_row + R) of batch `index` into arrays of type
+  // i32[R, seq]: a data-parallel replica's share of the global batch, so the
+  // data seen does not depend on how many replicas share it. Error when the
+  // rows are not within [0, batch) or the arrays have another type.
+  void fill_rows(uint64_t index, int64_t first_row, Array& inputs, Array& targets) const;
   // Start of window `row` of batch `index` in the token vector.
   int64_t window_start(uint64_t index, int64_t row) const;
 

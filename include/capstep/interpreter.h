@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "capstep/array.h"
+#include "capstep/collective.h"
 #include "capstep/ir.h"
 
 namespace capstep::host {
@@ -50,6 +51,11 @@ class Interpreter {
   // input is read before it is overwritten); then `outputs` must already hold
   // one Array per output, since resizing it would move them (Error otherwise).
   void run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs);
+
+  // The replicas that all_reduce sums over (not owned; must outlive the runs
+  // that use it). nullptr (the default) or a communicator of size 1: one
+  // replica, all_reduce copies its operand.
+  void set_communicator(Communicator* c);
 
   const Program& program() const;
   size_t arena_bytes() const;        // bytes of the planned intermediate arena

@@ -74,7 +74,8 @@ void validate_type(const Type& t, const std::string& what);
   X(gather_rows, "gather_rows", 2)                                             \
   X(scatter_add_rows, "scatter_add_rows", 3)                                   \
   X(attention, "attention", 3)                                                 \
-  X(attention_grad, "attention_grad", 5)
+  X(attention_grad, "attention_grad", 5)                                       \
+  X(all_reduce, "all_reduce", 1)
 
 enum class Op : uint8_t {
 #define CAPSTEP_X(name, text, arity) name,
@@ -134,6 +135,13 @@ Cmp parse_cmp(const std::string& s);
 //                                  dq = dS k / sqrt(Dh), dk = dS^T q / sqrt(Dh), dv = p^T dout.
 //                                  It has no VJP (no second derivatives of attention).
 //                                  StableHLO export expands both (expand_attention).
+//  all_reduce(a) -> a's type       the sum of `a` over every replica of the run
+//                                  (data parallelism). The replica count belongs
+//                                  to the run, not to the program: one process
+//                                  alone is one replica (the identity); the host
+//                                  interpreter with a Communicator sums across
+//                                  its ranks; StableHLO export names the count
+//                                  (mhlo.num_replicas). Float types only.
 struct Attrs {
   std::vector<double> literal;      // constant
   int64_t axis = 0;                  // iota

@@ -92,5 +92,16 @@ Precision parse_precision(const std::string& s);      // Error naming the allowe
 Program mixed_precision_bf16(const Program& forward);
 // f32: forward itself; bf16: mixed_precision_bf16(forward).
 Program with_precision(const Program& forward, Precision p);
+// ---- data parallelism (issue 14) ------------------------------------------------
+// A Program -> Program transform placed right after value_and_grad:
+//   with_adamw(clip_grad_norm(data_parallel(value_and_grad(loss, params), params, N), params), params, o)
+// Replaces every "grad.<p>" and the output "loss" (when there is one) by their
+// mean over the N replicas: all_reduce(x) / N (all_reduce(x) alone for N = 1,
+// where it is the identity). Every replica then applies the identical update,
+// and the loss it reports is the global batch's. Inputs, outputs (names,
+// places) and aliases are kept. Error for a missing, repeated or non-float
+// gradient, N < 1, or a program that already has an all_reduce.
+extern const char* const kLossName;                   // "loss"
+Program data_parallel(const Program& grad_program, const std::vector<std::string>& params, int num_replicas);
 
 }  // namespace capstep::optim

@@ -42,7 +42,13 @@ namespace capstep {
 // The Program as a StableHLO text module. Verifies the Program first (throws
 // Error from verify()). `module_name` must be an MLIR bare identifier
 // ([A-Za-z_][A-Za-z0-9_$.]*); it names the module, the function is @main.
-std::string to_stablehlo(const Program& p, const std::string& module_name = "capstep");
+//
+// num_replicas: the replicas a data-parallel step runs on (mhlo.num_replicas;
+// 1 to kMaxReplicas). Each all_reduce becomes a cross-replica
+// "stablehlo.all_reduce" over replica_groups = [[0, ..., N-1]] with an add
+// reducer region. Error for a count out of range.
+constexpr int kMaxReplicas = 65536;
+std::string to_stablehlo(const Program& p, const std::string& module_name = "capstep", int num_replicas = 1);
 
 // Reads a module in the subset that to_stablehlo writes and rebuilds the
 // Program: same primitives and attributes, input and output names, aliases
@@ -51,6 +57,9 @@ std::string to_stablehlo(const Program& p, const std::string& module_name = "cap
 // Arguments without loc("...") are named "argK", results without
 // jax.result_info "outK". Anything malformed or outside the subset throws
 // Error whose message starts "stablehlo:LINE:COLUMN: ".
-Program from_stablehlo(const std::string& text);
+// mhlo.num_replicas may be any count in [1, kMaxReplicas] (stored in
+// *num_replicas when given); an all_reduce must then name the one group of
+// every replica, as to_stablehlo writes it. mhlo.num_partitions must be 1.
+Program from_stablehlo(const std::string& text, int* num_replicas = nullptr);
 
 }  // namespace capstep

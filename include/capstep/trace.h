@@ -117,6 +117,10 @@ Tensor mean(const Tensor& a);
 Tensor gather_rows(const Tensor& table, const Tensor& idx);
 Tensor scatter_add_rows(const Tensor& operand, const Tensor& idx, const Tensor& updates);
 
+// ---- collectives ------------------------------------------------------------------
+// The sum of `a` over every replica of the run (see Op::all_reduce); floats only.
+Tensor all_reduce(const Tensor& a);
+
 // ---- composites, written from primitives ------------------------------------------
 Tensor softmax(const Tensor& x, int64_t axis = -1);
 Tensor log_softmax(const Tensor& x, int64_t axis = -1);

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "capstep/checkpoint.h"
+#include "capstep/collective.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 
@@ -108,6 +109,16 @@ struct Options {
   std::string save_path;                 // empty: no checkpoints
   int64_t save_every = 0;                // also save every K steps (0: only at the end)
   std::string resume_path;               // empty: start from init_parameters(seed)
+  // Data parallelism (issue 14): with a communicator of R replicas (ranks),
+  // every rank runs this same loop; model.batch is the local batch and the
+  // global batch is R x model.batch. Batch k of the stream is drawn with the
+  // global batch's rows and rank r takes rows [r*b, (r+1)*b), so the data seen
+  // does not depend on R. The step program is optim::data_parallel's (mean
+  // all_reduce of the gradients and the loss), so every rank applies the same
+  // update and reports the global loss. Only rank 0 writes checkpoints; every
+  // rank resumes from resume_path. R > 1 runs on the host lane only (an Error
+  // otherwise: NCCL is not wired in). nullptr: one process, no all_reduce.
+  Communicator* comm = nullptr;
 
   std::function<void(const StepInfo&)> on_step;          // progress, each step
   std::function<void(const std::string&)> on_message;    // fallbacks, saves, stops

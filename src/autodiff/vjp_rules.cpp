@@ -183,6 +183,11 @@ std::vector<Tensor> vjp(Tracer& tr, const Eqn& e, const Tensor& g, const std::ve
       break;
     case Op::attention_grad:
       throw Error("value_and_grad: attention_grad has no VJP (second derivatives of attention are not supported)");
+    case Op::all_reduce:
+      // out = sum over replicas r of a_r, so d(sum_r L_r)/d a_r = sum over
+      // replicas of g_r: the transpose of an all-reduce is an all-reduce.
+      gx[0] = all_reduce(g);
+      break;
   }
   return gx;
 }

@@ -34,6 +34,26 @@ int64_t BatchStream::window_start(uint64_t index, int64_t row) const {
   return static_cast<int64_t>((static_cast<unsigned __int128>(r) * count) >> 64);
 }
 
+void BatchStream::fill_rows(uint64_t index, int64_t first_row, Array& inputs, Array& targets) const {
+  const auto rows_of = [&](const Array& a) {
+    return a.dtype() == DType::i32 && a.shape().size() == 2 && a.shape()[1] == seq_ ? a.shape()[0] : int64_t{-1};
+  };
+  const int64_t rows = rows_of(inputs);
+  if (rows < 0 || rows_of(targets) != rows || first_row < 0 || first_row + rows > batch_)
+    throw Error("batch stream: fill_rows needs inputs and targets of one type i32[R, " + std::to_string(seq_) +
+                "] with rows " + std::to_string(first_row) + "..+R within the batch of " + std::to_string(batch_) +
+                ", got " + inputs.type().str() + " and " + targets.type().str());
+  int32_t* in = inputs.data<int32_t>();
+  int32_t* tg = targets.data<int32_t>();
+  for (int64_t b = 0; b < rows; ++b) {
+    const int32_t* w = tokens_.data() + window_start(index, first_row + b);
+    for (int64_t t = 0; t < seq_; ++t) {
+      in[b * seq_ + t] = w[t];
+      tg[b * seq_ + t] = w[t + 1];
+    }
+  }
+}
+
 void BatchStream::fill(uint64_t index, Array& inputs, Array& targets) const {
   // Checked without building a Type: fill must not allocate (the host lane's
   // steady state promises zero heap allocations per step).

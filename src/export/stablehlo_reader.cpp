@@ -38,9 +38,10 @@ struct ParsedOp {
 
 // A property of a generic op: <{key = value, ...}>.
 struct Prop {
-  enum class Kind { integer, list, boolean, dims } kind = Kind::integer;
+  enum class Kind { integer, list, boolean, dims, groups } kind = Kind::integer;
   int64_t i = 0;
   std::vector<int64_t> list;
+  std::vector<std::vector<int64_t>> groups;  // dense<[[0, 1], ...]> : tensor<GxNxi64> (replica_groups)
   std::map<std::string, Prop> dims;  // #stablehlo.gather<...> / #stablehlo.scatter<...>
   size_t pos = 0;
 };
@@ -48,6 +49,8 @@ struct Prop {
 class Reader {
  public:
   explicit Reader(const std::string& text) : c_(text) {}
+
+  int num_replicas() const { return num_replicas_; }
 
   Program read() {
     skip_loc_aliases();
@@ -85,7 +88,13 @@ class Reader {
         int64_t v = c_.integer(INT64_MIN / 2, INT64_MAX / 2, key.c_str());
         c_.expect(":");
         c_.expect("i32");
-        if (v != 1) c_.fail(at, key + " = " + std::to_string(v) + ": only single-device modules (1) are supported");
+        if (key == "mhlo.num_replicas" && v >= 1 && v <= kMaxReplicas) {
+          num_replicas_ = static_cast<int>(v);
+        } else if (v != 1) {
+          c_.fail(at, key + " = " + std::to_string(v) +
+                          (key == "mhlo.num_replicas" ? ": the replica count must be in [1, " + std::to_string(kMaxReplicas) + "]"
+                                                      : std::string(": only replicated modules (1 partition) are supported")));
+        }
       } else if (key == "jax.uses_shape_polymorphism") {
         if (!c_.accept("false")) c_.expected("false (shape polymorphism is not supported)");
       } else {
@@ -241,6 +250,7 @@ class Reader {
       std::string name = c_.string_lit();
       if (name == "stablehlo.gather") gather(p);
       else if (name == "stablehlo.scatter") scatter(p);
+      else if (name == "stablehlo.all_reduce") all_reduce(p);
       else c_.fail(p.pos, "unsupported operation \"" + name + "\"" + kSubset);
     } else {
       std::string name = c_.ident();
@@ -486,8 +496,25 @@ class Reader {
           pr.dims[f] = v;
         } while (c_.accept(","));
         c_.expect(">");
+      } else if (c_.accept("dense")) {
+        // replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>
+        pr.kind = Prop::Kind::groups;
+        c_.expect("<");
+        c_.expect("[");
+        do {
+          if (pr.groups.size() >= static_cast<size_t>(kMaxReplicas)) c_.fail("too many replica groups");
+          pr.groups.push_back(c_.int_list(0, kMaxReplicas - 1, "replica id"));
+        } while (c_.accept(","));
+        c_.expect("]");
+        c_.expect(">");
+        c_.expect(":");
+        // Every group the same size (a rectangular tensor), its type spelled out.
+        for (const std::vector<int64_t>& g : pr.groups)
+          if (g.size() != pr.groups[0].size()) c_.fail(pr.pos, "replica groups of different sizes");
+        const std::string t = "tensor<" + std::to_string(pr.groups.size()) + "x" + std::to_string(pr.groups[0].size()) + "xi64>";
+        c_.expect(t.c_str());
       } else {
-        c_.expected("true, false, array<i64: ...> or #stablehlo...");
+        c_.expected("true, false, array<i64: ...>, dense<...> or #stablehlo...");
       }
       if (m.count(key)) c_.fail(at, "'" + key + "' given twice");
       m[key] = pr;
@@ -573,14 +600,9 @@ class Reader {
       }() + "> (one row of the table)");
   }
 
-  void scatter(ParsedOp& p) {
-    p.op = Op::scatter_add_rows;
-    c_.expect("(");
-    p.operands = operand_list(3);
-    c_.expect(")");
-    size_t at = c_.ws();
-    auto m = props();
-    // The update computation: ({ ^bb0(%a: T, %b: T): %r = stablehlo.add %a, %b : T  stablehlo.return %r : T })
+  // The reducer region of scatter and all_reduce, which must add:
+  //   ({ ^bb0(%a: T, %b: T): %r = stablehlo.add %a, %b : T  stablehlo.return %r : T })
+  void add_region(DType dtype, const char* op) {
     c_.expect("(");
     c_.expect("{");
     c_.expect("^bb0");
@@ -611,14 +633,47 @@ class Reader {
     c_.skip_loc();
     c_.expect("}");
     c_.expect(")");
-    p.type = fn_type(p.operands);
-    const Type& operand = values_[static_cast<size_t>(p.operands[0])].type;
-    const Type& idx = values_[static_cast<size_t>(p.operands[1])].type;
-    Type scalar{operand.dtype, {}};
+    Type scalar{dtype, {}};
     bool body_ok = fn == "stablehlo.add" && a != b && ((x == a && y == b) || (x == b && y == a)) && rr == r &&
                    ta == scalar && tb == scalar && tr == scalar;
     if (!body_ok)
-      c_.fail(body_at, "the scatter body must add its two " + tensor_type(scalar) + " arguments and return the sum");
+      c_.fail(body_at, std::string("the ") + op + " body must add its two " + tensor_type(scalar) +
+                           " arguments and return the sum");
+  }
+
+  // Cross-replica sum: one group holding every replica of the module, in order.
+  void all_reduce(ParsedOp& p) {
+    p.op = Op::all_reduce;
+    c_.expect("(");
+    p.operands = operand_list(1);
+    c_.expect(")");
+    size_t at = c_.ws();
+    auto m = props();
+    for (const auto& [key, pr] : m)
+      if (key != "replica_groups") c_.fail(pr.pos, "unsupported all_reduce property '" + key + "' (capstep writes replica_groups only)");
+    auto g = m.find("replica_groups");
+    if (g == m.end() || g->second.kind != Prop::Kind::groups) c_.fail(at, "all_reduce needs replica_groups = dense<[[...]]>");
+    std::vector<int64_t> all;
+    for (int r = 0; r < num_replicas_; ++r) all.push_back(r);
+    if (g->second.groups.size() != 1 || g->second.groups[0] != all)
+      c_.fail(g->second.pos, "replica_groups must be one group of every replica, [[0, ..., " +
+                                 std::to_string(num_replicas_ - 1) + "]] for mhlo.num_replicas = " +
+                                 std::to_string(num_replicas_));
+    add_region(values_[static_cast<size_t>(p.operands[0])].type.dtype, "all_reduce");
+    p.type = fn_type(p.operands);
+  }
+
+  void scatter(ParsedOp& p) {
+    p.op = Op::scatter_add_rows;
+    c_.expect("(");
+    p.operands = operand_list(3);
+    c_.expect(")");
+    size_t at = c_.ws();
+    auto m = props();
+    const Type& operand = values_[static_cast<size_t>(p.operands[0])].type;
+    const Type& idx = values_[static_cast<size_t>(p.operands[1])].type;
+    add_region(operand.dtype, "scatter");
+    p.type = fn_type(p.operands);
     if (operand.rank() < 1) c_.fail(at, "scatter of rows needs an operand of rank >= 1");
     expect_bool_props(m, {"indices_are_sorted", "unique_indices"}, {"scatter_dimension_numbers"}, at);
     check_fields(m, "scatter_dimension_numbers",
@@ -690,6 +745,7 @@ class Reader {
   };
 
   Cursor c_;
+  int num_replicas_ = 1;   // mhlo.num_replicas
   std::unordered_map<std::string, int> names_;
   std::vector<Value> values_;
   std::vector<ParsedOp> ops_;
@@ -704,6 +760,11 @@ class Reader {
 
 }  // namespace
 
-Program from_stablehlo(const std::string& text) { return Reader(text).read(); }
+Program from_stablehlo(const std::string& text, int* num_replicas) {
+  Reader r(text);
+  Program p = r.read();
+  if (num_replicas) *num_replicas = r.num_replicas();
+  return p;
+}
 
 }  // namespace capstep

@@ -99,7 +99,8 @@ std::string dense_text(const Type& t, const std::vector<double>& lit) {
 
 class Writer {
  public:
-  Writer(const Program& p, std::ostringstream& o) : p_(p), o_(o), names_(static_cast<size_t>(p.num_values())) {}
+  Writer(const Program& p, std::ostringstream& o, int replicas)
+      : p_(p), o_(o), names_(static_cast<size_t>(p.num_values())), replicas_(replicas) {}
 
   void function() {
     for (size_t i = 0; i < p_.inputs.size(); ++i) names_[static_cast<size_t>(p_.inputs[i].value)] = std::string("%arg").append(std::to_string(i));
@@ -228,6 +229,20 @@ class Writer {
       }
       case Op::attention: case Op::attention_grad:
         break;  // to_stablehlo expands them first (expand_attention)
+      case Op::all_reduce: {
+        // Cross-replica (no channel_handle): one group of every replica, the
+        // module's mhlo.num_replicas. The reducer adds (the form JAX's psum
+        // lowers to).
+        std::string b = "%r" + std::to_string(idx) + "_";
+        std::string scalar = tensor_type({out.dtype, {}});
+        o_ << lhs << "\"stablehlo.all_reduce\"(" << operands(e) << ") <{replica_groups = dense<["
+           << range_list(0, replicas_) << "]> : tensor<1x" << replicas_ << "xi64>}> ({\n"
+           << "    ^bb0(" << b << "a: " << scalar << ", " << b << "b: " << scalar << "):\n"
+           << "      " << b << "r = stablehlo.add " << b << "a, " << b << "b : " << scalar << "\n"
+           << "      stablehlo.return " << b << "r : " << scalar << "\n"
+           << "    }) : " << fn_type(e) << "\n";
+        return;
+      }
     }
     throw Error("to_stablehlo: unknown primitive in equation " + std::to_string(idx));
   }
@@ -235,21 +250,26 @@ class Writer {
   const Program& p_;
   std::ostringstream& o_;
   std::vector<std::string> names_;
+  int replicas_ = 1;
 };
 
 }  // namespace
 
-std::string to_stablehlo(const Program& p, const std::string& module_name) {
+std::string to_stablehlo(const Program& p, const std::string& module_name, int num_replicas) {
   if (!is_bare_identifier(module_name))
     throw Error("to_stablehlo: module name \"" + module_name +
                 "\" is not an MLIR bare identifier ([A-Za-z_][A-Za-z0-9_$.]*)");
+  if (num_replicas < 1 || num_replicas > kMaxReplicas)
+    throw Error("to_stablehlo: num_replicas must be in [1, " + std::to_string(kMaxReplicas) + "], got " +
+                std::to_string(num_replicas));
   verify(p);
   // The attention primitives have no one StableHLO op: written out as the
   // primitives they stand for.
   const Program expanded = expand_attention(p);
   std::ostringstream o;
-  o << "module @" << module_name << " attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n";
-  Writer(expanded, o).function();
+  o << "module @" << module_name << " attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = " << num_replicas
+    << " : i32} {\n";
+  Writer(expanded, o, num_replicas).function();
   o << "}\n";
   return o.str();
 }

@@ -194,6 +194,9 @@ Type infer_type(Op op, const std::vector<Type>& ts, const Attrs& at) {
         fail(op, ts, "axis " + std::to_string(at.axis) + " must be 0 (dq), 1 (dk) or 2 (dv)");
       return q;
     }
+    case Op::all_reduce:
+      if (!is_float(ts[0].dtype)) fail(op, ts, "sums floats only, got " + ts[0].str());
+      return ts[0];
   }
   fail(op, ts, "unknown primitive");
 }
@@ -257,7 +260,7 @@ void check_type(Op op, const std::vector<Type>& ts, const Attrs& at, const Type&
     case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
     case Op::compare: case Op::select: case Op::transpose: case Op::dot_general: case Op::reduce_sum:
     case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows: case Op::attention:
-    case Op::attention_grad: {
+    case Op::attention_grad: case Op::all_reduce: {
       Type t = infer_type(op, ts, at);
       if (t != out) fail(op, ts, "result type " + out.str() + " differs from the inferred " + t.str());
       return;

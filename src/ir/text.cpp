@@ -67,7 +67,7 @@ std::string eqn_text(const Program& p, const Eqn& e) {
     case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
     case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
     case Op::select: case Op::convert: case Op::reshape: case Op::gather_rows: case Op::scatter_add_rows:
-    case Op::attention:
+    case Op::attention: case Op::all_reduce:
       break;
   }
   o << " : " << p.type(e.out).str();

@@ -88,4 +88,9 @@ Tensor scatter_add_rows(const Tensor& operand, const Tensor& idx, const Tensor& 
   return tr.emit(Op::scatter_add_rows, {operand, idx, updates});
 }
 
+Tensor all_reduce(const Tensor& a) {
+  Tracer& tr = tracer_of("all_reduce", {a});
+  return tr.emit(Op::all_reduce, {a});
+}
+
 }  // namespace capstep

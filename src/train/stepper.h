@@ -37,7 +37,9 @@ class Stepper {
 // grad: value_and_grad of the loss program over every parameter, or that
 // program through optim::clip_grad_norm; then clip_max_norm feeds its
 // "clip.max_norm" input (once: it is the same every step).
-std::unique_ptr<Stepper> host_stepper(const Program& grad, const optim::AdamW& o, State s, float clip_max_norm);
+// comm: the replicas the program's all_reduce equations sum over (or nullptr).
+std::unique_ptr<Stepper> host_stepper(const Program& grad, const optim::AdamW& o, State s, float clip_max_norm,
+                                      Communicator* comm = nullptr);
 std::unique_ptr<Stepper> gpu_stepper(const Program& grad, const optim::AdamW& o, State s, bool tf32, float clip_max_norm);
 // fused: with_adamw(grad, ...).
 std::unique_ptr<Stepper> gpu_fused_stepper(const Program& fused, State s, bool tf32, float clip_max_norm);

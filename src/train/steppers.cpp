@@ -22,8 +22,9 @@ void copy_state(const std::vector<std::string>& names, const std::vector<Array>&
 // point at the held parameters; outputs (loss, gradients) are reused.
 class HostStepper final : public Stepper {
  public:
-  HostStepper(const Program& grad, const optim::AdamW& o, State s, float clip)
+  HostStepper(const Program& grad, const optim::AdamW& o, State s, float clip, Communicator* comm)
       : interp_(grad), adamw_(o), s_(std::move(s)), ins_(grad.inputs.size()) {
+    interp_.set_communicator(comm);
     for (size_t j = 0; j < s_.params.size(); ++j) ins_[j] = &s_.params[j];
     clip_.data<float>()[0] = clip;
     if (const int c = grad.input_index(optim::kClipMaxNormName); c >= 0) ins_[static_cast<size_t>(c)] = &clip_;
@@ -161,8 +162,9 @@ class GpuFusedStepper final : public Stepper {
 
 }  // namespace
 
-std::unique_ptr<Stepper> host_stepper(const Program& grad, const optim::AdamW& o, State s, float clip) {
-  return std::make_unique<HostStepper>(grad, o, std::move(s), clip);
+std::unique_ptr<Stepper> host_stepper(const Program& grad, const optim::AdamW& o, State s, float clip,
+                                      Communicator* comm) {
+  return std::make_unique<HostStepper>(grad, o, std::move(s), clip, comm);
 }
 std::unique_ptr<Stepper> gpu_stepper(const Program& grad, const optim::AdamW& o, State s, bool tf32, float clip) {
   return std::make_unique<GpuStepper>(grad, o, std::move(s), tf32, clip);

@@ -73,6 +73,11 @@ Result train(const Options& o) {
     if (o.on_message) o.on_message(m);
   };
   Result r;
+  const int ranks = o.comm ? o.comm->size() : 1;
+  const int rank = o.comm ? o.comm->rank() : 0;
+  if (ranks > 1 && o.lane != Lane::host)
+    throw Error(std::string("data parallelism over ") + std::to_string(ranks) + " processes runs on the host lane only; lane " +
+                lane_name(o.lane) + " would need NCCL, which is not wired in yet");
 
   // The lane, or the host when there is no GPU.
   r.lane_used = o.lane;
@@ -100,7 +105,7 @@ Result train(const Options& o) {
   }
 
   // A run that cannot save its result must fail now, not after hours.
-  if (!o.save_path.empty()) check_writable(o.save_path);
+  if (!o.save_path.empty() && rank == 0) check_writable(o.save_path);
 
   const std::string text_name = o.text_path.empty() ? "builtin" : o.text_path;
   std::vector<int32_t> text = data::encode(o.text_path.empty() ? data::builtin_corpus() : data::read_text_file(o.text_path));
@@ -119,14 +124,24 @@ Result train(const Options& o) {
   };
   need_tokens(split.train, o.val_fraction > 0 ? " for training" : "");
   if (o.val_fraction > 0) need_tokens(split.val, " in its validation part (--val-fraction)");
-  data::BatchStream batches(std::move(split.train), o.seed, o.model.batch, o.model.seq);
+  // The stream of global batches; this rank's rows of each (all of them alone).
+  data::BatchStream batches(std::move(split.train), o.seed, o.model.batch * ranks, o.model.seq);
   // Validation: fixed batches, and the forward program on the host.
   std::unique_ptr<data::BatchStream> val;
   std::unique_ptr<host::Interpreter> forward;
   std::vector<data::Batch> val_batches;
   if (o.val_fraction > 0) {
-    val = std::make_unique<data::BatchStream>(std::move(split.val), o.seed, o.model.batch, o.model.seq);
-    for (int64_t k = 0; k < o.eval_batches; ++k) val_batches.push_back(val->at(static_cast<uint64_t>(k)));
+    // Data parallel: the global batches' rows, every rank all of them in
+    // chunks of the local batch (the mean of the equal chunks' means is the
+    // global batches' mean), so the figure does not depend on the rank count.
+    val = std::make_unique<data::BatchStream>(std::move(split.val), o.seed, o.model.batch * ranks, o.model.seq);
+    for (int64_t k = 0; k < o.eval_batches; ++k)
+      for (int c = 0; c < ranks; ++c) {
+        const Type t{DType::i32, {o.model.batch, o.model.seq}};
+        data::Batch b{Array(t), Array(t)};
+        val->fill_rows(static_cast<uint64_t>(k), c * o.model.batch, b.inputs, b.targets);
+        val_batches.push_back(std::move(b));
+      }
     const Program loss = nn::lm_loss_program(o.model);
     forward = std::make_unique<host::Interpreter>(
         optim::with_precision(o.fused_attention ? fuse_attention(loss) : loss, o.precision));
@@ -144,12 +159,15 @@ Result train(const Options& o) {
   const Program loss = nn::lm_loss_program(o.model);
   Program grad =
       value_and_grad(optim::with_precision(o.fused_attention ? fuse_attention(loss) : loss, o.precision), state.names);
+  // Data parallel: the mean over the replicas of the gradients and the loss,
+  // before clipping (the global gradient is clipped) and the update.
+  if (o.comm) grad = optim::data_parallel(grad, state.names, ranks);
   // Clipping is part of the step program (the norm and the scale computed where
   // the step runs); the limit is a scalar input.
   if (o.clip_grad_norm > 0) grad = optim::clip_grad_norm(grad, state.names);
   const float clip = static_cast<float>(o.clip_grad_norm);
   std::unique_ptr<Stepper> stepper;
-  if (r.lane_used == Lane::host) stepper = host_stepper(grad, o.adamw, std::move(state), clip);
+  if (r.lane_used == Lane::host) stepper = host_stepper(grad, o.adamw, std::move(state), clip, o.comm);
   else if (r.lane_used == Lane::gpu) stepper = gpu_stepper(grad, o.adamw, std::move(state), o.tf32, clip);
   else {
     const Program fused = optim::with_adamw(grad, state.names, o.adamw);
@@ -198,7 +216,9 @@ Result train(const Options& o) {
     }
     ckpt.step = static_cast<uint64_t>(step);
     ckpt.data_position = batches.position();
-    save_checkpoint(o.save_path, ckpt);
+    // Data parallel: every rank holds the same state (and took the same
+    // decision above); rank 0 alone writes it.
+    if (rank == 0) save_checkpoint(o.save_path, ckpt);
     r.last_saved_step = step;
     say("saved '" + o.save_path + "' at step " + std::to_string(step));
     return true;
@@ -208,7 +228,7 @@ Result train(const Options& o) {
   r.first_step = first;
   r.last_step = first - 1;
   r.losses.reserve(static_cast<size_t>(o.steps - first + 1));
-  const double tokens_per_step = static_cast<double>(o.model.batch * o.model.seq);
+  const double tokens_per_step = static_cast<double>(o.model.batch * ranks * o.model.seq);
   Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens;
   StepInfo info;
   info.first_step = first;
@@ -218,7 +238,7 @@ Result train(const Options& o) {
   size_t n_recent = 0, next_recent = 0;
   const Clock::time_point t0 = Clock::now();
   for (int64_t step = first; step <= o.steps; ++step) {
-    batches.fill(batches.position(), tokens, targets);
+    batches.fill_rows(batches.position(), rank * o.model.batch, tokens, targets);
     batches.set_position(batches.position() + 1);
     const double lr = scheduled_lr(o.schedule, o.adamw.lr, step, o.steps);
     const float loss = stepper->step(tokens, targets, optim::adamw_scalars(o.adamw, step, lr));
@@ -263,13 +283,37 @@ Result train(const Options& o) {
     }
     if (o.on_step) o.on_step(info);
     const bool periodic = o.save_every > 0 && step % o.save_every == 0;
-    const bool stop = step < o.steps && o.should_stop && o.should_stop();
+    bool stop = step < o.steps && o.should_stop && o.should_stop();
+    if (o.comm && ranks > 1 && step < o.steps && o.should_stop) {
+      // Every rank must stop at the same step (a signal reaches them at
+      // different moments): stop when any rank was asked to.
+      float any = stop ? 1.0f : 0.0f;
+      o.comm->all_reduce_sum(&any, DType::f32, 1);
+      stop = any > 0;
+    }
     if (!o.save_path.empty() && (periodic || step == o.steps || stop) && !save(step)) break;
     if (stop) {
       r.interrupted = true;
       say("stopped after step " + std::to_string(step) + " of " + std::to_string(o.steps) + " as asked");
       break;
     }
+  }
+  if (ranks > 1 && r.stopped.empty()) {
+    // The replicas must end with identical parameters (each applied the same
+    // all-reduced update). Each rank sums the ranks' 32-bit hashes of their
+    // parameter bytes (exact in a double): unless all are equal, the sum
+    // differs from ranks x its own hash on at least one rank, which fails.
+    stepper->state(ckpt);
+    uint32_t h = 2166136261u;  // FNV-1a
+    for (const NamedArray& t : ckpt.params) {
+      const unsigned char* b = static_cast<const unsigned char*>(t.array.raw());
+      for (size_t i = 0; i < t.array.bytes(); ++i) h = (h ^ b[i]) * 16777619u;
+    }
+    double sum = static_cast<double>(h);
+    o.comm->all_reduce_sum(&sum, DType::f64, 1);
+    if (sum != static_cast<double>(ranks) * static_cast<double>(h))
+      throw Error("data parallel: the " + std::to_string(ranks) + " ranks ended with different parameters (rank " +
+                  std::to_string(rank) + "'s hash " + std::to_string(h) + "); their updates diverged");
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   r.tokens_per_s = r.seconds > 0 ? tokens_per_step * static_cast<double>(r.losses.size()) / r.seconds : 0;

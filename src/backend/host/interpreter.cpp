@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <cstring>
 #include <new>
 #include <optional>
 
@@ -139,6 +140,7 @@ void merge_in_place(const Program& prog, std::vector<Where>& where, std::vector<
         count = 2;
         break;
       case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
+      case Op::all_reduce:
         count = 1;
         break;
       case Op::select:
@@ -165,6 +167,16 @@ void merge_in_place(const Program& prog, std::vector<Where>& where, std::vector<
   for (int v = 0; v < nv; ++v) root[static_cast<size_t>(v)] = find(root[static_cast<size_t>(v)]);
 }
 
+// all_reduce: the operand's bytes (unless it was computed in place), then the
+// sum over the replicas when there are several.
+void all_reduce_step(const Step& s, void* const* slots) {
+  void* out = slots[s.out];
+  const void* in = slots[s.in[0]];
+  if (out != in && s.n > 0) std::memcpy(out, in, static_cast<size_t>(s.n) * s.elem_bytes);
+  Communicator* c = *s.comm;
+  if (c != nullptr && c->size() > 1 && s.n > 0) c->all_reduce_sum(out, s.program->type(s.out).dtype, s.n);
+}
+
 }  // namespace
 
 InterpreterOptions InterpreterOptions::defaults() {
@@ -179,6 +191,7 @@ struct Interpreter::Impl {
   std::optional<plan::Fused> fusion;             // fused: the equations in group order
   std::vector<std::unique_ptr<FusedGroup>> groups;  // run tile by tile, one Step each
   int fused_eqns = 0;
+  Communicator* comm = nullptr;        // all_reduce's replicas (none: one replica)
   std::vector<Step> steps;
   std::vector<void*> slots;                      // one per value, then scratch
   std::vector<std::pair<int, int>> input_slots;  // (slot, input index) set per run
@@ -332,6 +345,10 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
       case Op::attention:
       case Op::attention_grad:
         s.fn = attention_kernel(e.op, t.dtype);
+        break;
+      case Op::all_reduce:
+        s.fn = &all_reduce_step;
+        s.comm = &comm;
         break;
     }
     built.push_back(s);
@@ -617,6 +634,7 @@ void Interpreter::run(const std::vector<const Array*>& inputs, std::vector<Array
   impl_->run(inputs, outputs);
 }
 
+void Interpreter::set_communicator(Communicator* c) { impl_->comm = c; }
 const Program& Interpreter::program() const { return impl_->prog; }
 size_t Interpreter::arena_bytes() const { return impl_->arena_bytes; }
 int Interpreter::fused_groups() const { return static_cast<int>(impl_->groups.size()); }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/host/strided.h"
+#include "capstep/collective.h"
 #include "capstep/ir.h"
 
 namespace capstep::host {
@@ -53,6 +54,8 @@ struct Step {
   int64_t n_idx = 0;             // number of indices
   DotPlan dot;
   void* group = nullptr;         // a fused group (fused.h) run by run_fused_group
+  // all_reduce: the interpreter's communicator (it may be set after planning)
+  Communicator* const* comm = nullptr;
 };
 
 // Error for an index outside [0, rows): names the value, its position in the

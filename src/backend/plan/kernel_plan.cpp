@@ -28,6 +28,7 @@ const char* item_kind_name(ItemKind k) {
     case ItemKind::scatter_gen: return "scatter_gen";
     case ItemKind::attention: return "attention";
     case ItemKind::end_copy: return "end_copy";
+    case ItemKind::collective: return "collective";
   }
   return "?";
 }
@@ -146,6 +147,9 @@ void single_items(const Program& p, const std::vector<GemmLayout>& gemm, const s
       items.back().writes = kv;
       return;
     }
+    case Op::all_reduce:
+      add(ItemKind::collective, name + " " + ot.str() + " (" + std::to_string(ot.bytes()) + " bytes)");
+      return;
   }
 }
 

@@ -39,6 +39,7 @@ enum class ItemKind : unsigned char {
                 // two items at the group's first equation, dq (with the rows'
                 // lse and D) and dk/dv (attention_source.h)
   end_copy,     // an alias copied back, or an old input saved, after the step
+  collective,   // all_reduce: a sum over the replicas; a kernel boundary (nothing fuses across it)
 };
 const char* item_kind_name(ItemKind k);
 

@@ -1,0 +1,59 @@
+// data_parallel: the gradient all-reduce of data parallelism as equations of
+// the step program (Op::all_reduce), so that it is differentiated, planned,
+// exported and checked like every other equation, never a side channel.
+#include <algorithm>
+
+#include "capstep/optim.h"
+#include "capstep/trace.h"
+
+namespace capstep::optim {
+
+const char* const kLossName = "loss";
+
+Program data_parallel(const Program& g, const std::vector<std::string>& params, int num_replicas) {
+  verify(g);
+  if (params.empty()) throw Error("data_parallel: no parameters given");
+  if (num_replicas < 1) throw Error("data_parallel: the replica count must be >= 1, got " + std::to_string(num_replicas));
+  for (const Eqn& e : g.eqns)
+    if (e.op == Op::all_reduce) throw Error("data_parallel: the program already has an all_reduce (made data-parallel twice?)");
+  std::vector<int> mean_of;  // output indices to average over the replicas
+  for (const std::string& p : params) {
+    const int k = g.output_index("grad." + p);
+    if (k < 0) throw Error("data_parallel: the gradient program has no output \"grad." + p + "\"");
+    if (std::find(mean_of.begin(), mean_of.end(), k) != mean_of.end())
+      throw Error("data_parallel: parameter \"" + p + "\" is listed twice");
+    if (!is_float(g.output_type(k).dtype))
+      throw Error("data_parallel: output \"grad." + p + "\" is " + g.output_type(k).str() + ", not a float");
+    mean_of.push_back(k);
+  }
+  const int loss = g.output_index(kLossName);
+  if (loss >= 0 && is_float(g.output_type(loss).dtype)) mean_of.push_back(loss);
+
+  Tracer tr;
+  std::vector<int> remap(static_cast<size_t>(g.num_values()), -1);
+  for (const NamedValue& in : g.inputs) remap[static_cast<size_t>(in.value)] = tr.input(in.name, g.type(in.value)).id();
+  Program& q = tr.program();
+  for (const Eqn& e : g.eqns) {
+    std::vector<int> ins;
+    for (int v : e.inputs) ins.push_back(remap[static_cast<size_t>(v)]);
+    remap[static_cast<size_t>(e.out)] = q.add_eqn_typed(e.op, std::move(ins), e.attrs, g.type(e.out));
+  }
+  std::vector<std::pair<std::string, Tensor>> outs;
+  for (size_t k = 0; k < g.outputs.size(); ++k) {
+    Tensor v(&tr, remap[static_cast<size_t>(g.outputs[k].value)]);
+    if (std::find(mean_of.begin(), mean_of.end(), static_cast<int>(k)) != mean_of.end()) {
+      // The mean of the replicas' values: each replica's loss is a mean over
+      // its own rows, so with equal local batches this is the global mean.
+      v = all_reduce(v);
+      if (num_replicas > 1) v = v / static_cast<double>(num_replicas);
+    }
+    outs.push_back({g.outputs[k].name, v});
+  }
+  Program r = tr.finish(outs);
+  r.name = g.name + "_dp";
+  r.aliases = g.aliases;
+  verify(r);
+  return r;
+}
+
+}  // namespace capstep::optim
