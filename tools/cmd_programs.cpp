@@ -66,8 +66,8 @@ int run_export(const ExportArgs& a) {
       to_stablehlo(model_program(c, a.program, a.precision, a.fused_attention, replicas), "capstep", std::max(replicas, 1));
   write_file_atomically(a.out, text);
   std::cout << "wrote " << a.out << " (" << text.size() << " bytes): the " << a.program
-            << (a.precision == optim::Precision::bf16 ? " bf16 mixed-precision" : "") << " program of ""
-            << c.describe() << "" as StableHLO";
+            << (a.precision == optim::Precision::bf16 ? " bf16 mixed-precision" : "") << " program of \""
+            << c.describe() << "\" as StableHLO";
   if (replicas > 0) std::cout << ", data-parallel over " << replicas << " replicas (batch " << c.batch << " each)";
   std::cout << "\n";
   return kOk;

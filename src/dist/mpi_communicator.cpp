@@ -51,6 +51,8 @@ void MpiCommunicator::all_reduce_sum(void* data, DType dtype, int64_t n) {
     case DType::f64: t = MPI_DOUBLE; break;
     case DType::i32: case DType::i1:
       throw Error(std::string("all_reduce: sums floats only, got ") + dtype_name(dtype));
+    case DType::bf16:  // (mixed precision keeps gradients f32: none is bf16)
+      throw Error("all_reduce: bf16 has no MPI datatype; sum the f32 gradients instead");
   }
   if (n < 0 || n > INT_MAX) throw Error("all_reduce: " + std::to_string(n) + " elements exceed one MPI message (int count)");
   if (n == 0) return;
