@@ -673,6 +673,8 @@ def gpu_table(args):
         else:
             rows.append((f"capstep {lane['label']}", 1e3 * lane["median_ms"], None, lane))
     for kind, label in GPU_RUNS:
+        if args.runs and kind not in args.runs.split(","):
+            continue
         print(f"  {kind} ...", file=sys.stderr, flush=True)
         r = run_gpu_one(kind, args)
         if "median_ms" in r:
@@ -767,6 +769,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every run")
     ap.add_argument("--json-out", help="also write every figure here")
     ap.add_argument("--size", choices=list(SIZES), default="seed", help="the model of the size ladder")
+    ap.add_argument("--runs", help="--gpu-table: only these runs, comma-separated (e.g. torch-cuda-graph,jax-gpu)")
     args = ap.parse_args()
     global PIN_CPU, SIZE_NAME
     PIN_CPU = args.pin_cpu

@@ -180,6 +180,15 @@ int main(int argc, char** argv) {
   add_precision_option(bench, ba.opts.precision);
   bench->add_option("--only", ba.opts.only, "run this lane alone: 1, 1f, 2 or 3")->check(CLI::IsMember({"1", "1f", "2", "3"}));
   bench->add_flag("--fused-attention", ba.opts.fused_attention, kFusedAttentionHelp);
+  bench->add_option_function<std::string>(
+           "--size",
+           [&](const std::string& s) {
+             ba.opts.model = capstep::nn::LmConfig::preset(s);
+             ba.opts.size = s;
+           },
+           "the model of the benchmark's size ladder: seed (default), middle (8 layers, d_model 512, batch 8 x 256) "
+           "or gpt2-small (12 layers, d_model 768, batch 8 x 512)")
+      ->check(CLI::IsMember(capstep::nn::LmConfig::preset_names()));
   bench->callback([&] {
     ba.opts.tf32 = !no_tf32;
     action = [&] { return run_bench(ba); };

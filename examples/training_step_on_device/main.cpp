@@ -21,6 +21,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-tf32", no_tf32, "full f32 dots on the GPU (TF32 is the default)");
   app.add_flag("--json", json, "print one JSON object with every figure");
   app.add_option("--only", o.only, "run this lane alone: 1, 1f, 2 or 3")->check(CLI::IsMember({"1", "1f", "2", "3"}));
+  app.add_option("--size", o.size,
+                 "the model of the size ladder: seed (default), middle (8 layers, d_model 512, batch 8 x 256) or "
+                 "gpt2-small (12 layers, d_model 768, batch 8 x 512)")
+      ->check(CLI::IsMember(capstep::nn::LmConfig::preset_names()));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -33,6 +37,7 @@ int main(int argc, char** argv) {
   }
   o.tf32 = !no_tf32;
   try {
+    if (!o.size.empty()) o.model = capstep::nn::LmConfig::preset(o.size);
     capstep::lanes::Report r = capstep::lanes::run(o);
     if (json) std::cout << capstep::lanes::to_json(r) << '\n';
     else capstep::lanes::print(r, std::cout);

@@ -30,6 +30,7 @@ struct Options {
   optim::Precision precision = optim::Precision::f32;
   bool fused_attention = false;  // fuse_attention (trace.h) on the loss program of every lane
   std::string text_path;   // empty: the built-in corpus
+  std::string size;        // the ladder's name of `model` (nn::LmConfig::preset), for the report; empty: none
   std::string only;        // empty: every lane; "1", "1f", "2" or "3": that lane alone
                            // (the others skip, "not selected"), e.g. to time one lane's CPU
   void validate() const;
@@ -43,6 +44,8 @@ struct Lane {
   std::vector<double> step_ms;       // one per step
   double median_ms = 0;
   double max_rel_vs_host = 0;        // GPU lanes: largest relative loss difference from [1]
+  size_t device_bytes = 0;           // GPU lanes: every device buffer the step's executable holds
+  std::string kernels;               // GPU lanes: cuda::Executable::describe_launches()
 };
 
 struct Report {
@@ -53,6 +56,8 @@ struct Report {
   std::string precision = "f32";     // optim::precision_name
   int steps = 0;
   int warmup = 0;
+  std::string size;                  // Options::size
+  int64_t tokens_per_step = 0;       // batch x seq
   std::vector<Lane> lanes;           // always four: [1], [2], [3], [1f]
 };
 

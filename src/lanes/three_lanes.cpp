@@ -157,6 +157,8 @@ void lane_host_fused(const Options& o, const Start& s, const Program& fused, Lan
 
 void lane_gpu_host_adamw(const Options& o, const Start& s, const Program& grad_prog, Lane& lane) {
   cuda::Executable exe(grad_prog, {o.tf32, true});
+  lane.device_bytes = exe.device_bytes();
+  lane.kernels = exe.describe_launches();
   std::vector<Array> ins(grad_prog.inputs.size());
   host_adamw_lane(o, s, lane, [&](std::vector<Array>& p, Array& tokens, Array& targets, std::vector<Array>& outs) {
     // Every parameter goes up, every gradient comes down: that is this lane.
@@ -169,6 +171,8 @@ void lane_gpu_host_adamw(const Options& o, const Start& s, const Program& grad_p
 
 void lane_gpu_fused(const Options& o, const Start& s, const Program& fused, Lane& lane) {
   cuda::Executable exe(fused, {o.tf32, true});
+  lane.device_bytes = exe.device_bytes();
+  lane.kernels = exe.describe_launches();
   const int n = static_cast<int>(s.params.size());
   const int tok_in = fused.input_index("tokens"), tgt_in = fused.input_index("targets");
   int sc_in[4];
@@ -237,6 +241,8 @@ Report run(const Options& o) {
   r.precision = optim::precision_name(o.precision);
   r.steps = o.steps;
   r.warmup = o.warmup;
+  r.size = o.size;
+  r.tokens_per_step = o.model.batch * o.model.seq;
   r.lanes.resize(4);
   r.lanes[0].label = "[1] host";
   r.lanes[1].label = "[2] GPU, AdamW on the host";
@@ -311,18 +317,26 @@ void print(const Report& r, std::ostream& out) {
     }
     out << '\n';
   }
-  if (r.lanes[1].ran || r.lanes[2].ran)
+  if (r.lanes[1].ran || r.lanes[2].ran) {
     out << "GPU: " << r.device << "; f32 dots " << (r.tf32 ? "of cuBLAS(Lt) in TF32, generated ones in f32" : "in full f32") << '\n';
+    for (const Lane* l : {&r.lanes[1], &r.lanes[2]})
+      if (l->ran) {
+        std::snprintf(buf, sizeof buf, "%s: %.1f MiB of device memory; ", l->label.substr(0, 3).c_str(),
+                      static_cast<double>(l->device_bytes) / (1 << 20));
+        out << buf << l->kernels << '\n';
+      }
+  }
   std::snprintf(buf, sizeof buf, "\nmedian step (of %d, after %d warm-up)", r.steps, r.warmup);
   out << buf << '\n';
-  std::snprintf(buf, sizeof buf, "%-33s%10s%10s", "", "ms", "vs [1]");
+  std::snprintf(buf, sizeof buf, "%-33s%10s%10s%12s", "", "ms", "vs [1]", "tokens/s");
   out << buf << '\n';
   for (const Lane* lp : print_order(r)) {
     const Lane& l = *lp;
+    const double tps = l.median_ms > 0 ? static_cast<double>(r.tokens_per_step) / (l.median_ms / 1e3) : 0;
     if (l.ran && h.ran) {
-      std::snprintf(buf, sizeof buf, "%-33s%10.3f%9.1f\u00d7", l.label.c_str(), l.median_ms, h.median_ms / l.median_ms);
+      std::snprintf(buf, sizeof buf, "%-33s%10.3f%9.1f\u00d7%12.0f", l.label.c_str(), l.median_ms, h.median_ms / l.median_ms, tps);
     } else if (l.ran) {
-      std::snprintf(buf, sizeof buf, "%-33s%10.3f%10s", l.label.c_str(), l.median_ms, "-");
+      std::snprintf(buf, sizeof buf, "%-33s%10.3f%10s%12.0f", l.label.c_str(), l.median_ms, "-", tps);
     } else {
       std::snprintf(buf, sizeof buf, "%-33s%10s", l.label.c_str(), "skipped");
     }
@@ -349,6 +363,8 @@ std::string to_json(const Report& r) {
   j["precision"] = r.precision;
   j["steps"] = r.steps;
   j["warmup"] = r.warmup;
+  if (!r.size.empty()) j["size"] = r.size;
+  j["tokens_per_step"] = r.tokens_per_step;
   for (const Lane& l : r.lanes) {
     nlohmann::json x;
     x["label"] = l.label;
@@ -358,6 +374,11 @@ std::string to_json(const Report& r) {
       x["step_ms"] = l.step_ms;
       x["median_ms"] = l.median_ms;
       x["max_rel_vs_host"] = l.max_rel_vs_host;
+      x["tokens_per_s"] = l.median_ms > 0 ? static_cast<double>(r.tokens_per_step) / (l.median_ms / 1e3) : 0.0;
+      if (!l.kernels.empty()) {
+        x["device_bytes"] = l.device_bytes;
+        x["kernels"] = l.kernels;
+      }
     } else {
       x["skipped"] = l.skipped;
     }
