@@ -507,7 +507,9 @@ TEST(Bf16Training, GpuLanesRefuseBf16AndTheBenchSaysWhy) {
   EXPECT_FALSE(r.lanes[1].ran);
   EXPECT_FALSE(r.lanes[2].ran);
   std::string why;
-  if (cuda::available(&why)) EXPECT_THAT(r.lanes[2].skipped, ::testing::HasSubstr("no bf16 kernels"));
+  if (cuda::available(&why)) {
+    EXPECT_THAT(r.lanes[2].skipped, ::testing::HasSubstr("no bf16 kernels"));
+  }
   EXPECT_THAT(lanes::to_json(r), ::testing::HasSubstr("\"precision\": \"bf16\""));
 }
 
