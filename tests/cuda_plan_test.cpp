@@ -36,13 +36,17 @@ std::vector<Array> seed_inputs(const Program& p) {
 }
 
 
-TEST(CudaPlan, SeedGradientThroughThePlanAgreesWithHostAndOldPath) {
-  std::string why;
-  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+Program seed_gradient_program() {
   const nn::LmConfig c;
   std::vector<std::string> names;
   for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
-  const Program p = value_and_grad(nn::lm_loss_program(c), names);
+  return value_and_grad(nn::lm_loss_program(c), names);
+}
+
+TEST(CudaPlan, SeedGradientThroughThePlanAgreesWithHostAndOldPath) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  const Program p = seed_gradient_program();
   const std::vector<Array> in = seed_inputs(p);
   const std::vector<Array> want = host::run(p, in);
   cuda::Options planned;
@@ -84,10 +88,7 @@ TEST(CudaPlan, SeedGradientThroughThePlanAgreesWithHostAndOldPath) {
 TEST(CudaPlan, PersistentKernelAgreesWithThePlanAndTheHost) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
-  const nn::LmConfig c;
-  std::vector<std::string> names;
-  for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
-  const Program p = value_and_grad(nn::lm_loss_program(c), names);
+  const Program p = seed_gradient_program();
   const std::vector<Array> in = seed_inputs(p);
   const std::vector<Array> want = host::run(p, in);
   cuda::Options planned;

@@ -106,6 +106,14 @@ Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
   m.opt = o;
   verify(m.prog);
   CAPSTEP_CU(cudaSetDevice(0));
+  // Generated code the compiler or the device refuses: say why on stderr (and
+  // in describe_launches()), unload what was loaded, and go on without it.
+  auto refused = [&](const Error& ex, const char* what, cudaLibrary_t& lib) {
+    std::fprintf(stderr, "capstep cuda: %s for program \"%s\": %s\n", what, m.prog.name.c_str(), ex.what());
+    (void)cudaGetLastError();
+    if (lib) (void)cudaLibraryUnload(lib);
+    lib = nullptr;
+  };
   if (m.opt.fuse) {
     // Generated code is new code: when NVRTC or the loader refuses it, the
     // program still runs, one kernel per equation, and says why on stderr
@@ -117,11 +125,7 @@ Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
       m.compile_kernels();
     } catch (const Error& ex) {
       m.fuse_failure = ex.what();
-      std::fprintf(stderr, "capstep cuda: no fused kernels for program \"%s\", running one kernel per equation: %s\n",
-                   m.prog.name.c_str(), ex.what());
-      (void)cudaGetLastError();
-      if (m.loop_lib) (void)cudaLibraryUnload(m.loop_lib);
-      m.loop_lib = nullptr;
+      refused(ex, "no fused kernels (running one kernel per equation)", m.loop_lib);
       m.source_kernel.clear();
       m.opt.fuse = false;
     }
@@ -131,11 +135,7 @@ Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
       m.compile_persistent();
     } catch (const Error& ex) {
       m.persist_failure = ex.what();
-      std::fprintf(stderr, "capstep cuda: no persistent kernel for program \"%s\", launching the plan's kernels: %s\n",
-                   m.prog.name.c_str(), ex.what());
-      (void)cudaGetLastError();
-      if (m.persist_lib) (void)cudaLibraryUnload(m.persist_lib);
-      m.persist_lib = nullptr;
+      refused(ex, "no persistent kernel (launching the plan's kernels)", m.persist_lib);
       m.persist_kernel = nullptr;
     }
   }
