@@ -10,12 +10,14 @@
 #include <string>
 
 #include "backend/host/memory_plan.h"
+#include "backend/host/reduce_combine.h"
 #include "ir/scalar_math.h"
 
 namespace capstep::host {
 namespace {
 
 using plan::GroupKind;
+using plan::row_broadcast;
 
 size_t align_up(size_t n) { return (n + 63) / 64 * 64; }
 
@@ -29,63 +31,6 @@ bool prefix_axes(const std::vector<int64_t>& dims) {
   for (size_t j = 0; j < dims.size(); ++j)
     if (dims[j] != static_cast<int64_t>(j)) return false;
   return !dims.empty();
-}
-
-// broadcast_in_dim of a row value onto the leading axes of its result:
-// element i reads row i / C (as in plan/fusion.cpp).
-bool row_broadcast(const Program& p, const Eqn& e) {
-  const Shape& in = p.type(e.inputs[0]).shape;
-  const Shape& out = p.type(e.out).shape;
-  if (in.size() > out.size()) return false;
-  for (size_t a = 0; a < in.size(); ++a)
-    if (e.attrs.dims[a] != static_cast<int64_t>(a) || in[a] != out[a]) return false;
-  return true;
-}
-
-// dst[0, count) = the elements [begin, begin + count) of the row-major walk v
-// over src (strided_copy on a sub-range).
-template <class E>
-void strided_range(const StridedView& v, const E* __restrict src, int64_t begin, int64_t count, E* __restrict dst) {
-  if (count <= 0) return;
-  if (v.rank == 0) {
-    dst[0] = src[0];
-    return;
-  }
-  const int r = v.rank;
-  int64_t idx[kMaxRank] = {};
-  int64_t off = 0, rest = begin;
-  for (int a = r - 1; a >= 0; --a) {
-    idx[a] = rest % v.size[a];
-    rest /= v.size[a];
-    off += idx[a] * v.stride[a];
-  }
-  const int64_t inner = v.size[r - 1], is = v.stride[r - 1];
-  while (count > 0) {
-    const int64_t j0 = idx[r - 1];
-    const int64_t n = std::min(inner - j0, count);
-    const E* s = src + off;
-    if (is == 1) {
-      std::memcpy(dst, s, static_cast<size_t>(n) * sizeof(E));
-    } else if (is == 0) {
-      const E x = s[0];
-      for (int64_t j = 0; j < n; ++j) dst[j] = x;
-    } else {
-      for (int64_t j = 0; j < n; ++j) dst[j] = s[j * is];
-    }
-    dst += n;
-    count -= n;
-    off -= j0 * is;
-    idx[r - 1] = 0;
-    next_outer(v, idx, off);
-  }
-}
-
-void strided_range_bytes(const StridedView& v, size_t esz, const void* src, int64_t begin, int64_t count, void* dst) {
-  switch (esz) {
-    case 1: strided_range(v, static_cast<const uint8_t*>(src), begin, count, static_cast<uint8_t*>(dst)); return;
-    case 4: strided_range(v, static_cast<const uint32_t*>(src), begin, count, static_cast<uint32_t*>(dst)); return;
-    case 8: strided_range(v, static_cast<const uint64_t*>(src), begin, count, static_cast<uint64_t*>(dst)); return;
-  }
 }
 
 // dst[r * C + j] = src[r] for rows [0, rows).
@@ -104,24 +49,6 @@ void row_fill_bytes(size_t esz, const void* src, int64_t rows, int64_t C, void* 
     case 4: row_fill(static_cast<const uint32_t*>(src), rows, C, static_cast<uint32_t*>(dst)); return;
     case 8: row_fill(static_cast<const uint64_t*>(src), rows, C, static_cast<uint64_t*>(dst)); return;
   }
-}
-
-// The unfused reduce's combine and identity (kernels_layout.cpp), repeated so
-// that a column's reduction accumulates row by row across tiles in the same
-// order.
-template <class T, bool Max>
-inline T combine(T acc, T x) {
-  if constexpr (Max) return scalar::maximum<T>(acc, x);
-  else if constexpr (std::is_same_v<T, int32_t>)
-    return static_cast<int32_t>(static_cast<uint32_t>(acc) + static_cast<uint32_t>(x));
-  else return scalar::add<T>(acc, x);
-}
-
-template <class T, bool Max>
-constexpr T identity() {
-  if constexpr (!Max) return T(0);
-  else if constexpr (std::numeric_limits<T>::has_infinity) return -std::numeric_limits<T>::infinity();
-  else return std::numeric_limits<T>::lowest();
 }
 
 // out[j] (K of them) combined with rows [0, rows) of in; first: out starts at the identity.

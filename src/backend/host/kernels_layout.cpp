@@ -9,6 +9,7 @@
 
 #include <type_traits>
 
+#include "backend/host/reduce_combine.h"
 #include "backend/host/step.h"
 #include "ir/bf16.h"
 #include "ir/scalar_math.h"
@@ -20,21 +21,6 @@ template <class E>
 void k_strided(const Step& s, void* const* p) {
   if (s.n == 0) return;
   strided_copy(s.view, static_cast<const E*>(p[s.in[0]]), static_cast<E*>(p[s.out]));
-}
-
-template <class T, bool Max>
-inline T combine(T acc, T x) {
-  if constexpr (Max) return scalar::maximum<T>(acc, x);
-  else if constexpr (std::is_same_v<T, int32_t>)  // wraps, as XLA does, instead of overflow UB
-    return static_cast<int32_t>(static_cast<uint32_t>(acc) + static_cast<uint32_t>(x));
-  else return scalar::add<T>(acc, x);
-}
-
-template <class T, bool Max>
-constexpr T identity() {
-  if constexpr (!Max) return T(0);
-  else if constexpr (std::numeric_limits<T>::has_infinity) return -std::numeric_limits<T>::infinity();
-  else return std::numeric_limits<T>::lowest();
 }
 
 // Walks the input row-major; view.stride[a] is the output stride of input axis

@@ -38,14 +38,19 @@ StridedView make_view(const std::vector<int64_t>& size, const std::vector<int64_
   return v;
 }
 
-void strided_copy_bytes(const StridedView& v, size_t elem_bytes, const void* src, void* dst) {
+void strided_range_bytes(const StridedView& v, size_t elem_bytes, const void* src, int64_t begin, int64_t count,
+                         void* dst) {
   switch (elem_bytes) {
-    case 1: strided_copy(v, static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst)); return;
-    case 2: strided_copy(v, static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst)); return;
-    case 4: strided_copy(v, static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst)); return;
-    case 8: strided_copy(v, static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst)); return;
+    case 1: strided_range(v, static_cast<const uint8_t*>(src), begin, count, static_cast<uint8_t*>(dst)); return;
+    case 2: strided_range(v, static_cast<const uint16_t*>(src), begin, count, static_cast<uint16_t*>(dst)); return;
+    case 4: strided_range(v, static_cast<const uint32_t*>(src), begin, count, static_cast<uint32_t*>(dst)); return;
+    case 8: strided_range(v, static_cast<const uint64_t*>(src), begin, count, static_cast<uint64_t*>(dst)); return;
     default: throw Error("strided copy: unsupported element width " + std::to_string(elem_bytes));
   }
+}
+
+void strided_copy_bytes(const StridedView& v, size_t elem_bytes, const void* src, void* dst) {
+  strided_range_bytes(v, elem_bytes, src, 0, v.numel(), dst);
 }
 
 }  // namespace capstep::host

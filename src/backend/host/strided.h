@@ -7,6 +7,7 @@
 // after collapsing, a plain copy is rank 1 with stride 1.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -53,36 +54,54 @@ inline void next_outer(const StridedView& v, int64_t* idx, int64_t& off) {
   }
 }
 
-// dst[0..n) (row-major over v) = src[offset(v)]. E is a storage type of the
-// element's width (uint8_t, uint16_t, uint32_t, uint64_t): copying never looks at values.
+// dst[0, count) = the elements [begin, begin + count) of the row-major walk v
+// over src (dst[k] = src[offset of element begin + k]). E is a storage type of
+// the element's width (uint8_t, uint16_t, uint32_t, uint64_t): copying never
+// looks at values.
 template <class E>
-void strided_copy(const StridedView& v, const E* __restrict src, E* __restrict dst) {
+void strided_range(const StridedView& v, const E* __restrict src, int64_t begin, int64_t count, E* __restrict dst) {
+  if (count <= 0) return;
   if (v.rank == 0) {
     dst[0] = src[0];
     return;
   }
   const int r = v.rank;
-  const int64_t inner = v.size[r - 1], is = v.stride[r - 1];
-  if (inner == 0) return;
-  int64_t outer = 1;
-  for (int a = 0; a < r - 1; ++a) outer *= v.size[a];
   int64_t idx[kMaxRank] = {};
-  int64_t off = 0;
-  for (int64_t o = 0; o < outer; ++o) {
+  int64_t off = 0, rest = begin;
+  for (int a = r - 1; a >= 0; --a) {
+    idx[a] = rest % v.size[a];
+    rest /= v.size[a];
+    off += idx[a] * v.stride[a];
+  }
+  const int64_t inner = v.size[r - 1], is = v.stride[r - 1];
+  while (count > 0) {
+    const int64_t j0 = idx[r - 1];
+    const int64_t n = std::min(inner - j0, count);
     const E* s = src + off;
     if (is == 1) {
-      std::memcpy(dst, s, static_cast<size_t>(inner) * sizeof(E));
+      std::memcpy(dst, s, static_cast<size_t>(n) * sizeof(E));
     } else if (is == 0) {
       const E x = s[0];
-      for (int64_t j = 0; j < inner; ++j) dst[j] = x;
+      for (int64_t j = 0; j < n; ++j) dst[j] = x;
     } else {
-      for (int64_t j = 0; j < inner; ++j) dst[j] = s[j * is];
+      for (int64_t j = 0; j < n; ++j) dst[j] = s[j * is];
     }
-    dst += inner;
+    dst += n;
+    count -= n;
+    off -= j0 * is;
+    idx[r - 1] = 0;
     next_outer(v, idx, off);
   }
 }
 
+// dst[0..n) (row-major over v) = src[offset(v)]: the whole walk.
+template <class E>
+void strided_copy(const StridedView& v, const E* __restrict src, E* __restrict dst) {
+  strided_range(v, src, 0, v.numel(), dst);
+}
+
+// Dispatch strided_range on an element width in bytes (1, 2, 4 or 8).
+void strided_range_bytes(const StridedView& v, size_t elem_bytes, const void* src, int64_t begin, int64_t count, void* dst);
 // Dispatches strided_copy on an element width in bytes (1, 2, 4 or 8).
 void strided_copy_bytes(const StridedView& v, size_t elem_bytes, const void* src, void* dst);
 

@@ -72,8 +72,8 @@ Geometry merged(const Geometry& a, const Geometry& b) {
   return a.kind == b.kind && a.n == b.n && a.small == b.small ? a : Geometry{};
 }
 
-// broadcast_in_dim of a row value (shape P) onto the leading axes of its
-// result: element i reads row i / C.
+}  // namespace
+
 bool row_broadcast(const Program& p, const Eqn& e) {
   const Shape& in = p.type(e.inputs[0]).shape;
   const Shape& out = p.type(e.out).shape;
@@ -82,6 +82,8 @@ bool row_broadcast(const Program& p, const Eqn& e) {
     if (e.attrs.dims[a] != static_cast<int64_t>(a) || in[a] != out[a]) return false;
   return true;
 }
+
+namespace {
 
 struct UnionFind {
   std::vector<int> parent;

@@ -105,6 +105,10 @@ struct Fused {
   std::string summary() const; // "839 equations: 700 launches -> 210 (120 loop groups, ...)"
 };
 
+// Whether broadcast_in_dim equation e puts a row value (shape P) onto the
+// leading axes of its result, so that element i reads row i / C.
+bool row_broadcast(const Program& p, const Eqn& e);
+
 // Whether a member of a fused group (of that geometry) is a "full" member
 // (N elements) rather than a row / kept-element one.
 bool is_full_member(const Program& p, const Group& g, int eqn);
