@@ -21,6 +21,7 @@
 #include "capstep/checkpoint.h"
 #include "capstep/data.h"
 
+#include "process_util.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -30,14 +31,7 @@ using namespace capstep::test;
 
 namespace {
 
-// $CAPSTEP_BINARY_DIR/capstep; without the variable, beside this test binary
-// (both are built at the top of the build tree).
-std::string binary() {
-  if (const char* dir = std::getenv("CAPSTEP_BINARY_DIR"); dir && *dir) return std::string(dir) + "/capstep";
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? "" : (self.parent_path() / "capstep").string();
-}
+std::string binary() { return capstep_binary(); }
 
 #define NEED_BINARY()                                                                       \
   do {                                                                                      \
@@ -57,19 +51,7 @@ bool have_gnuplot() {
 pid_t spawn(const std::vector<std::string>& args, const std::string& out, const std::string& err) {
   std::vector<std::string> all = {binary()};
   all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) throw std::runtime_error("cannot start " + binary());
-  return pid;
+  return spawn_process(all, out, err);
 }
 
 // Waits until `path` contains `text` (a child's progress); false after 60 s.
@@ -82,11 +64,6 @@ bool wait_for_text(const std::string& path, const std::string& text) {
   return false;
 }
 
-struct Outcome {
-  int code = -1;
-  std::string out, err;
-};
-
 Outcome run(const std::vector<std::string>& args) {
   TempDir io;
   const pid_t pid = spawn(args, io.file("out"), io.file("err"));
@@ -97,13 +74,6 @@ Outcome run(const std::vector<std::string>& args) {
   r.out = slurp(io.file("out"));
   r.err = slurp(io.file("err"));
   return r;
-}
-
-std::vector<std::string> lines_of(const std::string& s) {
-  std::vector<std::string> v;
-  std::stringstream in(s);
-  for (std::string l; std::getline(in, l);) v.push_back(l);
-  return v;
 }
 
 // A small well-formedness check of XML: tags balance, attribute values are
@@ -646,8 +616,8 @@ TEST(Cli, FusedAttentionInShowExportAndTrain) {
   ASSERT_EQ(rows[1].size(), 7u);
   for (size_t k = 1; k < rows[0].size(); ++k) {
     double a = NAN, b = NAN;
-    ASSERT_EQ(std::sscanf(rows[0][k].c_str(), "%*ld,%lf", &a), 1) << rows[0][k];
-    ASSERT_EQ(std::sscanf(rows[1][k].c_str(), "%*ld,%lf", &b), 1) << rows[1][k];
+    ASSERT_EQ(std::sscanf(rows[0][k].c_str(), "%*[^,],%lf", &a), 1) << rows[0][k];
+    ASSERT_EQ(std::sscanf(rows[1][k].c_str(), "%*[^,],%lf", &b), 1) << rows[1][k];
     EXPECT_NEAR(b, a, 1e-5 * std::fabs(a)) << "step " << k;  // f32 rounding, six steps of AdamW
   }
 }

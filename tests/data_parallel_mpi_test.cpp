@@ -32,6 +32,7 @@
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "capstep/stablehlo.h"
+#include "process_util.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -41,12 +42,7 @@ using namespace capstep::test;
 
 namespace {
 
-std::string binary() {
-  if (const char* dir = std::getenv("CAPSTEP_BINARY_DIR"); dir && *dir) return std::string(dir) + "/capstep";
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? "" : (self.parent_path() / "capstep").string();
-}
+std::string binary() { return capstep_binary(); }
 
 #ifdef CAPSTEP_HAVE_MPI
 #define NEED_MPI()                                                                              \
@@ -72,14 +68,6 @@ pid_t spawn(int ranks, const std::vector<std::string>& args, const std::string& 
     all = {binary(), "train"};
   }
   all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   // The sanitizer build (scripts/test: detect_leaks=1): OpenMPI keeps
   // allocations until exit in plugins it has unloaded by then, so LeakSanitizer
   // reports them from "<unknown module>" (about 116 kB in 3300 allocations per
@@ -98,17 +86,8 @@ pid_t spawn(int ranks, const std::vector<std::string>& args, const std::string& 
   std::vector<char*> envp;
   for (std::string& e : env_s) envp.push_back(e.data());
   envp.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) throw std::runtime_error(std::string("cannot start ") + argv[0]);
-  return pid;
+  return spawn_process(all, out, err, envp.data());
 }
-
-struct Outcome {
-  int code = -1;
-  std::string out, err;
-};
 
 // Waits for pid at most `limit` seconds (a hang guard: a hung job is killed
 // and reported as code -2, so the suite never waits forever).
@@ -177,13 +156,6 @@ double max_relative_difference(const Checkpoint& a, const Checkpoint& b, std::st
     worst = std::max(worst, diff / scale);
   }
   return worst;
-}
-
-std::vector<std::string> lines_of(const std::string& s) {
-  std::vector<std::string> v;
-  std::stringstream in(s);
-  for (std::string l; std::getline(in, l);) v.push_back(l);
-  return v;
 }
 
 bool same_bits(const std::vector<NamedArray>& a, const std::vector<NamedArray>& b) {
