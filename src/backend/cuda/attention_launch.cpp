@@ -15,15 +15,8 @@ cudaKernel_t Executable::Impl::attention_kernel(const std::string& name) {
     std::vector<Type> qs;
     for (const Eqn& e : prog.eqns)
       if (e.op == Op::attention || e.op == Op::attention_grad) qs.push_back(prog.type(e.inputs[0]));
-    int major = 0, minor = 0;
-    CAPSTEP_CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-    CAPSTEP_CU(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
-    const std::string arch = nvrtc_arch_for(major, minor);
-    const NvrtcResult r = compile_cached(plan::attention_module_source(qs), arch,
-                                        "the attention kernels of program \"" + prog.name + "\"");
-    nvrtc_seconds += r.seconds;
-    CAPSTEP_CU(cudaLibraryLoadData(&attn_lib, r.image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
-               "(loading the attention kernels of program \"" + prog.name + "\", compiled for " + arch + ")");
+    load_generated(plan::attention_module_source(qs), "the attention kernels of program \"" + prog.name + "\"",
+                   attn_lib);
   }
   auto it = attn_kernel.find(name);
   if (it != attn_kernel.end()) return it->second;

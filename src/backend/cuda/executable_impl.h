@@ -78,6 +78,9 @@ struct Executable::Impl {
   char* value_addr(int value) const { return addr(kp.memory.values[static_cast<size_t>(value)].loc); }
   void* device_alloc(size_t bytes, const char* what);
   std::string eqn_what(int eqn) const;    // "equation 12 (%15 = dot_general(...) ...)"
+  // fused_launch.cpp: compile `source` with NVRTC for this device (cached per
+  // process) and load it into lib; `what` names it in errors.
+  void load_generated(const std::string& source, const std::string& what, cudaLibrary_t& lib);
   void compile_kernels();                 // fused_launch.cpp: NVRTC, then load
   void point_error_flag();                // fused_launch.cpp: the kernels' capstep_err -> d_err
   void compile_persistent();              // fused_launch.cpp: the persistent kernel, its grid

@@ -37,18 +37,22 @@ NvrtcResult compile_cached(const std::string& source, const std::string& arch, c
   return r;
 }
 
-void Executable::Impl::compile_kernels() {
-  const std::vector<plan::KernelSource>& ks = kp.sources;
-  source_kernel.assign(ks.size(), nullptr);
-  if (ks.empty()) return;
+void Executable::Impl::load_generated(const std::string& source, const std::string& what, cudaLibrary_t& lib) {
   int major = 0, minor = 0;
   CAPSTEP_CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
   CAPSTEP_CU(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
   const std::string arch = nvrtc_arch_for(major, minor);
-  const NvrtcResult r = compile_cached(plan::kernel_module_source(ks), arch, "program \"" + prog.name + "\"");
-  nvrtc_seconds = r.seconds;
-  CAPSTEP_CU(cudaLibraryLoadData(&loop_lib, r.image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
-             "(loading the fused kernels of program \"" + prog.name + "\", compiled for " + arch + ")");
+  const NvrtcResult r = compile_cached(source, arch, what);
+  nvrtc_seconds += r.seconds;
+  CAPSTEP_CU(cudaLibraryLoadData(&lib, r.image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+             "(loading " + what + ", compiled for " + arch + ")");
+}
+
+void Executable::Impl::compile_kernels() {
+  const std::vector<plan::KernelSource>& ks = kp.sources;
+  source_kernel.assign(ks.size(), nullptr);
+  if (ks.empty()) return;
+  load_generated(plan::kernel_module_source(ks), "the fused kernels of program \"" + prog.name + "\"", loop_lib);
   for (size_t k = 0; k < ks.size(); ++k)
     CAPSTEP_CU(cudaLibraryGetKernel(&source_kernel[k], loop_lib, ks[k].name.c_str()),
                "(finding fused kernel " + ks[k].name + ")");
@@ -82,18 +86,12 @@ void Executable::Impl::point_error_flag() {
 
 void Executable::Impl::compile_persistent() {
   persist_source = plan::persistent_kernel_source(kp);  // Error naming what is not a generated kernel
-  int major = 0, minor = 0, sms = 0, cooperative = 0;
-  CAPSTEP_CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-  CAPSTEP_CU(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  int sms = 0, cooperative = 0;
   CAPSTEP_CU(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   CAPSTEP_CU(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, 0));
   if (!cooperative) throw Error("the device does not support cooperative launches");
-  const std::string arch = nvrtc_arch_for(major, minor);
-  const NvrtcResult r =
-      compile_cached(plan::kernel_module_source({persist_source}), arch, "persistent kernel of program \"" + prog.name + "\"");
-  nvrtc_seconds += r.seconds;
-  CAPSTEP_CU(cudaLibraryLoadData(&persist_lib, r.image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
-             "(loading the persistent kernel of program \"" + prog.name + "\")");
+  load_generated(plan::kernel_module_source({persist_source}), "the persistent kernel of program \"" + prog.name + "\"",
+                 persist_lib);
   CAPSTEP_CU(cudaLibraryGetKernel(&persist_kernel, persist_lib, persist_source.name.c_str()),
              "(finding the persistent kernel)");
   // Every block must be resident at once, or the grid barrier never opens:

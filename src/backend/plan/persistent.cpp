@@ -35,14 +35,15 @@ KernelSource persistent_kernel_source(const KernelPlan& kp) {
   KernelSource k;
   k.name = "capstep_persistent";
   std::map<int, std::string> name;
-  for (int pass = 0; pass < 2; ++pass)
+  for (int pass = 0; pass < 2; ++pass) {
     for (const KernelSource* s : phases)
       for (int x : s->params) {
         if (name.count(x) || (written.count(x) != 0) != (pass == 1)) continue;
         name[x] = std::string("q").append(std::to_string(k.params.size()));
         k.params.push_back(x);
       }
-  k.n_inputs = static_cast<int>(std::count_if(k.params.begin(), k.params.end(), [&](int x) { return !written.count(x); }));
+    if (pass == 0) k.n_inputs = static_cast<int>(k.params.size());
+  }
 
   std::ostringstream s;
   // The grid barrier: every block's thread 0 reads the generation, arrives on
