@@ -1,6 +1,9 @@
 // AdamW on the host, and the scalars both forms share.
+#include <algorithm>
 #include <cmath>
 
+#include "backend/host/parallel.h"
+#include "backend/host/step.h"
 #include "capstep/optim.h"
 
 namespace capstep::optim {
@@ -25,21 +28,40 @@ AdamWScalars adamw_scalars(const AdamW& o, int64_t step, double lr) {
           static_cast<float>(1.0 / (1.0 - std::pow(o.beta2, t))), static_cast<float>(1.0 - lr * o.weight_decay)};
 }
 
-void adamw_update(const AdamW& o, const AdamWScalars& s, float* p, const float* g, float* m, float* v, int64_t n) {
-  // The same constants, in the same precision, as with_adamw bakes into its program.
-  const float b1 = static_cast<float>(o.beta1), c1 = static_cast<float>(1.0 - o.beta1);
-  const float b2 = static_cast<float>(o.beta2), c2 = static_cast<float>(1.0 - o.beta2);
-  const float eps = static_cast<float>(o.eps);
+namespace {
+
+struct AdamWConstants {
+  float b1, c1, b2, c2, eps;
+};
+
+CAPSTEP_HOST_CLONES void adamw_range(const AdamWConstants& k, const AdamWScalars& s, float* __restrict p,
+                                     const float* __restrict g, float* __restrict m, float* __restrict v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i];
-    const float mi = b1 * m[i] + c1 * gi;
-    const float vi = b2 * v[i] + c2 * (gi * gi);
+    const float mi = k.b1 * m[i] + k.c1 * gi;
+    const float vi = k.b2 * v[i] + k.c2 * (gi * gi);
     m[i] = mi;
     v[i] = vi;
-    p[i] = p[i] * s.decay - s.lr * ((mi * s.bc1) / (std::sqrt(vi * s.bc2) + eps));
+    p[i] = p[i] * s.decay - s.lr * ((mi * s.bc1) / (std::sqrt(vi * s.bc2) + k.eps));
   }
 }
 
+}  // namespace
+
+void adamw_update(const AdamW& o, const AdamWScalars& s, float* p, const float* g, float* m, float* v, int64_t n) {
+  // The same constants, in the same precision, as with_adamw bakes into its program.
+  const AdamWConstants k{static_cast<float>(o.beta1), static_cast<float>(1.0 - o.beta1), static_cast<float>(o.beta2),
+                         static_cast<float>(1.0 - o.beta2), static_cast<float>(o.eps)};
+  // Elementwise, so the parts (of at least 16384 elements) that the host's
+  // threads share do not change a result.
+  const int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(host::host_threads(), n / 16384)));
+  if (parts == 1) return adamw_range(k, s, p, g, m, v, n);
+  host::parallel_parts(parts, [&](int i) {
+    int64_t b = 0, e = 0;
+    host::part_range(n, parts, i, 16, b, e);
+    adamw_range(k, s, p + b, g + b, m + b, v + b, e - b);
+  });
+}
 void adamw_update(const AdamW& o, const AdamWScalars& s, Array& p, const Array& g, Array& m, Array& v) {
   const Type& t = p.type();
   if (t.dtype != DType::f32) throw Error("adamw_update: parameters must be f32, got " + t.str());

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/host/memory_plan.h"
+#include "backend/host/parallel.h"
 #include "backend/host/reduce_combine.h"
 #include "ir/scalar_math.h"
 
@@ -86,17 +87,18 @@ inline char* operand_ptr(const FusedOperand& o, void* const* slots, char* scratc
   return static_cast<char*>(slots[o.value]) + (o.small ? small_begin : full_begin) * static_cast<int64_t>(o.esz);
 }
 
-// One member on one tile: elements [fb, fb + fc) of the N domain, [sb, sb + sc)
-// of the small one.
-void run_member(FusedGroup& g, FusedMember& m, void* const* slots, int64_t fb, int64_t fc, int64_t sb, int64_t sc) {
-  char* scr = g.scratch;
+// One member on one tile of one part (its scratch scr): elements [fb, fb + fc)
+// of the N domain, [sb, sb + sc) of the small one.
+void run_member(FusedMember& m, int part, char* scr, void* const* slots, int64_t fb, int64_t fc, int64_t sb,
+                int64_t sc) {
+  Step& st = part == 0 ? m.step : m.part_steps[static_cast<size_t>(part - 1)];
   switch (m.kind) {
     case FusedMember::Kind::kernel: {
       void* q[4] = {nullptr, nullptr, nullptr, nullptr};
       for (int k = 0; k < m.nin; ++k) q[k] = operand_ptr(m.in[k], slots, scr, fb, sb);
       q[3] = operand_ptr(m.out, slots, scr, fb, sb);
-      m.step.n = m.small ? sc : fc;
-      m.step.fn(m.step, q);
+      st.n = m.small ? sc : fc;
+      st.fn(st, q);
       return;
     }
     case FusedMember::Kind::strided:
@@ -109,9 +111,9 @@ void run_member(FusedGroup& g, FusedMember& m, void* const* slots, int64_t fb, i
       return;
     case FusedMember::Kind::reduce_row: {
       void* q[4] = {operand_ptr(m.in[0], slots, scr, fb, sb), nullptr, nullptr, operand_ptr(m.out, slots, scr, fb, sb)};
-      m.step.n = sc;
-      m.step.n_in = fc;
-      m.step.fn(m.step, q);
+      st.n = sc;
+      st.n_in = fc;
+      st.fn(st, q);
       return;
     }
     case FusedMember::Kind::reduce_col:
@@ -178,7 +180,7 @@ bool host_fusable(const Program& p, const plan::Group& g, const std::vector<Step
 
 FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::vector<Step>& member_steps,
                              const std::vector<int>& root, const std::vector<char>& tile_resident,
-                             const std::vector<char>& splat, int64_t tile_elems) {
+                             const std::vector<char>& splat, int64_t tile_elems, int max_parts) {
   FusedGroup G;
   G.kind = g.kind;
   G.numel = g.numel;
@@ -311,21 +313,37 @@ FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::
     }
     G.members.push_back(std::move(m));
   }
+  // Parts: each at least kMinWork member-elements (a part's start costs
+  // about a microsecond; a member-element a nanosecond or less); col groups one.
+  constexpr int64_t kMinWork = 16384;
+  if (g.kind == GroupKind::loop || g.kind == GroupKind::row) {
+    const int64_t units = g.kind == GroupKind::loop ? g.numel : g.rows;
+    const int64_t work = g.numel * static_cast<int64_t>(G.members.size());
+    G.parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({max_parts, work / kMinWork, units})));
+  }
+  G.scratch_stride = align_up(G.scratch_bytes);
+  for (FusedMember& m : G.members) m.part_steps.assign(static_cast<size_t>(G.parts - 1), m.step);
   return G;
 }
 
-void run_fused_group(const Step& s, void* const* slots) {
-  FusedGroup& g = *static_cast<FusedGroup*>(s.group);
+namespace {
+
+// Part `part` of a loop or row group (all of a col group): its range of tiles,
+// on its own scratch.
+void run_part(FusedGroup& g, int part, void* const* slots) {
+  char* scr = g.scratch + static_cast<size_t>(part) * g.scratch_stride;
   const int64_t N = g.numel, T = g.tile;
   for (FusedMember& m : g.members)
-    if (m.hoisted) strided_range_bytes(m.view, m.out.esz, slots[m.in[0].value], 0, m.fill, g.scratch + m.out.tile_off);
+    if (m.hoisted) strided_range_bytes(m.view, m.out.esz, slots[m.in[0].value], 0, m.fill, scr + m.out.tile_off);
   switch (g.kind) {
     case GroupKind::row: {
       const int64_t C = g.cols;
-      for (int64_t r0 = 0; r0 < g.rows; r0 += T) {
-        const int64_t nr = std::min(T, g.rows - r0);
+      int64_t rb = 0, re = 0;
+      part_range(g.rows, g.parts, part, 1, rb, re);
+      for (int64_t r0 = rb; r0 < re; r0 += T) {
+        const int64_t nr = std::min(T, re - r0);
         for (FusedMember& m : g.members)
-          if (!m.hoisted) run_member(g, m, slots, r0 * C, nr * C, r0, nr);
+          if (!m.hoisted) run_member(m, part, scr, slots, r0 * C, nr * C, r0, nr);
       }
       return;
     }
@@ -334,20 +352,31 @@ void run_fused_group(const Step& s, void* const* slots) {
       for (int64_t i0 = 0; i0 < g.rows; i0 += T) {
         const int64_t nr = std::min(T, g.rows - i0);
         for (FusedMember& m : g.members)
-          if (!m.after && !m.hoisted) run_member(g, m, slots, i0 * K, nr * K, 0, 0);
+          if (!m.after && !m.hoisted) run_member(m, 0, scr, slots, i0 * K, nr * K, 0, 0);
       }
       for (FusedMember& m : g.members)
-        if (m.after) run_member(g, m, slots, 0, 0, 0, K);
+        if (m.after) run_member(m, 0, scr, slots, 0, 0, 0, K);
       return;
     }
-    default:
-      for (int64_t b = 0; b < N; b += T) {
-        const int64_t c = std::min(T, N - b);
+    default: {
+      int64_t eb = 0, ee = 0;
+      part_range(N, g.parts, part, T, eb, ee);
+      for (int64_t b = eb; b < ee; b += T) {
+        const int64_t c = std::min(T, ee - b);
         for (FusedMember& m : g.members)
-          if (!m.hoisted) run_member(g, m, slots, b, c, 0, 0);
+          if (!m.hoisted) run_member(m, part, scr, slots, b, c, 0, 0);
       }
       return;
+    }
   }
+}
+
+}  // namespace
+
+void run_fused_group(const Step& s, void* const* slots) {
+  FusedGroup& g = *static_cast<FusedGroup*>(s.group);
+  if (g.parts <= 1) return run_part(g, 0, slots);
+  parallel_parts(g.parts, [&](int part) { run_part(g, part, slots); });
 }
 
 }  // namespace capstep::host

@@ -52,6 +52,7 @@ struct FusedMember {
   int nin = 0;
   FusedOperand in[3], out;
   Step step;              // kernel: the interpreter's kernel and Step with in = {0,1,2}, out = 3; n per call
+  std::vector<Step> part_steps;  // copies of step for parts 1.. of the group (each sets its own n)
   StridedView view;       // strided: the source walk over the whole result; reduce_row: {R, C} strides {1, 0}
   int64_t cols = 0;       // row_bcast, reduce_row: C; reduce_col: K
   DType dtype = DType::f32;
@@ -65,8 +66,15 @@ struct FusedGroup {
   int64_t cols = 0;       // row: C; col: K
   int64_t tile = 0;       // loop: elements per tile; row/col: rows per tile
   std::vector<FusedMember> members;  // in equation order
+  // Loop and row groups run as `parts` ranges of tiles (parallel.h), each
+  // on its own scratch: part i's at scratch + i * scratch_stride. Elementwise
+  // members and row reductions give the same result for an element whichever
+  // range it falls in, so the results do not depend on the parts. Col groups
+  // (sums over rows) run as one part.
+  int parts = 1;
   char* scratch = nullptr;           // tile-resident values, set by the interpreter
-  size_t scratch_bytes = 0;
+  size_t scratch_bytes = 0;          // one part's
+  size_t scratch_stride = 0;         // scratch_bytes rounded up to cache lines
 };
 
 // Whether the equations [g.first, g.last] of p (a loop, row or col group)
@@ -81,9 +89,10 @@ void run_fused_group(const Step& s, void* const* slots);
 // interpreter built for equation d (kernel chosen, views planned), slot of
 // each value = its value id (aliases resolved through `root`); `tile_resident`
 // and `splat` (a splat constant) per root value; `tile_elems`: the tile size
-// in elements.
+// in elements; `max_parts`: the most parts a loop or row group may run as
+// (host_threads()).
 FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::vector<Step>& member_steps,
                              const std::vector<int>& root, const std::vector<char>& tile_resident,
-                             const std::vector<char>& splat, int64_t tile_elems);
+                             const std::vector<char>& splat, int64_t tile_elems, int max_parts = 1);
 
 }  // namespace capstep::host

@@ -40,6 +40,7 @@
 
 #include "backend/host/fused.h"
 #include "backend/host/memory_plan.h"
+#include "backend/host/parallel.h"
 #include "backend/host/step.h"
 #include "backend/plan/fusion.h"
 #include "ir/bf16.h"
@@ -494,7 +495,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
   }
 
   // ---- the fused groups' members and scratch tiles (one block: groups run
-  // one after another), then the Steps in order.
+  // one after another; a group's parts each have their own), then the Steps in order.
   // Splat constants: a tile reads the first elements of the static array
   // whatever its position (the same values), which stay in the cache.
   std::vector<char> splat(static_cast<size_t>(nv), 0);
@@ -505,8 +506,8 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
   for (size_t k = 0; k < groups.size(); ++k) {
     const plan::Group& g = *group_src[k];
     const std::vector<Step> members(built.begin() + g.first, built.begin() + g.last + 1);
-    *groups[k] = build_fused_group(ex, g, members, root, tile_resident, splat, opt.tile_elems);
-    tile_bytes = std::max(tile_bytes, groups[k]->scratch_bytes);
+    *groups[k] = build_fused_group(ex, g, members, root, tile_resident, splat, opt.tile_elems, host_threads());
+    tile_bytes = std::max(tile_bytes, groups[k]->scratch_stride * static_cast<size_t>(groups[k]->parts));
   }
   tiles = alloc_block(tile_bytes);
   for (auto& g : groups) g->scratch = static_cast<char*>(tiles.get());

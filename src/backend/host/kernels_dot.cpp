@@ -10,6 +10,7 @@
 #include <climits>
 
 #include "backend/host/gemm.h"
+#include "backend/host/parallel.h"
 #include "backend/host/step.h"
 #include "ir/bf16.h"
 
@@ -64,6 +65,31 @@ StridedView pack_view(const Shape& shape, const std::vector<int64_t>& strides, c
   return make_view(sz, st, what);
 }
 
+// The batch of GEMMs of d on a (A's matrices at a + a_off[i]), b, c, as
+// d.parts calls that the host's threads share.
+template <class T>
+void gemm_parts(const DotPlan& d, const T* a, const T* b, T* c) {
+  if (d.parts <= 1) {
+    gemm_batch(d.trans_a, d.trans_b, d.m, d.n, d.k, a, d.lda, d.a_off.data(), b, d.ldb, d.b_off.data(), c, d.batch);
+    return;
+  }
+  parallel_parts(d.parts, [&](int part) {
+    int64_t lo = 0, hi = 0;
+    if (d.batch > 1) {
+      part_range(d.batch, d.parts, part, 1, lo, hi);
+      if (hi > lo)
+        gemm_batch(d.trans_a, d.trans_b, d.m, d.n, d.k, a, d.lda, d.a_off.data() + lo, b, d.ldb, d.b_off.data() + lo,
+                   c + lo * d.m * d.n, hi - lo);
+      return;
+    }
+    part_range(d.m, d.parts, part, 8, lo, hi);
+    if (hi <= lo) return;
+    // rows [lo, hi) of op(A): of A's rows, or of its columns when it is stored transposed
+    const int64_t a_off = d.a_off[0] + (d.trans_a ? lo : lo * d.lda);
+    gemm_batch(d.trans_a, d.trans_b, hi - lo, d.n, d.k, a, d.lda, &a_off, b, d.ldb, d.b_off.data(), c + lo * d.n, 1);
+  });
+}
+
 template <class T>
 void k_dot(const Step& s, void* const* p) {
   const DotPlan& d = s.dot;
@@ -83,7 +109,7 @@ void k_dot(const Step& s, void* const* p) {
     strided_copy_bytes(d.b_view, sizeof(T), b, p[s.scratch[1]]);
     b = static_cast<const T*>(p[s.scratch[1]]);
   }
-  gemm_batch(d.trans_a, d.trans_b, d.m, d.n, d.k, a, d.lda, d.a_off.data(), b, d.ldb, d.b_off.data(), c, d.batch);
+  gemm_parts(d, a, b, c);
 }
 
 // The packing walk of strided_copy, widening bf16 to f32 (exact) on the way.
@@ -123,10 +149,17 @@ void k_dot_bf16(const Step& s, void* const* p) {
   float* b = static_cast<float*>(p[s.scratch[1]]);
   widen_strided(d.a_view, static_cast<const uint16_t*>(p[s.in[0]]), a);
   widen_strided(d.b_view, static_cast<const uint16_t*>(p[s.in[1]]), b);
-  gemm_batch(d.trans_a, d.trans_b, d.m, d.n, d.k, a, d.lda, d.a_off.data(), b, d.ldb, d.b_off.data(), c, d.batch);
+  gemm_parts<float>(d, a, b, c);
 }
 
 }  // namespace
+
+int dot_parts(int64_t batch, int64_t m, int64_t n, int64_t k) {
+  constexpr int64_t kMaxParts = 4, kMinRows = 32, kMinWork = int64_t{1} << 18;
+  if (batch > 1) return static_cast<int>(std::max<int64_t>(1, std::min({kMaxParts, batch, batch * m * n * k / kMinWork})));
+  if (m < 2 * kMinRows) return 1;
+  return static_cast<int>(std::max<int64_t>(1, std::min({kMaxParts, m / kMinRows, m * n * k / kMinWork})));
+}
 
 DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::string& what) {
   DotPlan d;
@@ -192,9 +225,20 @@ DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::s
   } else {
     d.b_off = batch_offsets(rhs.shape, rs, at.rhs_batch);
   }
-  // A libxsmm kernel is generated now, so that running the step allocates nothing.
-  if ((lhs.dtype == DType::f32 || lhs.dtype == DType::bf16) && d.m > 0 && d.n > 0 && d.k > 0)
-    gemm_prepare_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.lda, d.ldb);
+  d.parts = dot_parts(d.batch, d.m, d.n, d.k);
+  // The libxsmm kernels are generated now (one per part's row count), so that
+  // running the step allocates nothing.
+  if ((lhs.dtype == DType::f32 || lhs.dtype == DType::bf16) && d.m > 0 && d.n > 0 && d.k > 0) {
+    if (d.batch > 1 || d.parts == 1) {
+      gemm_prepare_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.lda, d.ldb);
+    } else {
+      for (int i = 0; i < d.parts; ++i) {
+        int64_t lo = 0, hi = 0;
+        part_range(d.m, d.parts, i, 8, lo, hi);
+        if (hi > lo) gemm_prepare_f32(d.trans_a, d.trans_b, hi - lo, d.n, d.k, d.lda, d.ldb);
+      }
+    }
+  }
   return d;
 }
 

@@ -35,7 +35,17 @@ struct DotPlan {
   std::vector<int64_t> a_off, b_off;      // element offset of each batch's matrix
   bool pack_a = false, pack_b = false;    // copy the operand into scratch first
   StridedView a_view, b_view;             // the packing walks ([B,M,K] and [B,K,N])
+  // The GEMMs run as `parts` calls that the host's threads share
+  // (parallel.h): ranges of the batch when batch > 1, else ranges of M's rows
+  // (multiples of 8). Decided from the shape alone (dot_parts), so results do
+  // not depend on the number of threads.
+  int parts = 1;
 };
+
+// The parts of a gemm batch (DotPlan::parts): the batch's matrices when there
+// are several, else rows of M when M >= 64 and each part keeps at least 32
+// rows and 2^18 multiply-adds; at most 4.
+int dot_parts(int64_t batch, int64_t m, int64_t n, int64_t k);
 
 struct Step {
   Kernel fn = nullptr;

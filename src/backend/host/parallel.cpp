@@ -1,0 +1,213 @@
+// The host's worker threads (parallel.h).
+#include "backend/host/parallel.h"
+
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "capstep/ir.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CAPSTEP_PAUSE() _mm_pause()
+#else
+#define CAPSTEP_PAUSE() std::this_thread::yield()
+#endif
+
+namespace capstep::host {
+namespace {
+
+struct ThreadCount {
+  int n = 1;
+  std::string line;
+};
+
+ThreadCount count_threads() {
+  ThreadCount t;
+  if (const char* e = std::getenv("CAPSTEP_HOST_THREADS"); e != nullptr && *e != '\0') {
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    if (end == e || *end != '\0' || v < 1 || v > 64)
+      throw Error(std::string("CAPSTEP_HOST_THREADS=") + e + ": expected a whole number from 1 to 64");
+    t.n = static_cast<int>(v);
+    t.line = std::to_string(t.n) + (t.n == 1 ? " thread" : " threads") + " (CAPSTEP_HOST_THREADS)";
+    return t;
+  }
+  int cpus = 0;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
+  if (cpus < 1) cpus = static_cast<int>(std::thread::hardware_concurrency());
+  if (cpus < 1) cpus = 1;
+  t.n = std::min(cpus, kDefaultMaxThreads);
+  t.line = std::to_string(t.n) + (t.n == 1 ? " thread" : " threads") + " (of " + std::to_string(cpus) +
+           (cpus == 1 ? " CPU" : " CPUs") + " this process may run on; CAPSTEP_HOST_THREADS sets it)";
+  return t;
+}
+
+// The claim word: generation in the high 32 bits, the next part in the low 32.
+// A new task first stores (gen, kLocked), then its fields, then (gen, 0): a
+// worker still holding an older generation's word cannot claim (its compare-
+// exchange fails), and one that reads the fields while they are written sees
+// kLocked, which is no part.
+constexpr uint64_t kLocked = 0xffffffffu;
+// How long a worker spins after its last part before it sleeps.
+constexpr auto kSpin = std::chrono::microseconds(300);
+
+class Pool {
+ public:
+  explicit Pool(int threads) : threads_(threads) {
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  }
+  int threads() const { return threads_; }
+  ~Pool() {
+    stop_.store(true);
+    wake_.fetch_add(1);
+    wake_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+
+  void run(int parts, void (*f)(void*, int), void* ctx) {
+    if (parts <= 1 || workers_.empty() || busy_.test_and_set(std::memory_order_acquire)) {
+      for (int i = 0; i < parts; ++i) f(ctx, i);
+      return;
+    }
+    const uint64_t gen = (word_.load(std::memory_order_relaxed) >> 32) + 1;
+    word_.store(gen << 32 | kLocked, std::memory_order_seq_cst);
+    fn_.store(f, std::memory_order_relaxed);
+    ctx_.store(ctx, std::memory_order_relaxed);
+    parts_.store(parts, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    error_ = nullptr;
+    word_.store(gen << 32, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+      wake_.fetch_add(1, std::memory_order_seq_cst);
+      wake_.notify_all();
+    }
+    claim(gen, f, ctx, parts);
+    while (done_.load(std::memory_order_acquire) < parts) CAPSTEP_PAUSE();
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    busy_.clear(std::memory_order_release);
+    if (e) std::rethrow_exception(e);
+  }
+
+ private:
+  // Claims and runs parts of generation gen until none is left.
+  void claim(uint64_t gen, void (*f)(void*, int), void* ctx, int parts) {
+    uint64_t w = word_.load(std::memory_order_acquire);
+    for (;;) {
+      if ((w >> 32) != gen) return;
+      const uint64_t i = w & 0xffffffffu;
+      if (i >= static_cast<uint64_t>(parts)) return;
+      if (!word_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+      try {
+        f(ctx, static_cast<int>(i));
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex_);
+        if (!error_) error_ = std::current_exception();
+      }
+      done_.fetch_add(1, std::memory_order_acq_rel);
+      w = word_.load(std::memory_order_acquire);
+    }
+  }
+
+  void work() {
+    uint64_t seen = 0;  // the generation before the first task (not the word now: a task may already be out)
+    auto last = std::chrono::steady_clock::now();
+    unsigned spins = 0;
+    while (!stop_.load(std::memory_order_relaxed)) {
+      const uint64_t w = word_.load(std::memory_order_acquire);
+      const uint64_t gen = w >> 32;
+      if (gen != seen && (w & 0xffffffffu) != kLocked) {
+        seen = gen;
+        claim(gen, fn_.load(std::memory_order_relaxed), ctx_.load(std::memory_order_relaxed),
+              parts_.load(std::memory_order_relaxed));
+        last = std::chrono::steady_clock::now();
+        spins = 0;
+        continue;
+      }
+      CAPSTEP_PAUSE();
+      if (++spins % 1024 != 0) continue;
+      if (std::chrono::steady_clock::now() - last < kSpin) continue;
+      // Sleep until a run wakes us (see run: sleepers_ before the word's check).
+      const uint32_t ticket = wake_.load(std::memory_order_seq_cst);
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      if ((word_.load(std::memory_order_seq_cst) >> 32) == seen && !stop_.load())
+        wake_.wait(ticket, std::memory_order_seq_cst);
+      sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+      last = std::chrono::steady_clock::now();
+    }
+  }
+
+  int threads_ = 1;
+  std::vector<std::thread> workers_;
+  std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
+  std::atomic<uint64_t> word_{0};
+  std::atomic<void (*)(void*, int)> fn_{nullptr};
+  std::atomic<void*> ctx_{nullptr};
+  std::atomic<int> parts_{0};
+  std::atomic<int> done_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<uint32_t> wake_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex error_mutex_;
+  std::exception_ptr error_;
+};
+
+struct Global {
+  std::mutex mutex;
+  ThreadCount count;
+  std::unique_ptr<Pool> pool;
+  std::atomic<Pool*> current{nullptr};
+};
+
+Global& global() {
+  static Global g;
+  return g;
+}
+
+Pool& pool() {
+  Global& g = global();
+  if (Pool* p = g.current.load(std::memory_order_acquire)) return *p;
+  std::lock_guard<std::mutex> lock(g.mutex);
+  if (!g.pool) {
+    g.count = count_threads();
+    g.pool = std::make_unique<Pool>(g.count.n);
+    g.current.store(g.pool.get(), std::memory_order_release);
+  }
+  return *g.pool;
+}
+
+}  // namespace
+
+int host_threads() { return pool().threads(); }
+
+std::string host_threads_line() {
+  pool();
+  std::lock_guard<std::mutex> lock(global().mutex);
+  return global().count.line;
+}
+
+void set_host_threads(int n) {
+  if (n < 1 || n > 64) throw Error("set_host_threads: " + std::to_string(n) + " threads; expected 1 to 64");
+  pool();
+  Global& g = global();
+  std::lock_guard<std::mutex> lock(g.mutex);
+  g.current.store(nullptr, std::memory_order_release);
+  g.pool.reset();
+  g.count.n = n;
+  g.count.line = std::to_string(n) + (n == 1 ? " thread" : " threads") + " (set by the program)";
+  g.pool = std::make_unique<Pool>(n);
+  g.current.store(g.pool.get(), std::memory_order_release);
+}
+
+void parallel_parts(int parts, void (*f)(void*, int), void* ctx) { pool().run(parts, f, ctx); }
+
+}  // namespace capstep::host

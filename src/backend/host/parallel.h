@@ -1,0 +1,57 @@
+// The host's worker threads: a step's GEMMs, fused groups and the host AdamW
+// update split into parts that the calling thread and the workers share.
+//
+// Results never depend on the number of threads: how work is cut into parts
+// is decided from the shapes alone (host::dot_parts, the fused groups' tile
+// ranges), each part does the same arithmetic whichever thread runs it, and
+// with one thread the same parts run one after another.
+//
+// Parts are claimed through one atomic counter, so a worker that is asleep or
+// preempted costs nothing: the caller takes the parts nobody claimed. Workers
+// spin for a short while after their last part (a step's parallel sections
+// are microseconds apart) and then sleep on a futex until the next one.
+//
+// Threads: CAPSTEP_HOST_THREADS (1 to 64) when set, else the CPUs this process
+// may run on (sched_getaffinity), at most kDefaultMaxThreads. The pool is
+// process-wide; a run that finds it busy (another thread's step, or a part
+// asking for parallelism itself) runs its parts on the calling thread.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+namespace capstep::host {
+
+inline constexpr int kDefaultMaxThreads = 4;
+
+// The threads a step uses (the caller included); read once per process.
+int host_threads();
+// "2 threads (of 2 CPUs this process may run on; ...)", "... (CAPSTEP_HOST_THREADS)".
+std::string host_threads_line();
+// Replaces the pool with one of n threads (tests; users set
+// CAPSTEP_HOST_THREADS). Only while no step runs. Interpreters built before
+// keep the parts they planned (the results do not depend on them).
+void set_host_threads(int n);
+
+// Runs f(ctx, i) for every i in [0, parts), in any order, on the caller and
+// the pool's workers; returns when all are done. An exception thrown by a part
+// is rethrown on the caller (the first one; the other parts still run).
+void parallel_parts(int parts, void (*f)(void* ctx, int part), void* ctx);
+
+// The same with a callable, without allocating.
+template <class F>
+void parallel_parts(int parts, F&& f) {
+  parallel_parts(parts, [](void* c, int i) { (*static_cast<F*>(c))(i); }, const_cast<void*>(static_cast<const void*>(&f)));
+}
+
+// [begin, end) of part i when n items are cut into `parts` nearly equal runs,
+// each a multiple of `align` items (the last takes the rest).
+inline void part_range(int64_t n, int parts, int i, int64_t align, int64_t& begin, int64_t& end) {
+  const int64_t units = (n + align - 1) / align;
+  const int64_t b = units * i / parts, e = units * (i + 1) / parts;
+  begin = std::min(n, b * align);
+  end = std::min(n, e * align);
+}
+
+}  // namespace capstep::host

@@ -1,0 +1,180 @@
+// The host's worker threads (src/backend/host/parallel.h): every part runs
+// once, parts really run at the same time, an exception reaches the caller,
+// and a step's results are the same bits whatever the number of threads (the
+// GEMMs' parts are fixed by their shapes; fused loop and row groups and the
+// host AdamW cut only elementwise work).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <thread>
+
+#include "backend/host/parallel.h"
+#include "backend/host/step.h"
+#include "capstep/array.h"
+#include "capstep/autodiff.h"
+#include "capstep/interpreter.h"
+#include "capstep/nn.h"
+#include "capstep/optim.h"
+
+using namespace capstep;
+
+namespace {
+
+// Restores the process's thread count when a test ends.
+struct Threads {
+  int saved = host::host_threads();
+  explicit Threads(int n) { host::set_host_threads(n); }
+  ~Threads() { host::set_host_threads(saved); }
+};
+
+Array random_array(const Type& t, uint64_t seed, double scale = 1.0) {
+  Array a(t);
+  uint64_t s = 0x9E3779B97F4A7C15ull ^ seed;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    a.set(i, scale * (-2.0 + 4.0 * static_cast<double>(s >> 11) / 9007199254740992.0));
+  }
+  return a;
+}
+
+}  // namespace
+
+TEST(HostParallel, EveryPartRunsOnceForAnyCountOfPartsAndThreads) {
+  for (int threads : {1, 2, 3}) {
+    Threads t(threads);
+    EXPECT_EQ(host::host_threads(), threads);
+    for (int parts : {0, 1, 2, 3, 5, 9, 64}) {
+      std::vector<std::atomic<int>> ran(static_cast<size_t>(std::max(parts, 1)));
+      for (auto& r : ran) r = 0;
+      host::parallel_parts(parts, [&](int i) { ran[static_cast<size_t>(i)].fetch_add(1); });
+      for (int i = 0; i < parts; ++i) EXPECT_EQ(ran[static_cast<size_t>(i)].load(), 1) << parts << " parts, part " << i;
+    }
+  }
+}
+
+TEST(HostParallel, TwoThreadsRunTwoPartsAtOnce) {
+  Threads t(2);
+  // Each part waits (at most 20 s) for the other to have started: only two
+  // threads running at the same time can both get past the wait.
+  std::atomic<int> started{0};
+  std::atomic<int> met{0};
+  host::parallel_parts(2, [&](int) {
+    started.fetch_add(1);
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (started.load() < 2 && std::chrono::steady_clock::now() < end) std::this_thread::yield();
+    if (started.load() == 2) met.fetch_add(1);
+  });
+  EXPECT_EQ(met.load(), 2);
+}
+
+TEST(HostParallel, NestedRunsAndExceptionsStayOnTheCaller) {
+  Threads t(2);
+  std::atomic<int> inner{0};
+  host::parallel_parts(2, [&](int) { host::parallel_parts(3, [&](int) { inner.fetch_add(1); }); });
+  EXPECT_EQ(inner.load(), 6);
+  std::atomic<int> ran{0};
+  try {
+    host::parallel_parts(4, [&](int i) {
+      ran.fetch_add(1);
+      if (i == 2) throw std::runtime_error("part 2 failed");
+    });
+    ADD_FAILURE() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "part 2 failed");
+  }
+  EXPECT_EQ(ran.load(), 4);  // the other parts still ran
+  std::atomic<int> after{0};
+  host::parallel_parts(5, [&](int) { after.fetch_add(1); });  // the pool still works
+  EXPECT_EQ(after.load(), 5);
+}
+
+TEST(HostParallel, PartRangesCoverEverythingInAlignedRuns) {
+  for (int64_t n : {0, 1, 7, 64, 100, 4096, 4097}) {
+    for (int parts : {1, 2, 3, 4}) {
+      int64_t next = 0;
+      for (int i = 0; i < parts; ++i) {
+        int64_t b = 0, e = 0;
+        host::part_range(n, parts, i, 8, b, e);
+        EXPECT_EQ(b, next);
+        EXPECT_LE(b, e);
+        if (e < n) {
+          EXPECT_EQ(e % 8, 0);
+        }
+        next = e;
+      }
+      EXPECT_EQ(next, n);
+    }
+  }
+}
+
+TEST(HostParallel, GemmPartsComeFromTheShapeAlone) {
+  EXPECT_EQ(host::dot_parts(1, 64, 128, 128), 2);   // the seed's projections: 32 rows each
+  EXPECT_EQ(host::dot_parts(1, 256, 128, 64), 4);   // weight gradients, at most 4
+  EXPECT_EQ(host::dot_parts(1, 32, 4096, 4096), 1); // too few rows to cut
+  EXPECT_EQ(host::dot_parts(1, 64, 16, 16), 1);     // too little work
+  EXPECT_EQ(host::dot_parts(16, 16, 16, 32), 1);    // the seed's attention batches: too little work
+  EXPECT_EQ(host::dot_parts(8, 64, 64, 64), 4);     // batches are cut by matrices
+}
+
+TEST(HostParallel, SeedStepGivesTheSameBitsOnOneTwoAndThreeThreads) {
+  nn::LmConfig c;
+  std::vector<std::string> names;
+  for (const nn::ParamSpec& s : nn::lm_parameters(c)) names.push_back(s.name);
+  optim::AdamW aw;
+  const Program p = optim::with_adamw(value_and_grad(nn::lm_loss_program(c), names), names, aw);
+  std::vector<Array> in = nn::init_parameters(c, 7);
+  const size_t n = names.size();
+  for (int rep = 0; rep < 2; ++rep)
+    for (size_t j = 0; j < n; ++j) in.push_back(random_array(in[j].type(), 100 + j + 1000 * rep, rep ? 1e-3 : 1.0));
+  for (size_t j = 2 * n; j < 3 * n; ++j)  // second moments are not negative
+    for (int64_t i = 0; i < in[j].numel(); ++i) in[j].set(i, std::fabs(in[j].get(i)));
+  Array tokens({DType::i32, {c.batch, c.seq}}), targets = tokens;
+  for (int64_t i = 0; i < tokens.numel(); ++i) {
+    tokens.set(i, static_cast<double>((i * 7) % c.vocab));
+    targets.set(i, static_cast<double>((i * 11 + 3) % c.vocab));
+  }
+  in.push_back(tokens);
+  in.push_back(targets);
+  const optim::AdamWScalars sc = optim::adamw_scalars(aw, 3);
+  for (float v : {sc.lr, sc.bc1, sc.bc2, sc.decay}) {
+    Array a({DType::f32, {}});
+    a.set(0, v);
+    in.push_back(a);
+  }
+  ASSERT_EQ(in.size(), p.inputs.size());
+
+  std::vector<Array> ref;
+  for (int threads : {1, 2, 3}) {
+    Threads t(threads);
+    host::Interpreter it(p);
+    std::vector<Array> out;
+    for (int run = 0; run < 3; ++run) out = it.run(in);  // the worker wakes, spins, and is used
+    if (ref.empty()) {
+      ref = out;
+      continue;
+    }
+    ASSERT_EQ(out.size(), ref.size());
+    for (size_t j = 0; j < out.size(); ++j)
+      EXPECT_TRUE(out[j].bit_equal(ref[j])) << p.outputs[j].name << " differs on " << threads << " threads";
+  }
+
+  // The host AdamW (lanes 1 and 2) too, on a parameter large enough to be cut.
+  std::vector<Array> upd;
+  for (int threads : {1, 2}) {
+    Threads t(threads);
+    Array pp = random_array({DType::f32, {300000}}, 1), g = random_array({DType::f32, {300000}}, 2);
+    Array m = random_array({DType::f32, {300000}}, 3, 0.1), v = random_array({DType::f32, {300000}}, 4, 1e-3);
+    for (int64_t i = 0; i < v.numel(); ++i) v.set(i, std::fabs(v.get(i)));
+    optim::adamw_update(aw, sc, pp, g, m, v);
+    if (upd.empty()) {
+      upd = {pp, m, v};
+      continue;
+    }
+    EXPECT_TRUE(pp.bit_equal(upd[0]));
+    EXPECT_TRUE(m.bit_equal(upd[1]));
+    EXPECT_TRUE(v.bit_equal(upd[2]));
+  }
+}
