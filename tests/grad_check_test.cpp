@@ -8,6 +8,7 @@
 #include <map>
 
 #include "gradcheck_util.h"
+#include "trace/internal.h"
 
 namespace {
 
@@ -353,6 +354,58 @@ TEST(GradCheck, LogSoftmax) {
     Tensor x = tr.input("x", {f64, {2, 3, 5}});
     Program p = tr.finish({{"loss", weighted_sum(tr, log_softmax(x, axis), rng)}});
     expect_close_grads(p, {random_array(rng, {f64, {2, 3, 5}}, -3, 3)}, {"x"});
+  }
+}
+
+// The max shift of softmax and log-softmax is marked no_grad: their gradient
+// programs differentiate no reduce_max (no arg-max compare, tie count or
+// select), and still agree with finite differences (the tests above). The
+// mark is what does it: the same shift without it brings the tie logic back.
+TEST(GradCheck, SoftmaxShiftIsNotDifferentiated) {
+  auto count = [](const Program& p, Op op) {
+    int n = 0;
+    for (const Eqn& e : p.eqns) n += e.op == op;
+    return n;
+  };
+  for (bool log_form : {false, true}) {
+    Tracer tr;
+    Tensor x = tr.input("x", {f64, {3, 5}});
+    Tensor y = log_form ? log_softmax(x, -1) : softmax(x, -1);
+    const Program p = tr.finish({{"loss", sum(y * y)}});
+    ASSERT_EQ(count(p, Op::reduce_max), 1);
+    const Program g = value_and_grad(p, {"x"});
+    EXPECT_EQ(count(g, Op::compare), 0) << to_text(g);
+    EXPECT_EQ(count(g, Op::select), 0) << to_text(g);
+    EXPECT_EQ(count(g, Op::reduce_max), 1);  // the forward's
+    Program unmarked = p;
+    for (Eqn& e : unmarked.eqns) e.attrs.no_grad = false;
+    const Program gu = value_and_grad(unmarked, {"x"});
+    EXPECT_EQ(count(gu, Op::compare), 1);  // the arg-max positions
+    EXPECT_EQ(count(gu, Op::select), 1);
+  }
+}
+
+// A no_grad equation is a constant to value_and_grad, for any op; the mark
+// survives the text form and keeps CSE from merging it with an unmarked twin.
+TEST(GradCheck, NoGradStopsTheGradient) {
+  Tracer tr;
+  Tensor x = tr.input("x", {f64, {4}});
+  Tensor a = exp(x);
+  Tensor b = exp(x);
+  trace_detail::mark_no_grad(b);
+  Program p = tr.finish({{"loss", sum(a * b)}});  // d/dx = exp(x) * exp(x) with b held constant
+  const Program g = value_and_grad(p, {"x"});
+  EXPECT_NE(to_text(p).find("exponential(%0) {no_grad=1}"), std::string::npos) << to_text(p);
+  EXPECT_EQ(to_text(parse_text(to_text(p))), to_text(p));
+  int exps = 0;
+  for (const Eqn& e : eliminate_common_subexpressions(p).eqns) exps += e.op == Op::exponential;
+  EXPECT_EQ(exps, 2);
+  std::vector<Array> in = {Array({f64, {4}})};
+  for (int i = 0; i < 4; ++i) in[0].set(i, 0.25 * i - 0.3);
+  const std::vector<Array> out = host::run(g, in);
+  for (int i = 0; i < 4; ++i) {
+    const double e = std::exp(in[0].get(i));
+    EXPECT_NEAR(out[1].get(i), e * e, 1e-12) << i;  // not 2 e^2: b's path carries nothing
   }
 }
 

@@ -35,12 +35,16 @@ inline void write_file(const std::string& path, const std::string& s) {
   if (!f) throw Error("cannot write " + path);
 }
 
-// f32 constants stored as doubles that are not floats (0.1 written by a user)
-// read back as their float value: the value every consumer computes with.
+// The program as it reads back from its StableHLO: f32 constants stored as
+// doubles that are not floats (0.1 written by a user) as their float value
+// (the value every consumer computes with), and no no_grad marks (StableHLO
+// has no stop-gradient; docs/stablehlo.md).
 inline Program with_f32_literals_rounded(Program p) {
-  for (Eqn& e : p.eqns)
+  for (Eqn& e : p.eqns) {
+    e.attrs.no_grad = false;
     if (e.op == Op::constant && p.type(e.out).dtype == DType::f32)
       for (double& v : e.attrs.literal) v = static_cast<double>(static_cast<float>(v));
+  }
   return p;
 }
 

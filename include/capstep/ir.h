@@ -148,6 +148,11 @@ struct Attrs {
   Cmp cmp = Cmp::EQ;                 // compare
   std::vector<int64_t> dims;         // broadcast_in_dim, transpose, reduce_*
   std::vector<int64_t> lhs_batch, rhs_batch, lhs_contract, rhs_contract;  // dot_general
+  // Any op: value_and_grad treats the result as a constant (no cotangent flows
+  // through it; JAX's stop_gradient). The softmax's max shift carries it: the
+  // shift cancels, so the gradient through it is zero in exact arithmetic and
+  // only rounding noise in floating point. Text form: no_grad=1.
+  bool no_grad = false;
   bool operator==(const Attrs& o) const;
 };
 

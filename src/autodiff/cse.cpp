@@ -28,6 +28,7 @@ size_t eqn_hash(const Eqn& e, const Type& t) {
   h = hash_ints(h, e.attrs.lhs_batch);
   h = hash_ints(h, e.attrs.rhs_batch);
   h = hash_ints(h, e.attrs.lhs_contract);
+  h = mix(h, static_cast<size_t>(e.attrs.no_grad));
   return hash_ints(h, e.attrs.rhs_contract);
 }
 

@@ -47,11 +47,12 @@ Program value_and_grad(const Program& p, const std::vector<std::string>& wrt) {
   const std::vector<int> wrt_idx = wrt_inputs(p, wrt);
 
   // Values that depend on a wrt input through float values: only these need
-  // cotangents. Everything else (masks, one-hots, indices, constants) is skipped.
+  // cotangents. Everything else (masks, one-hots, indices, constants, results
+  // marked no_grad) is skipped.
   std::vector<char> active(static_cast<size_t>(p.num_values()), 0);
   for (int i : wrt_idx) active[static_cast<size_t>(p.inputs[static_cast<size_t>(i)].value)] = 1;
   for (const Eqn& e : p.eqns) {
-    if (!is_float(p.type(e.out).dtype)) continue;
+    if (!is_float(p.type(e.out).dtype) || e.attrs.no_grad) continue;
     for (int v : e.inputs)
       if (active[static_cast<size_t>(v)]) active[static_cast<size_t>(e.out)] = 1;
   }

@@ -48,21 +48,22 @@ std::string eqn_text(const Program& p, const Eqn& e) {
   for (size_t i = 0; i < e.inputs.size(); ++i) o << (i ? ", %" : "%") << e.inputs[i];
   o << ')';
   const Attrs& a = e.attrs;
+  std::ostringstream in;  // the attributes, between the braces
   switch (e.op) {
     case Op::constant: {
-      o << " {literal=[";
-      for (size_t i = 0; i < a.literal.size(); ++i) o << (i ? "," : "") << num(a.literal[i]);
-      o << "]}";
+      in << "literal=[";
+      for (size_t i = 0; i < a.literal.size(); ++i) in << (i ? "," : "") << num(a.literal[i]);
+      in << "]";
       break;
     }
-    case Op::iota: case Op::attention_grad: o << " {axis=" << a.axis << '}'; break;
-    case Op::compare: o << " {cmp=" << cmp_name(a.cmp) << '}'; break;
+    case Op::iota: case Op::attention_grad: in << "axis=" << a.axis; break;
+    case Op::compare: in << "cmp=" << cmp_name(a.cmp); break;
     case Op::broadcast_in_dim: case Op::transpose: case Op::reduce_sum: case Op::reduce_max:
-      o << " {dims=" << list(a.dims) << '}';
+      in << "dims=" << list(a.dims);
       break;
     case Op::dot_general:
-      o << " {lhs_batch=" << list(a.lhs_batch) << ", rhs_batch=" << list(a.rhs_batch)
-        << ", lhs_contract=" << list(a.lhs_contract) << ", rhs_contract=" << list(a.rhs_contract) << '}';
+      in << "lhs_batch=" << list(a.lhs_batch) << ", rhs_batch=" << list(a.rhs_batch)
+         << ", lhs_contract=" << list(a.lhs_contract) << ", rhs_contract=" << list(a.rhs_contract);
       break;
     case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
     case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
@@ -70,6 +71,8 @@ std::string eqn_text(const Program& p, const Eqn& e) {
     case Op::attention: case Op::all_reduce:
       break;
   }
+  if (a.no_grad) in << (in.tellp() > 0 ? ", " : "") << "no_grad=1";
+  if (in.tellp() > 0) o << " {" << in.str() << '}';
   o << " : " << p.type(e.out).str();
   return o.str();
 }
@@ -245,6 +248,7 @@ class Reader {
             else if (k == "rhs_batch") e.attrs.rhs_batch = int_list();
             else if (k == "lhs_contract") e.attrs.lhs_contract = int_list();
             else if (k == "rhs_contract") e.attrs.rhs_contract = int_list();
+            else if (k == "no_grad") e.attrs.no_grad = integer() != 0;
             else fail("unknown attribute \"" + k + "\"");
           } while (accept(','));
           expect('}');

@@ -126,7 +126,7 @@ bool Attrs::operator==(const Attrs& o) const {
   for (size_t i = 0; i < literal.size(); ++i)
     if (std::memcmp(&literal[i], &o.literal[i], sizeof(double)) != 0) return false;
   return axis == o.axis && cmp == o.cmp && dims == o.dims && lhs_batch == o.lhs_batch &&
-         rhs_batch == o.rhs_batch && lhs_contract == o.lhs_contract && rhs_contract == o.rhs_contract;
+         rhs_batch == o.rhs_batch && lhs_contract == o.lhs_contract && rhs_contract == o.rhs_contract && no_grad == o.no_grad;
 }
 
 }  // namespace capstep

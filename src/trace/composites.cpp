@@ -16,11 +16,15 @@ void require_float(const char* what, const Tensor& x) {
 }
 
 // x - max(x, axis), broadcast back directly (no keepdims reshape). The max
-// only keeps exp() in range; it cancels mathematically, and its VJP (reduce_max
-// sends the cotangent to the arg-max positions) keeps the program differentiable.
+// only keeps exp() in range and cancels: softmax(x - c) = softmax(x) for any
+// c, so the gradient through it is zero. Its reduce_max is marked no_grad (as
+// JAX's softmax stops the gradient of its max), and value_and_grad does not
+// differentiate it: no arg-max ties, counts and selects in the backward pass,
+// only the rounding noise they carried is gone.
 Tensor shifted(const Tensor& x, int64_t axis) {
   const Shape s = x.shape();
   Tensor m = max(x, {axis});
+  trace_detail::mark_no_grad(m);
   return x - unreduce(m, s, {axis});
 }
 

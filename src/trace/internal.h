@@ -28,4 +28,8 @@ std::vector<int64_t> kept_axes(int rank, const std::vector<int64_t>& removed);
 // directly with broadcast_in_dim, without a keepdims reshape.
 Tensor unreduce(const Tensor& reduced, const Shape& shape, const std::vector<int64_t>& reduced_axes);
 
+// Marks the equation that made t (an equation of t's tracer) no_grad: value_and_grad
+// treats t as a constant (Attrs::no_grad).
+void mark_no_grad(const Tensor& t);
+
 }  // namespace capstep::trace_detail

@@ -110,5 +110,16 @@ Tensor unreduce(const Tensor& reduced, const Shape& shape, const std::vector<int
   return broadcast_in_dim(reduced, shape, kept_axes(static_cast<int>(shape.size()), reduced_axes));
 }
 
+void mark_no_grad(const Tensor& t) {
+  if (!t.valid()) throw Error("mark_no_grad: an invalid tensor");
+  std::vector<Eqn>& eqns = t.tracer()->program().eqns;
+  for (auto it = eqns.rbegin(); it != eqns.rend(); ++it)
+    if (it->out == t.id()) {
+      it->attrs.no_grad = true;
+      return;
+    }
+  throw Error("mark_no_grad: %" + std::to_string(t.id()) + " is not the result of an equation");
+}
+
 }  // namespace trace_detail
 }  // namespace capstep
