@@ -465,9 +465,10 @@ def openblas_core(unset):
     return p.stdout.strip() or "unknown"
 
 
-def run_capstep(args, unset_openblas, lane_tag="1"):
-    """capstep lane 1 (or lane_tag's lane alone, e.g. "1f"; pinned like the
-    1-thread runs, when --pin-cpu is given).
+def run_capstep(args, unset_openblas, lane_tag="1", threads=1):
+    """capstep lane 1 (or lane_tag's lane alone, e.g. "1f") on `threads`
+    host threads (CAPSTEP_HOST_THREADS; pinned like the 1-thread runs, when
+    --pin-cpu is given).
 
     Its JSON gives wall time per step; its CPU time per step comes from two
     runs that differ only in the number of timed steps: the difference of the
@@ -475,9 +476,10 @@ def run_capstep(args, unset_openblas, lane_tag="1"):
     setup both share cancels out."""
     import resource
     env = {k: v for k, v in os.environ.items() if not (unset_openblas and k in OPENBLAS_ENV)}
+    env["CAPSTEP_HOST_THREADS"] = str(threads)
 
     def once(steps):
-        cmd = pin_prefix(1) + [args.capstep_bin, "--json", "--only", lane_tag, "--warmup", str(args.warmup),
+        cmd = pin_prefix(threads) + [args.capstep_bin, "--json", "--only", lane_tag, "--warmup", str(args.warmup),
                                "--steps", str(steps)]
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
@@ -500,7 +502,7 @@ def run_capstep(args, unset_openblas, lane_tag="1"):
     return {"median_ms": lane["median_ms"], "min_ms": min(wall), "max_ms": max(wall),
             "p90_ms": sorted(wall)[int(0.9 * (len(wall) - 1))], "losses": lane["losses"],
             "cpu_ms": cpu_step, "cpu_per_wall": cpu_step / statistics.mean(wall) if cpu_step else None,
-            "threads": 1, "model": j["model"], "steps": j["steps"], "warmup": j["warmup"],
+            "threads": threads, "model": j["model"], "steps": j["steps"], "warmup": j["warmup"],
             "openblas_core": openblas_core(unset_openblas)}
 
 
@@ -513,12 +515,13 @@ def table(args):
     plan = []
     one = "1, pinned" if PIN_CPU is not None else "1"
     if args.capstep_bin:
-        plan.append(("capstep lane 1 (interpreter, 1 BLAS thread)", one,
-                     lambda: run_capstep(args, False)))
+        plan.append(("capstep lane 1 (interpreter)", one, lambda: run_capstep(args, False)))
+        plan.append(("capstep lane 1 (interpreter)", "2", lambda: run_capstep(args, False, "1", 2)))
         plan.append(("capstep lane 1, OPENBLAS_CORETYPE/L2_SIZE unset", one,
                      lambda: run_capstep(args, True)))
         plan.append(("capstep lane 1f (AdamW in the program)", one,
                      lambda: run_capstep(args, False, "1f")))
+        plan.append(("capstep lane 1f (AdamW in the program)", "2", lambda: run_capstep(args, False, "1f", 2)))
     # libgomp's default wait policy spins; with 2 threads on 2 shared cores a
     # step sometimes stalls for most of a second, so the passive policy is a row too.
     passive = {"OMP_WAIT_POLICY": "PASSIVE"}
@@ -554,7 +557,12 @@ def table(args):
                 "first": ok[0], "n": len(ok)}, None
 
     sums = [summary(rs) for rs in results]
-    cap = sums[0][0] if args.capstep_bin and sums[0][0] else None
+    # each run is compared with capstep's lane 1 on as many threads
+    cap_by_threads = {}
+    if args.capstep_bin:
+        for (label, threads, _), (sm, _) in zip(plan, sums):
+            if label == "capstep lane 1 (interpreter)" and sm:
+                cap_by_threads[threads.split(",")[0]] = sm
     out = [f"ms per step (forward + backward + AdamW): median over {args.rounds} interleaved rounds of each "
            f"run's median of {args.steps} timed steps (after {args.warmup} warm-up)",
            "", f"| {'run':<48} | {'threads':<9} | {'wall ms':>8} | {'rounds min-max':>15} | {'CPU ms':>7} | "
@@ -567,6 +575,7 @@ def table(args):
             continue
         spread = f"{sm['round_min']:.2f}-{sm['round_max']:.2f}"
         cpu = f"{sm['cpu_ms']:.2f}" if sm["cpu_ms"] is not None else "-"
+        cap = cap_by_threads.get(threads.split(",")[0])
         ratio = f"{sm['median_ms'] / cap['median_ms']:.2f}x" if cap else "-"
         cratio = (f"{sm['cpu_ms'] / cap['cpu_ms']:.2f}x"
                   if cap and cap["cpu_ms"] and sm["cpu_ms"] is not None else "-")
@@ -577,12 +586,13 @@ def table(args):
             "(Python: median of per-step process_time; capstep: CPU time of a run of N steps minus one of 1 step, "
             "over N-1, so setup cancels). On a loaded machine CPU ms is the steadier figure for 1-thread runs; "
             "for 2-thread runs it counts both threads' work (spinning included).",
-            "vs capstep: over capstep lane 1's figure (above 1 = slower than capstep).",
+            "vs capstep: over the figure of capstep lane 1 on as many threads (above 1 = slower than capstep).",
             ("1-thread runs pinned to CPU %d (taskset)" % PIN_CPU if PIN_CPU is not None else
              "no run is pinned") + "; 2-thread runs may use both cores.",
             "threads N: torch.set_num_threads(N) and set_num_interop_threads(1); OMP/MKL/OPENBLAS_NUM_THREADS=N; "
             "JAX 1: XLA_FLAGS=--xla_cpu_multi_thread_eigen=false, JAX 2: XLA's defaults (its pool = the 2 CPUs); "
-            "capstep: one thread, OpenBLAS set to 1 thread by its interpreter.",
+            "capstep N: CAPSTEP_HOST_THREADS=N (its GEMMs, fused groups and AdamW cut into parts; OpenBLAS "
+            "itself on 1 thread).",
             f"1-minute load average: {min(loads):.2f} to {max(loads):.2f} during the measurement."]
 
     firsts = [(label, threads, sm["first"]) for (label, threads, _), (sm, _) in zip(plan, sums) if sm]
