@@ -119,6 +119,9 @@ struct Options {
   // rank resumes from resume_path. R > 1 runs on the host lane only (an Error
   // otherwise: NCCL is not wired in). nullptr: one process, no all_reduce.
   Communicator* comm = nullptr;
+  // With comm: optim::DataParallelOptions::pack (every gradient and the loss
+  // in one all-reduce message per step; false: one message per value).
+  bool dp_pack = true;
 
   std::function<void(const StepInfo&)> on_step;          // progress, each step
   std::function<void(const std::string&)> on_message;    // fallbacks, saves, stops

@@ -10,7 +10,8 @@ namespace capstep::optim {
 
 const char* const kLossName = "loss";
 
-Program data_parallel(const Program& g, const std::vector<std::string>& params, int num_replicas) {
+Program data_parallel(const Program& g, const std::vector<std::string>& params, int num_replicas,
+                      const DataParallelOptions& options) {
   verify(g);
   if (params.empty()) throw Error("data_parallel: no parameters given");
   if (num_replicas < 1) throw Error("data_parallel: the replica count must be >= 1, got " + std::to_string(num_replicas));
@@ -38,17 +39,23 @@ Program data_parallel(const Program& g, const std::vector<std::string>& params, 
     for (int v : e.inputs) ins.push_back(remap[static_cast<size_t>(v)]);
     remap[static_cast<size_t>(e.out)] = q.add_eqn_typed(e.op, std::move(ins), e.attrs, g.type(e.out));
   }
-  std::vector<std::pair<std::string, Tensor>> outs;
-  for (size_t k = 0; k < g.outputs.size(); ++k) {
-    Tensor v(&tr, remap[static_cast<size_t>(g.outputs[k].value)]);
-    if (std::find(mean_of.begin(), mean_of.end(), static_cast<int>(k)) != mean_of.end()) {
-      // The mean of the replicas' values: each replica's loss is a mean over
-      // its own rows, so with equal local batches this is the global mean.
-      v = all_reduce(v);
-      if (num_replicas > 1) v = v / static_cast<double>(num_replicas);
-    }
-    outs.push_back({g.outputs[k].name, v});
+  std::vector<Tensor> outv;
+  for (size_t k = 0; k < g.outputs.size(); ++k) outv.emplace_back(&tr, remap[static_cast<size_t>(g.outputs[k].value)]);
+  auto is_mean = [&](size_t k) { return std::find(mean_of.begin(), mean_of.end(), static_cast<int>(k)) != mean_of.end(); };
+  // The mean of the replicas' values: each replica's loss is a mean over its
+  // own rows, so with equal local batches this is the global mean.
+  // Packed: every all_reduce first (one consecutive run, one message), then
+  // the divisions; unpacked: each all_reduce followed by its division.
+  for (size_t k = 0; k < outv.size(); ++k) {
+    if (!is_mean(k)) continue;
+    outv[k] = all_reduce(outv[k]);
+    if (!options.pack && num_replicas > 1) outv[k] = outv[k] / static_cast<double>(num_replicas);
   }
+  if (options.pack && num_replicas > 1)
+    for (size_t k = 0; k < outv.size(); ++k)
+      if (is_mean(k)) outv[k] = outv[k] / static_cast<double>(num_replicas);
+  std::vector<std::pair<std::string, Tensor>> outs;
+  for (size_t k = 0; k < g.outputs.size(); ++k) outs.push_back({g.outputs[k].name, outv[k]});
   Program r = tr.finish(outs);
   r.name = g.name + "_dp";
   r.aliases = g.aliases;
