@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "capstep/ir.h"
 
@@ -24,6 +26,20 @@ class Communicator {
   // dtype, in the same sequence. Throws Error when a replica does not answer
   // (a dead or hung rank) or the transport fails.
   virtual void all_reduce_sum(void* data, DType dtype, int64_t n) = 0;
+  // Replaces data[0..bytes) on every replica by root's bytes (every replica
+  // calls it with the same bytes and root). This default sends each byte as
+  // an f64 through all_reduce_sum (root's value plus zeros: exact); an
+  // implementation may override it with its transport's broadcast. Used once
+  // per run (the NCCL id of the GPU lanes), so the 8x size does not matter.
+  virtual void broadcast(void* data, int64_t bytes, int root) {
+    if (root < 0 || root >= size()) throw Error("broadcast: root " + std::to_string(root) + " is not a replica");
+    std::vector<double> v(static_cast<size_t>(bytes), 0.0);
+    unsigned char* b = static_cast<unsigned char*>(data);
+    if (rank() == root)
+      for (int64_t i = 0; i < bytes; ++i) v[static_cast<size_t>(i)] = b[i];
+    all_reduce_sum(v.data(), DType::f64, bytes);
+    for (int64_t i = 0; i < bytes; ++i) b[i] = static_cast<unsigned char>(v[static_cast<size_t>(i)]);
+  }
 };
 
 }  // namespace capstep
