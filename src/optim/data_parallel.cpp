@@ -46,14 +46,29 @@ Program data_parallel(const Program& g, const std::vector<std::string>& params, 
   // own rows, so with equal local batches this is the global mean.
   // Packed: every all_reduce first (one consecutive run, one message), then
   // the divisions; unpacked: each all_reduce followed by its division.
+  // Packed in buckets: consecutive values while their bytes fit in
+  // bucket_bytes (a larger value is a bucket alone); a bucket's divisions
+  // follow it, so that they separate it from the next bucket's run.
+  if (options.bucket_bytes < 0)
+    throw Error("data_parallel: bucket_bytes must be >= 0 (0: one bucket), got " + std::to_string(options.bucket_bytes));
+  std::vector<size_t> bucket;
+  int64_t bucket_bytes = 0;
+  auto divide_bucket = [&] {
+    if (num_replicas > 1)
+      for (size_t k : bucket) outv[k] = outv[k] / static_cast<double>(num_replicas);
+    bucket.clear();
+    bucket_bytes = 0;
+  };
   for (size_t k = 0; k < outv.size(); ++k) {
     if (!is_mean(k)) continue;
+    const int64_t b = static_cast<int64_t>(g.output_type(static_cast<int>(k)).bytes());
+    if (!options.pack || (options.bucket_bytes > 0 && !bucket.empty() && bucket_bytes + b > options.bucket_bytes))
+      divide_bucket();
     outv[k] = all_reduce(outv[k]);
-    if (!options.pack && num_replicas > 1) outv[k] = outv[k] / static_cast<double>(num_replicas);
+    bucket.push_back(k);
+    bucket_bytes += b;
   }
-  if (options.pack && num_replicas > 1)
-    for (size_t k = 0; k < outv.size(); ++k)
-      if (is_mean(k)) outv[k] = outv[k] / static_cast<double>(num_replicas);
+  divide_bucket();
   std::vector<std::pair<std::string, Tensor>> outs;
   for (size_t k = 0; k < g.outputs.size(); ++k) outs.push_back({g.outputs[k].name, outv[k]});
   Program r = tr.finish(outs);
