@@ -42,6 +42,7 @@
 #include "backend/host/memory_plan.h"
 #include "backend/host/step.h"
 #include "backend/plan/fusion.h"
+#include "ir/all_reduce_packs.h"
 #include "ir/bf16.h"
 
 namespace capstep::host {
@@ -220,37 +221,6 @@ void all_reduce_pack_step(const Step& s, void* const* slots) {
     if (b) std::memcpy(slots[m.out], p.buffer.data() + at, b);
     at += b;
   }
-}
-
-// The packs of a program (optim::DataParallelOptions::pack): maximal runs of
-// 2 or more consecutive all_reduce equations of one dtype, none reading
-// another's result. pack[i]: equation i's pack, or -1.
-std::vector<int> all_reduce_packs(const Program& p) {
-  const int ne = static_cast<int>(p.eqns.size());
-  std::vector<int> pack(static_cast<size_t>(ne), -1);
-  int next = 0;
-  for (int i = 0; i < ne;) {
-    const Eqn& e = p.eqns[static_cast<size_t>(i)];
-    if (e.op != Op::all_reduce) {
-      ++i;
-      continue;
-    }
-    const DType dt = p.type(e.out).dtype;
-    std::vector<int> outs;
-    int j = i;
-    for (; j < ne; ++j) {
-      const Eqn& m = p.eqns[static_cast<size_t>(j)];
-      if (m.op != Op::all_reduce || p.type(m.out).dtype != dt) break;
-      if (std::find(outs.begin(), outs.end(), m.inputs[0]) != outs.end()) break;
-      outs.push_back(m.out);
-    }
-    if (j - i >= 2) {
-      for (int k = i; k < j; ++k) pack[static_cast<size_t>(k)] = next;
-      ++next;
-    }
-    i = j;
-  }
-  return pack;
 }
 
 // Host fusion orders its groups by level, which scatters a pack's all_reduce
