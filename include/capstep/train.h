@@ -122,6 +122,7 @@ struct Options {
   // With comm: optim::DataParallelOptions::pack (every gradient and the loss
   // in one all-reduce message per step; false: one message per value).
   bool dp_pack = true;
+  int64_t dp_bucket_bytes = optim::DataParallelOptions{}.bucket_bytes;  // with dp_pack: DataParallelOptions::bucket_bytes
 
   std::function<void(const StepInfo&)> on_step;          // progress, each step
   std::function<void(const std::string&)> on_message;    // fallbacks, saves, stops
