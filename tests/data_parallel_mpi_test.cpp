@@ -9,7 +9,8 @@
 //   - a killed rank ends the job (mpirun notices, exit non-zero); a hung rank
 //     (stopped) makes rank 0 give up after --dp-timeout with a message
 //     saying so; in both cases the last checkpoint still loads;
-//   - several ranks on a GPU lane are refused (NCCL is not wired in).
+//   - several ranks on a GPU lane: refused without NCCL in the build; with it
+//     and no GPU, the ranks fall back to the host lane.
 // Skipped by name when capstep was built without MPI (CMake did not find it).
 #include <gtest/gtest.h>
 

@@ -1,7 +1,10 @@
 // The communicator behind Op::all_reduce: how the replicas of a data-parallel
-// run reach each other. The host interpreter calls it for every all_reduce
-// equation (host::Interpreter::set_communicator); without one, a process is
-// one replica and all_reduce is the identity.
+// run reach each other. The host interpreter calls it once for every
+// all_reduce equation, or once for a pack of them (consecutive all_reduce
+// equations: optim::DataParallelOptions::pack) with the pack's values in one
+// buffer (host::Interpreter::set_communicator); without one, a process is one
+// replica and all_reduce is the identity. The NCCL communicator of the GPU
+// lanes takes its id from rank 0 through broadcast().
 //
 // capstep ships one implementation over MPI (capstep/mpi.h, built when CMake
 // finds MPI). Tests may implement it in-process.
@@ -32,7 +35,12 @@ class Communicator {
   // implementation may override it with its transport's broadcast. Used once
   // per run (the NCCL id of the GPU lanes), so the 8x size does not matter.
   virtual void broadcast(void* data, int64_t bytes, int root) {
-    if (root < 0 || root >= size()) throw Error("broadcast: root " + std::to_string(root) + " is not a replica");
+    if (root < 0 || root >= size()) {
+      std::string m = "broadcast: root ";
+      m += std::to_string(root);
+      m += " is not a replica";
+      throw Error(m);
+    }
     std::vector<double> v(static_cast<size_t>(bytes), 0.0);
     unsigned char* b = static_cast<unsigned char*>(data);
     if (rank() == root)
