@@ -187,6 +187,11 @@ TEST(AllReduceStablehlo, ReaderRefusesOtherGroupsAndBadCounts) {
   refuses(good, "mhlo.num_replicas = 2", "mhlo.num_replicas = 0", "replica count");
   refuses(good, "mhlo.num_partitions = 1", "mhlo.num_partitions = 2", "1 partition");
   refuses(good, "stablehlo.add %r2_a, %r2_b", "stablehlo.maximum %r2_a, %r2_b", "all_reduce body must add");
+  // The two all_reduces are one pack: one variadic op with two results.
+  refuses(good, "%2, %3 = \"stablehlo.all_reduce\"", "%2, %3 = \"stablehlo.gather\"",
+          "only stablehlo.all_reduce may have several results");
+  refuses(good, "-> (tensor<2x3xf32>, tensor<2x3xf32>)", "-> (tensor<2x3xf32>)", "expected");
+  refuses(good, "\"stablehlo.all_reduce\"(%1, %arg0)", "\"stablehlo.all_reduce\"(%1)", "expected");
   EXPECT_THROW(to_stablehlo(two_reduces(), "capstep", 0), Error);
 }
 
