@@ -91,7 +91,9 @@ TEST(AllReduce, SumsAcrossThreeReplicas) {
   for (std::thread& t : th) t.join();
   // sum of x over replicas: 1 + 2 + 3 = 6; y = 2 * 6 = 12; z = 6 + 12 = 18 (element 5 negated)
   for (int r = 0; r < R; ++r) {
-    EXPECT_EQ(calls[static_cast<size_t>(r)], 2);
+    // The two all_reduces are consecutive equations, independent of each
+    // other: one pack, sent as one message (data_parallel_pack_test.cpp).
+    EXPECT_EQ(calls[static_cast<size_t>(r)], 1);
     EXPECT_EQ(outs[static_cast<size_t>(r)][0].get(0), 12);
     EXPECT_EQ(outs[static_cast<size_t>(r)][1].get(0), 18);
     EXPECT_EQ(outs[static_cast<size_t>(r)][1].get(5), -18);
@@ -185,6 +187,11 @@ TEST(AllReduceStablehlo, ReaderRefusesOtherGroupsAndBadCounts) {
   refuses(good, "mhlo.num_replicas = 2", "mhlo.num_replicas = 0", "replica count");
   refuses(good, "mhlo.num_partitions = 1", "mhlo.num_partitions = 2", "1 partition");
   refuses(good, "stablehlo.add %r2_a, %r2_b", "stablehlo.maximum %r2_a, %r2_b", "all_reduce body must add");
+  // The two all_reduces are one pack: one variadic op with two results.
+  refuses(good, "%2, %3 = \"stablehlo.all_reduce\"", "%2, %3 = \"stablehlo.gather\"",
+          "only stablehlo.all_reduce may have several results");
+  refuses(good, "-> (tensor<2x3xf32>, tensor<2x3xf32>)", "-> (tensor<2x3xf32>)", "expected");
+  refuses(good, "\"stablehlo.all_reduce\"(%1, %arg0)", "\"stablehlo.all_reduce\"(%1)", "expected");
   EXPECT_THROW(to_stablehlo(two_reduces(), "capstep", 0), Error);
 }
 

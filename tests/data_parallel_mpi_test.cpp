@@ -9,9 +9,12 @@
 //   - a killed rank ends the job (mpirun notices, exit non-zero); a hung rank
 //     (stopped) makes rank 0 give up after --dp-timeout with a message
 //     saying so; in both cases the last checkpoint still loads;
-//   - several ranks on a GPU lane are refused (NCCL is not wired in).
+//   - several ranks on a GPU lane: refused without NCCL in the build; with it
+//     and no GPU, the ranks fall back to the host lane.
 // Skipped by name when capstep was built without MPI (CMake did not find it).
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -27,6 +30,7 @@
 #include <sstream>
 #include <thread>
 
+#include "capstep/cuda.h"
 #include "capstep/autodiff.h"
 #include "capstep/checkpoint.h"
 #include "capstep/nn.h"
@@ -294,12 +298,25 @@ TEST(DataParallelMpi, HungRankMakesRankZeroGiveUpAfterTheTimeout) {
   EXPECT_GE(c.step, 3u);
 }
 
-TEST(DataParallelMpi, SeveralRanksOnAGpuLaneAreRefused) {
+// Several ranks on a GPU lane: NCCL's (tests/data_parallel_nccl_test.cpp on a
+// GPU). Built without NCCL, refused; built with it but without a GPU here,
+// every rank falls back to the host lane (MPI), or fails with --require-gpu.
+TEST(DataParallelMpi, SeveralRanksOnAGpuLaneNeedNcclAndAGpu) {
   NEED_MPI();
   TempDir d;
   const Outcome r = run(2, {"--steps", "2", "--batch", "2", "--lane", "gpu"});
+#ifndef CAPSTEP_HAVE_NCCL
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.err.find("runs on the host lane only"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("needs NCCL"), std::string::npos) << r.err;
+#else
+  std::string why;
+  if (cuda::available(&why)) GTEST_SKIP() << "a GPU is present: CudaNccl covers it";
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE((r.out + r.err).find("falls back to the host lane"), std::string::npos) << r.out << r.err;
+  const Outcome q = run(2, {"--steps", "2", "--batch", "2", "--lane", "gpu-fused", "--require-gpu"});
+  EXPECT_NE(q.code, 0);
+  EXPECT_NE(q.err.find("needs a GPU"), std::string::npos) << q.err;
+#endif
 }
 
 // `capstep export --data-parallel N` writes the step the XLA test runs on 2
@@ -337,5 +354,11 @@ TEST(DataParallelCli, ExportWritesTheStepWithAllReduce) {
   int allreduces = 0;
   for (size_t at = text.find("stablehlo.all_reduce"); at != std::string::npos; at = text.find("stablehlo.all_reduce", at + 1))
     ++allreduces;
-  EXPECT_EQ(allreduces, static_cast<int>(names.size()) + 1);  // every gradient and the loss
+  // Every gradient and the loss, packed (one bucket: 1.25 MB < 4 MiB) into
+  // one variadic all_reduce of 21 operands.
+  EXPECT_EQ(allreduces, 1);
+  const size_t at = text.find("\"stablehlo.all_reduce\"");
+  ASSERT_NE(at, std::string::npos);
+  const std::string results = text.substr(text.rfind('\n', at) + 1, at - text.rfind('\n', at) - 1);
+  EXPECT_EQ(std::count(results.begin(), results.end(), '%'), static_cast<long>(names.size()) + 1) << results;
 }

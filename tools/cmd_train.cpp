@@ -1,5 +1,6 @@
 // `capstep train`: options -> train::Options, progress on the terminal or as
 // log lines, then the loss log (CSV) and the loss curve (gnuplot).
+#include <cstdlib>
 #include <signal.h>
 #include <unistd.h>
 
@@ -115,6 +116,14 @@ int run_train(TrainArgs a) {
 #ifdef CAPSTEP_HAVE_MPI
   std::unique_ptr<dist::MpiCommunicator> comm;
   if (a.data_parallel) {
+    // A GPU lane: one process per GPU. Ranks sharing a node each see their own
+    // GPU as device 0 (the CUDA backend drives device 0), set before anything
+    // starts CUDA, unless the launcher set CUDA_VISIBLE_DEVICES already.
+    // (Untested: only a one-GPU machine has been available.)
+    const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (a.lane != "host" && local_rank && local_size && std::atoi(local_size) > 1 && !std::getenv("CUDA_VISIBLE_DEVICES"))
+      setenv("CUDA_VISIBLE_DEVICES", local_rank, 1);
     comm = std::make_unique<dist::MpiCommunicator>(a.dp_timeout);
     o.comm = comm.get();
     if (comm->rank() != 0) {

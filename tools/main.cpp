@@ -133,6 +133,16 @@ int main(int argc, char** argv) {
   train->add_option("--dp-timeout", ta.dp_timeout,
                     "with --data-parallel: seconds one all_reduce waits for the other ranks before stopping the run")
       ->capture_default_str()->check(CLI::Range(0.1, 86400.0));
+  train->add_option_function<std::string>(
+           "--dp-pack", [&](const std::string& s) { ta.opts.dp_pack = s == "on"; },
+           "with --data-parallel: on: every gradient and the loss in one all-reduce message per step; off: one "
+           "message per value; default on")
+      ->check(CLI::IsMember({"on", "off"}));
+  train->add_option_function<double>(
+           "--dp-bucket-mib", [&](double m) { ta.opts.dp_bucket_bytes = static_cast<int64_t>(m * 1048576.0); },
+           "with --data-parallel and --dp-pack on: pack the values into messages of at most this many MiB (a larger "
+           "value alone; 0: one message); default 4")
+      ->check(CLI::Range(0.0, 1e6));
   train->add_option("--clip-grad-norm", ta.opts.clip_grad_norm,
                     "scale the gradients by min(1, C/norm), norm over all of them, inside the step (0: off)")
       ->capture_default_str()->check(CLI::Range(0.0, 1e30))

@@ -1,13 +1,18 @@
 // The communicator behind Op::all_reduce: how the replicas of a data-parallel
-// run reach each other. The host interpreter calls it for every all_reduce
-// equation (host::Interpreter::set_communicator); without one, a process is
-// one replica and all_reduce is the identity.
+// run reach each other. The host interpreter calls it once for every
+// all_reduce equation, or once for a pack of them (consecutive all_reduce
+// equations: optim::DataParallelOptions::pack) with the pack's values in one
+// buffer (host::Interpreter::set_communicator); without one, a process is one
+// replica and all_reduce is the identity. The NCCL communicator of the GPU
+// lanes takes its id from rank 0 through broadcast().
 //
 // capstep ships one implementation over MPI (capstep/mpi.h, built when CMake
 // finds MPI). Tests may implement it in-process.
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "capstep/ir.h"
 
@@ -24,6 +29,25 @@ class Communicator {
   // dtype, in the same sequence. Throws Error when a replica does not answer
   // (a dead or hung rank) or the transport fails.
   virtual void all_reduce_sum(void* data, DType dtype, int64_t n) = 0;
+  // Replaces data[0..bytes) on every replica by root's bytes (every replica
+  // calls it with the same bytes and root). This default sends each byte as
+  // an f64 through all_reduce_sum (root's value plus zeros: exact); an
+  // implementation may override it with its transport's broadcast. Used once
+  // per run (the NCCL id of the GPU lanes), so the 8x size does not matter.
+  virtual void broadcast(void* data, int64_t bytes, int root) {
+    if (root < 0 || root >= size()) {
+      std::string m = "broadcast: root ";
+      m += std::to_string(root);
+      m += " is not a replica";
+      throw Error(m);
+    }
+    std::vector<double> v(static_cast<size_t>(bytes), 0.0);
+    unsigned char* b = static_cast<unsigned char*>(data);
+    if (rank() == root)
+      for (int64_t i = 0; i < bytes; ++i) v[static_cast<size_t>(i)] = b[i];
+    all_reduce_sum(v.data(), DType::f64, bytes);
+    for (int64_t i = 0; i < bytes; ++i) b[i] = static_cast<unsigned char>(v[static_cast<size_t>(i)]);
+  }
 };
 
 }  // namespace capstep

@@ -47,6 +47,8 @@ inline bool persistent_default() {
 inline bool fuse_default() { return env_switch("CAPSTEP_CUDA_FUSE"); }
 
 
+class NcclCommunicator;  // src/backend/cuda/nccl.h (built with NCCL only)
+
 struct Options {
   bool tf32 = true;           // TF32 tensor cores for f32 dots
   bool cuda_graph = true;     // capture the whole step once, replay it
@@ -73,6 +75,10 @@ struct Options {
   // that cannot be one kernel, or a device that refuses it, runs the plan's
   // launches as before and says why (describe_launches()).
   bool persistent = persistent_default();
+  // The replicas Op::all_reduce sums over on the GPU (not owned; must outlive
+  // the Executable): each all_reduce is an ncclAllReduce on the step's stream,
+  // inside its CUDA graph. nullptr: one replica, all_reduce is a device copy.
+  NcclCommunicator* nccl = nullptr;
 };
 
 // Throws Error unless the CUDA backend has kernels for every dtype in p: it

@@ -101,7 +101,26 @@ Program with_precision(const Program& forward, Precision p);
 // and the loss it reports is the global batch's. Inputs, outputs (names,
 // places) and aliases are kept. Error for a missing, repeated or non-float
 // gradient, N < 1, or a program that already has an all_reduce.
+//
+// pack (the default): the all_reduce equations are emitted as consecutive
+// runs of equations (buckets, below), each run followed by its divisions; a
+// backend sends such a run as ONE message (the host
+// interpreter: one Communicator::all_reduce_sum of the run's values copied
+// into one buffer; CUDA with NCCL: one ncclGroupStart/ncclGroupEnd).
+// pack = false: each all_reduce directly followed by its division, so each is
+// its own message. The values are the same either way (the sum is elementwise);
+// docs/scaling.md has the measured step times of both.
 extern const char* const kLossName;                   // "loss"
-Program data_parallel(const Program& grad_program, const std::vector<std::string>& params, int num_replicas);
+struct DataParallelOptions {
+  bool pack = true;
+  // With pack: the values in output order, in buckets of at most this many
+  // bytes, one run (one message) each; a value larger than it is a bucket
+  // alone. 0: every value in one bucket. docs/scaling.md has the measurement
+  // behind the default (one message pays for many small values; for large
+  // ones the copies into one buffer cost more than the messages they save).
+  int64_t bucket_bytes = int64_t{4} << 20;
+};
+Program data_parallel(const Program& grad_program, const std::vector<std::string>& params, int num_replicas,
+                      const DataParallelOptions& options = {});
 
 }  // namespace capstep::optim

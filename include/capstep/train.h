@@ -116,9 +116,14 @@ struct Options {
   // does not depend on R. The step program is optim::data_parallel's (mean
   // all_reduce of the gradients and the loss), so every rank applies the same
   // update and reports the global loss. Only rank 0 writes checkpoints; every
-  // rank resumes from resume_path. R > 1 runs on the host lane only (an Error
-  // otherwise: NCCL is not wired in). nullptr: one process, no all_reduce.
+  // rank resumes from resume_path. R > 1 on a GPU lane needs NCCL in the
+  // build (an Error otherwise): one process per GPU, the all_reduces NCCL's
+  // (not yet run on a GPU). nullptr: one process, no all_reduce.
   Communicator* comm = nullptr;
+  // With comm: optim::DataParallelOptions::pack (every gradient and the loss
+  // in one all-reduce message per step; false: one message per value).
+  bool dp_pack = true;
+  int64_t dp_bucket_bytes = optim::DataParallelOptions{}.bucket_bytes;  // with dp_pack: DataParallelOptions::bucket_bytes
 
   std::function<void(const StepInfo&)> on_step;          // progress, each step
   std::function<void(const std::string&)> on_message;    // fallbacks, saves, stops

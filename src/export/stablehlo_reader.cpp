@@ -243,6 +243,22 @@ class Reader {
   void op() {
     size_t at = c_.ws();
     std::string result = c_.ssa_name();
+    if (c_.peek() == ',') {  // several results: a variadic all_reduce (a pack)
+      std::vector<std::string> results{result};
+      while (c_.accept(",")) results.push_back(c_.ssa_name());
+      c_.expect("=");
+      const size_t op_at = c_.ws();
+      if (c_.peek() != '"' || c_.string_lit() != "stablehlo.all_reduce")
+        c_.fail(op_at, "only stablehlo.all_reduce may have several results" + std::string(kSubset));
+      std::vector<ParsedOp> ps = all_reduce_pack(results.size(), op_at);
+      c_.skip_loc();
+      for (size_t k = 0; k < ps.size(); ++k) {
+        check(ps[k]);
+        define(results[k], at, {ps[k].type, static_cast<int>(ops_.size())});
+        ops_.push_back(std::move(ps[k]));
+      }
+      return;
+    }
     c_.expect("=");
     ParsedOp p;
     p.pos = c_.ws();
@@ -661,6 +677,51 @@ class Reader {
                                  std::to_string(num_replicas_));
     add_region(values_[static_cast<size_t>(p.operands[0])].type.dtype, "all_reduce");
     p.type = fn_type(p.operands);
+  }
+
+  // "(%x, %y) <{replica_groups}> ({reducer}) : (A, B) -> (A, B)": n
+  // all_reduce equations of one dtype (the writer's packs).
+  std::vector<ParsedOp> all_reduce_pack(size_t n, size_t at) {
+    c_.expect("(");
+    std::vector<int> operands = operand_list(n);
+    c_.expect(")");
+    size_t pat = c_.ws();
+    auto m = props();
+    for (const auto& [key, pr] : m)
+      if (key != "replica_groups") c_.fail(pr.pos, "unsupported all_reduce property '" + key + "' (capstep writes replica_groups only)");
+    auto g = m.find("replica_groups");
+    if (g == m.end() || g->second.kind != Prop::Kind::groups) c_.fail(pat, "all_reduce needs replica_groups = dense<[[...]]>");
+    std::vector<int64_t> all;
+    for (int r = 0; r < num_replicas_; ++r) all.push_back(r);
+    if (g->second.groups.size() != 1 || g->second.groups[0] != all)
+      c_.fail(g->second.pos, "replica_groups must be one group of every replica, [[0, ..., " +
+                                 std::to_string(num_replicas_ - 1) + "]] for mhlo.num_replicas = " +
+                                 std::to_string(num_replicas_));
+    const DType dt = values_[static_cast<size_t>(operands[0])].type.dtype;
+    for (int v : operands)
+      if (values_[static_cast<size_t>(v)].type.dtype != dt)
+        c_.fail(at, "the operands of one stablehlo.all_reduce must share a dtype (capstep packs one dtype)");
+    add_region(dt, "all_reduce");
+    c_.expect(":");
+    c_.expect("(");
+    for (size_t i = 0; i < n; ++i) {
+      if (i) c_.expect(",");
+      size_t tat = c_.ws();
+      check_operand_type(operands[i], c_.tensor_type(), tat);
+    }
+    c_.expect(")");
+    c_.expect("->");
+    c_.expect("(");
+    std::vector<ParsedOp> ps(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (i) c_.expect(",");
+      ps[i].op = Op::all_reduce;
+      ps[i].operands = {operands[i]};
+      ps[i].pos = at;
+      ps[i].type = c_.tensor_type();
+    }
+    c_.expect(")");
+    return ps;
   }
 
   void scatter(ParsedOp& p) {

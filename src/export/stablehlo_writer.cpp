@@ -5,6 +5,7 @@
 
 #include "capstep/stablehlo.h"
 #include "capstep/trace.h"
+#include "ir/all_reduce_packs.h"
 #include "export/stablehlo_common.h"
 
 namespace capstep {
@@ -118,7 +119,16 @@ class Writer {
       o_ << (i ? ", " : "") << tensor_type(p_.output_type(static_cast<int>(i))) << " {jax.result_info = "
          << quoted(p_.outputs[i].name) << "}";
     o_ << ") {\n";
-    for (size_t i = 0; i < p_.eqns.size(); ++i) eqn(static_cast<int>(i), p_.eqns[i]);
+    // A pack of all_reduce equations (ir/all_reduce_packs.h) is one variadic
+    // stablehlo.all_reduce: one collective, as the backends send it.
+    const std::vector<int> pack = all_reduce_packs(p_);
+    for (size_t i = 0; i < p_.eqns.size();) {
+      size_t j = i + 1;
+      while (pack[i] >= 0 && j < p_.eqns.size() && pack[j] == pack[i]) ++j;
+      if (j - i > 1) all_reduce_pack(static_cast<int>(i), static_cast<int>(j));
+      else eqn(static_cast<int>(i), p_.eqns[i]);
+      i = j;
+    }
     o_ << "    return";
     for (size_t i = 0; i < p_.outputs.size(); ++i) o_ << (i ? ", " : " ") << name(p_.outputs[i].value);
     if (!p_.outputs.empty()) o_ << " :";
@@ -140,6 +150,34 @@ class Writer {
     std::string s;
     for (size_t i = 0; i < e.inputs.size(); ++i) s += (i ? ", " : "") + name(e.inputs[i]);
     return s;
+  }
+
+  // Equations [first, last) of one pack: "%a, %b = "stablehlo.all_reduce"(%x,
+  // %y) <{...}> ({reducer}) : (A, B) -> (A, B)".
+  void all_reduce_pack(int first, int last) {
+    std::string results, ops, in_types, out_types;
+    for (int k = first; k < last; ++k) {
+      const Eqn& e = p_.eqns[static_cast<size_t>(k)];
+      if (k > first) {
+        results += ", ";
+        ops += ", ";
+        in_types += ", ";
+        out_types += ", ";
+      }
+      results += name(e.out);
+      ops += name(e.inputs[0]);
+      in_types += ty(e.inputs[0]);
+      out_types += ty(e.out);
+    }
+    const DType dt = p_.type(p_.eqns[static_cast<size_t>(first)].out).dtype;
+    std::string b = "%r" + std::to_string(first) + "_";
+    std::string scalar = tensor_type({dt, {}});
+    o_ << "    " << results << " = \"stablehlo.all_reduce\"(" << ops << ") <{replica_groups = dense<["
+       << range_list(0, replicas_) << "]> : tensor<1x" << replicas_ << "xi64>}> ({\n"
+       << "    ^bb0(" << b << "a: " << scalar << ", " << b << "b: " << scalar << "):\n"
+       << "      " << b << "r = stablehlo.add " << b << "a, " << b << "b : " << scalar << "\n"
+       << "      stablehlo.return " << b << "r : " << scalar << "\n"
+       << "    }) : (" << in_types << ") -> (" << out_types << ")\n";
   }
 
   void eqn(int idx, const Eqn& e) {

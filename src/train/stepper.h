@@ -8,6 +8,7 @@
 
 #include "capstep/array.h"
 #include "capstep/checkpoint.h"
+#include "capstep/cuda.h"
 #include "capstep/ir.h"
 #include "capstep/optim.h"
 
@@ -40,8 +41,12 @@ class Stepper {
 // comm: the replicas the program's all_reduce equations sum over (or nullptr).
 std::unique_ptr<Stepper> host_stepper(const Program& grad, const optim::AdamW& o, State s, float clip_max_norm,
                                       Communicator* comm = nullptr);
-std::unique_ptr<Stepper> gpu_stepper(const Program& grad, const optim::AdamW& o, State s, bool tf32, float clip_max_norm);
+// nccl: the replicas the program's all_reduce equations sum over on the GPU
+// (or nullptr: one replica).
+std::unique_ptr<Stepper> gpu_stepper(const Program& grad, const optim::AdamW& o, State s, bool tf32, float clip_max_norm,
+                                     cuda::NcclCommunicator* nccl = nullptr);
 // fused: with_adamw(grad, ...).
-std::unique_ptr<Stepper> gpu_fused_stepper(const Program& fused, State s, bool tf32, float clip_max_norm);
+std::unique_ptr<Stepper> gpu_fused_stepper(const Program& fused, State s, bool tf32, float clip_max_norm,
+                                           cuda::NcclCommunicator* nccl = nullptr);
 
 }  // namespace capstep::train

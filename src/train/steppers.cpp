@@ -10,6 +10,14 @@
 namespace capstep::train {
 namespace {
 
+cuda::Options exe_options(bool tf32, cuda::NcclCommunicator* nccl) {
+  cuda::Options o;
+  o.tf32 = tf32;
+  o.cuda_graph = true;
+  o.nccl = nccl;
+  return o;
+}
+
 void copy_state(const std::vector<std::string>& names, const std::vector<Array>& from, std::vector<NamedArray>& to) {
   to.resize(names.size());
   for (size_t j = 0; j < names.size(); ++j) {
@@ -63,8 +71,8 @@ class HostStepper final : public Stepper {
 // parameters live in ins_[0..n) so they need no copy into the input list.
 class GpuStepper final : public Stepper {
  public:
-  GpuStepper(const Program& grad, const optim::AdamW& o, State s, bool tf32, float clip)
-      : exe_(grad, {tf32, true}), adamw_(o), names_(std::move(s.names)), m_(std::move(s.m)), v_(std::move(s.v)) {
+  GpuStepper(const Program& grad, const optim::AdamW& o, State s, bool tf32, float clip, cuda::NcclCommunicator* nccl)
+      : exe_(grad, exe_options(tf32, nccl)), adamw_(o), names_(std::move(s.names)), m_(std::move(s.m)), v_(std::move(s.v)) {
     ins_ = std::move(s.params);
     ins_.resize(grad.inputs.size());
     if (const int c = grad.input_index(optim::kClipMaxNormName); c >= 0) ins_[static_cast<size_t>(c)] = Array::scalar(clip);
@@ -102,8 +110,8 @@ class GpuStepper final : public Stepper {
 // moves the batch, the four scalars and the loss.
 class GpuFusedStepper final : public Stepper {
  public:
-  GpuFusedStepper(const Program& fused, State s, bool tf32, float clip)
-      : exe_(fused, {tf32, true}), names_(std::move(s.names)), n_(static_cast<int>(names_.size())) {
+  GpuFusedStepper(const Program& fused, State s, bool tf32, float clip, cuda::NcclCommunicator* nccl)
+      : exe_(fused, exe_options(tf32, nccl)), names_(std::move(s.names)), n_(static_cast<int>(names_.size())) {
     for (int j = 0; j < n_; ++j) {
       exe_.upload(j, s.params[static_cast<size_t>(j)]);
       exe_.upload(n_ + j, s.m[static_cast<size_t>(j)]);
@@ -166,11 +174,13 @@ std::unique_ptr<Stepper> host_stepper(const Program& grad, const optim::AdamW& o
                                       Communicator* comm) {
   return std::make_unique<HostStepper>(grad, o, std::move(s), clip, comm);
 }
-std::unique_ptr<Stepper> gpu_stepper(const Program& grad, const optim::AdamW& o, State s, bool tf32, float clip) {
-  return std::make_unique<GpuStepper>(grad, o, std::move(s), tf32, clip);
+std::unique_ptr<Stepper> gpu_stepper(const Program& grad, const optim::AdamW& o, State s, bool tf32, float clip,
+                                     cuda::NcclCommunicator* nccl) {
+  return std::make_unique<GpuStepper>(grad, o, std::move(s), tf32, clip, nccl);
 }
-std::unique_ptr<Stepper> gpu_fused_stepper(const Program& fused, State s, bool tf32, float clip) {
-  return std::make_unique<GpuFusedStepper>(fused, std::move(s), tf32, clip);
+std::unique_ptr<Stepper> gpu_fused_stepper(const Program& fused, State s, bool tf32, float clip,
+                                           cuda::NcclCommunicator* nccl) {
+  return std::make_unique<GpuFusedStepper>(fused, std::move(s), tf32, clip, nccl);
 }
 
 }  // namespace capstep::train

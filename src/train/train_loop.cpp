@@ -16,6 +16,7 @@
 #include "capstep/data.h"
 #include "capstep/interpreter.h"
 #include "capstep/train.h"
+#include "backend/cuda/nccl.h"
 #include "stepper.h"
 
 namespace capstep::train {
@@ -75,9 +76,12 @@ Result train(const Options& o) {
   Result r;
   const int ranks = o.comm ? o.comm->size() : 1;
   const int rank = o.comm ? o.comm->rank() : 0;
+#ifndef CAPSTEP_HAVE_NCCL
   if (ranks > 1 && o.lane != Lane::host)
-    throw Error(std::string("data parallelism over ") + std::to_string(ranks) + " processes runs on the host lane only; lane " +
-                lane_name(o.lane) + " would need NCCL, which is not wired in yet");
+    throw Error(std::string("data parallelism over ") + std::to_string(ranks) + " processes on lane " + lane_name(o.lane) +
+                " needs NCCL, and this capstep was built without it (CMake found no nccl.h and libnccl: see "
+                "docs/scaling.md); the host lane runs it over MPI");
+#endif
 
   // The lane, or the host when there is no GPU.
   r.lane_used = o.lane;
@@ -161,17 +165,30 @@ Result train(const Options& o) {
       value_and_grad(optim::with_precision(o.fused_attention ? fuse_attention(loss) : loss, o.precision), state.names);
   // Data parallel: the mean over the replicas of the gradients and the loss,
   // before clipping (the global gradient is clipped) and the update.
-  if (o.comm) grad = optim::data_parallel(grad, state.names, ranks);
+  if (o.comm) grad = optim::data_parallel(grad, state.names, ranks, {o.dp_pack, o.dp_bucket_bytes});
   // Clipping is part of the step program (the norm and the scale computed where
   // the step runs); the limit is a scalar input.
   if (o.clip_grad_norm > 0) grad = optim::clip_grad_norm(grad, state.names);
   const float clip = static_cast<float>(o.clip_grad_norm);
+  // Data parallel on a GPU lane: the all_reduce equations are NCCL's, one
+  // process per GPU, the NCCL id from rank 0 through o.comm (every rank takes
+  // the same lane decision above, or the job would stop here, waiting).
+  cuda::NcclCommunicator* nccl = nullptr;
+#ifdef CAPSTEP_HAVE_NCCL
+  std::unique_ptr<cuda::NcclCommunicator> nccl_owner;
+  if (o.comm && r.lane_used != Lane::host) {
+    nccl_owner = std::make_unique<cuda::NcclCommunicator>(*o.comm);
+    nccl = nccl_owner.get();
+    say(std::string("data parallel on lane ") + lane_name(r.lane_used) + ": " + std::to_string(ranks) + " rank(s), " +
+        cuda::nccl_version());
+  }
+#endif
   std::unique_ptr<Stepper> stepper;
   if (r.lane_used == Lane::host) stepper = host_stepper(grad, o.adamw, std::move(state), clip, o.comm);
-  else if (r.lane_used == Lane::gpu) stepper = gpu_stepper(grad, o.adamw, std::move(state), o.tf32, clip);
+  else if (r.lane_used == Lane::gpu) stepper = gpu_stepper(grad, o.adamw, std::move(state), o.tf32, clip, nccl);
   else {
     const Program fused = optim::with_adamw(grad, state.names, o.adamw);
-    stepper = gpu_fused_stepper(fused, std::move(state), o.tf32, clip);
+    stepper = gpu_fused_stepper(fused, std::move(state), o.tf32, clip, nccl);
   }
 
   // Held across saves so that each save reuses the same host arrays.

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/executable_impl.h"
+#include "backend/cuda/nccl.h"
 #include "backend/plan/walk.h"
 #include "capstep/array.h"
 
@@ -295,10 +296,20 @@ void Executable::Impl::add_single_launch(const plan::Item& item) {
         add_attention_launch(item);
         break;
       case Op::all_reduce:
-        // One process drives one device and has no communicator (NCCL is not
-        // wired in yet), so it is one replica and the sum over replicas is its
-        // own value. Several GPU replicas are refused before this point
-        // (train::train with ranks > 1 on a GPU lane).
+#ifdef CAPSTEP_HAVE_NCCL
+        // With NCCL: the sum over the replicas, enqueued on the step's stream
+        // (captured into the step's graph like every other launch).
+        if (opt.nccl != nullptr) {
+          const NcclCommunicator* nc = opt.nccl;
+          const char* src = in[0];
+          const DType t = ot.dtype;
+          launches.push_back({d, [self, nc, src, out, n, t] { nc->all_reduce_sum(src, out, n, t, self->stream); }});
+          break;
+        }
+#endif
+        // Without a communicator one process is one replica: the sum over
+        // replicas is its own value. (train::train refuses several ranks on a
+        // GPU lane when NCCL is not built.)
         device_copy(out, in[0], ot.bytes());
         break;
     }
