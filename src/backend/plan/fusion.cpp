@@ -477,7 +477,7 @@ bool fused_kind(GroupKind k) {
 bool scatter_group_eqn(const Program& p, const Eqn& e) {
   if (e.op != Op::scatter_add_rows) return false;
   const DType t = p.type(e.out).dtype;
-  if (t != DType::f32 && t != DType::f64 && t != DType::i32) return false;
+  if (t != DType::f32 && t != DType::f64 && t != DType::i32 && t != DType::bf16) return false;
   const int64_t n = p.type(e.out).numel(), r = p.type(e.inputs[1]).numel();
   return n > 0 && r >= 0 && (r == 0 || n <= kMaxScatterWork / r);
 }
