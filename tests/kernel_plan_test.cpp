@@ -27,6 +27,10 @@ using plan::GroupKind;
 using plan::ItemKind;
 
 constexpr int kSeedKernelCeiling = 31;
+// the bf16 step (optim::mixed_precision_bf16): the f32 plan's kernels, plus
+// the loops that store the bf16 copies of transposed GEMM operands (an f32
+// transpose is read in place by its GEMM; its bf16 copy is a buffer)
+constexpr int kSeedBf16KernelCeiling = 39;
 constexpr int kSeedLibraryGemmCeiling = 90;
 
 std::map<ItemKind, int> counts(const plan::KernelPlan& kp) {
@@ -118,6 +122,40 @@ TEST(KernelPlan, SeedStepKernelCount) {
   EXPECT_EQ(l[ItemKind::gemm], 51);
   EXPECT_EQ(l[ItemKind::small_gemm], 0);
   EXPECT_LE(lib.kernels(), kSeedLibraryGemmCeiling) << lib.describe();
+}
+
+// The seed's bf16 step: every product still a generated GEMM (bf16 operands
+// widened on load), nothing left to library kernels, each transposed operand's
+// bf16 copy one loop kernel with its transpose and reshape (fold_reshapes),
+// and the kernel count held to its ceiling (capstep show --kernels --precision
+// bf16 prints this plan).
+TEST(KernelPlan, SeedBf16StepKernelCount) {
+  const nn::LmConfig c;
+  std::vector<std::string> names;
+  for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
+  const Program p =
+      optim::with_adamw(value_and_grad(optim::mixed_precision_bf16(nn::lm_loss_program(c)), names), names, optim::AdamW{});
+  const plan::KernelPlan kp = plan::plan_kernels(p);
+  std::printf("[kernel plan] bf16 seed step: %d kernels (f32: at most %d)\n", kp.kernels(), kSeedKernelCeiling);
+  EXPECT_LE(kp.kernels(), kSeedBf16KernelCeiling) << kp.describe();
+  EXPECT_GE(kp.kernels(), kSeedKernelCeiling) << "fewer kernels than the f32 step: a bf16 rounding dropped?";
+  std::map<ItemKind, int> n = counts(kp);
+  for (ItemKind k : {ItemKind::gemm, ItemKind::pack, ItemKind::strided, ItemKind::elementwise, ItemKind::reduce,
+                     ItemKind::gather, ItemKind::scatter, ItemKind::copy, ItemKind::end_copy})
+    EXPECT_EQ(n[k], 0) << plan::item_kind_name(k) << "\n" << kp.describe();
+  int folded = 0, bf16_values = 0;
+  const Program& fp = kp.fused.program;
+  for (const plan::Group& gr : kp.fused.groups)
+    for (int d = gr.first; d <= gr.last; ++d) {
+      const Eqn& e = fp.eqns[static_cast<size_t>(d)];
+      folded += e.op == Op::reshape && gr.kind == GroupKind::loop;
+      bf16_values += fp.type(e.out).dtype == DType::bf16;
+      if (e.op == Op::dot_general) {
+        EXPECT_TRUE(gr.kind == GroupKind::gemm || gr.kind == GroupKind::row) << group_kind_name(gr.kind);
+      }
+    }
+  EXPECT_GE(folded, 2) << "each layer's attention output (at least): transpose, reshape, convert in one loop";
+  EXPECT_GT(bf16_values, 50);
 }
 
 // With fuse_attention, a step's plan holds no [B,H,T,T] value at all: each

@@ -234,15 +234,16 @@ Fused fuse_program(const Program& p, const FuseOptions& fo) {
   // consumers, since the group runs as one kernel).
   std::vector<int> seen(static_cast<size_t>(E), -1);
   int stamp = 0;
-  auto safe_to_merge = [&](int a, int b) {
+  // (`also`: a third group merged with them, a folded reshape's; -1: none)
+  auto safe_to_merge = [&](int a, int b, int also = -1) {
     ++stamp;
     std::vector<int> stack;
     auto visit_consumers_of = [&](int r) {
       for (int m : uf.members[static_cast<size_t>(r)])
         for (int c : consumers[static_cast<size_t>(m)]) {
           const int rc = uf.find(c);
-          if (rc == a || rc == b) {
-            if (r != a && r != b) return false;
+          if (rc == a || rc == b || rc == also) {
+            if (r != a && r != b && r != also) return false;
             continue;
           }
           if (seen[static_cast<size_t>(rc)] != stamp) {
@@ -254,6 +255,7 @@ Fused fuse_program(const Program& p, const FuseOptions& fo) {
     };
     visit_consumers_of(a);
     visit_consumers_of(b);
+    if (also >= 0) visit_consumers_of(also);
     while (!stack.empty()) {
       const int r = stack.back();
       stack.pop_back();
@@ -297,12 +299,40 @@ Fused fuse_program(const Program& p, const FuseOptions& fo) {
       }
     return true;
   };
+  // fold_reshapes: a reshape between two loop-geometry equations, read by
+  // nothing else, takes the loop geometry (and stops being a view) when its
+  // reader merges with its operand's group; otherwise it stays a view.
+  auto fold_reshape = [&](int d, int q) {
+    if (!fo.fold_reshapes || q < 0 || !view[static_cast<size_t>(q)] || p.eqns[static_cast<size_t>(q)].op != Op::reshape)
+      return -1;
+    if (is_output[static_cast<size_t>(p.eqns[static_cast<size_t>(q)].out)] || consumers[static_cast<size_t>(q)].size() != 1 ||
+        consumers[static_cast<size_t>(q)][0] != d)
+      return -1;
+    const int r = producer[static_cast<size_t>(p.eqns[static_cast<size_t>(q)].inputs[0])];
+    if (r < 0 || geo[static_cast<size_t>(uf.find(r))].kind != Geo::loop || geo[static_cast<size_t>(d)].kind != Geo::loop ||
+        geo[static_cast<size_t>(uf.find(r))].n != numel_of(q))
+      return -1;
+    return r;
+  };
   if (loops)
     for (int d = 0; d < E; ++d) {
       const Eqn& e = p.eqns[static_cast<size_t>(d)];
       if (geo[static_cast<size_t>(d)].kind == Geo::none) continue;
       for (int x : e.inputs) {
         const int q = producer[static_cast<size_t>(x)];
+        if (const int r = fold_reshape(d, q); r >= 0) {
+          // the reshape and its reader join its operand's group, all three at once
+          const int a = uf.find(r), b = uf.find(q), c = uf.find(d);
+          const Geometry g = merged(geo[static_cast<size_t>(a)], geo[static_cast<size_t>(c)]);
+          if (a != c && g.kind == Geo::loop && valid(a, c, g) && safe_to_merge(a, c, b)) {
+            view[static_cast<size_t>(q)] = 0;
+            geo[static_cast<size_t>(q)] = {Geo::loop, numel_of(q), 0};
+            uf.unite(a, b);
+            uf.unite(uf.find(a), c);
+            geo[static_cast<size_t>(uf.find(a))] = g;
+          }
+          continue;
+        }
         if (q < 0 || geo[static_cast<size_t>(q)].kind == Geo::none) continue;
         const int a = uf.find(d), b = uf.find(q);
         if (a == b) continue;

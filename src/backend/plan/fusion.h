@@ -118,6 +118,11 @@ struct FuseOptions {
   // dot_generals (f32 / f64) of at most this many multiply-adds become gemm
   // groups; 0: none (every dot_general is a single group, for a GEMM library)
   int64_t gemm_max_macs = 0;
+  // a reshape read only by one loop-geometry equation, between it and a loop
+  // member of the same size (transpose -> reshape -> convert, as the bf16
+  // step has before its GEMM operands), becomes a member of their group (the
+  // same flat index: a register, no buffer) instead of a view that splits them
+  bool fold_reshapes = false;
 };
 Fused fuse_program(const Program& p, const FuseOptions& o);
 inline Fused fuse_program(const Program& p, bool loops = true) { return fuse_program(p, FuseOptions{loops, 0}); }

@@ -319,6 +319,9 @@ class Emitter {
           }
           break;
         }
+        case Op::reshape:  // a folded reshape (FuseOptions::fold_reshapes): the same flat index
+          expr = operand(e.inputs[0]);
+          break;
         case Op::transpose: {  // the operand is always made outside the group
           const int x = e.inputs[0];
           const Type& it = p_.type(x);
