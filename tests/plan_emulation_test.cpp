@@ -58,6 +58,7 @@ inline float __int_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); retur
 inline double __longlong_as_double(long long u) { double d; std::memcpy(&d, &u, 8); return d; }
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+inline long long __double_as_longlong(double d) { long long u; std::memcpy(&u, &d, 8); return u; }
 namespace capstep_emu {
 struct Warp { std::barrier<> bar{32}; unsigned char slot[32][8]; };
 inline thread_local Warp* warp = nullptr;
@@ -708,6 +709,10 @@ TEST(PlanEmulation, Bf16KernelsRoundAsTheInterpreterBitForBit) {
   za.set(1, -(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30)));
   za.set(2, NAN);
   za.set(3, 1e300);
+  const uint64_t neg_nan = 0xFFFA000000000000ull;  // -NaN with payload: sign and top payload bits kept
+  double nn;
+  std::memcpy(&nn, &neg_nan, 8);
+  za.set(4, nn);
   wa.set(0, 16777217);  // 2^24 + 1
   wa.set(1, 257 * 65536 + 1);
   const std::vector<Array> in = {xa, ya, za, wa, ha};

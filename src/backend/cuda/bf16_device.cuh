@@ -20,8 +20,12 @@ __device__ __forceinline__ uint16_t bf16_store(float f) {
 }
 
 __device__ __forceinline__ uint16_t bf16_store_double(double d) {
+  if (d != d) {  // NaN: sign and top payload bits, quieted (the host's f64 -> f32 keeps them; the device's does not)
+    const unsigned hi = static_cast<unsigned>(static_cast<unsigned long long>(__double_as_longlong(d)) >> 32);
+    return static_cast<uint16_t>(((hi >> 16) & 0x8000u) | 0x7FC0u | ((hi >> 13) & 0x7Fu));
+  }
   float f = static_cast<float>(d);  // to nearest
-  if (d != d || (__float_as_uint(f) & 0x7FFFFFFFu) == 0x7F800000u || static_cast<double>(f) == d) return bf16_store(f);
+  if ((__float_as_uint(f) & 0x7FFFFFFFu) == 0x7F800000u || static_cast<double>(f) == d) return bf16_store(f);
   const double af = f < 0.0f ? -static_cast<double>(f) : static_cast<double>(f), ad = d < 0.0 ? -d : d;
   if (af > ad) f = __uint_as_float(__float_as_uint(f) - 1u);  // toward zero
   return bf16_store(__uint_as_float(__float_as_uint(f) | 1u));  // to odd: the second rounding is exact

@@ -111,8 +111,14 @@ const char* const kBf16DeviceText =
     "}\n"
     "__device__ __forceinline__ float capstep_bf16_round(float f) { return capstep_bf16_load(capstep_bf16_store(f)); }\n"
     "__device__ __forceinline__ float capstep_bf16_of_double(double d) {\n"
+    // NaN: sign and top payload bits kept, quieted, as the host's conversion
+    // through f32 keeps them (the device's f64 -> f32 gives one canonical NaN)
+    "  if (d != d) {\n"
+    "    const unsigned hi = (unsigned)((unsigned long long)__double_as_longlong(d) >> 32);\n"
+    "    return capstep_bf16_load((unsigned short)(((hi >> 16) & 0x8000u) | 0x7FC0u | ((hi >> 13) & 0x7Fu)));\n"
+    "  }\n"
     "  float f = (float)d;\n"
-    "  if (d != d || (__float_as_uint(f) & 0x7FFFFFFFu) == 0x7F800000u || (double)f == d) return capstep_bf16_round(f);\n"
+    "  if ((__float_as_uint(f) & 0x7FFFFFFFu) == 0x7F800000u || (double)f == d) return capstep_bf16_round(f);\n"
     "  const double af = f < 0.0f ? -(double)f : (double)f, ad = d < 0.0 ? -d : d;\n"
     "  if (af > ad) f = __uint_as_float(__float_as_uint(f) - 1u);  // toward zero\n"
     "  return capstep_bf16_round(__uint_as_float(__float_as_uint(f) | 1u));  // to odd: the second rounding is exact\n"
