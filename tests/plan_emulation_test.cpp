@@ -28,7 +28,19 @@
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "capstep/trace.h"
+#include "ir/bf16.h"
 #include "test_util.h"
+
+// The library kernels' bf16 functions (kernels_*.cu), compiled for the host
+// with stand-ins for the three CUDA intrinsics they use.
+#define __device__
+#define __forceinline__ inline
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+inline long long __double_as_longlong(double d) { long long u; std::memcpy(&u, &d, 8); return u; }
+#include "backend/cuda/bf16_device.cuh"
+#undef __device__
+#undef __forceinline__
 
 namespace capstep {
 namespace {
@@ -724,6 +736,83 @@ TEST(PlanEmulation, Bf16KernelsRoundAsTheInterpreterBitForBit) {
     const Array got = run.output(fp.output_index(p.outputs[o].name));
     EXPECT_TRUE(got.bit_equal(want[o])) << p.outputs[o].name;
   }
+}
+
+// Many f32 and f64 values to bf16: every f32 exponent and sign with mantissa
+// tails at, just below and just above a tie, zero and random (NaNs with
+// payloads among them), and f64 values: random bits, and values just above
+// and just below a bf16 tie by less than f32 resolves (where rounding to f32
+// first would land on the tie and round twice), exponents within f32's range.
+struct Bf16Cases {
+  std::vector<float> f;
+  std::vector<double> d;
+  Bf16Cases() {
+    std::mt19937 rng(11);
+    for (uint32_t hi = 0; hi < 0x10000u; ++hi)
+      for (uint32_t lo : {0x0000u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu, static_cast<uint32_t>(rng() & 0xFFFFu)}) {
+        const uint32_t b = hi << 16 | lo;
+        float x;
+        std::memcpy(&x, &b, 4);
+        f.push_back(x);
+      }
+    for (int k = 0; k < 300000; ++k) {
+      uint64_t b = static_cast<uint64_t>(rng()) << 32 | rng();
+      if (k % 3 != 0) {  // mantissa bits 51..45 kept by bf16, 44 its round bit, 51..29 kept by f32
+        const uint64_t sign = b & (1ull << 63), exp = 1023 - 120 + rng() % 240, m7 = (b >> 45) & 0x7F;
+        const uint64_t tail = 1 + (b & ((1ull << 28) - 2));  // nonzero, below f32's round bit
+        const uint64_t mant = k % 3 == 1 ? (m7 << 45) | (1ull << 44) | tail                              // above the tie
+                                         : (m7 << 45) | (0x7FFFull << 29) | (1ull << 28) | tail;  // below it
+        b = sign | exp << 52 | mant;
+      }
+      double x;
+      std::memcpy(&x, &b, 8);
+      d.push_back(x);
+    }
+  }
+};
+
+// The generated kernels' conversions (kernel_source.cpp's capstep_bf16_*)
+// against the interpreter's (ir/bf16.h), bit for bit, on Bf16Cases.
+TEST(PlanEmulation, Bf16ConversionsMatchTheInterpreterOnManyValues) {
+  const Bf16Cases cs;
+  const int64_t nf = static_cast<int64_t>(cs.f.size()), nd = static_cast<int64_t>(cs.d.size());
+  Program p;
+  p.name = "bf16 conversions";
+  const int x = p.add_input("x", {DType::f32, {nf}});
+  const int z = p.add_input("z", {DType::f64, {nd}});
+  p.add_output("xb", p.add_eqn_typed(Op::convert, {x}, {}, Type{DType::bf16, {nf}}));
+  p.add_output("zb", p.add_eqn_typed(Op::convert, {z}, {}, Type{DType::bf16, {nd}}));
+  const plan::KernelPlan kp = plan::plan_kernels(p);
+  TempDir dir;
+  const HostKernels kernels(kp, dir.file("k"));
+  HostPlanRunner run(kp, kernels);
+  Array xa({DType::f32, {nf}}), za({DType::f64, {nd}});
+  std::memcpy(xa.raw(), cs.f.data(), xa.bytes());
+  std::memcpy(za.raw(), cs.d.data(), za.bytes());
+  run.upload(0, xa);
+  run.upload(1, za);
+  run.step();
+  const std::vector<Array> want = host::run(p, {xa, za});
+  EXPECT_TRUE(run.output(0).bit_equal(want[0]));
+  EXPECT_TRUE(run.output(1).bit_equal(want[1]));
+}
+
+// The library kernels' conversions (backend/cuda/bf16_device.cuh) against the
+// interpreter's, bit for bit, on Bf16Cases.
+TEST(PlanEmulation, LibraryKernelBf16ConversionsMatchTheInterpreter) {
+  const Bf16Cases cs;
+  int64_t bad = 0;
+  for (float x : cs.f) {
+    const uint16_t got = cuda::k::bf16_store(x), want = bf16::from_float(x);
+    if (got != want && ++bad <= 5) ADD_FAILURE() << "f32 " << x << ": " << got << " vs " << want;
+    const float back = cuda::k::bf16_load(want);
+    EXPECT_EQ(bf16::bits_of(back), bf16::bits_of(bf16::to_float(want)));
+  }
+  for (double d : cs.d) {
+    const uint16_t got = cuda::k::bf16_store_double(d), want = bf16::from_double(d);
+    if (got != want && ++bad <= 10) ADD_FAILURE() << "f64 " << d << ": " << got << " vs " << want;
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 // The seed model's bf16 mixed-precision AdamW step (optim::mixed_precision_bf16:
