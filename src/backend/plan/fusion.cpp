@@ -154,6 +154,8 @@ std::optional<ViewOf> view_of(const Program& p, const std::vector<char>& view, i
     const Eqn& e = p.eqns[static_cast<size_t>(chain[j])];
     if (e.op == Op::transpose) {
       r.layout = transpose_layout(r.layout, e.attrs.dims);
+    } else if (e.op == Op::convert) {  // f32 -> bf16 (FuseOptions::bf16_operand_views): the same layout, rounded on load
+      r.bf16_round = true;
     } else {
       std::optional<Layout> l = reshape_layout(r.layout, p.type(e.out).shape);
       if (!l) return std::nullopt;
@@ -200,17 +202,22 @@ Fused fuse_program(const Program& p, const FuseOptions& fo) {
     is_gemm[static_cast<size_t>(d)] = loops && gemm_group_eqn(p, p.eqns[static_cast<size_t>(d)], fo.gemm_max_macs);
     view[static_cast<size_t>(d)] = p.eqns[static_cast<size_t>(d)].op == Op::reshape;
   }
+  auto bf16_operand = [&](int d) {  // a convert f32 -> bf16 that may be read through as a view
+    const Eqn& e = p.eqns[static_cast<size_t>(d)];
+    return fo.bf16_operand_views && e.op == Op::convert && p.type(e.out).dtype == DType::bf16 &&
+           p.type(e.inputs[0]).dtype == DType::f32;
+  };
   std::function<bool(int)> gemm_only = [&](int d) {  // every reader of equation d's value is a gemm group
     if (is_output[static_cast<size_t>(p.eqns[static_cast<size_t>(d)].out)] || consumers[static_cast<size_t>(d)].empty())
       return false;
     for (int c : consumers[static_cast<size_t>(d)]) {
       const Op op = p.eqns[static_cast<size_t>(c)].op;
-      if (!(is_gemm[static_cast<size_t>(c)] || (op == Op::reshape && gemm_only(c)))) return false;
+      if (!(is_gemm[static_cast<size_t>(c)] || ((op == Op::reshape || bf16_operand(c)) && gemm_only(c)))) return false;
     }
     return true;
   };
   for (int d = 0; d < E; ++d)
-    if (p.eqns[static_cast<size_t>(d)].op == Op::transpose && gemm_only(d)) view[static_cast<size_t>(d)] = 1;
+    if ((p.eqns[static_cast<size_t>(d)].op == Op::transpose || bf16_operand(d)) && gemm_only(d)) view[static_cast<size_t>(d)] = 1;
   for (bool changed = true; changed;) {  // a gemm operand without a strided layout: its transposes are copies
     changed = false;
     for (int d = 0; d < E; ++d) {
@@ -303,7 +310,9 @@ Fused fuse_program(const Program& p, const FuseOptions& fo) {
   // nothing else, takes the loop geometry (and stops being a view) when its
   // reader merges with its operand's group; otherwise it stays a view.
   auto fold_reshape = [&](int d, int q) {
-    if (!fo.fold_reshapes || q < 0 || !view[static_cast<size_t>(q)] || p.eqns[static_cast<size_t>(q)].op != Op::reshape)
+    // (the reader elementwise: a transpose or gather reader must read its operand from memory)
+    if (!fo.fold_reshapes || q < 0 || !view[static_cast<size_t>(q)] || p.eqns[static_cast<size_t>(q)].op != Op::reshape ||
+        !is_elementwise(p.eqns[static_cast<size_t>(d)].op))
       return -1;
     if (is_output[static_cast<size_t>(p.eqns[static_cast<size_t>(q)].out)] || consumers[static_cast<size_t>(q)].size() != 1 ||
         consumers[static_cast<size_t>(q)][0] != d)

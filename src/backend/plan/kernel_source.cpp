@@ -39,6 +39,12 @@ std::string widen(DType t, const std::string& raw) {
   if (t == DType::bf16) return "capstep_bf16_load(" + raw + ")";
   return raw;
 }
+// An operand of a product read from its root's memory (`raw`): widened, and
+// rounded to bf16 when read through a bf16 operand view.
+std::string operand_load(DType root, bool round, const std::string& raw) {
+  const std::string v = widen(root, raw);
+  return round ? "capstep_bf16_round(" + v + ")" : v;
+}
 // A register value of type t as what memory stores.
 std::string narrow(DType t, const std::string& reg) {
   if (t == DType::i1) return reg + " ? 1 : 0";
@@ -153,6 +159,7 @@ std::string offset_code(const Walk& w, const std::string& idx) {
 struct DotLayout {
   AxisLayout a_b, a_m, a_k, b_b, b_n, b_k;
   int a_root = -1, b_root = -1;
+  bool a_round = false, b_round = false;  // read through a bf16 operand view: an f32 root, rounded to bf16 on load
   int64_t B = 1, M = 1, N = 1, K = 1;
 };
 int64_t layout_size(const AxisLayout& a) {
@@ -174,6 +181,8 @@ DotLayout dot_layout(const Program& p, const std::vector<char>& view, const Eqn&
   d.b_k = combined(vb->layout, at.rhs_contract);
   d.a_root = va->root;
   d.b_root = vb->root;
+  d.a_round = va->bf16_round;
+  d.b_round = vb->bf16_round;
   d.B = layout_size(d.a_b);
   d.M = layout_size(d.a_m);
   d.N = layout_size(d.b_n);
@@ -362,7 +371,10 @@ class Emitter {
           const DotLayout dl = dot_layout(p_, view_ ? *view_ : none, e, k_.name);
           const AxisLayout &a_b = dl.a_b, &a_m = dl.a_m, &a_k = dl.a_k, &b_b = dl.b_b, &b_n = dl.b_n, &b_k = dl.b_k;
           const int64_t M = dl.M, N = dl.N, K = dl.K;
-          const DType at = p_.type(e.inputs[0]).dtype, bt = p_.type(e.inputs[1]).dtype;  // bf16: widened, f32 products and sums
+          // the roots' dtypes (bf16: widened; an f32 root of a bf16 view: rounded), f32 products and sums
+          const DType at = p_.type(dl.a_root).dtype, bt = p_.type(dl.b_root).dtype;
+          auto lda = [&](const std::string& raw) { return operand_load(at, dl.a_round, raw); };
+          auto ldb = [&](const std::string& raw) { return operand_load(bt, dl.b_round, raw); };
           const std::string v = "d" + std::to_string(e.out), id = std::to_string(e.out);
           pre << ind << T << " " << v << " = " << T << "(0);\n"
               << ind << "{\n"
@@ -375,14 +387,14 @@ class Emitter {
               << ind << "  for (long long kk = 0; kk + 3 < " << K << "LL; kk += 4) {\n";
           for (int q = 0; q < 4; ++q) {
             const std::string kq = q == 0 ? "kk" : "(kk + " + std::to_string(q) + ")";
-            pre << ind << "    s" << q << " = s" << q << " + " << widen(at, in_name_.at(dl.a_root) + "[oa + " + offset_expr(a_k, kq) + "]")
-                << " * " << widen(bt, in_name_.at(dl.b_root) + "[ob + " + offset_expr(b_k, kq) + "]") << ";\n";
+            pre << ind << "    s" << q << " = s" << q << " + " << lda(in_name_.at(dl.a_root) + "[oa + " + offset_expr(a_k, kq) + "]")
+                << " * " << ldb(in_name_.at(dl.b_root) + "[ob + " + offset_expr(b_k, kq) + "]") << ";\n";
           }
           pre << ind << "  }\n";
           for (int64_t q = K / 4 * 4; q < K; ++q) {
             const std::string kq = std::to_string(q) + "LL";
-            pre << ind << "  s" << q % 4 << " = s" << q % 4 << " + " << widen(at, in_name_.at(dl.a_root) + "[oa + " + offset_expr(a_k, kq) + "]")
-                << " * " << widen(bt, in_name_.at(dl.b_root) + "[ob + " + offset_expr(b_k, kq) + "]") << ";\n";
+            pre << ind << "  s" << q % 4 << " = s" << q % 4 << " + " << lda(in_name_.at(dl.a_root) + "[oa + " + offset_expr(a_k, kq) + "]")
+                << " * " << ldb(in_name_.at(dl.b_root) + "[ob + " + offset_expr(b_k, kq) + "]") << ";\n";
           }
           pre << ind << "  " << v << " = (s0 + s1) + (s2 + s3);\n"
               << ind << "}\n";
@@ -825,9 +837,8 @@ KernelSource gemm_kernel_source(const Fused& f, int index) {
   for (size_t j = 0; j < dots.size(); ++j) {
     lead.push_back(dots[j].l.a_root);
     lead.push_back(dots[j].l.b_root);
-    const Eqn& de = p.eqns[static_cast<size_t>(dots[j].eqn)];
-    lead_text += std::string("const ") + mem_type(p.type(de.inputs[0]).dtype) + "* a" + std::to_string(j) + ", const " +
-                 mem_type(p.type(de.inputs[1]).dtype) + "* b" + std::to_string(j) + ", ";
+    lead_text += std::string("const ") + mem_type(p.type(dots[j].l.a_root).dtype) + "* a" + std::to_string(j) + ", const " +
+                 mem_type(p.type(dots[j].l.b_root).dtype) + "* b" + std::to_string(j) + ", ";
   }
   std::ostringstream s;
   s << em.signature(lead, lead_text) << "  // " << dots.size() << " product(s) of " << B << " x [" << M << " x K] * [K x "
@@ -843,9 +854,9 @@ KernelSource gemm_kernel_source(const Fused& f, int index) {
   for (size_t j = 0; j < dots.size(); ++j) {
     const DotLayout& d = dots[j].l;
     const std::string J = std::to_string(j);
-    // bf16 operands: widened to f32 on load (exact), f32 products and sums
-    const Eqn& de = p.eqns[static_cast<size_t>(dots[j].eqn)];
-    const DType at = p.type(de.inputs[0]).dtype, bt = p.type(de.inputs[1]).dtype;
+    // bf16 operands: widened to f32 on load (exact), or f32 roots of bf16
+    // operand views rounded to bf16 on load; f32 products and sums
+    const DType at = p.type(d.a_root).dtype, bt = p.type(d.b_root).dtype;
     s << "    " << T << " acc" << J << "[" << t << "][" << t << "] = {};\n    {\n"
       << "      const long long oa = " << offset_expr(d.a_b, "bb") << ", ob = " << offset_expr(d.b_b, "bb") << ";\n"
       << "      long long am[" << t << "], bn[" << t << "];\n"
@@ -857,8 +868,8 @@ KernelSource gemm_kernel_source(const Fused& f, int index) {
       << "        const long long ak = oa + " << offset_expr(d.a_k, "kk") << ", bk = ob + " << offset_expr(d.b_k, "kk") << ";\n"
       << "        " << T << " av[" << t << "], bv[" << t << "];\n"
       << "#pragma unroll\n        for (int i = 0; i < " << t << "; ++i) {\n"
-      << "          av[i] = okm[i] ? " << widen(at, "a" + J + "[ak + am[i]]") << " : " << T << "(0);\n"
-      << "          bv[i] = okn[i] ? " << widen(bt, "b" + J + "[bk + bn[i]]") << " : " << T << "(0);\n        }\n"
+      << "          av[i] = okm[i] ? " << operand_load(at, d.a_round, "a" + J + "[ak + am[i]]") << " : " << T << "(0);\n"
+      << "          bv[i] = okn[i] ? " << operand_load(bt, d.b_round, "b" + J + "[bk + bn[i]]") << " : " << T << "(0);\n        }\n"
       << "#pragma unroll\n        for (int i = 0; i < " << t << "; ++i)\n"
       << "#pragma unroll\n          for (int j = 0; j < " << t << "; ++j) acc" << J << "[i][j] = acc" << J
       << "[i][j] + av[i] * bv[j];\n      }\n    }\n";
