@@ -596,9 +596,10 @@ TEST_P(Cuda, Bf16ElementwiseBitForBit) {
 
 // bf16 x bf16 -> f32 GEMMs (cuBLASLt, CUDA_R_16BF, COMPUTE_32F; generated when
 // fused and small) against the host's f32 accumulation of the exact products:
-// only the order of the K = 53 f32 additions differs, each within 2^-23 of a
-// partial sum bounded by sum |a b|: 53 * 2^-23 * sum|ab| <= 1e-5 of the
-// largest |result| on these inputs (sum|ab| within ~4x of it).
+// only the order of the K = 53 f32 additions differs, each within 2^-22 of a
+// partial sum bounded by sum |a b| (2^-22: a tensor core's adds may truncate):
+// 53 * 2^-22 * sum|ab|, and on these inputs (uniform in [-1, 1]) sum|ab| ~ 13
+// against a largest |result| ~ 8: 2.1e-5 of it; the test allows 1e-4.
 TEST_P(Cuda, DotGeneralBf16OperandsF32Result) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
@@ -609,12 +610,12 @@ TEST_P(Cuda, DotGeneralBf16OperandsF32Result) {
   a.rhs_contract = {1};
   std::mt19937 rng(8);
   const Type l = T(DType::bf16, {3, 37, 53}), r = T(DType::bf16, {3, 53, 41});
-  check_program(one_op(Op::dot_general, {l, r}, a), {random_array(l, rng), random_array(r, rng)}, 3e-5, true,
+  check_program(one_op(Op::dot_general, {l, r}, a), {random_array(l, rng), random_array(r, rng)}, 1e-4, true,
                 "bf16 dot_general");
   Attrs t = a;  // the rhs transposed: packed (unfused) or read through its view (generated)
   t.rhs_contract = {2};
   const Type rt = T(DType::bf16, {3, 41, 53});
-  check_program(one_op(Op::dot_general, {l, rt}, t), {random_array(l, rng), random_array(rt, rng)}, 3e-5, true,
+  check_program(one_op(Op::dot_general, {l, rt}, t), {random_array(l, rng), random_array(rt, rng)}, 1e-4, true,
                 "bf16 dot_general, rhs transposed");
 }
 
