@@ -550,16 +550,18 @@ TEST(Cli, ShowAndExportPrintThePrograms) {
 }
 
 // --precision bf16 (issue 11): train, bench and export run the mixed-precision
-// step on the host; a GPU lane with bf16 is a usage error naming the lane.
+// step; a GPU lane takes it too (here, without a device, it falls back to the
+// host lane); show --kernels prints the bf16 step's kernel plan.
 TEST(Cli, PrecisionBf16TrainBenchExport) {
   NEED_BINARY();
   TempDir d;
   const Outcome t = run({"train", "--steps", "3", "--precision", "bf16", "--val-fraction", "0"});
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_NE(t.out.find("precision bf16"), std::string::npos) << t.out;
-  const Outcome g = run({"train", "--steps", "3", "--precision", "bf16", "--lane", "gpu"});
-  EXPECT_EQ(g.code, 2);
-  EXPECT_NE(g.err.find("precision bf16 runs on the host lane only"), std::string::npos) << g.err;
+  const Outcome g = run({"train", "--steps", "2", "--precision", "bf16", "--lane", "gpu-fused", "--val-fraction", "0"});
+  ASSERT_EQ(g.code, 0) << g.err;
+  EXPECT_NE(g.out.find("lane gpu-fused"), std::string::npos) << g.out;
+  EXPECT_NE(g.out.find("precision bf16"), std::string::npos) << g.out;
   const Outcome bad = run({"train", "--precision", "fp16"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("--precision"), std::string::npos) << bad.err;
@@ -578,9 +580,11 @@ TEST(Cli, PrecisionBf16TrainBenchExport) {
   ASSERT_EQ(s.code, 0) << s.err;
   EXPECT_NE(s.out.find("convert(%"), std::string::npos);
   EXPECT_NE(s.out.find(": bf16["), std::string::npos);
-  const Outcome k = run({"show", "--kernels", "--precision", "bf16"});
-  EXPECT_EQ(k.code, 2);
-  EXPECT_NE(k.err.find("no bf16 kernels"), std::string::npos) << k.err;
+  const Outcome k = run({"show", "--program", "fused", "--kernels", "--precision", "bf16"});
+  ASSERT_EQ(k.code, 0) << k.err;
+  EXPECT_NE(k.out.find("\tsmall_gemm\t%"), std::string::npos) << k.out;  // the bf16 GEMMs, generated
+  EXPECT_NE(k.out.find("kernels by kind: "), std::string::npos) << k.out;
+  EXPECT_NE(k.out.find("total "), std::string::npos) << k.out;
 }
 
 // --fused-attention: the attention primitives in the shown program and plan,

@@ -182,6 +182,51 @@ TEST(CudaCodegen, NvrtcCompilesEverySeedKernelForSm90) {
 #endif
 }
 
+// The seed's bf16 mixed-precision AdamW step (optim::mixed_precision_bf16),
+// every kernel of two plans compiled by NVRTC for sm_90: the default one
+// (generated GEMMs round their f32 operands to bf16 as they load them), whose
+// loop and GEMM kernels use no f64 (bf16 works in f32, not double); and the
+// one with library GEMMs, whose loop kernels store the bf16 operands as
+// unsigned short (capstep_bf16_store; 16-bit stores in the PTX).
+TEST(CudaCodegen, NvrtcCompilesEveryBf16SeedKernelForSm90) {
+  const nn::LmConfig c;
+  std::vector<std::string> names;
+  for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
+  const Program fused =
+      optim::with_adamw(value_and_grad(optim::mixed_precision_bf16(nn::lm_loss_program(c)), names), names, optim::AdamW{});
+  const plan::KernelPlan kp = plan::plan_kernels(fused);
+  const std::string src = plan::kernel_module_source(kp.sources);
+  EXPECT_NE(src.find("capstep_bf16_round(a0["), std::string::npos) << "a GEMM operand rounded on load";
+  plan::KernelPlanOptions library;
+  library.gemm_max_macs = 0;
+  const plan::KernelPlan lp = plan::plan_kernels(fused, library);
+  const std::string lsrc = plan::kernel_module_source(lp.sources);
+  EXPECT_NE(lsrc.find("unsigned short* out"), std::string::npos);
+  EXPECT_NE(lsrc.find("= capstep_bf16_store(v"), std::string::npos) << "a bf16 value stored";
+#ifndef CAPSTEP_HAVE_CUDA
+  GTEST_SKIP() << "built without the CUDA toolkit (no NVRTC)";
+#else
+  cuda::NvrtcResult r;
+  ASSERT_NO_THROW(r = cuda::nvrtc_compile(src, "sm_90", "the seed's bf16 step"));
+  EXPECT_GT(r.image.size(), 1000u);
+  std::printf("[codegen] bf16 step: %zu kernels: cubin %zu bytes in %.2f s\n", kp.sources.size(), r.image.size(), r.seconds);
+  const cuda::NvrtcResult ptx = cuda::nvrtc_compile(src, "compute_90", "the seed's bf16 step");
+  const std::string text(ptx.image.begin(), ptx.image.end());
+  for (const plan::KernelSource& k : kp.sources) EXPECT_NE(text.find(".entry " + k.name), std::string::npos) << k.name;
+  const cuda::NvrtcResult lptx16 = cuda::nvrtc_compile(lsrc, "compute_90", "the seed's bf16 step, library GEMMs");
+  const std::string ltext16(lptx16.image.begin(), lptx16.image.end());
+  for (const plan::KernelSource& k : lp.sources) EXPECT_NE(ltext16.find(".entry " + k.name), std::string::npos) << k.name;
+  EXPECT_NE(ltext16.find("st.global.u16"), std::string::npos) << "no 16-bit store";
+  std::vector<plan::KernelSource> loops;
+  for (const plan::KernelSource& k : kp.sources)
+    if (k.name.rfind("capstep_loop_", 0) == 0 || k.name.rfind("capstep_gemm_", 0) == 0) loops.push_back(k);
+  ASSERT_FALSE(loops.empty());
+  const cuda::NvrtcResult lptx = cuda::nvrtc_compile(plan::kernel_module_source(loops), "compute_90", "the bf16 loops");
+  const std::string ltext(lptx.image.begin(), lptx.image.end());
+  EXPECT_EQ(ltext.find(".f64"), std::string::npos) << "a bf16/f32 loop or GEMM kernel computes in double";
+#endif
+}
+
 // The persistent kernel of the seed's fused step (plan/persistent.h): one
 // entry, every phase a function of its own (noinline), compiled for sm_90.
 TEST(CudaCodegen, NvrtcCompilesTheSeedPersistentKernelForSm90) {

@@ -27,6 +27,9 @@ using plan::GroupKind;
 using plan::ItemKind;
 
 constexpr int kSeedKernelCeiling = 31;
+// the bf16 step (optim::mixed_precision_bf16): as many as the f32 step (the
+// GEMMs read their bf16 operands through views, rounding the f32 values on load)
+constexpr int kSeedBf16KernelCeiling = 31;
 constexpr int kSeedLibraryGemmCeiling = 90;
 
 std::map<ItemKind, int> counts(const plan::KernelPlan& kp) {
@@ -118,6 +121,52 @@ TEST(KernelPlan, SeedStepKernelCount) {
   EXPECT_EQ(l[ItemKind::gemm], 51);
   EXPECT_EQ(l[ItemKind::small_gemm], 0);
   EXPECT_LE(lib.kernels(), kSeedLibraryGemmCeiling) << lib.describe();
+}
+
+// The seed's bf16 step: every product still a generated GEMM, nothing left to
+// library kernels, every convert to bf16 that only GEMMs read a view (no
+// kernel stores it), and the kernel count held to its ceiling (capstep show
+// --kernels --precision bf16 prints this plan). With library GEMMs the bf16
+// operands are buffers again, and a transpose -> reshape -> convert before a
+// GEMM is one loop kernel (FuseOptions::fold_reshapes).
+TEST(KernelPlan, SeedBf16StepKernelCount) {
+  const nn::LmConfig c;
+  std::vector<std::string> names;
+  for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
+  const Program p =
+      optim::with_adamw(value_and_grad(optim::mixed_precision_bf16(nn::lm_loss_program(c)), names), names, optim::AdamW{});
+  const plan::KernelPlan kp = plan::plan_kernels(p);
+  std::printf("[kernel plan] bf16 seed step: %d kernels (f32: at most %d)\n", kp.kernels(), kSeedKernelCeiling);
+  EXPECT_LE(kp.kernels(), kSeedBf16KernelCeiling) << kp.describe();
+  std::map<ItemKind, int> n = counts(kp);
+  for (ItemKind k : {ItemKind::gemm, ItemKind::pack, ItemKind::strided, ItemKind::elementwise, ItemKind::reduce,
+                     ItemKind::gather, ItemKind::scatter, ItemKind::copy, ItemKind::end_copy})
+    EXPECT_EQ(n[k], 0) << plan::item_kind_name(k) << "\n" << kp.describe();
+  int views = 0, stored = 0;
+  const Program& fp = kp.fused.program;
+  for (const plan::Group& gr : kp.fused.groups)
+    for (int d = gr.first; d <= gr.last; ++d) {
+      const Eqn& e = fp.eqns[static_cast<size_t>(d)];
+      if (e.op == Op::convert && fp.type(e.out).dtype == DType::bf16) views += kp.fused.view[static_cast<size_t>(d)];
+      if (e.op == Op::dot_general) {
+        EXPECT_TRUE(gr.kind == GroupKind::gemm || gr.kind == GroupKind::row) << group_kind_name(gr.kind);
+      }
+    }
+  for (const plan::KernelSource& k : kp.sources)
+    for (int x : k.params) stored += fp.type(x).dtype == DType::bf16;
+  EXPECT_GT(views, 40);
+  EXPECT_EQ(stored, 0) << "a kernel reads or writes a bf16 buffer, although only generated GEMMs read bf16 values";
+  plan::KernelPlanOptions library;
+  library.gemm_max_macs = 0;
+  const plan::KernelPlan lp = plan::plan_kernels(p, library);
+  std::map<ItemKind, int> ln = counts(lp);
+  EXPECT_EQ(ln[ItemKind::gemm], 51);
+  int folded = 0;
+  for (const plan::Group& gr : lp.fused.groups)
+    for (int d = gr.first; d <= gr.last; ++d)
+      folded += lp.fused.program.eqns[static_cast<size_t>(d)].op == Op::reshape && gr.kind == GroupKind::loop;
+  EXPECT_GE(folded, 2) << "each layer's attention output: transpose, reshape, convert in one loop";
+  std::printf("[kernel plan] bf16 seed step with library GEMMs: %d kernels\n", lp.kernels());
 }
 
 // With fuse_attention, a step's plan holds no [B,H,T,T] value at all: each

@@ -37,8 +37,6 @@ Program model_program(const nn::LmConfig& c, const std::string& which, optim::Pr
 
 int run_show(const ShowArgs& a) {
   if (a.unfused && !a.kernels) throw UsageError("--unfused goes with --kernels");
-  if (a.kernels && a.precision == optim::Precision::bf16)
-    throw UsageError("--kernels: the GPU's kernel plan has no bf16 kernels yet; show --precision bf16 without --kernels");
   if (a.data_parallel > 0 && a.program == "forward") throw UsageError("--data-parallel goes with --program grad or fused");
   const nn::LmConfig c = a.model.checked();
   const Program p = model_program(c, a.program, a.precision, a.fused_attention, a.data_parallel);

@@ -32,12 +32,12 @@ void add_model_options(CLI::App* c, ModelArgs& m) {
 }
 
 // --precision f32|bf16 (optim::Precision): bf16 runs the step from
-// optim::mixed_precision_bf16, on the host.
+// optim::mixed_precision_bf16, on the host and GPU lanes.
 void add_precision_option(CLI::App* c, optim::Precision& p) {
   c->add_option_function<std::string>(
        "--precision", [&p](const std::string& s) { p = optim::parse_precision(s); },
        "f32, or bf16: GEMM operands in bf16 with f32 accumulation, parameters, AdamW and reductions in f32 "
-       "(host only; default f32)")
+       "(default f32)")
       ->check(CLI::IsMember({"f32", "bf16"}));
 }
 

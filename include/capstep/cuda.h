@@ -81,24 +81,26 @@ struct Options {
   NcclCommunicator* nccl = nullptr;
 };
 
-// Throws Error unless the CUDA backend has kernels for every dtype in p: it
-// has none for bf16 yet (the host interpreter runs bf16 programs). Executable
-// calls it first, before it looks for a device, so the refusal is the same
-// with or without a GPU.
+// Throws Error unless the CUDA backend has kernels for everything in p. bf16
+// values run (stored as bf16, f32 arithmetic, rounded to nearest even on every
+// store as the host interpreter does; bf16 x bf16 -> f32 GEMMs through
+// cuBLASLt), except in the attention primitives: their kernels are f32 and f64
+// only (optim::mixed_precision_bf16 leaves attention in f32). Executable calls
+// it first, before it looks for a device, so the refusal is the same with or
+// without a GPU.
 inline void check_supported(const Program& p) {
-  for (const NamedValue& in : p.inputs)
-    if (p.type(in.value).dtype == DType::bf16)
-      throw Error("cuda::Executable: program \"" + p.name + "\" has the bf16 input \"" + in.name + "\" (" +
-                  p.type(in.value).str() + "); the CUDA backend has no bf16 kernels yet: run it on the host");
-  for (size_t i = 0; i < p.eqns.size(); ++i)
-    if (p.type(p.eqns[i].out).dtype == DType::bf16)
-      throw Error("cuda::Executable: program \"" + p.name + "\" computes a bf16 value (equation " + std::to_string(i) +
-                  ": " + eqn_text(p, p.eqns[i]) + "); the CUDA backend has no bf16 kernels yet: run it on the host");
+  for (size_t i = 0; i < p.eqns.size(); ++i) {
+    const Eqn& e = p.eqns[i];
+    if ((e.op == Op::attention || e.op == Op::attention_grad) && p.type(e.inputs[0]).dtype == DType::bf16)
+      throw Error("cuda::Executable: program \"" + p.name + "\" has a bf16 attention (equation " + std::to_string(i) +
+                  ": " + eqn_text(p, e) + "); the GPU's attention kernels are f32 and f64 only: run it on the host, "
+                  "or keep attention in f32");
+  }
 }
 
 class Executable {
  public:
-  // Throws Error when the program has bf16 values (check_supported), no device
+  // Throws Error when the program has a bf16 attention (check_supported), no device
   // is available, or the program cannot be compiled.
   explicit Executable(Program p, Options o = {});
   ~Executable();

@@ -25,8 +25,9 @@ struct Options {
   int warmup = 3;          // untimed steps first, on a copy of the start
   uint64_t seed = 1;       // initial parameters and batch order
   bool tf32 = true;        // TF32 for f32 dots on the GPU
-  // bf16: every lane's program from optim::mixed_precision_bf16 of the loss;
-  // the GPU lanes are then skipped (the CUDA backend has no bf16 kernels yet).
+  // bf16: every lane's program from optim::mixed_precision_bf16 of the loss,
+  // on the host and on the GPU (bf16 kernels: stored bf16, f32 arithmetic,
+  // rounded on every store as the host does; bf16 GEMMs through cuBLASLt).
   optim::Precision precision = optim::Precision::f32;
   bool fused_attention = false;  // fuse_attention (trace.h) on the loss program of every lane
   std::string text_path;   // empty: the built-in corpus

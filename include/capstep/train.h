@@ -101,8 +101,8 @@ struct Options {
   bool tf32 = true;                      // TF32 dots on the GPU lanes
   // bf16: the step program is built from optim::mixed_precision_bf16 of the
   // loss (bf16 GEMM operands, f32 accumulation, f32 master parameters, AdamW
-  // moments and reductions), the validation loss too. Host lane only: the
-  // CUDA backend has no bf16 kernels yet, so a GPU lane with bf16 is an Error.
+  // moments and reductions), the validation loss too. On every lane: the CUDA
+  // backend stores bf16 values as bf16 and rounds them as the host does.
   optim::Precision precision = optim::Precision::f32;
   bool fused_attention = false;          // fuse_attention (trace.h) on the loss program: the attention primitives
   std::string text_path;                 // empty: the built-in corpus

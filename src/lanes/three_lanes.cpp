@@ -270,9 +270,6 @@ Report run(const Options& o) {
   if (!cuda::available(&why)) {
     r.device = why;
     r.lanes[1].skipped = r.lanes[2].skipped = why;
-  } else if (o.precision == optim::Precision::bf16) {
-    r.device = cuda::device_description();
-    r.lanes[1].skipped = r.lanes[2].skipped = "bf16 runs on the host only: the CUDA backend has no bf16 kernels yet";
   } else {
     r.device = cuda::device_description();
     for (int i : {1, 2}) {

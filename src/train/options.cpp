@@ -71,9 +71,6 @@ void Options::validate() const {
   if (eval_batches < 1 || eval_batches > 100000)
     throw Error("eval-batches must be in [1, 100000], got " + std::to_string(eval_batches));
   if (save_every > 0 && save_path.empty()) throw Error("save-every needs a checkpoint path to save to");
-  if (precision == optim::Precision::bf16 && lane != Lane::host)
-    throw Error(std::string("precision bf16 runs on the host lane only (the CUDA backend has no bf16 kernels yet), not on ") +
-                lane_name(lane));
 }
 
 void SampleOptions::validate() const {

@@ -202,7 +202,9 @@ void Executable::Impl::add_single_launch(const plan::Item& item) {
                               }});
           break;
         }
-        const size_t eb = dtype_size(ot.dtype);
+        // the operands' dtype: bf16 operands (2 bytes, packed as they are) give an f32 result
+        const DType dt_in = prog.type(e.inputs[0]).dtype;
+        const size_t eb = dtype_size(dt_in);
         const char* a = in[0];
         const char* b = in[1];
         char* scratch = addr(plan().scratch_loc[static_cast<size_t>(d)]);
@@ -228,7 +230,7 @@ void Executable::Impl::add_single_launch(const plan::Item& item) {
         if (opt.lt_gemm) {
           try {
             lt_gemm[static_cast<size_t>(d)] =
-                std::make_unique<LtGemm>(lt, g, ot.dtype, opt.tf32, d_workspace, workspace_bytes, what);
+                std::make_unique<LtGemm>(lt, g, dt_in, opt.tf32, d_workspace, workspace_bytes, what);
           } catch (const Error& ex) {
             std::fprintf(stderr, "capstep cuda: cuBLASLt refused %s, using cublasGemmStridedBatchedEx: %s\n",
                          what.c_str(), ex.what());
@@ -239,21 +241,23 @@ void Executable::Impl::add_single_launch(const plan::Item& item) {
           break;
         }
         const bool f64 = ot.dtype == DType::f64;
-        const cudaDataType dt = f64 ? CUDA_R_64F : CUDA_R_32F;
+        const cudaDataType dt = f64 ? CUDA_R_64F : CUDA_R_32F;              // the result's and the scale's
+        const cudaDataType dab = dt_in == DType::bf16 ? CUDA_R_16BF : dt;  // the operands'
+        // (bf16 operands: f32 accumulation, never TF32: cuBLAS takes only COMPUTE_32F for 16BF x 16BF -> 32F)
         const cublasComputeType_t ct =
-            f64 ? CUBLAS_COMPUTE_64F : (opt.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+            f64 ? CUBLAS_COMPUTE_64F : (opt.tf32 && dt_in == DType::f32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
         // Row-major C = A*B is column-major C^T = B^T * A^T: B comes first.
         const cublasOperation_t opb = g.b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
         const cublasOperation_t opa = g.a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-        launches.push_back({d, [self, g, a, b, out, f64, dt, ct, opa, opb, what] {
+        launches.push_back({d, [self, g, a, b, out, f64, dt, dab, ct, opa, opb, what] {
                               const float one_f = 1.0f, zero_f = 0.0f;
                               const double one_d = 1.0, zero_d = 0.0;
                               const void* alpha = f64 ? static_cast<const void*>(&one_d) : &one_f;
                               const void* beta = f64 ? static_cast<const void*>(&zero_d) : &zero_f;
                               CAPSTEP_CU(cublasGemmStridedBatchedEx(
                                              self->blas, opb, opa, static_cast<int>(g.n), static_cast<int>(g.m),
-                                             static_cast<int>(g.k), alpha, b, dt, static_cast<int>(g.b.ld),
-                                             g.b.batch_stride, a, dt, static_cast<int>(g.a.ld), g.a.batch_stride, beta,
+                                             static_cast<int>(g.k), alpha, b, dab, static_cast<int>(g.b.ld),
+                                             g.b.batch_stride, a, dab, static_cast<int>(g.a.ld), g.a.batch_stride, beta,
                                              out, dt, static_cast<int>(g.n), g.m * g.n, static_cast<int>(g.batch), ct,
                                              CUBLAS_GEMM_DEFAULT),
                                          "in " + what);

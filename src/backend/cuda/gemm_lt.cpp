@@ -99,13 +99,15 @@ LtGemmShape LtGemmShape::from(const plan::GemmLayout& g, DType dtype, bool tf32)
 LtGemm::LtGemm(cublasLtHandle_t h, const plan::GemmLayout& g, DType dtype, bool tf32, void* workspace,
                size_t workspace_bytes, const std::string& what)
     : h_(h), ws_(workspace), shape_(LtGemmShape::from(g, dtype, tf32)), what_(what) {
-  if (dtype != DType::f32 && dtype != DType::f64)
-    throw Error(what + ": cuBLASLt GEMM supports f32 and f64, not " + dtype_name(dtype));
+  if (dtype != DType::f32 && dtype != DType::f64 && dtype != DType::bf16)
+    throw Error(what + ": cuBLASLt GEMM supports f32, f64 and bf16 operands, not " + dtype_name(dtype));
   if (g.batch < 1 || g.batch > INT32_MAX || g.m < 1 || g.n < 1 || g.k < 1)
     throw Error(what + ": GEMM batch/m/n/k out of range for cuBLASLt");
   const LtGemmShape& s = shape_;
   const bool f64 = dtype == DType::f64;
+  // dt: the scale type and the result's (bf16 operands: an f32 result); ot: the operands'
   const cudaDataType dt = f64 ? CUDA_R_64F : CUDA_R_32F;
+  const cudaDataType ot = dtype == DType::bf16 ? CUDA_R_16BF : dt;
   const cublasComputeType_t ct = f64 ? CUBLAS_COMPUTE_64F : (s.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
   const std::string ctx = "in " + what;
   cublasLtMatmulPreference_t pref = nullptr;
@@ -115,10 +117,10 @@ LtGemm::LtGemm(cublasLtHandle_t h, const plan::GemmLayout& g, DType dtype, bool 
     const cublasOperation_t opb = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     CAPSTEP_CU(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)), ctx);
     CAPSTEP_CU(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)), ctx);
-    la_ = s.trans_b ? make_layout(dt, s.k, s.n, s.ldb, s.batch, s.stride_b, what)
-                    : make_layout(dt, s.n, s.k, s.ldb, s.batch, s.stride_b, what);
-    lb_ = s.trans_a ? make_layout(dt, s.m, s.k, s.lda, s.batch, s.stride_a, what)
-                    : make_layout(dt, s.k, s.m, s.lda, s.batch, s.stride_a, what);
+    la_ = s.trans_b ? make_layout(ot, s.k, s.n, s.ldb, s.batch, s.stride_b, what)
+                    : make_layout(ot, s.n, s.k, s.ldb, s.batch, s.stride_b, what);
+    lb_ = s.trans_a ? make_layout(ot, s.m, s.k, s.lda, s.batch, s.stride_a, what)
+                    : make_layout(ot, s.k, s.m, s.lda, s.batch, s.stride_a, what);
     lc_ = make_layout(dt, s.n, s.m, s.n, s.batch, s.m * s.n, what);
 
     CAPSTEP_CU(cublasLtMatmulPreferenceCreate(&pref), ctx);

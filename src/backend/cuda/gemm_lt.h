@@ -22,7 +22,7 @@ struct LtGemmShape {
   bool trans_a = false, trans_b = false;  // GemmOperand::trans of lhs / rhs
   int64_t lda = 0, ldb = 0;               // GemmOperand::ld (elements)
   int64_t stride_a = 0, stride_b = 0;     // GemmOperand::batch_stride (elements); C's is m*n
-  DType dtype = DType::f32;               // f32 or f64
+  DType dtype = DType::f32;               // the operands': f32, f64, or bf16 (then an f32 result, f32 accumulation)
   bool tf32 = false;                      // f32 only: CUBLAS_COMPUTE_32F_FAST_TF32
 
   static LtGemmShape from(const plan::GemmLayout& g, DType dtype, bool tf32);
@@ -38,7 +38,8 @@ class LtGemm {  // one planned GEMM; created when the Program is compiled (not d
   // and reduction scheme NONE (one kernel), else the best heuristic result.
   // `workspace` (workspace_bytes) is used by enqueue; it may be shared with
   // other GEMMs on the same stream. Throws Error naming `what` when cuBLASLt
-  // refuses the problem.
+  // refuses the problem. `dtype` is the operands' (bf16: CUDA_R_16BF operands,
+  // CUBLAS_COMPUTE_32F, an f32 result: dot_general bf16 x bf16 -> f32).
   LtGemm(cublasLtHandle_t h, const plan::GemmLayout& g, DType dtype, bool tf32, void* workspace,
          size_t workspace_bytes, const std::string& what);
   ~LtGemm();

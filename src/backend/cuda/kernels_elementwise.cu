@@ -2,10 +2,13 @@
 // formula of each op is the one in src/ir/scalar_math.h, shared with the host
 // interpreter. Grid-stride loops; element k is read before element k is
 // written by the same thread, so any of these may run in place (the device
-// plan relies on it for donated buffers).
+// plan relies on it for donated buffers). bf16 (uint16_t here, no other dtype
+// is stored in 16 bits): each operand widened to f32, the f32 formula, the
+// result rounded to nearest even, as the host interpreter does.
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/bf16_device.cuh"
 #include "backend/cuda/kernels.h"
 #include "ir/scalar_math.h"
 
@@ -23,40 +26,56 @@ unsigned blocks_for(int64_t n) {
 #define CAPSTEP_GRID_LOOP(i, n) \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{blockDim.x} * gridDim.x)
 
+// T in memory, R in registers: R = T, or for bf16 (uint16_t) R = float.
+template <class T> struct Reg { using type = T; };
+template <> struct Reg<uint16_t> { using type = float; };
+template <class T> __device__ __forceinline__ typename Reg<T>::type widen(T x) {
+  if constexpr (std::is_same_v<T, uint16_t>) return bf16_load(x);
+  else return x;
+}
+template <class T> __device__ __forceinline__ T narrow(typename Reg<T>::type x) {
+  if constexpr (std::is_same_v<T, uint16_t>) return bf16_store(x);
+  else return x;
+}
+
 template <class T, int F>
 __global__ void k_unary(const T* a, T* out, int64_t n) {
+  using R = typename Reg<T>::type;
   CAPSTEP_GRID_LOOP(i, n) {
-    const T x = a[i];
-    T y;
-    if constexpr (F == static_cast<int>(Unary::negate)) y = scalar::negate<T>(x);
-    else if constexpr (F == static_cast<int>(Unary::exponential)) y = scalar::exponential<T>(x);
-    else if constexpr (F == static_cast<int>(Unary::log)) y = scalar::log<T>(x);
-    else if constexpr (F == static_cast<int>(Unary::tanh)) y = scalar::tanh<T>(x);
-    else if constexpr (F == static_cast<int>(Unary::rsqrt)) y = scalar::rsqrt<T>(x);
-    else if constexpr (F == static_cast<int>(Unary::sqrt)) y = scalar::sqrt<T>(x);
+    const R x = widen(a[i]);
+    R y;
+    if constexpr (F == static_cast<int>(Unary::negate)) y = scalar::negate<R>(x);
+    else if constexpr (F == static_cast<int>(Unary::exponential)) y = scalar::exponential<R>(x);
+    else if constexpr (F == static_cast<int>(Unary::log)) y = scalar::log<R>(x);
+    else if constexpr (F == static_cast<int>(Unary::tanh)) y = scalar::tanh<R>(x);
+    else if constexpr (F == static_cast<int>(Unary::rsqrt)) y = scalar::rsqrt<R>(x);
+    else if constexpr (F == static_cast<int>(Unary::sqrt)) y = scalar::sqrt<R>(x);
     else static_assert(F != F, "a Unary without a kernel");
-    out[i] = y;
+    out[i] = narrow<T>(y);
   }
 }
 
 template <class T, int F>
 __global__ void k_binary(const T* a, const T* b, T* out, int64_t n) {
+  using R = typename Reg<T>::type;
   CAPSTEP_GRID_LOOP(i, n) {
-    const T x = a[i], y = b[i];
-    T z;
-    if constexpr (F == static_cast<int>(Binary::add)) z = scalar::add<T>(x, y);
-    else if constexpr (F == static_cast<int>(Binary::subtract)) z = scalar::subtract<T>(x, y);
-    else if constexpr (F == static_cast<int>(Binary::multiply)) z = scalar::multiply<T>(x, y);
-    else if constexpr (F == static_cast<int>(Binary::divide)) z = scalar::divide<T>(x, y);
-    else if constexpr (F == static_cast<int>(Binary::maximum)) z = scalar::maximum<T>(x, y);
+    const R x = widen(a[i]), y = widen(b[i]);
+    R z;
+    if constexpr (F == static_cast<int>(Binary::add)) z = scalar::add<R>(x, y);
+    else if constexpr (F == static_cast<int>(Binary::subtract)) z = scalar::subtract<R>(x, y);
+    else if constexpr (F == static_cast<int>(Binary::multiply)) z = scalar::multiply<R>(x, y);
+    else if constexpr (F == static_cast<int>(Binary::divide)) z = scalar::divide<R>(x, y);
+    else if constexpr (F == static_cast<int>(Binary::maximum)) z = scalar::maximum<R>(x, y);
     else static_assert(F != F, "a Binary without a kernel");
-    out[i] = z;
+    out[i] = narrow<T>(z);
   }
 }
 
+// bf16 compares as f32 values (its bits do not order negative numbers)
 template <class T>
 __global__ void k_compare(int cmp, const T* a, const T* b, uint8_t* out, int64_t n) {
-  CAPSTEP_GRID_LOOP(i, n) out[i] = scalar::compare<T>(cmp, a[i], b[i]) ? 1 : 0;
+  using R = typename Reg<T>::type;
+  CAPSTEP_GRID_LOOP(i, n) out[i] = scalar::compare<R>(cmp, widen(a[i]), widen(b[i])) ? 1 : 0;
 }
 
 template <class T>
@@ -64,11 +83,22 @@ __global__ void k_select(const uint8_t* p, const T* a, const T* b, T* out, int64
   CAPSTEP_GRID_LOOP(i, n) out[i] = p[i] ? a[i] : b[i];
 }
 
-// i1 is one byte holding 0 or 1: read as bool, written as 0/1.
+// i1 is one byte holding 0 or 1: read as bool, written as 0/1. bf16 (uint16_t):
+// from it, exact to f32 then f32's rule; to it, rounded once to nearest even
+// (f64 and i32 through bf16_store_double, which does not round twice).
 template <class To, class From>
 __global__ void k_convert(const From* a, To* out, int64_t n) {
   CAPSTEP_GRID_LOOP(i, n) {
-    if constexpr (std::is_same_v<From, uint8_t> && std::is_same_v<To, uint8_t>) out[i] = a[i] ? 1 : 0;
+    if constexpr (std::is_same_v<To, uint16_t>) {
+      if constexpr (std::is_same_v<From, uint16_t>) out[i] = a[i];  // (the executor copies instead)
+      else if constexpr (std::is_same_v<From, float>) out[i] = bf16_store(a[i]);
+      else if constexpr (std::is_same_v<From, uint8_t>) out[i] = a[i] ? uint16_t{0x3F80} : uint16_t{0};
+      else out[i] = bf16_store_double(static_cast<double>(a[i]));
+    } else if constexpr (std::is_same_v<From, uint16_t>) {
+      const float x = bf16_load(a[i]);
+      if constexpr (std::is_same_v<To, uint8_t>) out[i] = scalar::convert<bool, float>(x) ? 1 : 0;
+      else out[i] = scalar::convert<To, float>(x);
+    } else if constexpr (std::is_same_v<From, uint8_t> && std::is_same_v<To, uint8_t>) out[i] = a[i] ? 1 : 0;
     else if constexpr (std::is_same_v<From, uint8_t>) out[i] = static_cast<To>(a[i] ? 1 : 0);
     else if constexpr (std::is_same_v<To, uint8_t>) out[i] = scalar::convert<bool, From>(a[i]) ? 1 : 0;
     else out[i] = scalar::convert<To, From>(a[i]);
@@ -116,7 +146,7 @@ cudaError_t launch_convert_from(cudaStream_t s, DType to, const void* a, void* o
     case DType::f64: k_convert<double, From><<<g, kThreads, 0, s>>>(x, static_cast<double*>(out), n); break;
     case DType::i32: k_convert<int32_t, From><<<g, kThreads, 0, s>>>(x, static_cast<int32_t*>(out), n); break;
     case DType::i1: k_convert<uint8_t, From><<<g, kThreads, 0, s>>>(x, static_cast<uint8_t*>(out), n); break;
-    case DType::bf16: return cudaErrorInvalidValue;  // no bf16 kernels yet (cuda::check_supported)
+    case DType::bf16: k_convert<uint16_t, From><<<g, kThreads, 0, s>>>(x, static_cast<uint16_t*>(out), n); break;
   }
   return cudaGetLastError();
 }
@@ -138,7 +168,8 @@ cudaError_t unary(cudaStream_t s, Unary f, DType t, const void* a, void* out, in
       k_unary<int32_t, 0><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const int32_t*>(a),
                                                                static_cast<int32_t*>(out), n);
       return cudaGetLastError();
-    case DType::i1: case DType::bf16: return cudaErrorInvalidValue;
+    case DType::bf16: return launch_unary<uint16_t>(s, f, a, out, n);
+    case DType::i1: return cudaErrorInvalidValue;
   }
   return cudaErrorInvalidValue;
 }
@@ -149,7 +180,8 @@ cudaError_t binary(cudaStream_t s, Binary f, DType t, const void* a, const void*
     case DType::f32: return launch_binary<float>(s, f, a, b, out, n);
     case DType::f64: return launch_binary<double>(s, f, a, b, out, n);
     case DType::i32: return launch_binary<int32_t>(s, f, a, b, out, n);
-    case DType::i1: case DType::bf16: return cudaErrorInvalidValue;
+    case DType::bf16: return launch_binary<uint16_t>(s, f, a, b, out, n);
+    case DType::i1: return cudaErrorInvalidValue;
   }
   return cudaErrorInvalidValue;
 }
@@ -174,7 +206,10 @@ cudaError_t compare(cudaStream_t s, int cmp, DType t, const void* a, const void*
       k_compare<uint8_t><<<g, kThreads, 0, s>>>(cmp, static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b),
                                                  o, n);
       break;
-    case DType::bf16: return cudaErrorInvalidValue;
+    case DType::bf16:
+      k_compare<uint16_t><<<g, kThreads, 0, s>>>(cmp, static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b),
+                                                  o, n);
+      break;
   }
   return cudaGetLastError();
 }
@@ -188,6 +223,10 @@ cudaError_t select(cudaStream_t s, size_t elem_bytes, const void* pred, const vo
     case 1:
       k_select<uint8_t><<<g, kThreads, 0, s>>>(p, static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b),
                                                 static_cast<uint8_t*>(out), n);
+      break;
+    case 2:
+      k_select<uint16_t><<<g, kThreads, 0, s>>>(p, static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b),
+                                                 static_cast<uint16_t*>(out), n);
       break;
     case 4:
       k_select<uint32_t><<<g, kThreads, 0, s>>>(p, static_cast<const uint32_t*>(a), static_cast<const uint32_t*>(b),
@@ -209,7 +248,7 @@ cudaError_t convert(cudaStream_t s, DType from, DType to, const void* a, void* o
     case DType::f64: return launch_convert_from<double>(s, to, a, out, n);
     case DType::i32: return launch_convert_from<int32_t>(s, to, a, out, n);
     case DType::i1: return launch_convert_from<uint8_t>(s, to, a, out, n);
-    case DType::bf16: return cudaErrorInvalidValue;
+    case DType::bf16: return launch_convert_from<uint16_t>(s, to, a, out, n);
   }
   return cudaErrorInvalidValue;
 }

@@ -4,7 +4,9 @@
 #include <cfloat>
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
+#include "backend/cuda/bf16_device.cuh"
 #include "backend/cuda/kernels.h"
 #include "ir/scalar_math.h"
 
@@ -28,12 +30,23 @@ __global__ void k_strided_copy(const T* __restrict__ src, T* __restrict__ out, W
 }
 
 // The accumulator: f32 sums in double (the device then rounds once, closer to
-// the exact sum than any order of f32 additions); max in the element type.
+// the exact sum than any order of f32 additions); max in the element type;
+// bf16 (uint16_t) in f32, as the host interpreter, rounded once at the end.
 template <class T, bool Max> struct Acc { using type = T; };
 template <> struct Acc<float, false> { using type = double; };
+template <bool Max> struct Acc<uint16_t, Max> { using type = float; };
 
 template <class T> __device__ __forceinline__ T lowest() { return -static_cast<T>(INFINITY); }
 template <> __device__ __forceinline__ int32_t lowest<int32_t>() { return INT_MIN; }
+
+template <class A, class T> __device__ __forceinline__ A to_acc(T x) {
+  if constexpr (std::is_same_v<T, uint16_t>) return bf16_load(x);
+  else return static_cast<A>(x);
+}
+template <class T, class A> __device__ __forceinline__ T from_acc(A x) {
+  if constexpr (std::is_same_v<T, uint16_t>) return bf16_store(x);
+  else return static_cast<T>(x);
+}
 
 template <class T, bool Max>
 __global__ void k_reduce(const T* __restrict__ in, T* __restrict__ out, Walk kept, int64_t n_out, Walk red,
@@ -42,9 +55,13 @@ __global__ void k_reduce(const T* __restrict__ in, T* __restrict__ out, Walk kep
   __shared__ A part[kThreads];
   for (int64_t o = blockIdx.x; o < n_out; o += gridDim.x) {
     const T* base = in + walk_offset(kept, o);
-    A acc = Max ? static_cast<A>(lowest<T>()) : A(0);
+    A acc = A(0);
+    if constexpr (Max) {
+      if constexpr (std::is_same_v<T, uint16_t>) acc = lowest<A>();
+      else acc = static_cast<A>(lowest<T>());
+    }
     for (int64_t r = threadIdx.x; r < n_red; r += blockDim.x) {
-      const A x = static_cast<A>(base[walk_offset(red, r)]);
+      const A x = to_acc<A>(base[walk_offset(red, r)]);
       acc = Max ? scalar::maximum<A>(acc, x) : scalar::add<A>(acc, x);
     }
     part[threadIdx.x] = acc;
@@ -55,7 +72,7 @@ __global__ void k_reduce(const T* __restrict__ in, T* __restrict__ out, Walk kep
                                 : scalar::add<A>(part[threadIdx.x], part[threadIdx.x + w]);
       __syncthreads();
     }
-    if (threadIdx.x == 0) out[o] = static_cast<T>(part[0]);
+    if (threadIdx.x == 0) out[o] = from_acc<T>(part[0]);
     __syncthreads();
   }
 }
@@ -97,6 +114,33 @@ __global__ void k_scatter_add(T* out, const int32_t* __restrict__ idx, const T* 
   }
 }
 
+// bf16: each add in f32 rounded to bf16, as the host's (there in index order,
+// here in the atomics' order): a compare-and-swap on the aligned 32-bit word
+// that holds the element.
+__global__ void k_scatter_add_bf16(uint16_t* out, const int32_t* __restrict__ idx, const uint16_t* __restrict__ upd,
+                                   int64_t rows, int64_t n, int64_t row_elems, DeviceError* err, int eqn) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t s = i / row_elems, j = i % row_elems;
+    const int64_t r = idx[s];
+    if (r < 0 || r >= rows) {
+      if (j == 0) report(err, eqn, s, r);
+      continue;
+    }
+    uint16_t* p = out + r * row_elems + j;
+    unsigned* word = reinterpret_cast<unsigned*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{3});
+    const unsigned shift = (reinterpret_cast<uintptr_t>(p) & 2u) ? 16u : 0u;
+    const float u = bf16_load(upd[i]);
+    unsigned old = *word, assumed;
+    do {
+      assumed = old;
+      const uint16_t cur = static_cast<uint16_t>(assumed >> shift);
+      const unsigned sum = bf16_store(scalar::add<float>(bf16_load(cur), u));
+      const unsigned next = (assumed & ~(0xFFFFu << shift)) | (sum << shift);
+      old = atomicCAS(word, assumed, next);
+    } while (old != assumed);
+  }
+}
+
 template <class T, bool Max>
 cudaError_t launch_reduce(cudaStream_t s, const void* in, void* out, const Walk& kept, int64_t n_out, const Walk& red,
                           int64_t n_red) {
@@ -116,6 +160,7 @@ cudaError_t strided_copy(cudaStream_t s, size_t elem_bytes, const void* src, voi
   const unsigned g = blocks_for(n);
   switch (elem_bytes) {
     case 1: k_strided_copy<uint8_t><<<g, kThreads, 0, s>>>(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(out), w, n); break;
+    case 2: k_strided_copy<uint16_t><<<g, kThreads, 0, s>>>(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(out), w, n); break;
     case 4: k_strided_copy<uint32_t><<<g, kThreads, 0, s>>>(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(out), w, n); break;
     case 8: k_strided_copy<uint64_t><<<g, kThreads, 0, s>>>(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(out), w, n); break;
     default: return cudaErrorInvalidValue;
@@ -136,7 +181,10 @@ cudaError_t reduce(cudaStream_t s, bool is_max, DType t, const void* in, void* o
     case DType::i32:
       return is_max ? launch_reduce<int32_t, true>(s, in, out, kept, n_out, reduced, n_red)
                     : launch_reduce<int32_t, false>(s, in, out, kept, n_out, reduced, n_red);
-    case DType::i1: case DType::bf16: return cudaErrorInvalidValue;
+    case DType::bf16:
+      return is_max ? launch_reduce<uint16_t, true>(s, in, out, kept, n_out, reduced, n_red)
+                    : launch_reduce<uint16_t, false>(s, in, out, kept, n_out, reduced, n_red);
+    case DType::i1: return cudaErrorInvalidValue;
   }
   return cudaErrorInvalidValue;
 }
@@ -148,6 +196,7 @@ cudaError_t gather_rows(cudaStream_t s, size_t elem_bytes, const void* table, co
   const unsigned g = blocks_for(n);
   switch (elem_bytes) {
     case 1: k_gather<uint8_t><<<g, kThreads, 0, s>>>(static_cast<const uint8_t*>(table), idx, static_cast<uint8_t*>(out), rows, n, row_elems, err, eqn); break;
+    case 2: k_gather<uint16_t><<<g, kThreads, 0, s>>>(static_cast<const uint16_t*>(table), idx, static_cast<uint16_t*>(out), rows, n, row_elems, err, eqn); break;
     case 4: k_gather<uint32_t><<<g, kThreads, 0, s>>>(static_cast<const uint32_t*>(table), idx, static_cast<uint32_t*>(out), rows, n, row_elems, err, eqn); break;
     case 8: k_gather<uint64_t><<<g, kThreads, 0, s>>>(static_cast<const uint64_t*>(table), idx, static_cast<uint64_t*>(out), rows, n, row_elems, err, eqn); break;
     default: return cudaErrorInvalidValue;
@@ -164,7 +213,8 @@ cudaError_t scatter_add_rows(cudaStream_t s, DType t, void* out, const int32_t* 
     case DType::f32: k_scatter_add<float><<<g, kThreads, 0, s>>>(static_cast<float*>(out), idx, static_cast<const float*>(upd), rows, n, row_elems, err, eqn); break;
     case DType::f64: k_scatter_add<double><<<g, kThreads, 0, s>>>(static_cast<double*>(out), idx, static_cast<const double*>(upd), rows, n, row_elems, err, eqn); break;
     case DType::i32: k_scatter_add<int><<<g, kThreads, 0, s>>>(static_cast<int*>(out), idx, static_cast<const int*>(upd), rows, n, row_elems, err, eqn); break;
-    case DType::i1: case DType::bf16: return cudaErrorInvalidValue;
+    case DType::bf16: k_scatter_add_bf16<<<g, kThreads, 0, s>>>(static_cast<uint16_t*>(out), idx, static_cast<const uint16_t*>(upd), rows, n, row_elems, err, eqn); break;
+    case DType::i1: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }

@@ -254,6 +254,9 @@ __device__ void dkv(const T* q, const T* k, const T* v, const T* dout, T* dk, T*
 
 AttentionLaunch attention_launch(const Type& q) {
   if (q.rank() != 4 || !is_float(q.dtype)) throw Error("attention kernels: q must be a float [B,H,T,Dh], got " + q.str());
+  if (q.dtype == DType::bf16)
+    throw Error("attention kernels: no bf16 attention kernels (f32 and f64 only), got " + q.str() +
+                " (optim::mixed_precision_bf16 keeps attention in f32)");
   AttentionLaunch a;
   const int64_t dh = q.shape[3], t = q.shape[2];
   if (dh > 128) throw Error("attention kernels: Dh is " + std::to_string(dh) + ", the GPU kernels take Dh up to 128 (" + q.str() + ")");

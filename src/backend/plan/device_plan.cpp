@@ -112,7 +112,7 @@ Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
     ValuePlan& x = v[static_cast<size_t>(e.out)];
     x.def = d;
     if (!opt.view.empty() && opt.view[static_cast<size_t>(d)] && e.op != Op::reshape) {
-      if (e.op != Op::transpose) throw Error("plan_device_memory: equation " + std::to_string(d) + " (" + op_name(e.op) + ") cannot be a view");
+      if (e.op != Op::transpose && e.op != Op::convert) throw Error("plan_device_memory: equation " + std::to_string(d) + " (" + op_name(e.op) + ") cannot be a view");
       x.home = Home::view;
       x.root = v[static_cast<size_t>(e.inputs[0])].root;
       continue;

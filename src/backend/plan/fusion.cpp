@@ -154,6 +154,8 @@ std::optional<ViewOf> view_of(const Program& p, const std::vector<char>& view, i
     const Eqn& e = p.eqns[static_cast<size_t>(chain[j])];
     if (e.op == Op::transpose) {
       r.layout = transpose_layout(r.layout, e.attrs.dims);
+    } else if (e.op == Op::convert) {  // f32 -> bf16 (FuseOptions::bf16_operand_views): the same layout, rounded on load
+      r.bf16_round = true;
     } else {
       std::optional<Layout> l = reshape_layout(r.layout, p.type(e.out).shape);
       if (!l) return std::nullopt;
@@ -200,17 +202,22 @@ Fused fuse_program(const Program& p, const FuseOptions& fo) {
     is_gemm[static_cast<size_t>(d)] = loops && gemm_group_eqn(p, p.eqns[static_cast<size_t>(d)], fo.gemm_max_macs);
     view[static_cast<size_t>(d)] = p.eqns[static_cast<size_t>(d)].op == Op::reshape;
   }
+  auto bf16_operand = [&](int d) {  // a convert f32 -> bf16 that may be read through as a view
+    const Eqn& e = p.eqns[static_cast<size_t>(d)];
+    return fo.bf16_operand_views && e.op == Op::convert && p.type(e.out).dtype == DType::bf16 &&
+           p.type(e.inputs[0]).dtype == DType::f32;
+  };
   std::function<bool(int)> gemm_only = [&](int d) {  // every reader of equation d's value is a gemm group
     if (is_output[static_cast<size_t>(p.eqns[static_cast<size_t>(d)].out)] || consumers[static_cast<size_t>(d)].empty())
       return false;
     for (int c : consumers[static_cast<size_t>(d)]) {
       const Op op = p.eqns[static_cast<size_t>(c)].op;
-      if (!(is_gemm[static_cast<size_t>(c)] || (op == Op::reshape && gemm_only(c)))) return false;
+      if (!(is_gemm[static_cast<size_t>(c)] || ((op == Op::reshape || bf16_operand(c)) && gemm_only(c)))) return false;
     }
     return true;
   };
   for (int d = 0; d < E; ++d)
-    if (p.eqns[static_cast<size_t>(d)].op == Op::transpose && gemm_only(d)) view[static_cast<size_t>(d)] = 1;
+    if ((p.eqns[static_cast<size_t>(d)].op == Op::transpose || bf16_operand(d)) && gemm_only(d)) view[static_cast<size_t>(d)] = 1;
   for (bool changed = true; changed;) {  // a gemm operand without a strided layout: its transposes are copies
     changed = false;
     for (int d = 0; d < E; ++d) {
@@ -234,15 +241,16 @@ Fused fuse_program(const Program& p, const FuseOptions& fo) {
   // consumers, since the group runs as one kernel).
   std::vector<int> seen(static_cast<size_t>(E), -1);
   int stamp = 0;
-  auto safe_to_merge = [&](int a, int b) {
+  // (`also`: a third group merged with them, a folded reshape's; -1: none)
+  auto safe_to_merge = [&](int a, int b, int also = -1) {
     ++stamp;
     std::vector<int> stack;
     auto visit_consumers_of = [&](int r) {
       for (int m : uf.members[static_cast<size_t>(r)])
         for (int c : consumers[static_cast<size_t>(m)]) {
           const int rc = uf.find(c);
-          if (rc == a || rc == b) {
-            if (r != a && r != b) return false;
+          if (rc == a || rc == b || rc == also) {
+            if (r != a && r != b && r != also) return false;
             continue;
           }
           if (seen[static_cast<size_t>(rc)] != stamp) {
@@ -254,6 +262,7 @@ Fused fuse_program(const Program& p, const FuseOptions& fo) {
     };
     visit_consumers_of(a);
     visit_consumers_of(b);
+    if (also >= 0) visit_consumers_of(also);
     while (!stack.empty()) {
       const int r = stack.back();
       stack.pop_back();
@@ -297,12 +306,42 @@ Fused fuse_program(const Program& p, const FuseOptions& fo) {
       }
     return true;
   };
+  // fold_reshapes: a reshape between two loop-geometry equations, read by
+  // nothing else, takes the loop geometry (and stops being a view) when its
+  // reader merges with its operand's group; otherwise it stays a view.
+  auto fold_reshape = [&](int d, int q) {
+    // (the reader elementwise: a transpose or gather reader must read its operand from memory)
+    if (!fo.fold_reshapes || q < 0 || !view[static_cast<size_t>(q)] || p.eqns[static_cast<size_t>(q)].op != Op::reshape ||
+        !is_elementwise(p.eqns[static_cast<size_t>(d)].op))
+      return -1;
+    if (is_output[static_cast<size_t>(p.eqns[static_cast<size_t>(q)].out)] || consumers[static_cast<size_t>(q)].size() != 1 ||
+        consumers[static_cast<size_t>(q)][0] != d)
+      return -1;
+    const int r = producer[static_cast<size_t>(p.eqns[static_cast<size_t>(q)].inputs[0])];
+    if (r < 0 || geo[static_cast<size_t>(uf.find(r))].kind != Geo::loop || geo[static_cast<size_t>(d)].kind != Geo::loop ||
+        geo[static_cast<size_t>(uf.find(r))].n != numel_of(q))
+      return -1;
+    return r;
+  };
   if (loops)
     for (int d = 0; d < E; ++d) {
       const Eqn& e = p.eqns[static_cast<size_t>(d)];
       if (geo[static_cast<size_t>(d)].kind == Geo::none) continue;
       for (int x : e.inputs) {
         const int q = producer[static_cast<size_t>(x)];
+        if (const int r = fold_reshape(d, q); r >= 0) {
+          // the reshape and its reader join its operand's group, all three at once
+          const int a = uf.find(r), b = uf.find(q), c = uf.find(d);
+          const Geometry g = merged(geo[static_cast<size_t>(a)], geo[static_cast<size_t>(c)]);
+          if (a != c && g.kind == Geo::loop && valid(a, c, g) && safe_to_merge(a, c, b)) {
+            view[static_cast<size_t>(q)] = 0;
+            geo[static_cast<size_t>(q)] = {Geo::loop, numel_of(q), 0};
+            uf.unite(a, b);
+            uf.unite(uf.find(a), c);
+            geo[static_cast<size_t>(uf.find(a))] = g;
+          }
+          continue;
+        }
         if (q < 0 || geo[static_cast<size_t>(q)].kind == Geo::none) continue;
         const int a = uf.find(d), b = uf.find(q);
         if (a == b) continue;
@@ -477,7 +516,7 @@ bool fused_kind(GroupKind k) {
 bool scatter_group_eqn(const Program& p, const Eqn& e) {
   if (e.op != Op::scatter_add_rows) return false;
   const DType t = p.type(e.out).dtype;
-  if (t != DType::f32 && t != DType::f64 && t != DType::i32) return false;
+  if (t != DType::f32 && t != DType::f64 && t != DType::i32 && t != DType::bf16) return false;
   const int64_t n = p.type(e.out).numel(), r = p.type(e.inputs[1]).numel();
   return n > 0 && r >= 0 && (r == 0 || n <= kMaxScatterWork / r);
 }

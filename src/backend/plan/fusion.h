@@ -95,7 +95,7 @@ struct Fused {
   std::vector<Group> groups;   // in execution order (a topological order of the groups)
   std::vector<int> group_of;   // per equation of `program`: its group
   std::vector<int> old_index;  // per equation of `program`: its index in the original Program
-  std::vector<char> view;      // per equation of `program`: a reshape or a view transpose (no buffer of its own)
+  std::vector<char> view;      // per equation of `program`: a reshape, a view transpose or a bf16 operand view (no buffer of its own)
   // Consecutive fused groups of one level: independent of each other, they run
   // as one kernel (each group on blocks of its own); a wave of one group is
   // that group's kernel.
@@ -118,6 +118,16 @@ struct FuseOptions {
   // dot_generals (f32 / f64) of at most this many multiply-adds become gemm
   // groups; 0: none (every dot_general is a single group, for a GEMM library)
   int64_t gemm_max_macs = 0;
+  // a reshape read only by one loop-geometry equation, between it and a loop
+  // member of the same size (transpose -> reshape -> convert, as the bf16
+  // step has before its GEMM operands), becomes a member of their group (the
+  // same flat index: a register, no buffer) instead of a view that splits them
+  bool fold_reshapes = false;
+  // a convert f32 -> bf16 whose every reader is a gemm group (directly or
+  // through reshapes) becomes a view too: the generated GEMM reads the f32
+  // value and rounds each element to bf16 as it loads it (the same values a
+  // stored bf16 copy would hold), so no kernel stores the bf16 operand
+  bool bf16_operand_views = false;
 };
 Fused fuse_program(const Program& p, const FuseOptions& o);
 inline Fused fuse_program(const Program& p, bool loops = true) { return fuse_program(p, FuseOptions{loops, 0}); }
@@ -129,6 +139,7 @@ inline Fused fuse_program(const Program& p, bool loops = true) { return fuse_pro
 struct ViewOf {
   int root = -1;
   Layout layout;
+  bool bf16_round = false;  // a convert f32 -> bf16 in the chain: the root is f32, each element rounded to bf16 on load
 };
 std::optional<ViewOf> view_of(const Program& p, const std::vector<char>& view, int x);
 

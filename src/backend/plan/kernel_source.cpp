@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "backend/plan/walk.h"
+#include "ir/bf16.h"
 
 namespace capstep::plan {
 namespace {
@@ -22,11 +23,34 @@ const char* reg_type(DType t) {
     case DType::f64: return "double";
     case DType::i32: return "int";
     case DType::i1: return "bool";
-    case DType::bf16: break;  // no bf16 kernels yet: cuda::Executable refuses bf16 programs first
+    case DType::bf16: return "float";  // widened on load (exact), rounded to nearest even on store
   }
   throw Error(std::string("CUDA kernel generator: no kernels for ") + dtype_name(t) + " values");
 }
-const char* mem_type(DType t) { return t == DType::i1 ? "unsigned char" : reg_type(t); }
+// In memory: i1 is a byte; bf16 the top 16 bits of an f32 (ir/bf16.h).
+const char* mem_type(DType t) {
+  if (t == DType::i1) return "unsigned char";
+  if (t == DType::bf16) return "unsigned short";
+  return reg_type(t);
+}
+// An element read from memory (`raw`, of type mem_type(t)) as its register value.
+std::string widen(DType t, const std::string& raw) {
+  if (t == DType::i1) return raw + " != 0";
+  if (t == DType::bf16) return "capstep_bf16_load(" + raw + ")";
+  return raw;
+}
+// An operand of a product read from its root's memory (`raw`): widened, and
+// rounded to bf16 when read through a bf16 operand view.
+std::string operand_load(DType root, bool round, const std::string& raw) {
+  const std::string v = widen(root, raw);
+  return round ? "capstep_bf16_round(" + v + ")" : v;
+}
+// A register value of type t as what memory stores.
+std::string narrow(DType t, const std::string& reg) {
+  if (t == DType::i1) return reg + " ? 1 : 0";
+  if (t == DType::bf16) return "capstep_bf16_store(" + reg + ")";
+  return reg;
+}
 
 std::string literal(DType t, double v) {
   char buf[64];
@@ -58,7 +82,7 @@ std::string literal(DType t, double v) {
       return std::to_string(i);
     }
     case DType::i1: return v != 0 ? "true" : "false";
-    case DType::bf16: break;
+    case DType::bf16: return literal(DType::f32, bf16::round_double(v));  // the value a bf16 store holds, as f32
   }
   throw Error(std::string("CUDA kernel generator: no literal of ") + dtype_name(t));
 }
@@ -79,6 +103,32 @@ const char* scalar_fn(Op op) {
     default: return nullptr;
   }
 }
+
+// bf16 in the generated kernels, as ir/bf16.h stores it on the host: the top
+// 16 bits of an f32 in an unsigned short, widened exactly on load, rounded to
+// nearest even on store (NaN kept as a quiet NaN with its sign, infinities
+// kept, overflow to infinity), f64 rounded once (through f32 "to odd").
+const char* const kBf16DeviceText =
+    "__device__ __forceinline__ float capstep_bf16_load(unsigned short h) { return __uint_as_float((unsigned)h << 16); }\n"
+    "__device__ __forceinline__ unsigned short capstep_bf16_store(float f) {\n"
+    "  const unsigned b = __float_as_uint(f);\n"
+    "  if ((b & 0x7F800000u) == 0x7F800000u && (b & 0x007FFFFFu) != 0u) return (unsigned short)((b >> 16) | 0x0040u);\n"
+    "  return (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);\n"
+    "}\n"
+    "__device__ __forceinline__ float capstep_bf16_round(float f) { return capstep_bf16_load(capstep_bf16_store(f)); }\n"
+    "__device__ __forceinline__ float capstep_bf16_of_double(double d) {\n"
+    // NaN: sign and top payload bits kept, quieted, as the host's conversion
+    // through f32 keeps them (the device's f64 -> f32 gives one canonical NaN)
+    "  if (d != d) {\n"
+    "    const unsigned hi = (unsigned)((unsigned long long)__double_as_longlong(d) >> 32);\n"
+    "    return capstep_bf16_load((unsigned short)(((hi >> 16) & 0x8000u) | 0x7FC0u | ((hi >> 13) & 0x7Fu)));\n"
+    "  }\n"
+    "  float f = (float)d;\n"
+    "  if ((__float_as_uint(f) & 0x7FFFFFFFu) == 0x7F800000u || (double)f == d) return capstep_bf16_round(f);\n"
+    "  const double af = f < 0.0f ? -(double)f : (double)f, ad = d < 0.0 ? -d : d;\n"
+    "  if (af > ad) f = __uint_as_float(__float_as_uint(f) - 1u);  // toward zero\n"
+    "  return capstep_bf16_round(__uint_as_float(__float_as_uint(f) | 1u));  // to odd: the second rounding is exact\n"
+    "}\n";
 
 // The offset expression of a broadcast's operand for element i: walk_offset
 // (walk.h) unrolled with the walk's constants.
@@ -109,6 +159,7 @@ std::string offset_code(const Walk& w, const std::string& idx) {
 struct DotLayout {
   AxisLayout a_b, a_m, a_k, b_b, b_n, b_k;
   int a_root = -1, b_root = -1;
+  bool a_round = false, b_round = false;  // read through a bf16 operand view: an f32 root, rounded to bf16 on load
   int64_t B = 1, M = 1, N = 1, K = 1;
 };
 int64_t layout_size(const AxisLayout& a) {
@@ -130,6 +181,8 @@ DotLayout dot_layout(const Program& p, const std::vector<char>& view, const Eqn&
   d.b_k = combined(vb->layout, at.rhs_contract);
   d.a_root = va->root;
   d.b_root = vb->root;
+  d.a_round = va->bf16_round;
+  d.b_round = vb->bf16_round;
   d.B = layout_size(d.a_b);
   d.M = layout_size(d.a_m);
   d.N = layout_size(d.b_n);
@@ -236,8 +289,7 @@ class Emitter {
       if (it != loaded_.end()) return it->second;
       const DType t = p_.type(x).dtype;
       const std::string name = "x" + std::to_string(x) + (idx == "i" ? "" : "_" + idx);
-      pre << ind << "const " << reg_type(t) << " " << name << " = " << in_name_.at(x) << "[" << idx << "]"
-          << (t == DType::i1 ? " != 0" : "") << ";\n";
+      pre << ind << "const " << reg_type(t) << " " << name << " = " << widen(t, in_name_.at(x) + "[" + idx + "]") << ";\n";
       loaded_[key] = name;
       return name;
     };
@@ -264,6 +316,9 @@ class Emitter {
           const std::string a = operand(e.inputs[0]);
           if (from == ot) expr = a;
           else if (from == DType::i1) expr = ot == DType::i1 ? a : "static_cast<" + T + ">(" + a + " ? 1 : 0)";
+          // f64 and i32 -> bf16 rounded once (bf16::from_double), not through f32
+          else if (ot == DType::bf16 && from == DType::f64) expr = "capstep_bf16_of_double(" + a + ")";
+          else if (ot == DType::bf16 && from == DType::i32) expr = "capstep_bf16_of_double(static_cast<double>(" + a + "))";
           else expr = "capstep::scalar::convert<" + T + ", " + reg_type(from) + ">(" + a + ")";
           break;
         }
@@ -275,10 +330,13 @@ class Emitter {
             expr = operand(x);  // the same flat index (only axes of size 1 are added), or a row broadcast
           } else {
             const Walk w = broadcast_walk(it.shape, p_.type(e.out).shape, e.attrs.dims, "broadcast_in_dim in " + k_.name);
-            expr = in_name_.at(x) + "[" + offset_code(w, idx) + "]" + (it.dtype == DType::i1 ? " != 0" : "");
+            expr = widen(it.dtype, in_name_.at(x) + "[" + offset_code(w, idx) + "]");
           }
           break;
         }
+        case Op::reshape:  // a folded reshape (FuseOptions::fold_reshapes): the same flat index
+          expr = operand(e.inputs[0]);
+          break;
         case Op::transpose: {  // the operand is always made outside the group
           const int x = e.inputs[0];
           const Type& it = p_.type(x);
@@ -287,7 +345,7 @@ class Emitter {
             expr = literal(it.dtype, v);
           } else {
             const Walk w = transpose_walk(it.shape, e.attrs.dims, "transpose in " + k_.name);
-            expr = in_name_.at(x) + "[" + offset_code(w, idx) + "]" + (it.dtype == DType::i1 ? " != 0" : "");
+            expr = widen(it.dtype, in_name_.at(x) + "[" + offset_code(w, idx) + "]");
           }
           break;
         }
@@ -300,8 +358,9 @@ class Emitter {
               << ind << "const int gr" << id << " = " << in_name_.at(ix) << "[gs" << id << "];\n"
               << ind << T << " g" << id << " = " << T << "(0);\n"
               << ind << "if (gr" << id << " >= 0 && gr" << id << " < " << rows << "LL) g" << id << " = "
-              << in_name_.at(tbl) << "[(long long)gr" << id << " * " << C << "LL + " << idx << " % " << C << "LL]"
-              << (tt.dtype == DType::i1 ? " != 0" : "") << ";\n"
+              << widen(tt.dtype, in_name_.at(tbl) + "[(long long)gr" + id + " * " + std::to_string(C) + "LL + " + idx + " % " +
+                                     std::to_string(C) + "LL]")
+              << ";\n"
               << ind << "else if (" << idx << " % " << C << "LL == 0) capstep_report(" << d << ", gs" << id << ", gr" << id
               << ");\n";
           expr = "g" + id;
@@ -312,6 +371,10 @@ class Emitter {
           const DotLayout dl = dot_layout(p_, view_ ? *view_ : none, e, k_.name);
           const AxisLayout &a_b = dl.a_b, &a_m = dl.a_m, &a_k = dl.a_k, &b_b = dl.b_b, &b_n = dl.b_n, &b_k = dl.b_k;
           const int64_t M = dl.M, N = dl.N, K = dl.K;
+          // the roots' dtypes (bf16: widened; an f32 root of a bf16 view: rounded), f32 products and sums
+          const DType at = p_.type(dl.a_root).dtype, bt = p_.type(dl.b_root).dtype;
+          auto lda = [&](const std::string& raw) { return operand_load(at, dl.a_round, raw); };
+          auto ldb = [&](const std::string& raw) { return operand_load(bt, dl.b_round, raw); };
           const std::string v = "d" + std::to_string(e.out), id = std::to_string(e.out);
           pre << ind << T << " " << v << " = " << T << "(0);\n"
               << ind << "{\n"
@@ -324,14 +387,14 @@ class Emitter {
               << ind << "  for (long long kk = 0; kk + 3 < " << K << "LL; kk += 4) {\n";
           for (int q = 0; q < 4; ++q) {
             const std::string kq = q == 0 ? "kk" : "(kk + " + std::to_string(q) + ")";
-            pre << ind << "    s" << q << " = s" << q << " + " << in_name_.at(dl.a_root) << "[oa + " << offset_expr(a_k, kq)
-                << "] * " << in_name_.at(dl.b_root) << "[ob + " << offset_expr(b_k, kq) << "];\n";
+            pre << ind << "    s" << q << " = s" << q << " + " << lda(in_name_.at(dl.a_root) + "[oa + " + offset_expr(a_k, kq) + "]")
+                << " * " << ldb(in_name_.at(dl.b_root) + "[ob + " + offset_expr(b_k, kq) + "]") << ";\n";
           }
           pre << ind << "  }\n";
           for (int64_t q = K / 4 * 4; q < K; ++q) {
             const std::string kq = std::to_string(q) + "LL";
-            pre << ind << "  s" << q % 4 << " = s" << q % 4 << " + " << in_name_.at(dl.a_root) << "[oa + " << offset_expr(a_k, kq)
-                << "] * " << in_name_.at(dl.b_root) << "[ob + " << offset_expr(b_k, kq) << "];\n";
+            pre << ind << "  s" << q % 4 << " = s" << q % 4 << " + " << lda(in_name_.at(dl.a_root) + "[oa + " + offset_expr(a_k, kq) + "]")
+                << " * " << ldb(in_name_.at(dl.b_root) + "[ob + " + offset_expr(b_k, kq) + "]") << ";\n";
           }
           pre << ind << "  " << v << " = (s0 + s1) + (s2 + s3);\n"
               << ind << "}\n";
@@ -342,6 +405,10 @@ class Emitter {
           throw Error("kernel source: " + std::string(op_name(e.op)) + " cannot be computed elementwise in " + k_.name);
       }
     }
+    // a bf16 result holds what its store would: rounded to nearest even once
+    // here, so that every later use (in registers or from memory) sees the
+    // interpreter's value
+    if (ot == DType::bf16) expr = "capstep_bf16_round(" + expr + ")";
     pre << ind << "const " << T << " " << reg(e.out) << " = " << expr << ";\n";
     return pre.str();
   }
@@ -349,11 +416,10 @@ class Emitter {
   std::string load(int x, const std::string& idx) const {
     double v;
     if (splat(x, &v)) return literal(p_.type(x).dtype, v);
-    return in_name_.at(x) + "[" + idx + "]" + (p_.type(x).dtype == DType::i1 ? " != 0" : "");
+    return widen(p_.type(x).dtype, in_name_.at(x) + "[" + idx + "]");
   }
   std::string store(int x, const std::string& idx, const std::string& ind) const {
-    return ind + out_name_.at(x) + "[" + idx + "] = " + reg(x) + (p_.type(x).dtype == DType::i1 ? " ? 1 : 0" : "") +
-           ";\n";
+    return ind + out_name_.at(x) + "[" + idx + "] = " + narrow(p_.type(x).dtype, reg(x)) + ";\n";
   }
   bool is_output(int x) const { return out_name_.count(x) != 0; }
 
@@ -361,7 +427,11 @@ class Emitter {
   // the warp and the final value. f32 sums accumulate in double, as the
   // one-kernel-per-equation reduce does (rounded once at the end: closer to
   // the exact sum than any order of f32 additions); max in the element type.
-  static DType acc_type(Op op, DType t) { return op == Op::reduce_sum && t == DType::f32 ? DType::f64 : t; }
+  // bf16: f32 accumulators (the interpreter's), rounded once to bf16 at the end.
+  static DType acc_type(Op op, DType t) {
+    if (t == DType::bf16) return DType::f32;
+    return op == Op::reduce_sum && t == DType::f32 ? DType::f64 : t;
+  }
   std::string acc_decl(int d, const std::string& ind) const {
     const Eqn& e = p_.eqns[static_cast<size_t>(d)];
     const DType t = p_.type(e.out).dtype, a = acc_type(e.op, t);
@@ -418,8 +488,9 @@ class Emitter {
   std::string acc_value(int d, const std::string& ind) const {
     const Eqn& e = p_.eqns[static_cast<size_t>(d)];
     const DType t = p_.type(e.out).dtype;
-    return ind + "const " + reg_type(t) + " s" + std::to_string(e.out) + " = static_cast<" + reg_type(t) + ">(a" +
-           std::to_string(e.out) + ");\n";
+    const std::string v = "static_cast<" + std::string(reg_type(t)) + ">(a" + std::to_string(e.out) + ")";
+    return ind + "const " + reg_type(t) + " s" + std::to_string(e.out) + " = " +
+           (t == DType::bf16 ? "capstep_bf16_round(" + v + ")" : v) + ";\n";
   }
   // the reduction's operand at the full index: a member's register or a load
   std::string reduce_operand(int d, const std::string& ind, std::string* pre) {
@@ -431,7 +502,7 @@ class Emitter {
     auto it = loaded_.find(key);
     if (it != loaded_.end()) return it->second;
     const std::string name = "x" + std::to_string(x);
-    *pre += ind + "const " + reg_type(p_.type(x).dtype) + " " + name + " = " + in_name_.at(x) + "[i];\n";
+    *pre += ind + "const " + reg_type(p_.type(x).dtype) + " " + name + " = " + widen(p_.type(x).dtype, in_name_.at(x) + "[i]") + ";\n";
     loaded_[key] = name;
     return name;
   }
@@ -766,7 +837,8 @@ KernelSource gemm_kernel_source(const Fused& f, int index) {
   for (size_t j = 0; j < dots.size(); ++j) {
     lead.push_back(dots[j].l.a_root);
     lead.push_back(dots[j].l.b_root);
-    lead_text += "const " + T + "* a" + std::to_string(j) + ", const " + T + "* b" + std::to_string(j) + ", ";
+    lead_text += std::string("const ") + mem_type(p.type(dots[j].l.a_root).dtype) + "* a" + std::to_string(j) + ", const " +
+                 mem_type(p.type(dots[j].l.b_root).dtype) + "* b" + std::to_string(j) + ", ";
   }
   std::ostringstream s;
   s << em.signature(lead, lead_text) << "  // " << dots.size() << " product(s) of " << B << " x [" << M << " x K] * [K x "
@@ -782,6 +854,9 @@ KernelSource gemm_kernel_source(const Fused& f, int index) {
   for (size_t j = 0; j < dots.size(); ++j) {
     const DotLayout& d = dots[j].l;
     const std::string J = std::to_string(j);
+    // bf16 operands: widened to f32 on load (exact), or f32 roots of bf16
+    // operand views rounded to bf16 on load; f32 products and sums
+    const DType at = p.type(d.a_root).dtype, bt = p.type(d.b_root).dtype;
     s << "    " << T << " acc" << J << "[" << t << "][" << t << "] = {};\n    {\n"
       << "      const long long oa = " << offset_expr(d.a_b, "bb") << ", ob = " << offset_expr(d.b_b, "bb") << ";\n"
       << "      long long am[" << t << "], bn[" << t << "];\n"
@@ -793,8 +868,8 @@ KernelSource gemm_kernel_source(const Fused& f, int index) {
       << "        const long long ak = oa + " << offset_expr(d.a_k, "kk") << ", bk = ob + " << offset_expr(d.b_k, "kk") << ";\n"
       << "        " << T << " av[" << t << "], bv[" << t << "];\n"
       << "#pragma unroll\n        for (int i = 0; i < " << t << "; ++i) {\n"
-      << "          av[i] = okm[i] ? a" << J << "[ak + am[i]] : " << T << "(0);\n"
-      << "          bv[i] = okn[i] ? b" << J << "[bk + bn[i]] : " << T << "(0);\n        }\n"
+      << "          av[i] = okm[i] ? " << operand_load(at, d.a_round, "a" + J + "[ak + am[i]]") << " : " << T << "(0);\n"
+      << "          bv[i] = okn[i] ? " << operand_load(bt, d.b_round, "b" + J + "[bk + bn[i]]") << " : " << T << "(0);\n        }\n"
       << "#pragma unroll\n        for (int i = 0; i < " << t << "; ++i)\n"
       << "#pragma unroll\n          for (int j = 0; j < " << t << "; ++j) acc" << J << "[i][j] = acc" << J
       << "[i][j] + av[i] * bv[j];\n      }\n    }\n";
@@ -841,8 +916,8 @@ KernelSource scatter_kernel_source(const Fused& f, int index) {
     << "    " << T << " acc = " << em.load(e.inputs[0], "i") << ";\n"
     << "    for (long long r = 0; r < " << R << "LL; ++r) {\n"
     << "      const int j = " << em.load(e.inputs[1], "r") << ";\n"
-    << "      if (j == t) acc = capstep::scalar::add<" << T << ">(acc, " << em.load(e.inputs[2], "r * " + std::to_string(C) + "LL + c")
-    << ");\n"
+    << "      if (j == t) acc = " << (ot.dtype == DType::bf16 ? "capstep_bf16_round(" : "(") << "capstep::scalar::add<" << T
+    << ">(acc, " << em.load(e.inputs[2], "r * " + std::to_string(C) + "LL + c") << "));\n"
     << "      else if (i == 0 && (j < 0 || j >= " << rows << "LL)) capstep_report(" << g.first << ", r, j);\n"
     << "    }\n"
     << "    const " << T << " " << em.reg(e.out) << " = acc;\n";
@@ -892,7 +967,8 @@ std::string kernel_module_source(const std::vector<KernelSource>& ks) {
       // one found is written where the executor points capstep_err (its
       // device error flag, the layout of cuda::k::DeviceError) and the
       // executor reports it after the step.
-      "struct capstep_device_error { int flag; int eqn; long long position; long long value; };\n"
+      "struct capstep_device_error { int flag; int eqn; long long position; long long value; };\n" +
+      std::string(kBf16DeviceText) +
       // a block's shared array (a host emulation defines its own, per block)
       "#ifndef CAPSTEP_SHARED\n#define CAPSTEP_SHARED(T, name, n) __shared__ T name[n]\n#endif\n"
       "__device__ capstep_device_error* capstep_err = nullptr;\n"
