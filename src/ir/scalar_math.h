@@ -27,11 +27,11 @@ template <class T> CAPSTEP_HD T exponential(T a) { using std::exp; return exp(a)
 template <class T> CAPSTEP_HD T log(T a) { using std::log; return log(a); }
 template <class T> CAPSTEP_HD T tanh(T a) { using std::tanh; return tanh(a); }
 
-// ---- f32 tanh: one branch-free formula for both backends ---------------------
-// glibc's tanhf is a scalar call through expm1f (a fifth of a host training
-// step) and CUDA's tanhf is its own approximation; this one vectorises on the
-// host, and the GPU computes the same bits. Within 2 ulp of the correctly
-// rounded value (tested in interpreter_test).
+// ---- f32 exp and tanh: branch-free formulas for both backends -----------------
+// glibc's expf and tanhf (through expm1f: a fifth of a host training step) are
+// scalar calls the host's loops cannot vectorise, and CUDA's are their own
+// approximations; these vectorise on the host, and the GPU computes the same
+// bits (no FMA contraction on either side).
 CAPSTEP_HD float float_from_bits(int b) {
 #if defined(__CUDA_ARCH__)
   return __int_as_float(b);
@@ -42,47 +42,10 @@ CAPSTEP_HD float float_from_bits(int b) {
 #endif
 }
 
-// exp(x) for x in [-87, 0] (clamped below): 2^k * p(r), r = x - k ln2 in
-// [-ln2/2, ln2/2], p the Cephes expf polynomial.
-CAPSTEP_HD float exp_nonpositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  // Round to nearest with the 1.5 * 2^23 trick (no call, so it vectorises).
-  const float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = x - k * 0.693359375f;  // ln2 in two parts: x - k ln2 stays exact enough
-  r = r - k * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  return p * float_from_bits((static_cast<int>(k) + 127) << 23);  // 2^k, k in [-126, 0]
-}
-
-// Odd; for |x| < 0.625 the Cephes polynomial x + x^3 P(x^2), else
-// (1 - e) / (1 + e) with e = exp(-2|x|), free of cancellation there. NaN passes.
-template <> CAPSTEP_HD float tanh<float>(float x) {
-  const float ax = x < 0.0f ? -x : x;
-  const float z = ax * ax;
-  float p = -5.70498872745e-3f;
-  p = p * z + 2.06390887954e-2f;
-  p = p * z - 5.37397155531e-2f;
-  p = p * z + 1.33314422036e-1f;
-  p = p * z - 3.33332819422e-1f;
-  const float small = ax + ax * z * p;
-  const float e = exp_nonpositive(-2.0f * (ax < 10.0f ? ax : 10.0f));
-  const float big = (1.0f - e) / (1.0f + e);
-  const float m = ax < 0.625f ? small : big;
-  // tanh(+-0) = +-0 and NaN -> NaN: both are x itself.
-  return x < 0.0f ? -m : (x > 0.0f ? m : x);
-}
-// f32 exp over the whole range, branch-free like tanh (libm's expf is a
-// scalar call the loops cannot vectorise): 2^k * p(r) as exp_nonpositive, with
-// 2^k applied in two halves so that subnormal results and overflow to inf
-// come out of the same multiplications. NaN passes. Within 2 ulp of the
-// correctly rounded value (tested in interpreter_test); the GPU computes the
-// same bits (no FMA contraction on either side).
+// exp(x): 2^k * p(r), r = x - k ln2 in [-ln2/2, ln2/2], p the Cephes expf
+// polynomial, with 2^k applied in two halves so that subnormal results and
+// overflow to inf come out of the same multiplications. NaN passes. Within 2
+// ulp of the correctly rounded value (tested in interpreter_test).
 template <> CAPSTEP_HD float exponential<float>(float x) {
   const float xc = x > 89.0f ? 89.0f : (x < -104.0f ? -104.0f : x);  // exp(89) = inf, exp(-104) = 0 in f32
   const float k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
@@ -99,6 +62,25 @@ template <> CAPSTEP_HD float exponential<float>(float x) {
   const int k1 = ki / 2, k2 = ki - k1;     // each in [-75, 64]: 2^k1 and 2^k2 are normal floats
   const float y = p * float_from_bits((k1 + 127) << 23) * float_from_bits((k2 + 127) << 23);
   return x != x ? x : y;
+}
+
+// tanh: within 2 ulp of the correctly rounded value (tested in interpreter_test).
+// Odd; for |x| < 0.625 the Cephes polynomial x + x^3 P(x^2), else
+// (1 - e) / (1 + e) with e = exp(-2|x|), free of cancellation there. NaN passes.
+template <> CAPSTEP_HD float tanh<float>(float x) {
+  const float ax = x < 0.0f ? -x : x;
+  const float z = ax * ax;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = ax + ax * z * p;
+  const float e = exponential<float>(-2.0f * (ax < 10.0f ? ax : 10.0f));
+  const float big = (1.0f - e) / (1.0f + e);
+  const float m = ax < 0.625f ? small : big;
+  // tanh(+-0) = +-0 and NaN -> NaN: both are x itself.
+  return x < 0.0f ? -m : (x > 0.0f ? m : x);
 }
 template <class T> CAPSTEP_HD T sqrt(T a) { using std::sqrt; return sqrt(a); }
 template <class T> CAPSTEP_HD T rsqrt(T a) { using std::sqrt; return T(1) / sqrt(a); }
