@@ -17,20 +17,13 @@
 #include "capstep/ir.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
+#include "seed_step.h"
 
 using namespace capstep;
 
 namespace {
 
-Array random_array(const Type& t, uint64_t seed) {
-  Array a(t);
-  uint64_t s = 0x9E3779B97F4A7C15ull ^ seed;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    a.set(i, -2.0 + 4.0 * static_cast<double>(s >> 11) / 9007199254740992.0);
-  }
-  return a;
-}
+Array random_array(const Type& t, uint64_t seed) { return test::lcg_array(t, seed); }
 
 host::InterpreterOptions opts(bool fuse, int64_t tile = 1024) {
   host::InterpreterOptions o;
@@ -153,26 +146,7 @@ TEST(HostFusion, ColumnSumsAndStridedReadsMatchLoopsAndUnfused) {
       EXPECT_NEAR(y[1].data<float>()[j * R + i], std::tanh(a[i * K + j] + in[3].data<float>()[j * R + i]), 2e-6f);
 }
 
-namespace {
-struct SeedStep {
-  nn::LmConfig c;
-  std::vector<std::string> names;
-  Program grad;
-  std::vector<Array> in;  // params, tokens, targets
-  SeedStep() {
-    for (const nn::ParamSpec& s : nn::lm_parameters(c)) names.push_back(s.name);
-    grad = value_and_grad(nn::lm_loss_program(c), names);
-    in = nn::init_parameters(c, 7);
-    Array tokens({DType::i32, {c.batch, c.seq}}), targets = tokens;
-    for (int64_t i = 0; i < tokens.numel(); ++i) {
-      tokens.set(i, static_cast<double>((i * 7) % c.vocab));
-      targets.set(i, static_cast<double>((i * 11 + 3) % c.vocab));
-    }
-    in.push_back(tokens);
-    in.push_back(targets);
-  }
-};
-}  // namespace
+using test::SeedStep;
 
 TEST(HostFusion, SeedGradientStepIsBitwiseUnfused) {
   SeedStep s;
@@ -188,24 +162,7 @@ TEST(HostFusion, WithAdamwProgramIsBitwiseUnfused) {
   SeedStep s;
   optim::AdamW aw;
   const Program p = optim::with_adamw(s.grad, s.names, aw);
-  std::vector<Array> in;
-  const size_t n = s.names.size();
-  for (size_t j = 0; j < n; ++j) in.push_back(s.in[j]);
-  for (int rep = 0; rep < 2; ++rep)  // moments: nonzero, as after some steps
-    for (size_t j = 0; j < n; ++j) {
-      Array m = random_array(s.in[j].type(), 100 + j + 1000 * static_cast<uint64_t>(rep));
-      if (rep == 1)
-        for (int64_t i = 0; i < m.numel(); ++i) m.set(i, std::fabs(m.get(i)) * 1e-3);
-      in.push_back(m);
-    }
-  in.push_back(s.in[n]);
-  in.push_back(s.in[n + 1]);
-  const optim::AdamWScalars sc = optim::adamw_scalars(aw, 3);
-  for (float v : {sc.lr, sc.bc1, sc.bc2, sc.decay}) {
-    Array a({DType::f32, {}});
-    a.set(0, v);
-    in.push_back(a);
-  }
+  const std::vector<Array> in = s.with_adamw_inputs(aw);
   ASSERT_EQ(in.size(), p.inputs.size());
   EXPECT_GE(expect_fused_equals_unfused(p, in), 20);
 }

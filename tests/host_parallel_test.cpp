@@ -18,6 +18,7 @@
 #include "capstep/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
+#include "seed_step.h"
 
 using namespace capstep;
 
@@ -31,12 +32,8 @@ struct Threads {
 };
 
 Array random_array(const Type& t, uint64_t seed, double scale = 1.0) {
-  Array a(t);
-  uint64_t s = 0x9E3779B97F4A7C15ull ^ seed;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    a.set(i, scale * (-2.0 + 4.0 * static_cast<double>(s >> 11) / 9007199254740992.0));
-  }
+  Array a = test::lcg_array(t, seed);
+  for (int64_t i = 0; i < a.numel(); ++i) a.set(i, scale * a.get(i));
   return a;
 }
 
@@ -120,30 +117,11 @@ TEST(HostParallel, GemmPartsComeFromTheShapeAlone) {
 }
 
 TEST(HostParallel, SeedStepGivesTheSameBitsOnOneTwoAndThreeThreads) {
-  nn::LmConfig c;
-  std::vector<std::string> names;
-  for (const nn::ParamSpec& s : nn::lm_parameters(c)) names.push_back(s.name);
+  const test::SeedStep s;
   optim::AdamW aw;
-  const Program p = optim::with_adamw(value_and_grad(nn::lm_loss_program(c), names), names, aw);
-  std::vector<Array> in = nn::init_parameters(c, 7);
-  const size_t n = names.size();
-  for (int rep = 0; rep < 2; ++rep)
-    for (size_t j = 0; j < n; ++j) in.push_back(random_array(in[j].type(), 100 + j + 1000 * rep, rep ? 1e-3 : 1.0));
-  for (size_t j = 2 * n; j < 3 * n; ++j)  // second moments are not negative
-    for (int64_t i = 0; i < in[j].numel(); ++i) in[j].set(i, std::fabs(in[j].get(i)));
-  Array tokens({DType::i32, {c.batch, c.seq}}), targets = tokens;
-  for (int64_t i = 0; i < tokens.numel(); ++i) {
-    tokens.set(i, static_cast<double>((i * 7) % c.vocab));
-    targets.set(i, static_cast<double>((i * 11 + 3) % c.vocab));
-  }
-  in.push_back(tokens);
-  in.push_back(targets);
+  const Program p = optim::with_adamw(s.grad, s.names, aw);
+  const std::vector<Array> in = s.with_adamw_inputs(aw);
   const optim::AdamWScalars sc = optim::adamw_scalars(aw, 3);
-  for (float v : {sc.lr, sc.bc1, sc.bc2, sc.decay}) {
-    Array a({DType::f32, {}});
-    a.set(0, v);
-    in.push_back(a);
-  }
   ASSERT_EQ(in.size(), p.inputs.size());
 
   std::vector<Array> ref;
