@@ -657,12 +657,8 @@ class Reader {
                            " arguments and return the sum");
   }
 
-  // Cross-replica sum: one group holding every replica of the module, in order.
-  void all_reduce(ParsedOp& p) {
-    p.op = Op::all_reduce;
-    c_.expect("(");
-    p.operands = operand_list(1);
-    c_.expect(")");
+  // "<{replica_groups = dense<[[0, ..., N-1]]>}>": the one group capstep writes.
+  void replica_groups() {
     size_t at = c_.ws();
     auto m = props();
     for (const auto& [key, pr] : m)
@@ -675,6 +671,15 @@ class Reader {
       c_.fail(g->second.pos, "replica_groups must be one group of every replica, [[0, ..., " +
                                  std::to_string(num_replicas_ - 1) + "]] for mhlo.num_replicas = " +
                                  std::to_string(num_replicas_));
+  }
+
+  // Cross-replica sum: one group holding every replica of the module, in order.
+  void all_reduce(ParsedOp& p) {
+    p.op = Op::all_reduce;
+    c_.expect("(");
+    p.operands = operand_list(1);
+    c_.expect(")");
+    replica_groups();
     add_region(values_[static_cast<size_t>(p.operands[0])].type.dtype, "all_reduce");
     p.type = fn_type(p.operands);
   }
@@ -685,18 +690,7 @@ class Reader {
     c_.expect("(");
     std::vector<int> operands = operand_list(n);
     c_.expect(")");
-    size_t pat = c_.ws();
-    auto m = props();
-    for (const auto& [key, pr] : m)
-      if (key != "replica_groups") c_.fail(pr.pos, "unsupported all_reduce property '" + key + "' (capstep writes replica_groups only)");
-    auto g = m.find("replica_groups");
-    if (g == m.end() || g->second.kind != Prop::Kind::groups) c_.fail(pat, "all_reduce needs replica_groups = dense<[[...]]>");
-    std::vector<int64_t> all;
-    for (int r = 0; r < num_replicas_; ++r) all.push_back(r);
-    if (g->second.groups.size() != 1 || g->second.groups[0] != all)
-      c_.fail(g->second.pos, "replica_groups must be one group of every replica, [[0, ..., " +
-                                 std::to_string(num_replicas_ - 1) + "]] for mhlo.num_replicas = " +
-                                 std::to_string(num_replicas_));
+    replica_groups();
     const DType dt = values_[static_cast<size_t>(operands[0])].type.dtype;
     for (int v : operands)
       if (values_[static_cast<size_t>(v)].type.dtype != dt)
