@@ -65,6 +65,10 @@ StridedView pack_view(const Shape& shape, const std::vector<int64_t>& strides, c
   return make_view(sz, st, what);
 }
 
+// Rows [lo, hi) of op(A) that part `part` of a single GEMM (batch 1) computes:
+// the run computes these and plan_dot prepares libxsmm kernels for them.
+void dot_part_rows(const DotPlan& d, int part, int64_t& lo, int64_t& hi) { part_range(d.m, d.parts, part, 8, lo, hi); }
+
 // The batch of GEMMs of d on a (A's matrices at a + a_off[i]), b, c, as
 // d.parts calls that the host's threads share.
 template <class T>
@@ -82,7 +86,7 @@ void gemm_parts(const DotPlan& d, const T* a, const T* b, T* c) {
                    c + lo * d.m * d.n, hi - lo);
       return;
     }
-    part_range(d.m, d.parts, part, 8, lo, hi);
+    dot_part_rows(d, part, lo, hi);
     if (hi <= lo) return;
     // rows [lo, hi) of op(A): of A's rows, or of its columns when it is stored transposed
     const int64_t a_off = d.a_off[0] + (d.trans_a ? lo : lo * d.lda);
@@ -234,7 +238,7 @@ DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::s
     } else {
       for (int i = 0; i < d.parts; ++i) {
         int64_t lo = 0, hi = 0;
-        part_range(d.m, d.parts, i, 8, lo, hi);
+        dot_part_rows(d, i, lo, hi);
         if (hi > lo) gemm_prepare_f32(d.trans_a, d.trans_b, hi - lo, d.n, d.k, d.lda, d.ldb);
       }
     }
