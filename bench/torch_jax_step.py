@@ -470,35 +470,26 @@ def run_capstep(args, unset_openblas, lane_tag="1", threads=1):
     host threads (CAPSTEP_HOST_THREADS; pinned like the 1-thread runs, when
     --pin-cpu is given).
 
-    Its JSON gives wall time per step; its CPU time per step comes from two
-    runs that differ only in the number of timed steps: the difference of the
-    two processes' CPU times (getrusage) over the difference of steps, so the
-    setup both share cancels out."""
-    import resource
+    Its JSON gives wall time per step and the process's CPU time (all threads)
+    over the timed steps, per step (cpu_ms_per_step). The difference of two
+    whole runs' CPU times, used before, mixed in the start-up's system time,
+    which varies by tenths of a second from run to run."""
     env = {k: v for k, v in os.environ.items() if not (unset_openblas and k in OPENBLAS_ENV)}
     env["CAPSTEP_HOST_THREADS"] = str(threads)
-
-    def once(steps):
-        cmd = pin_prefix(threads) + [args.capstep_bin, "--json", "--only", lane_tag, "--warmup", str(args.warmup),
-                               "--steps", str(steps)]
-        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cmd = pin_prefix(threads) + [args.capstep_bin, "--json", "--only", lane_tag, "--warmup", str(args.warmup),
+                                 "--steps", str(args.steps)]
+    try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
-        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         if p.returncode != 0:
             raise RuntimeError(f"exit {p.returncode}: {p.stderr.strip()[-200:]}")
-        cpu_ms = 1e3 * (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
-        return json.loads(p.stdout), cpu_ms
-
-    try:
-        j, cpu_full = once(args.steps)
-        _, cpu_one = once(1)
+        j = json.loads(p.stdout)
     except subprocess.TimeoutExpired:
         return {"skipped": f"did not finish in {args.timeout} s"}
     except RuntimeError as e:
         return {"skipped": str(e)}
     lane = next(l for l in j["lanes"] if l["label"].startswith(f"[{lane_tag}]"))
     wall = lane["step_ms"]
-    cpu_step = (cpu_full - cpu_one) / (args.steps - 1) if args.steps > 1 else None
+    cpu_step = lane.get("cpu_ms_per_step")
     return {"median_ms": lane["median_ms"], "min_ms": min(wall), "max_ms": max(wall),
             "p90_ms": sorted(wall)[int(0.9 * (len(wall) - 1))], "losses": lane["losses"],
             "cpu_ms": cpu_step, "cpu_per_wall": cpu_step / statistics.mean(wall) if cpu_step else None,
@@ -583,8 +574,8 @@ def table(args):
                    f"{ratio:>15} | {cratio:>14} |")
     out += ["",
             "wall ms: median wall time of a step. CPU ms: the process's CPU time per step, all its threads "
-            "(Python: median of per-step process_time; capstep: CPU time of a run of N steps minus one of 1 step, "
-            "over N-1, so setup cancels). On a loaded machine CPU ms is the steadier figure for 1-thread runs; "
+            "(Python: median of per-step process_time; capstep: the process's CPU time over its timed steps, "
+            "per step, from its JSON). On a loaded machine CPU ms is the steadier figure for 1-thread runs; "
             "for 2-thread runs it counts both threads' work (spinning included).",
             "vs capstep: over the figure of capstep lane 1 on as many threads (above 1 = slower than capstep).",
             ("1-thread runs pinned to CPU %d (taskset)" % PIN_CPU if PIN_CPU is not None else

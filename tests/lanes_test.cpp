@@ -30,6 +30,15 @@ TEST(Lanes, HostLaneLearnsAndIsReproducible) {
   for (size_t k = 0; k < h.losses.size(); ++k) EXPECT_EQ(h.losses[k], b.lanes[0].losses[k]) << "step " << k;
   EXPECT_EQ(h.step_ms.size(), 10u);
   EXPECT_GT(h.median_ms, 0.0);
+  // Its CPU time over the timed steps: some, and no more than its threads (the
+  // host pool's, plus one for anything else: BLAS, a runtime) can spend in
+  // that wall time (rusage counts in microseconds; 0.05 ms a step of slack).
+  double wall = 0;
+  for (double ms : h.step_ms) wall += ms / static_cast<double>(h.step_ms.size());
+  EXPECT_GT(h.cpu_ms_per_step, 0.0);
+  EXPECT_LE(h.cpu_ms_per_step, (a.host_threads + 1) * wall + 0.05);
+  EXPECT_GE(a.host_threads, 1);
+  EXPECT_NE(lanes::to_json(a).find("\"cpu_ms_per_step\""), std::string::npos);
 
   // [1f]: AdamW inside the program, in the interpreter. The program's update
   // has adamw_update's operation order, so the losses are lane 1's, bit for bit.

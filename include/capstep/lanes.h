@@ -44,6 +44,7 @@ struct Lane {
   std::vector<double> losses;        // one per step
   std::vector<double> step_ms;       // one per step
   double median_ms = 0;
+  double cpu_ms_per_step = 0;        // the process's CPU time (all threads) over the timed steps, per step
   double max_rel_vs_host = 0;        // GPU lanes: largest relative loss difference from [1]
   size_t device_bytes = 0;           // GPU lanes: every device buffer the step's executable holds
   std::string kernels;               // GPU lanes: cuda::Executable::describe_launches()

@@ -1,5 +1,7 @@
 // The three lanes. Each starts from the same initial parameters (one seed) and
 // sees the same batches; warm-up steps run on a throwaway copy of that start.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -68,7 +70,18 @@ void run_phases(const Options& o, Lane& lane, StartFn&& start, StepFn&& step) {
   // Room for every figure first, so that the timed steps allocate nothing.
   lane.losses.reserve(static_cast<size_t>(o.steps));
   lane.step_ms.reserve(static_cast<size_t>(o.steps));
+  // The process's CPU time (every thread: the host pool's workers, BLAS's,
+  // a GPU runtime's) over the timed steps only, so that start-up cannot
+  // blur it the way a difference of two whole runs does.
+  auto cpu_s = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  };
+  const double c0 = cpu_s();
   phase(o.steps, true);
+  if (o.steps > 0) lane.cpu_ms_per_step = 1e3 * (cpu_s() - c0) / o.steps;
   lane.ran = true;
 }
 
@@ -375,6 +388,7 @@ std::string to_json(const Report& r) {
       x["losses"] = l.losses;
       x["step_ms"] = l.step_ms;
       x["median_ms"] = l.median_ms;
+      x["cpu_ms_per_step"] = l.cpu_ms_per_step;
       x["max_rel_vs_host"] = l.max_rel_vs_host;
       x["tokens_per_s"] = l.median_ms > 0 ? static_cast<double>(r.tokens_per_step) / (l.median_ms / 1e3) : 0.0;
       if (!l.kernels.empty()) {
