@@ -24,13 +24,37 @@ void k_strided(const Step& s, void* const* p) {
 }
 
 // Walks the input row-major; view.stride[a] is the output stride of input axis
-// a (0 for reduced axes). The innermost axis is either reduced (one running
-// accumulator) or kept (a vector update of contiguous outputs).
+// a (0 for reduced axes). The innermost axis is either reduced (reduce_run
+// below) or kept (a vector update of contiguous outputs).
 // An element of the input as the accumulator's type (bf16 widens to f32).
 template <class T, class In>
 inline T load(In x) {
   if constexpr (std::is_same_v<In, uint16_t>) return bf16::to_float(x);
   else return x;
+}
+
+// One reduced run of n contiguous elements: eight interleaved partial results
+// (element j into partial j % 8), combined pairwise at the end, so that the
+// loop vectorises instead of waiting on one accumulator's add latency per
+// element; the order is fixed by n alone, so every run of a row is the same
+// bits (and the fused row groups, which call this kernel, match the unfused).
+template <class T, bool Max, class In>
+inline T reduce_run(const In* __restrict in, int64_t n) {
+  constexpr int W = 8;
+  if (n < 2 * W) {
+    T acc = identity<T, Max>();
+    for (int64_t j = 0; j < n; ++j) acc = combine<T, Max>(acc, load<T>(in[j]));
+    return acc;
+  }
+  T part[W];
+  for (int l = 0; l < W; ++l) part[l] = load<T>(in[l]);
+  int64_t j = W;
+  for (; j + W <= n; j += W)
+    for (int l = 0; l < W; ++l) part[l] = combine<T, Max>(part[l], load<T>(in[j + l]));
+  for (int l = 0; j < n; ++j, ++l) part[l] = combine<T, Max>(part[l], load<T>(in[j]));
+  for (int w = W / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) part[l] = combine<T, Max>(part[l], part[l + w]);
+  return part[0];
 }
 
 template <class T, bool Max, class In>
@@ -49,9 +73,7 @@ CAPSTEP_HOST_CLONES void reduce_into(const Step& s, const In* __restrict in, T* 
   int64_t off = 0;
   for (int64_t o = 0; o < outer; ++o) {
     if (os == 0) {
-      T acc = out[off];
-      for (int64_t j = 0; j < inner; ++j) acc = combine<T, Max>(acc, load<T>(in[j]));
-      out[off] = acc;
+      out[off] = combine<T, Max>(out[off], reduce_run<T, Max>(in, inner));
     } else if (os == 1) {
       T* __restrict dst = out + off;
       for (int64_t j = 0; j < inner; ++j) dst[j] = combine<T, Max>(dst[j], load<T>(in[j]));
