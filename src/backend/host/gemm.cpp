@@ -145,6 +145,14 @@ Blas* load_blas() {
     // dlopen; the variable is removed again straight after, so child processes
     // see the environment the user gave.
     if (!asked.empty()) setenv("OPENBLAS_CORETYPE", asked.c_str(), 1);
+    // Likewise its thread count: OpenBLAS starts its worker threads inside
+    // dlopen, one per further core, and each spins (sched_yield) for a while
+    // after start-up even when openblas_set_num_threads(1) follows
+    // (configure_gemm_threads), competing with the host pool's threads for
+    // the cores. Unless the user set a count, it starts with none.
+    const bool one_thread = std::getenv("OPENBLAS_NUM_THREADS") == nullptr &&
+                            std::getenv("GOTO_NUM_THREADS") == nullptr && std::getenv("OMP_NUM_THREADS") == nullptr;
+    if (one_thread) setenv("OPENBLAS_NUM_THREADS", "1", 1);
     std::string errors;
     for (const char* name : {CAPSTEP_OPENBLAS_SONAME, CAPSTEP_OPENBLAS_PATH}) {
       if (*name == '\0') continue;
@@ -154,6 +162,7 @@ Blas* load_blas() {
       errors += std::string(errors.empty() ? "" : "; ") + (e ? e : name);
     }
     if (!asked.empty()) unsetenv("OPENBLAS_CORETYPE");
+    if (one_thread) unsetenv("OPENBLAS_NUM_THREADS");
     if (h == nullptr)
       throw Error("host GEMM: cannot load OpenBLAS (" + errors +
                   "); on Debian 12 install libopenblas0-pthread (scripts/install-deps does)");
