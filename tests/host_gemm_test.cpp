@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "backend/host/gemm.h"
+#include "backend/host/step.h"
+#include "backend/host/strided.h"
 #include "capstep/interpreter.h"
 
 using namespace capstep;
@@ -176,6 +178,11 @@ TEST(HostGemm, DotGeneralInTheInterpreter) {
       {{4, 4, 16, 16}, {4, 4, 16, 32}, {0, 1}, {0, 1}, {2}, {2}},  // lhs transposed
       {{4, 16, 128}, {4, 16, 256}, {}, {}, {0, 1}, {0, 1}},        // weight gradient: [128,256]
       {{4, 16, 256}, {128, 256}, {}, {}, {2}, {1}},                // input gradient through W^T
+      // W^T copied transposed in 3 parts of columns (64, 64, 72 wide), K = 77:
+      // the copy's 8 x 8 blocks and its ragged edges
+      {{4, 25, 77}, {200, 77}, {}, {}, {2}, {1}},
+      {{3, 7, 45}, {130, 45}, {}, {}, {2}, {1}},                   // one part, ragged
+      {{3, 5, 9, 13}, {3, 5, 11, 13}, {0, 1}, {0, 1}, {3}, {3}},   // batched, ragged
   };
   for (const D& d : cases) {
     Program p;
@@ -242,5 +249,60 @@ TEST(HostGemm, DotGeneralInTheInterpreter) {
                           << ", the loop says " << sum;
         }
     EXPECT_EQ(bad, 0);
+  }
+}
+
+// libxsmm has no kernel for a transposed B; where it would take the
+// untransposed GEMM, the interpreter copies B transposed (pack_bt) rather than
+// hand the transposed one to OpenBLAS. Which GEMMs do, and their parts.
+TEST(HostGemm, TransposedBIsCopiedWhereLibxsmmTakesTheGemm) {
+  EXPECT_EQ(host::bt_col_parts(64, 128, 128), 2);  // the seed's W^T products: 64 columns each
+  EXPECT_EQ(host::bt_col_parts(64, 256, 128), 4);
+  EXPECT_EQ(host::bt_col_parts(64, 64, 128), 1);   // too narrow to cut
+  EXPECT_EQ(host::bt_col_parts(16, 128, 64), 1);   // too little work
+  EXPECT_EQ(host::bt_col_parts(100, 200, 77), 3);
+  Attrs wt;  // [4,16,256] x [128,256]^T: an input gradient through W^T
+  wt.lhs_contract = {2};
+  wt.rhs_contract = {1};
+  const Type x{DType::f32, {4, 16, 256}}, w{DType::f32, {128, 256}};
+  const host::DotPlan d = host::plan_dot(x, w, wt, "test");
+  EXPECT_TRUE(d.trans_b);
+  if (host::gemm_info().xsmm_isa.empty()) {
+    EXPECT_FALSE(d.pack_bt) << "no libxsmm: OpenBLAS takes the transposed B as it is";
+    return;
+  }
+  EXPECT_TRUE(d.pack_bt) << host::gemm_info().line;
+  EXPECT_EQ(d.parts, 2);
+  // [M,K] x [N,K]^T
+  Attrs nt;
+  nt.lhs_contract = {1};
+  nt.rhs_contract = {1};
+  EXPECT_TRUE(host::plan_dot({DType::f32, {64, 128}}, {DType::f32, {128, 128}}, nt, "test").pack_bt);
+  // Too large for libxsmm's kernels (gemm.h): OpenBLAS, transposed in place.
+  const host::DotPlan big = host::plan_dot({DType::f32, {512, 512}}, {DType::f32, {512, 512}}, nt, "test");
+  EXPECT_TRUE(big.trans_b);
+  EXPECT_FALSE(big.pack_bt);
+  // f64: libxsmm runs f32 only here.
+  EXPECT_FALSE(host::plan_dot({DType::f64, {64, 128}}, {DType::f64, {128, 128}}, nt, "test").pack_bt);
+}
+
+// The copy pack_bt makes: whole 8 x 8 blocks, ragged edges, padded rows.
+TEST(HostGemm, TransposeCopiesEveryElementOnce) {
+  struct T {
+    int64_t rows, cols, lds, ldd;
+  };
+  for (const T t : {T{1, 1, 1, 1}, T{8, 8, 8, 8}, T{16, 24, 24, 16}, T{13, 29, 31, 17}, T{7, 3, 5, 9}, T{64, 77, 80, 64}}) {
+    std::vector<float> src(static_cast<size_t>(t.rows * t.lds)), dst(static_cast<size_t>(t.cols * t.ldd), -1.0f);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+    host::transpose_f32(src.data(), t.lds, t.rows, t.cols, dst.data(), t.ldd);
+    int bad = 0;
+    for (int64_t c = 0; c < t.cols; ++c)
+      for (int64_t r = 0; r < t.ldd; ++r) {
+        const float want = r < t.rows ? src[static_cast<size_t>(r * t.lds + c)] : -1.0f;  // padding untouched
+        if (dst[static_cast<size_t>(c * t.ldd + r)] != want && bad++ < 3)
+          ADD_FAILURE() << t.rows << "x" << t.cols << ": dst[" << c << "][" << r << "] = " << dst[static_cast<size_t>(c * t.ldd + r)]
+                        << ", want " << want;
+      }
+    EXPECT_EQ(bad, 0) << t.rows << "x" << t.cols;
   }
 }

@@ -233,10 +233,11 @@ bool small_enough(bool tb, int64_t m, int64_t n, int64_t k) {
 
 // Row-major C[m,n] = op(A) B is column-major C^T[n,m] = B^T op(A)^T: libxsmm,
 // which is column-major, takes B first. A transposed A is its TRANS_B.
-libxsmm_smmfunction xsmm_kernel(bool ta, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb) {
+// C's leading dimension is ldc (n when C is a whole matrix).
+libxsmm_smmfunction xsmm_kernel(bool ta, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
   if (!xsmm().usable) return nullptr;
   const libxsmm_blasint xa = static_cast<libxsmm_blasint>(ldb), xb = static_cast<libxsmm_blasint>(lda),
-                        xc = static_cast<libxsmm_blasint>(n);
+                        xc = static_cast<libxsmm_blasint>(ldc);
   const float alpha = 1.0f, beta = 0.0f;
   const int flags = ta ? LIBXSMM_GEMM_FLAG_TRANS_B : LIBXSMM_GEMM_FLAG_NONE;
   return libxsmm_smmdispatch(static_cast<libxsmm_blasint>(n), static_cast<libxsmm_blasint>(m),
@@ -318,7 +319,7 @@ void configure_gemm_threads() {
 bool gemm_prepare_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb) {
   blas();
 #if CAPSTEP_HAVE_LIBXSMM
-  return small_enough(tb, m, n, k) && xsmm_kernel(ta, m, n, k, lda, ldb) != nullptr;
+  return small_enough(tb, m, n, k) && xsmm_kernel(ta, m, n, k, lda, ldb, n) != nullptr;
 #else
   (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)lda, (void)ldb;
   return false;
@@ -332,7 +333,7 @@ void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* 
   if (small_enough(tb, m, n, k)) {
     // One look-up in libxsmm's registry (tens of ns) per dot_general; the
     // kernel was generated when the step was planned (gemm_prepare_f32).
-    if (const libxsmm_smmfunction f = xsmm_kernel(ta, m, n, k, lda, ldb)) {
+    if (const libxsmm_smmfunction f = xsmm_kernel(ta, m, n, k, lda, ldb, n)) {
       for (int64_t i = 0; i < batch; ++i) f(b + b_off[i], a + a_off[i], c + i * mn);
       return;
     }
@@ -343,6 +344,37 @@ void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* 
     bl.sgemm(CblasRowMajor, tr(ta), tr(tb), static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
              1.0f, a + a_off[i], static_cast<blasint>(lda), b + b_off[i], static_cast<blasint>(ldb), 0.0f, c + i * mn,
              static_cast<blasint>(n));
+}
+
+bool gemm_nn_small_f32(int64_t m, int64_t n, int64_t k) {
+#if CAPSTEP_HAVE_LIBXSMM
+  return xsmm().usable && small_enough(false, m, n, k);
+#else
+  (void)m, (void)n, (void)k;
+  return false;
+#endif
+}
+
+void gemm_nn_prepare_f32(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
+  blas();
+#if CAPSTEP_HAVE_LIBXSMM
+  xsmm_kernel(false, m, n, k, lda, ldb, ldc);
+#else
+  (void)m, (void)n, (void)k, (void)lda, (void)ldb, (void)ldc;
+#endif
+}
+
+void gemm_nn_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+                 int64_t ldc) {
+#if CAPSTEP_HAVE_LIBXSMM
+  if (const libxsmm_smmfunction f = xsmm_kernel(false, m, n, k, lda, ldb, ldc)) {
+    f(b, a, c);
+    return;
+  }
+#endif
+  blas().sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
+               static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.0f, c,
+               static_cast<blasint>(ldc));
 }
 
 void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const int64_t* a_off,

@@ -7,10 +7,12 @@
 //    number and runs its SSE3 "Prescott" kernels on CPUs newer than itself
 //    (Intel family 6 model 207, AVX-512: 6x slower on the seed step's GEMMs).
 //    A user's own OPENBLAS_CORETYPE is left alone and wins.
-//  - libxsmm's JIT (when built with it), for f32 GEMMs whose three matrices fit in 256 KiB and
-//    whose B is not transposed (libxsmm 1.17 has no kernel for that case): its
+//  - libxsmm's JIT (when built with it), for f32 GEMMs whose three matrices fit in 256 KiB: its
 //    kernels are generated for the instruction set at hand and skip BLAS's
-//    packing, which is most of the cost at these sizes.
+//    packing, which is most of the cost at these sizes. libxsmm 1.17 has no
+//    kernel for a transposed B: gemm_batch hands those to OpenBLAS, and the
+//    interpreter copies such a B transposed for gemm_nn_f32 instead where
+//    gemm_nn_small_f32 says libxsmm takes the GEMM (DotPlan::pack_bt).
 #pragma once
 
 #include <cstdint>
@@ -57,5 +59,18 @@ void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double*
 // a libxsmm one, so that running it later allocates nothing. Returns whether
 // the shape runs on libxsmm.
 bool gemm_prepare_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb);
+
+// Untransposed f32 GEMMs for B operands that are stored transposed: libxsmm
+// has no kernel for those, so the caller copies B transposed first
+// (transpose_f32, strided.h) when gemm_nn_small_f32 says libxsmm would take
+// the untransposed GEMM (libxsmm usable, the three matrices within its size).
+bool gemm_nn_small_f32(int64_t m, int64_t n, int64_t k);
+// Row-major C = A B with leading dimensions lda, ldb, ldc (ldc >= n: a block
+// of C's columns); libxsmm when it has the kernel, else OpenBLAS.
+// gemm_nn_prepare_f32 generates the kernel now, so that the run allocates
+// nothing.
+void gemm_nn_prepare_f32(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc);
+void gemm_nn_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+                 int64_t ldc);
 
 }  // namespace capstep::host

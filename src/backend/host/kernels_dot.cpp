@@ -8,6 +8,7 @@
 // matrix offset is precomputed.
 #include <algorithm>
 #include <climits>
+#include <type_traits>
 
 #include "backend/host/gemm.h"
 #include "backend/host/parallel.h"
@@ -70,11 +71,12 @@ StridedView pack_view(const Shape& shape, const std::vector<int64_t>& strides, c
 void dot_part_rows(const DotPlan& d, int part, int64_t& lo, int64_t& hi) { part_range(d.m, d.parts, part, 8, lo, hi); }
 
 // The batch of GEMMs of d on a (A's matrices at a + a_off[i]), b, c, as
-// d.parts calls that the host's threads share.
+// d.parts calls that the host's threads share. B as given by tb, ldb and
+// b_off (d's own, or those of B copied transposed under pack_bt).
 template <class T>
-void gemm_parts(const DotPlan& d, const T* a, const T* b, T* c) {
+void gemm_parts(const DotPlan& d, bool tb, int64_t ldb, const int64_t* b_off, const T* a, const T* b, T* c) {
   if (d.parts <= 1) {
-    gemm_batch(d.trans_a, d.trans_b, d.m, d.n, d.k, a, d.lda, d.a_off.data(), b, d.ldb, d.b_off.data(), c, d.batch);
+    gemm_batch(d.trans_a, tb, d.m, d.n, d.k, a, d.lda, d.a_off.data(), b, ldb, b_off, c, d.batch);
     return;
   }
   parallel_parts(d.parts, [&](int part) {
@@ -82,16 +84,48 @@ void gemm_parts(const DotPlan& d, const T* a, const T* b, T* c) {
     if (d.batch > 1) {
       part_range(d.batch, d.parts, part, 1, lo, hi);
       if (hi > lo)
-        gemm_batch(d.trans_a, d.trans_b, d.m, d.n, d.k, a, d.lda, d.a_off.data() + lo, b, d.ldb, d.b_off.data() + lo,
-                   c + lo * d.m * d.n, hi - lo);
+        gemm_batch(d.trans_a, tb, d.m, d.n, d.k, a, d.lda, d.a_off.data() + lo, b, ldb, b_off + lo, c + lo * d.m * d.n,
+                   hi - lo);
       return;
     }
     dot_part_rows(d, part, lo, hi);
     if (hi <= lo) return;
     // rows [lo, hi) of op(A): of A's rows, or of its columns when it is stored transposed
     const int64_t a_off = d.a_off[0] + (d.trans_a ? lo : lo * d.lda);
-    gemm_batch(d.trans_a, d.trans_b, hi - lo, d.n, d.k, a, d.lda, &a_off, b, d.ldb, d.b_off.data(), c + lo * d.n, 1);
+    gemm_batch(d.trans_a, tb, hi - lo, d.n, d.k, a, d.lda, &a_off, b, ldb, b_off, c + lo * d.n, 1);
   });
+}
+
+// The columns of C (and rows of B) that part `part` of a pack_bt GEMM of one
+// matrix copies and computes: a part copies its columns of B, transposed, and
+// multiplies A by them (measured on the seed step, lane 1 on 2 threads:
+// cutting M's rows instead, after the parts had copied B together, gave a
+// median of 1.31 ms a step against 1.20).
+void dot_part_cols(const DotPlan& d, int part, int64_t& lo, int64_t& hi) { part_range(d.n, d.parts, part, 16, lo, hi); }
+
+// pack_bt (step.h): B copied transposed into bt ([B, K, N]) and multiplied
+// untransposed; each part copies and multiplies its own matrices (batch > 1)
+// or its own columns of B and C (one matrix).
+void gemm_bt_parts(const DotPlan& d, const float* a, const float* b, float* bt, float* c) {
+  const int64_t M = d.m, N = d.n, K = d.k;
+  auto part_fn = [&](int part) {
+    int64_t lo = 0, hi = 0;
+    if (d.batch > 1) {
+      part_range(d.batch, d.parts, part, 1, lo, hi);
+      for (int64_t i = lo; i < hi; ++i) {
+        float* t = bt + i * K * N;
+        transpose_f32(b + d.b_off[static_cast<size_t>(i)], d.ldb, N, K, t, N);
+        gemm_nn_f32(M, N, K, a + d.a_off[static_cast<size_t>(i)], d.lda, t, N, c + i * M * N, N);
+      }
+      return;
+    }
+    dot_part_cols(d, part, lo, hi);
+    if (hi <= lo) return;
+    transpose_f32(b + d.b_off[0] + lo * d.ldb, d.ldb, hi - lo, K, bt + lo, N);
+    gemm_nn_f32(M, hi - lo, K, a + d.a_off[0], d.lda, bt + lo, N, c + lo, N);
+  };
+  if (d.parts <= 1) return part_fn(0);
+  parallel_parts(d.parts, part_fn);
 }
 
 template <class T>
@@ -109,11 +143,14 @@ void k_dot(const Step& s, void* const* p) {
     strided_copy_bytes(d.a_view, sizeof(T), a, p[s.scratch[0]]);
     a = static_cast<const T*>(p[s.scratch[0]]);
   }
+  if constexpr (std::is_same_v<T, float>) {
+    if (d.pack_bt) return gemm_bt_parts(d, a, b, static_cast<float*>(p[s.scratch[1]]), c);
+  }
   if (d.pack_b) {
     strided_copy_bytes(d.b_view, sizeof(T), b, p[s.scratch[1]]);
     b = static_cast<const T*>(p[s.scratch[1]]);
   }
-  gemm_parts(d, a, b, c);
+  gemm_parts(d, d.trans_b, d.ldb, d.b_off.data(), a, b, c);
 }
 
 // The packing walk of strided_copy, widening bf16 to f32 (exact) on the way.
@@ -153,10 +190,14 @@ void k_dot_bf16(const Step& s, void* const* p) {
   float* b = static_cast<float*>(p[s.scratch[1]]);
   widen_strided(d.a_view, static_cast<const uint16_t*>(p[s.in[0]]), a);
   widen_strided(d.b_view, static_cast<const uint16_t*>(p[s.in[1]]), b);
-  gemm_parts<float>(d, a, b, c);
+  gemm_parts<float>(d, d.trans_b, d.ldb, d.b_off.data(), a, b, c);
 }
 
 }  // namespace
+
+int bt_col_parts(int64_t m, int64_t n, int64_t k) {
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({4, n / 64, m * n * k / (int64_t{1} << 18)})));
+}
 
 int dot_parts(int64_t batch, int64_t m, int64_t n, int64_t k) {
   constexpr int64_t kMaxParts = 4, kMinRows = 32, kMinWork = int64_t{1} << 18;
@@ -217,6 +258,11 @@ DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::s
   } else {
     d.a_off = batch_offsets(lhs.shape, ls, at.lhs_batch);
   }
+  // libxsmm has no kernel for a transposed B: when it would take the GEMM
+  // untransposed, B is copied transposed by the parts instead (pack_bt).
+  if (!d.pack_b && d.trans_b && !d.trans_a && lhs.dtype == DType::f32 && rhs.dtype == DType::f32 &&
+      gemm_nn_small_f32(M, N, K))
+    d.pack_bt = true;
   if (d.pack_b) {  // packed as [B, K, N]
     std::vector<int64_t> order = at.rhs_batch;
     order.insert(order.end(), at.rhs_contract.begin(), at.rhs_contract.end());
@@ -229,10 +275,20 @@ DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::s
   } else {
     d.b_off = batch_offsets(rhs.shape, rs, at.rhs_batch);
   }
-  d.parts = dot_parts(d.batch, d.m, d.n, d.k);
+  d.parts = d.pack_bt && d.batch == 1 ? bt_col_parts(d.m, d.n, d.k) : dot_parts(d.batch, d.m, d.n, d.k);
   // The libxsmm kernels are generated now (one per part's row count), so that
   // running the step allocates nothing.
-  if ((lhs.dtype == DType::f32 || lhs.dtype == DType::bf16) && d.m > 0 && d.n > 0 && d.k > 0) {
+  if (d.pack_bt && d.m > 0 && d.n > 0 && d.k > 0) {  // the untransposed kernels, on B^T (ldb = ldc = N)
+    if (d.batch > 1 || d.parts == 1) {
+      gemm_nn_prepare_f32(d.m, d.n, d.k, d.lda, d.n, d.n);
+    } else {
+      for (int i = 0; i < d.parts; ++i) {
+        int64_t lo = 0, hi = 0;
+        dot_part_cols(d, i, lo, hi);
+        if (hi > lo) gemm_nn_prepare_f32(d.m, hi - lo, d.k, d.lda, d.n, d.n);
+      }
+    }
+  } else if ((lhs.dtype == DType::f32 || lhs.dtype == DType::bf16) && d.m > 0 && d.n > 0 && d.k > 0) {
     if (d.batch > 1 || d.parts == 1) {
       gemm_prepare_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.lda, d.ldb);
     } else {

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 #include <cstdint>
 #include <string>
 
@@ -42,7 +43,8 @@ void parallel_parts(int parts, void (*f)(void* ctx, int part), void* ctx);
 // The same with a callable, without allocating.
 template <class F>
 void parallel_parts(int parts, F&& f) {
-  parallel_parts(parts, [](void* c, int i) { (*static_cast<F*>(c))(i); }, const_cast<void*>(static_cast<const void*>(&f)));
+  using Fn = std::remove_reference_t<F>;  // a named callable (an lvalue) too
+  parallel_parts(parts, [](void* c, int i) { (*static_cast<Fn*>(c))(i); }, const_cast<void*>(static_cast<const void*>(&f)));
 }
 
 // [begin, end) of part i when n items are cut into `parts` nearly equal runs,

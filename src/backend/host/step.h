@@ -35,10 +35,17 @@ struct DotPlan {
   std::vector<int64_t> a_off, b_off;      // element offset of each batch's matrix
   bool pack_a = false, pack_b = false;    // copy the operand into scratch first
   StridedView a_view, b_view;             // the packing walks ([B,M,K] and [B,K,N])
+  // B stored transposed (trans_b, ldb) in an f32 GEMM that libxsmm would
+  // take untransposed (gemm_nn_small_f32): the parts copy B transposed into
+  // the scratch as [B, K, N] (transpose_f32), a share each, and run the
+  // untransposed GEMM on it, which at these sizes costs less than BLAS's
+  // transposed one (kernels_dot.cpp, gemm_bt_parts).
+  bool pack_bt = false;
   // The GEMMs run as `parts` calls that the host's threads share
   // (parallel.h): ranges of the batch when batch > 1, else ranges of M's rows
-  // (multiples of 8). Decided from the shape alone (dot_parts), so results do
-  // not depend on the number of threads.
+  // (multiples of 8), or of N's columns under pack_bt (multiples of 16).
+  // Decided from the shape alone (dot_parts, bt_col_parts), so results do not
+  // depend on the number of threads.
   int parts = 1;
 };
 
@@ -46,6 +53,9 @@ struct DotPlan {
 // are several, else rows of M when M >= 64 and each part keeps at least 32
 // rows and 2^18 multiply-adds; at most 4.
 int dot_parts(int64_t batch, int64_t m, int64_t n, int64_t k);
+// The parts of a pack_bt GEMM of one matrix: ranges of N's columns (multiples
+// of 16), each at least 64 wide and 2^18 multiply-adds; at most 4.
+int bt_col_parts(int64_t m, int64_t n, int64_t k);
 
 struct Step {
   Kernel fn = nullptr;

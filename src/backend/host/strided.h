@@ -105,4 +105,9 @@ void strided_range_bytes(const StridedView& v, size_t elem_bytes, const void* sr
 // Dispatches strided_copy on an element width in bytes (1, 2, 4 or 8).
 void strided_copy_bytes(const StridedView& v, size_t elem_bytes, const void* src, void* dst);
 
+// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols: a 2-D f32
+// transpose, in 8 x 8 blocks (held in AVX2 registers when the CPU has them:
+// an element-by-element copy is bound by one store per element).
+void transpose_f32(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd);
+
 }  // namespace capstep::host
