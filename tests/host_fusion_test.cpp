@@ -156,6 +156,15 @@ TEST(HostFusion, SeedGradientStepIsBitwiseUnfused) {
   EXPECT_GE(groups, 20);
   host::Interpreter it(s.grad, opts(true));
   EXPECT_GE(it.fused_equations(), 100);
+  // Of the 16 transposes (the heads of q, k, v and of the attention output's
+  // cotangent, forward and back, in each layer), the 8 that only
+  // dot_generals read run no step (DotGeneralFolding in interpreter_test);
+  // those of dot results (the attention output, dq, dk, dv) still do.
+  int transposes = 0;
+  for (const Eqn& e : s.grad.eqns) transposes += e.op == Op::transpose;
+  EXPECT_EQ(transposes, 16);
+  EXPECT_EQ(it.own_steps(Op::transpose), 8);
+  EXPECT_EQ(host::Interpreter(s.grad, opts(false)).own_steps(Op::transpose), 8);
 }
 
 TEST(HostFusion, WithAdamwProgramIsBitwiseUnfused) {

@@ -729,6 +729,77 @@ INSTANTIATE_TEST_SUITE_P(
         DotCase{"empty_contraction", {3, 0}, {0, 2}, {}, {}, {1}, {0}}),
     [](const ::testing::TestParamInfo<DotCase>& i) { return std::string(i.param.name); });
 
+// A transpose that only dot_generals read runs no step: the dots read its
+// operand through the permuted strides (the attention heads' q, k, v). Checked
+// against the definition on the materialised transpose, and where the free
+// axes would come out in another order, the transpose still runs.
+TEST(DotGeneralFolding, ReadsTransposedOperandsInPlace) {
+  struct C {
+    const char* name;
+    Shape x;                     // the transposed value's operand
+    std::vector<int64_t> perm;
+    bool lhs;                    // the transpose is the lhs (else the rhs)
+    Shape other;
+    std::vector<int64_t> lb, rb, lc, rc;
+    bool folds;
+  };
+  const C cases[] = {
+      {"heads_lhs", {2, 5, 3, 8}, {0, 2, 1, 3}, true, {2, 3, 6, 8}, {0, 1}, {0, 1}, {3}, {3}, true},
+      {"heads_rhs", {2, 6, 3, 8}, {0, 2, 1, 3}, false, {2, 3, 5, 8}, {0, 1}, {0, 1}, {3}, {3}, true},
+      {"values_rhs", {2, 6, 3, 8}, {0, 2, 1, 3}, false, {2, 3, 5, 6}, {0, 1}, {0, 1}, {3}, {2}, true},
+      {"matrix", {5, 7}, {1, 0}, true, {5, 3}, {}, {}, {1}, {0}, true},
+      {"free_axes_reversed", {3, 4, 5}, {2, 0, 1}, true, {4, 6}, {}, {}, {2}, {0}, false},
+  };
+  for (const C& c : cases) {
+    SCOPED_TRACE(c.name);
+    for (DType d : {DType::f32, DType::f64}) {
+      Program p;
+      const int x = p.add_input("x", T(d, c.x)), y = p.add_input("y", T(d, c.other));
+      Attrs ta;
+      ta.dims = c.perm;
+      const int t = p.add_eqn(Op::transpose, {x}, ta);
+      Attrs at;
+      at.lhs_batch = c.lb;
+      at.rhs_batch = c.rb;
+      at.lhs_contract = c.lc;
+      at.rhs_contract = c.rc;
+      p.add_output("out", c.lhs ? p.add_eqn(Op::dot_general, {t, y}, at) : p.add_eqn(Op::dot_general, {y, t}, at));
+      Program q = p;  // the transpose itself as an output too: it must run
+      q.add_output("t", t);
+      const Array xv = random(T(d, c.x), 31), yv = random(T(d, c.other), 32);
+      host::Interpreter it(p), keep(q);
+      EXPECT_EQ(it.own_steps(Op::transpose), c.folds ? 0 : 1);
+      EXPECT_EQ(keep.own_steps(Op::transpose), 1);
+      const std::vector<Array> with_t = keep.run({xv, yv});
+      Shape want_shape;
+      const std::vector<double> want =
+          c.lhs ? ref_dot(with_t[1], yv, at, &want_shape) : ref_dot(yv, with_t[1], at, &want_shape);
+      expect_near(it.run({xv, yv})[0], T(d, want_shape), want, d == DType::f32 ? 1e-5 : 1e-12);
+      expect_near(with_t[0], T(d, want_shape), want, d == DType::f32 ? 1e-5 : 1e-12);
+    }
+  }
+  // Both operands one transpose: t t^T.
+  Program p;
+  const int x = p.add_input("x", T(DType::f64, {4, 6}));
+  Attrs ta;
+  ta.dims = {1, 0};
+  const int t = p.add_eqn(Op::transpose, {x}, ta);
+  Attrs at;
+  at.lhs_contract = {1};
+  at.rhs_contract = {1};
+  p.add_output("out", p.add_eqn(Op::dot_general, {t, t}, at));
+  host::Interpreter it(p);
+  EXPECT_EQ(it.own_steps(Op::transpose), 0);
+  const Array xv = random(T(DType::f64, {4, 6}), 33);
+  const Array got = it.run({xv})[0];
+  for (int64_t i = 0; i < 6; ++i)
+    for (int64_t j = 0; j < 6; ++j) {
+      double sum = 0;
+      for (int64_t k = 0; k < 4; ++k) sum += xv.get(k * 6 + i) * xv.get(k * 6 + j);
+      EXPECT_NEAR(got.get(i * 6 + j), sum, 1e-12) << i << "," << j;
+    }
+}
+
 // ---- gather / scatter ----------------------------------------------------------
 
 TEST(Rows, GatherRowsEveryDtype) {

@@ -61,6 +61,10 @@ class Interpreter {
   size_t arena_bytes() const;        // bytes of the planned intermediate arena
   int fused_groups() const;          // groups run tile by tile (0 when unfused)
   int fused_equations() const;       // equations inside those groups
+  // Equations of `op` that run a kernel of their own: outside fused groups
+  // and not aliases of their operand (a transpose that its dot_generals read
+  // in place, or that moves nothing, runs none).
+  int own_steps(Op op) const;
 
  private:
   struct Impl;

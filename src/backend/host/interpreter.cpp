@@ -116,6 +116,28 @@ StridedView transpose_view(const Type& in, const std::vector<int64_t>& perm, con
   return make_view(size, stride, what);
 }
 
+// dot_general reading transpose(x, perm) as its lhs (side 0) or rhs (side 1)
+// is dot_general reading x with the operand's batch and contracting axes
+// mapped through perm (transposed axis a is x's axis perm[a]), provided x's
+// free axes come in the order of the transposed operand's: the result lists
+// them in axis order. Maps them in `at` and says whether it could.
+bool fold_transpose_dims(Attrs& at, int side, const std::vector<int64_t>& perm) {
+  std::vector<int64_t>& batch = side == 0 ? at.lhs_batch : at.rhs_batch;
+  std::vector<int64_t>& contract = side == 0 ? at.lhs_contract : at.rhs_contract;
+  std::vector<char> bound(perm.size(), 0);
+  for (int64_t a : batch) bound[static_cast<size_t>(a)] = 1;
+  for (int64_t a : contract) bound[static_cast<size_t>(a)] = 1;
+  int64_t prev = -1;
+  for (size_t a = 0; a < perm.size(); ++a) {
+    if (bound[a]) continue;
+    if (perm[a] <= prev) return false;
+    prev = perm[a];
+  }
+  for (int64_t& a : batch) a = perm[static_cast<size_t>(a)];
+  for (int64_t& a : contract) a = perm[static_cast<size_t>(a)];
+  return true;
+}
+
 // In place: an elementwise result takes the buffer of an operand of its own
 // dtype whose last reader is this very equation (root and last are per buffer;
 // both are updated, and the output becomes an alias). Each element is read
@@ -389,6 +411,42 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
   std::vector<Scratch> scratch;
   std::vector<Step> built;  // per equation of ex (fn null: no work)
 
+  // ---- transposes that their dot_generals read in place: when every reader
+  // of a transpose is a dot_general that can read x through the permuted
+  // strides instead (fold_transpose_dims; plan_dot takes any strides), and the
+  // transpose is no output and runs outside fused groups, it moves nothing
+  // (an alias of x, read by those dots only) and each dot is planned on x.
+  // The attention heads' transposes of q, k, v and their cotangents are these.
+  std::vector<char> folded(static_cast<size_t>(nv), 0);
+  {
+    std::vector<int> def_eqn(static_cast<size_t>(nv), -1), readers(static_cast<size_t>(nv), 0),
+        folding(static_cast<size_t>(nv), 0);
+    std::vector<char> grouped(static_cast<size_t>(ne), 0);
+    if (fusion)
+      for (const plan::Group& g : fusion->groups)
+        if (g.size() > 1)
+          for (int d = g.first; d <= g.last; ++d) grouped[static_cast<size_t>(d)] = 1;
+    for (int i = 0; i < ne; ++i) def_eqn[static_cast<size_t>(ex.eqns[static_cast<size_t>(i)].out)] = i;
+    for (const NamedValue& out : prog.outputs) readers[static_cast<size_t>(out.value)] = -1;
+    for (int i = 0; i < ne; ++i) {
+      const Eqn& e = ex.eqns[static_cast<size_t>(i)];
+      for (size_t k = 0; k < e.inputs.size(); ++k) {
+        const size_t v = static_cast<size_t>(e.inputs[k]);
+        if (readers[v] < 0) continue;
+        ++readers[v];
+        const int d = def_eqn[v];
+        if (e.op != Op::dot_general || d < 0 || ex.eqns[static_cast<size_t>(d)].op != Op::transpose) continue;
+        Attrs at = e.attrs;
+        if (fold_transpose_dims(at, static_cast<int>(k), ex.eqns[static_cast<size_t>(d)].attrs.dims)) ++folding[v];
+      }
+    }
+    for (int i = 0; i < ne; ++i) {
+      const Eqn& e = ex.eqns[static_cast<size_t>(i)];
+      const size_t o = static_cast<size_t>(e.out);
+      folded[o] = e.op == Op::transpose && !grouped[static_cast<size_t>(i)] && readers[o] > 0 && readers[o] == folding[o];
+    }
+  }
+
   // ---- one Step per equation; the switch has no default so that a primitive
   // without a host kernel does not compile.
   for (int i = 0; i < ne; ++i) {
@@ -440,13 +498,28 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
         alias_of_operand();
         break;
       case Op::transpose:
+        if (folded[o]) {  // its dot_generals read the operand in place
+          alias_of_operand();
+          break;
+        }
         s.view = transpose_view(prog.type(e.inputs[0]), e.attrs.dims, what);
         if (s.view.is_identity()) alias_of_operand();
         else s.fn = strided_copy_kernel(t.dtype);
         break;
       case Op::dot_general: {
         s.fn = dot_general_kernel(prog.type(e.inputs[0]).dtype);
-        s.dot = plan_dot(prog.type(e.inputs[0]), prog.type(e.inputs[1]), e.attrs, what);
+        // An operand that is a folded transpose: its slot holds x's bytes
+        // (an alias), read with x's type and the dims mapped onto x.
+        Attrs at = e.attrs;
+        Type operand[2] = {prog.type(e.inputs[0]), prog.type(e.inputs[1])};
+        for (int k = 0; k < 2; ++k) {
+          if (!folded[static_cast<size_t>(e.inputs[static_cast<size_t>(k)])]) continue;
+          const Eqn& tr = ex.eqns[static_cast<size_t>(def[static_cast<size_t>(e.inputs[static_cast<size_t>(k)])])];
+          if (!fold_transpose_dims(at, k, tr.attrs.dims))
+            throw Error(what + ": internal: a folded transpose that this dot_general cannot read in place");
+          operand[k] = prog.type(tr.inputs[0]);
+        }
+        s.dot = plan_dot(operand[0], operand[1], at, what);
         const size_t es = dtype_size(t.dtype);  // packed in the result's dtype (bf16 operands: widened to f32)
         if (s.dot.pack_a) {
           s.scratch[0] = nv + static_cast<int>(scratch.size());
@@ -806,6 +879,12 @@ const Program& Interpreter::program() const { return impl_->prog; }
 size_t Interpreter::arena_bytes() const { return impl_->arena_bytes; }
 int Interpreter::fused_groups() const { return static_cast<int>(impl_->groups.size()); }
 int Interpreter::fused_equations() const { return impl_->fused_eqns; }
+int Interpreter::own_steps(Op op) const {
+  int n = 0;
+  for (const Step& s : impl_->steps)
+    if (s.group == nullptr && impl_->prog.eqns[static_cast<size_t>(s.eqn)].op == op) ++n;
+  return n;
+}
 
 std::vector<Array> run(const Program& p, const std::vector<Array>& inputs) {
   return Interpreter(p).run(inputs);
