@@ -800,6 +800,72 @@ TEST(DotGeneralFolding, ReadsTransposedOperandsInPlace) {
     }
 }
 
+// A transpose that is the one reader of a dot_general's result runs no step:
+// the dot writes its result in the transpose's layout (the attention output,
+// back to token-major). Checked against the definition, with the transpose
+// read by a negate so that it is no program output; where the dot's result
+// has another reader, or the transpose moves N's axis off stride 1, the
+// transpose runs. (Fused, the transpose and the negate are one loop group,
+// and the fused runs are the unfused bits: HostFusion.)
+TEST(DotGeneralFolding, WritesResultsThroughATransposeThatReadsThem) {
+  struct C {
+    const char* name;
+    Shape l, r;
+    std::vector<int64_t> lb, rb, lc, rc, perm;
+    bool second_reader;
+    bool folds;
+  };
+  const C cases[] = {
+      {"heads_back", {2, 3, 5, 6}, {2, 3, 6, 8}, {0, 1}, {0, 1}, {3}, {2}, {0, 2, 1, 3}, false, true},
+      {"batch_moved_inside", {4, 5, 6}, {4, 6, 3}, {0}, {0}, {2}, {1}, {1, 0, 2}, false, true},
+      {"n_off_stride_one", {5, 6}, {6, 3}, {}, {}, {1}, {0}, {1, 0}, false, false},
+      {"result_read_twice", {2, 3, 5, 6}, {2, 3, 6, 8}, {0, 1}, {0, 1}, {3}, {2}, {0, 2, 1, 3}, true, false},
+  };
+  for (const C& c : cases) {
+    SCOPED_TRACE(c.name);
+    for (DType d : {DType::f32, DType::f64}) {
+      Program p;
+      const int l = p.add_input("l", T(d, c.l)), r = p.add_input("r", T(d, c.r));
+      Attrs at;
+      at.lhs_batch = c.lb;
+      at.rhs_batch = c.rb;
+      at.lhs_contract = c.lc;
+      at.rhs_contract = c.rc;
+      const int x = p.add_eqn(Op::dot_general, {l, r}, at);
+      Attrs ta;
+      ta.dims = c.perm;
+      const int t = p.add_eqn(Op::transpose, {x}, ta);
+      p.add_output("neg", p.add_eqn(Op::negate, {t}, {}));
+      if (c.second_reader) p.add_output("x2", p.add_eqn(Op::add, {x, x}, {}));
+      const Array lv = random(T(d, c.l), 41), rv = random(T(d, c.r), 42);
+      // Unfused, so that the transpose is not a member of the negate's loop group.
+      host::InterpreterOptions unfused;
+      unfused.fuse = false;
+      host::Interpreter it(p, unfused);
+      EXPECT_EQ(it.own_steps(Op::transpose), c.folds ? 0 : 1);
+      Shape xs;
+      const std::vector<double> xw = ref_dot(lv, rv, at, &xs);
+      // want[i] = -x[perm-index]: the transpose of the definition, negated.
+      Shape ts;
+      for (int64_t a : c.perm) ts.push_back(xs[static_cast<size_t>(a)]);
+      std::vector<double> want(xw.size());
+      for (int64_t i = 0; i < static_cast<int64_t>(want.size()); ++i) {
+        const Shape ti = unravel(i, ts);
+        Shape xi(xs.size());
+        for (size_t k = 0; k < c.perm.size(); ++k) xi[static_cast<size_t>(c.perm[k])] = ti[k];
+        want[static_cast<size_t>(i)] = -xw[static_cast<size_t>(ravel(xi, xs))];
+      }
+      const std::vector<Array> got = it.run({lv, rv});
+      expect_near(got[0], T(d, ts), want, d == DType::f32 ? 1e-5 : 1e-12);
+      if (c.second_reader) {
+        std::vector<double> twice(xw);
+        for (double& v : twice) v *= 2;
+        expect_near(got[1], T(d, xs), twice, d == DType::f32 ? 1e-5 : 1e-12);
+      }
+    }
+  }
+}
+
 // ---- gather / scatter ----------------------------------------------------------
 
 TEST(Rows, GatherRowsEveryDtype) {

@@ -316,25 +316,27 @@ void configure_gemm_threads() {
   });
 }
 
-bool gemm_prepare_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb) {
+bool gemm_prepare_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
   blas();
 #if CAPSTEP_HAVE_LIBXSMM
-  return small_enough(tb, m, n, k) && xsmm_kernel(ta, m, n, k, lda, ldb, n) != nullptr;
+  return small_enough(tb, m, n, k) && xsmm_kernel(ta, m, n, k, lda, ldb, ldc > 0 ? ldc : n) != nullptr;
 #else
-  (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)lda, (void)ldb;
+  (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)lda, (void)ldb, (void)ldc;
   return false;
 #endif
 }
 
 void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const int64_t* a_off,
-                const float* b, int64_t ldb, const int64_t* b_off, float* c, int64_t batch) {
+                const float* b, int64_t ldb, const int64_t* b_off, float* c, const int64_t* c_off, int64_t ldc,
+                int64_t batch) {
   const int64_t mn = m * n;
+  if (ldc <= 0) ldc = n;
 #if CAPSTEP_HAVE_LIBXSMM
   if (small_enough(tb, m, n, k)) {
     // One look-up in libxsmm's registry (tens of ns) per dot_general; the
     // kernel was generated when the step was planned (gemm_prepare_f32).
-    if (const libxsmm_smmfunction f = xsmm_kernel(ta, m, n, k, lda, ldb, n)) {
-      for (int64_t i = 0; i < batch; ++i) f(b + b_off[i], a + a_off[i], c + i * mn);
+    if (const libxsmm_smmfunction f = xsmm_kernel(ta, m, n, k, lda, ldb, ldc)) {
+      for (int64_t i = 0; i < batch; ++i) f(b + b_off[i], a + a_off[i], c + (c_off ? c_off[i] : i * mn));
       return;
     }
   }
@@ -342,8 +344,13 @@ void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* 
   Blas& bl = blas();
   for (int64_t i = 0; i < batch; ++i)
     bl.sgemm(CblasRowMajor, tr(ta), tr(tb), static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
-             1.0f, a + a_off[i], static_cast<blasint>(lda), b + b_off[i], static_cast<blasint>(ldb), 0.0f, c + i * mn,
-             static_cast<blasint>(n));
+             1.0f, a + a_off[i], static_cast<blasint>(lda), b + b_off[i], static_cast<blasint>(ldb), 0.0f,
+             c + (c_off ? c_off[i] : i * mn), static_cast<blasint>(ldc));
+}
+
+void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const int64_t* a_off,
+                const float* b, int64_t ldb, const int64_t* b_off, float* c, int64_t batch) {
+  gemm_batch(ta, tb, m, n, k, a, lda, a_off, b, ldb, b_off, c, nullptr, n, batch);
 }
 
 bool gemm_nn_small_f32(int64_t m, int64_t n, int64_t k) {
@@ -378,13 +385,20 @@ void gemm_nn_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, c
 }
 
 void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const int64_t* a_off,
-                const double* b, int64_t ldb, const int64_t* b_off, double* c, int64_t batch) {
+                const double* b, int64_t ldb, const int64_t* b_off, double* c, const int64_t* c_off, int64_t ldc,
+                int64_t batch) {
   const int64_t mn = m * n;
+  if (ldc <= 0) ldc = n;
   Blas& bl = blas();
   for (int64_t i = 0; i < batch; ++i)
     bl.dgemm(CblasRowMajor, tr(ta), tr(tb), static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
-             1.0, a + a_off[i], static_cast<blasint>(lda), b + b_off[i], static_cast<blasint>(ldb), 0.0, c + i * mn,
-             static_cast<blasint>(n));
+             1.0, a + a_off[i], static_cast<blasint>(lda), b + b_off[i], static_cast<blasint>(ldb), 0.0,
+             c + (c_off ? c_off[i] : i * mn), static_cast<blasint>(ldc));
+}
+
+void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const int64_t* a_off,
+                const double* b, int64_t ldb, const int64_t* b_off, double* c, int64_t batch) {
+  gemm_batch(ta, tb, m, n, k, a, lda, a_off, b, ldb, b_off, c, nullptr, n, batch);
 }
 
 }  // namespace capstep::host

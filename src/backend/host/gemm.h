@@ -54,11 +54,19 @@ void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* 
                 const int64_t* a_off, const float* b, int64_t ldb, const int64_t* b_off, float* c, int64_t batch);
 void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
                 const int64_t* a_off, const double* b, int64_t ldb, const int64_t* b_off, double* c, int64_t batch);
+// The same with C's matrix i at c + c_off[i] (c_off null: at c + i * m * n)
+// and its rows ldc apart (ldc <= 0: n): a result written in another layout.
+void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                const int64_t* a_off, const float* b, int64_t ldb, const int64_t* b_off, float* c,
+                const int64_t* c_off, int64_t ldc, int64_t batch);
+void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+                const int64_t* a_off, const double* b, int64_t ldb, const int64_t* b_off, double* c,
+                const int64_t* c_off, int64_t ldc, int64_t batch);
 
-// Generates the kernel gemm_batch will use for this f32 shape now, when it is
-// a libxsmm one, so that running it later allocates nothing. Returns whether
-// the shape runs on libxsmm.
-bool gemm_prepare_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb);
+// Generates the kernel gemm_batch will use for this f32 shape (and C's ldc;
+// <= 0: n) now, when it is a libxsmm one, so that running it later allocates
+// nothing. Returns whether the shape runs on libxsmm.
+bool gemm_prepare_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc = 0);
 
 // Untransposed f32 GEMMs for B operands that are stored transposed: libxsmm
 // has no kernel for those, so the caller copies B transposed first

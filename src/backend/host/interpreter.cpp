@@ -116,6 +116,15 @@ StridedView transpose_view(const Type& in, const std::vector<int64_t>& perm, con
   return make_view(size, stride, what);
 }
 
+// The strides, in transpose(x, perm)'s row-major buffer of type `out`, of
+// x's axes: result axis i is x's axis perm[i].
+std::vector<int64_t> strides_through_transpose(const Type& out, const std::vector<int64_t>& perm) {
+  const std::vector<int64_t> ys = row_major_strides(out.shape);
+  std::vector<int64_t> st(perm.size(), 0);
+  for (size_t i = 0; i < perm.size(); ++i) st[static_cast<size_t>(perm[i])] = ys[i];
+  return st;
+}
+
 // dot_general reading transpose(x, perm) as its lhs (side 0) or rhs (side 1)
 // is dot_general reading x with the operand's batch and contracting axes
 // mapped through perm (transposed axis a is x's axis perm[a]), provided x's
@@ -418,6 +427,8 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
   // (an alias of x, read by those dots only) and each dot is planned on x.
   // The attention heads' transposes of q, k, v and their cotangents are these.
   std::vector<char> folded(static_cast<size_t>(nv), 0);
+  std::vector<char> folded_out(static_cast<size_t>(nv), 0), writes_transposed(static_cast<size_t>(nv), 0);
+  std::vector<std::vector<int64_t>> out_strides(static_cast<size_t>(nv));
   {
     std::vector<int> def_eqn(static_cast<size_t>(nv), -1), readers(static_cast<size_t>(nv), 0),
         folding(static_cast<size_t>(nv), 0);
@@ -444,6 +455,30 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
       const Eqn& e = ex.eqns[static_cast<size_t>(i)];
       const size_t o = static_cast<size_t>(e.out);
       folded[o] = e.op == Op::transpose && !grouped[static_cast<size_t>(i)] && readers[o] > 0 && readers[o] == folding[o];
+    }
+    // The other way round: a transpose that is the one reader of a
+    // dot_general's result (the attention output and dq, dk, dv, back to
+    // token-major): the dot writes its result in the transpose's layout
+    // (DotPlan::ldc, c_off), and the transpose is an alias of it.
+    for (int i = 0; i < ne; ++i) {
+      const Eqn& e = ex.eqns[static_cast<size_t>(i)];
+      const size_t o = static_cast<size_t>(e.out);
+      if (e.op != Op::transpose || folded[o] || grouped[static_cast<size_t>(i)] || readers[o] < 0) continue;
+      const size_t x = static_cast<size_t>(e.inputs[0]);
+      const int d = def_eqn[x];
+      if (d < 0 || readers[x] != 1 || grouped[static_cast<size_t>(d)]) continue;
+      const Eqn& dot = ex.eqns[static_cast<size_t>(d)];
+      if (dot.op != Op::dot_general || prog.type(dot.out).numel() == 0) continue;
+      const Type &lt = prog.type(dot.inputs[0]), &rt = prog.type(dot.inputs[1]);
+      int64_t k = 1;
+      for (int64_t a : dot.attrs.lhs_contract) k *= lt.shape[static_cast<size_t>(a)];
+      if (k == 0) continue;  // an empty sum fills C whole
+      DotPlan probe;
+      std::vector<int64_t> st = strides_through_transpose(prog.type(e.out), e.attrs.dims);
+      if (!dot_out_layout(dot.attrs, lt.rank(), rt.rank(), st, lt, rt, probe)) continue;
+      writes_transposed[x] = 1;
+      out_strides[x] = std::move(st);
+      folded_out[o] = 1;
     }
   }
 
@@ -498,8 +533,8 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
         alias_of_operand();
         break;
       case Op::transpose:
-        if (folded[o]) {  // its dot_generals read the operand in place
-          alias_of_operand();
+        if (folded[o] || folded_out[o]) {  // its dot_generals read the operand in place, or
+          alias_of_operand();               // the dot_general it reads wrote it in its layout
           break;
         }
         s.view = transpose_view(prog.type(e.inputs[0]), e.attrs.dims, what);
@@ -519,7 +554,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
             throw Error(what + ": internal: a folded transpose that this dot_general cannot read in place");
           operand[k] = prog.type(tr.inputs[0]);
         }
-        s.dot = plan_dot(operand[0], operand[1], at, what);
+        s.dot = plan_dot(operand[0], operand[1], at, what, writes_transposed[o] ? &out_strides[o] : nullptr);
         const size_t es = dtype_size(t.dtype);  // packed in the result's dtype (bf16 operands: widened to f32)
         if (s.dot.pack_a) {
           s.scratch[0] = nv + static_cast<int>(scratch.size());

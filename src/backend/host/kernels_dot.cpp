@@ -75,8 +75,9 @@ void dot_part_rows(const DotPlan& d, int part, int64_t& lo, int64_t& hi) { part_
 // b_off (d's own, or those of B copied transposed under pack_bt).
 template <class T>
 void gemm_parts(const DotPlan& d, bool tb, int64_t ldb, const int64_t* b_off, const T* a, const T* b, T* c) {
+  const int64_t* c_off = d.c_off.empty() ? nullptr : d.c_off.data();
   if (d.parts <= 1) {
-    gemm_batch(d.trans_a, tb, d.m, d.n, d.k, a, d.lda, d.a_off.data(), b, ldb, b_off, c, d.batch);
+    gemm_batch(d.trans_a, tb, d.m, d.n, d.k, a, d.lda, d.a_off.data(), b, ldb, b_off, c, c_off, d.ldc, d.batch);
     return;
   }
   parallel_parts(d.parts, [&](int part) {
@@ -84,15 +85,16 @@ void gemm_parts(const DotPlan& d, bool tb, int64_t ldb, const int64_t* b_off, co
     if (d.batch > 1) {
       part_range(d.batch, d.parts, part, 1, lo, hi);
       if (hi > lo)
-        gemm_batch(d.trans_a, tb, d.m, d.n, d.k, a, d.lda, d.a_off.data() + lo, b, ldb, b_off + lo, c + lo * d.m * d.n,
-                   hi - lo);
+        gemm_batch(d.trans_a, tb, d.m, d.n, d.k, a, d.lda, d.a_off.data() + lo, b, ldb, b_off + lo,
+                   c_off ? c : c + lo * d.m * d.n, c_off ? c_off + lo : nullptr, d.ldc, hi - lo);
       return;
     }
     dot_part_rows(d, part, lo, hi);
     if (hi <= lo) return;
     // rows [lo, hi) of op(A): of A's rows, or of its columns when it is stored transposed
     const int64_t a_off = d.a_off[0] + (d.trans_a ? lo : lo * d.lda);
-    gemm_batch(d.trans_a, tb, hi - lo, d.n, d.k, a, d.lda, &a_off, b, ldb, b_off, c + lo * d.n, 1);
+    gemm_batch(d.trans_a, tb, hi - lo, d.n, d.k, a, d.lda, &a_off, b, ldb, b_off, c + (c_off ? c_off[0] : 0) + lo * d.ldc,
+               nullptr, d.ldc, 1);
   });
 }
 
@@ -115,14 +117,15 @@ void gemm_bt_parts(const DotPlan& d, const float* a, const float* b, float* bt, 
       for (int64_t i = lo; i < hi; ++i) {
         float* t = bt + i * K * N;
         transpose_f32(b + d.b_off[static_cast<size_t>(i)], d.ldb, N, K, t, N);
-        gemm_nn_f32(M, N, K, a + d.a_off[static_cast<size_t>(i)], d.lda, t, N, c + i * M * N, N);
+        gemm_nn_f32(M, N, K, a + d.a_off[static_cast<size_t>(i)], d.lda, t, N,
+                    c + (d.c_off.empty() ? i * M * N : d.c_off[static_cast<size_t>(i)]), d.ldc);
       }
       return;
     }
     dot_part_cols(d, part, lo, hi);
     if (hi <= lo) return;
     transpose_f32(b + d.b_off[0] + lo * d.ldb, d.ldb, hi - lo, K, bt + lo, N);
-    gemm_nn_f32(M, hi - lo, K, a + d.a_off[0], d.lda, bt + lo, N, c + lo, N);
+    gemm_nn_f32(M, hi - lo, K, a + d.a_off[0], d.lda, bt + lo, N, c + (d.c_off.empty() ? 0 : d.c_off[0]) + lo, d.ldc);
   };
   if (d.parts <= 1) return part_fn(0);
   parallel_parts(d.parts, part_fn);
@@ -195,6 +198,30 @@ void k_dot_bf16(const Step& s, void* const* p) {
 
 }  // namespace
 
+bool dot_out_layout(const Attrs& at, int lhs_rank, int rhs_rank, const std::vector<int64_t>& st, const Type& lhs,
+                    const Type& rhs, DotPlan& d) {
+  // The result's axes: the batch axes, lhs's free axes, rhs's free axes.
+  const size_t nb = at.lhs_batch.size();
+  const std::vector<int64_t> lfree = dot_free_axes(lhs_rank, at.lhs_batch, at.lhs_contract);
+  const std::vector<int64_t> rfree = dot_free_axes(rhs_rank, at.rhs_batch, at.rhs_contract);
+  if (st.size() != nb + lfree.size() + rfree.size()) return false;
+  Shape out;
+  for (int64_t a : at.lhs_batch) out.push_back(lhs.shape[static_cast<size_t>(a)]);
+  for (int64_t a : lfree) out.push_back(lhs.shape[static_cast<size_t>(a)]);
+  for (int64_t a : rfree) out.push_back(rhs.shape[static_cast<size_t>(a)]);
+  std::vector<int64_t> baxes, maxes, naxes;
+  for (size_t i = 0; i < out.size(); ++i)
+    (i < nb ? baxes : i < nb + lfree.size() ? maxes : naxes).push_back(static_cast<int64_t>(i));
+  const Group gm = group_of(out, st, maxes), gn = group_of(out, st, naxes);
+  // C's rows: N's elements adjacent, M's rows one stride apart, not overlapping.
+  if (!gm.chained || !gn.chained || !(gn.any || gn.stride == 1)) return false;
+  const int64_t N = std::max<int64_t>(gn.size, 1);
+  if (!gm.any && gm.stride < N) return false;
+  d.ldc = gm.any ? N : gm.stride;
+  d.c_off = batch_offsets(out, st, baxes);
+  return true;
+}
+
 int bt_col_parts(int64_t m, int64_t n, int64_t k) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({4, n / 64, m * n * k / (int64_t{1} << 18)})));
 }
@@ -206,7 +233,8 @@ int dot_parts(int64_t batch, int64_t m, int64_t n, int64_t k) {
   return static_cast<int>(std::max<int64_t>(1, std::min({kMaxParts, m / kMinRows, m * n * k / kMinWork})));
 }
 
-DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::string& what) {
+DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::string& what,
+                 const std::vector<int64_t>* out_strides) {
   DotPlan d;
   const std::vector<int64_t> ls = row_major_strides(lhs.shape), rs = row_major_strides(rhs.shape);
   const std::vector<int64_t> lfree = dot_free_axes(lhs.rank(), at.lhs_batch, at.lhs_contract);
@@ -275,27 +303,33 @@ DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::s
   } else {
     d.b_off = batch_offsets(rhs.shape, rs, at.rhs_batch);
   }
+  d.ldc = std::max<int64_t>(d.n, 1);
+  if (out_strides) {  // the result written through these strides (a transpose of it)
+    if (!dot_out_layout(at, lhs.rank(), rhs.rank(), *out_strides, lhs, rhs, d))
+      throw Error(what + ": internal: the result cannot be written through strides " +
+                  std::to_string(out_strides->size()));
+  }
   d.parts = d.pack_bt && d.batch == 1 ? bt_col_parts(d.m, d.n, d.k) : dot_parts(d.batch, d.m, d.n, d.k);
   // The libxsmm kernels are generated now (one per part's row count), so that
   // running the step allocates nothing.
-  if (d.pack_bt && d.m > 0 && d.n > 0 && d.k > 0) {  // the untransposed kernels, on B^T (ldb = ldc = N)
+  if (d.pack_bt && d.m > 0 && d.n > 0 && d.k > 0) {  // the untransposed kernels, on B^T (ldb = N)
     if (d.batch > 1 || d.parts == 1) {
-      gemm_nn_prepare_f32(d.m, d.n, d.k, d.lda, d.n, d.n);
+      gemm_nn_prepare_f32(d.m, d.n, d.k, d.lda, d.n, d.ldc);
     } else {
       for (int i = 0; i < d.parts; ++i) {
         int64_t lo = 0, hi = 0;
         dot_part_cols(d, i, lo, hi);
-        if (hi > lo) gemm_nn_prepare_f32(d.m, hi - lo, d.k, d.lda, d.n, d.n);
+        if (hi > lo) gemm_nn_prepare_f32(d.m, hi - lo, d.k, d.lda, d.n, d.ldc);
       }
     }
   } else if ((lhs.dtype == DType::f32 || lhs.dtype == DType::bf16) && d.m > 0 && d.n > 0 && d.k > 0) {
     if (d.batch > 1 || d.parts == 1) {
-      gemm_prepare_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.lda, d.ldb);
+      gemm_prepare_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.lda, d.ldb, d.ldc);
     } else {
       for (int i = 0; i < d.parts; ++i) {
         int64_t lo = 0, hi = 0;
         dot_part_rows(d, i, lo, hi);
-        if (hi > lo) gemm_prepare_f32(d.trans_a, d.trans_b, hi - lo, d.n, d.k, d.lda, d.ldb);
+        if (hi > lo) gemm_prepare_f32(d.trans_a, d.trans_b, hi - lo, d.n, d.k, d.lda, d.ldb, d.ldc);
       }
     }
   }

@@ -41,6 +41,11 @@ struct DotPlan {
   // untransposed GEMM on it, which at these sizes costs less than BLAS's
   // transposed one (kernels_dot.cpp, gemm_bt_parts).
   bool pack_bt = false;
+  // C's rows are ldc apart (n when C is a whole matrix); c_off, when not
+  // empty, the offset of each batch's matrix (else i * m * n): a result that
+  // a transpose of it reads in its own layout (dot_out_layout).
+  int64_t ldc = 1;
+  std::vector<int64_t> c_off;
   // The GEMMs run as `parts` calls that the host's threads share
   // (parallel.h): ranges of the batch when batch > 1, else ranges of M's rows
   // (multiples of 8), or of N's columns under pack_bt (multiples of 16).
@@ -101,7 +106,15 @@ Kernel attention_kernel(Op op, DType t);  // attention, attention_grad (kernels_
 void configure_blas_threads();
 
 // Plans dot_general for these operand types (strides from row-major layout).
-DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& a, const std::string& what);
+// out_strides: the result is written through these strides (one per result
+// axis, in elements) instead of row-major; dot_out_layout must accept them.
+DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& a, const std::string& what,
+                 const std::vector<int64_t>* out_strides = nullptr);
+// Whether a dot_general's result can be written through strides `st` (one
+// per result axis): N's axes one run of stride 1, M's one run of stride >= N
+// (ldc), the batch axes anywhere (c_off); sets d.ldc and d.c_off if so.
+bool dot_out_layout(const Attrs& at, int lhs_rank, int rhs_rank, const std::vector<int64_t>& st, const Type& lhs,
+                    const Type& rhs, DotPlan& d);
 // Plans a reduce: the walk over the input with the output stride of each axis.
 StridedView plan_reduce(const Type& in, const std::vector<int64_t>& axes, const std::string& what);
 
