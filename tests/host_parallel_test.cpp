@@ -112,7 +112,8 @@ TEST(HostParallel, GemmPartsComeFromTheShapeAlone) {
   EXPECT_EQ(host::dot_parts(1, 256, 128, 64), 4);   // weight gradients, at most 4
   EXPECT_EQ(host::dot_parts(1, 32, 4096, 4096), 1); // too few rows to cut
   EXPECT_EQ(host::dot_parts(1, 64, 16, 16), 1);     // too little work
-  EXPECT_EQ(host::dot_parts(16, 16, 16, 32), 1);    // the seed's attention batches: too little work
+  EXPECT_EQ(host::dot_parts(16, 16, 16, 32), 2);    // the seed's attention batches: 2^16 multiply-adds each
+  EXPECT_EQ(host::dot_parts(16, 8, 8, 8), 1);       // too little work
   EXPECT_EQ(host::dot_parts(8, 64, 64, 64), 4);     // batches are cut by matrices
 }
 

@@ -227,8 +227,12 @@ int bt_col_parts(int64_t m, int64_t n, int64_t k) {
 }
 
 int dot_parts(int64_t batch, int64_t m, int64_t n, int64_t k) {
-  constexpr int64_t kMaxParts = 4, kMinRows = 32, kMinWork = int64_t{1} << 18;
-  if (batch > 1) return static_cast<int>(std::max<int64_t>(1, std::min({kMaxParts, batch, batch * m * n * k / kMinWork})));
+  // A batch is cut by whole matrices, which share nothing: worth it from
+  // less work than rows of one matrix, which all read B (the seed's attention
+  // batches, 2^17 multiply-adds, run as 2 parts).
+  constexpr int64_t kMaxParts = 4, kMinRows = 32, kMinWork = int64_t{1} << 18, kMinBatchWork = int64_t{1} << 16;
+  if (batch > 1)
+    return static_cast<int>(std::max<int64_t>(1, std::min({kMaxParts, batch, batch * m * n * k / kMinBatchWork})));
   if (m < 2 * kMinRows) return 1;
   return static_cast<int>(std::max<int64_t>(1, std::min({kMaxParts, m / kMinRows, m * n * k / kMinWork})));
 }

@@ -55,8 +55,9 @@ struct DotPlan {
 };
 
 // The parts of a gemm batch (DotPlan::parts): the batch's matrices when there
-// are several, else rows of M when M >= 64 and each part keeps at least 32
-// rows and 2^18 multiply-adds; at most 4.
+// are several (each part at least 2^16 multiply-adds), else rows of M when
+// M >= 64 and each part keeps at least 32 rows and 2^18 multiply-adds; at
+// most 4.
 int dot_parts(int64_t batch, int64_t m, int64_t n, int64_t k);
 // The parts of a pack_bt GEMM of one matrix: ranges of N's columns (multiples
 // of 16), each at least 64 wide and 2^18 multiply-adds; at most 4.
