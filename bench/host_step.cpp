@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
       {"lane 1 step (fused + AdamW on the host)",
        [&] {
          it.run(in1, out);
-         for (size_t j = 0; j < np; ++j) optim::adamw_update(aw, sc, p1[j], out[1 + j], m[j], v[j]);
+         optim::adamw_update(aw, sc, p1, out.data() + 1, m, v);
        },
        {}, {}},
       {"lane 1f step (with_adamw), fused", [&] { step_1f(step_fused, 0); }, {}, {}},

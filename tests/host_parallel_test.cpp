@@ -157,3 +157,43 @@ TEST(HostParallel, SeedStepGivesTheSameBitsOnOneTwoAndThreeThreads) {
     EXPECT_TRUE(v.bit_equal(upd[2]));
   }
 }
+
+// Every parameter in one call (lanes 1 and 2): the same bits as one call per
+// parameter, whatever the threads, with parameters of every size (the small
+// ones share parts with their neighbours).
+TEST(HostParallel, AdamWOverEveryParameterAtOnceIsOneCallPerParameter) {
+  optim::AdamW aw;
+  const optim::AdamWScalars sc = optim::adamw_scalars(aw, 2);
+  const std::vector<int64_t> sizes = {128, 16384, 7, 40000, 32768, 1, 20000};
+  auto state = [&](uint64_t seed) {
+    std::vector<Array> p, g, m, v;
+    for (size_t j = 0; j < sizes.size(); ++j) {
+      const Type t{DType::f32, {sizes[j]}};
+      p.push_back(random_array(t, seed + 4 * j));
+      g.push_back(random_array(t, seed + 4 * j + 1));
+      m.push_back(random_array(t, seed + 4 * j + 2, 0.1));
+      v.push_back(random_array(t, seed + 4 * j + 3, 1e-3));
+      for (int64_t i = 0; i < v.back().numel(); ++i) v.back().set(i, std::fabs(v.back().get(i)));
+    }
+    return std::vector<std::vector<Array>>{p, g, m, v};
+  };
+  std::vector<std::vector<Array>> ref = state(7);
+  for (size_t j = 0; j < sizes.size(); ++j) optim::adamw_update(aw, sc, ref[0][j], ref[1][j], ref[2][j], ref[3][j]);
+  for (int threads : {1, 2, 3}) {
+    Threads t(threads);
+    std::vector<std::vector<Array>> s = state(7);
+    optim::adamw_update(aw, sc, s[0], s[1].data(), s[2], s[3]);
+    for (size_t j = 0; j < sizes.size(); ++j) {
+      EXPECT_TRUE(s[0][j].bit_equal(ref[0][j])) << "parameter " << j << ", " << threads << " threads";
+      EXPECT_TRUE(s[2][j].bit_equal(ref[2][j])) << "first moment " << j << ", " << threads << " threads";
+      EXPECT_TRUE(s[3][j].bit_equal(ref[3][j])) << "second moment " << j << ", " << threads << " threads";
+      EXPECT_FALSE(s[0][j].bit_equal(state(7)[0][j])) << "parameter " << j << " was not updated";
+    }
+  }
+  std::vector<std::vector<Array>> s = state(7);
+  s[2].pop_back();
+  EXPECT_THROW(optim::adamw_update(aw, sc, s[0], s[1].data(), s[2], s[3]), Error);
+  s = state(7);
+  s[1][3] = Array(Type{DType::f32, {3}});
+  EXPECT_THROW(optim::adamw_update(aw, sc, s[0], s[1].data(), s[2], s[3]), Error);
+}

@@ -41,6 +41,12 @@ AdamWScalars adamw_scalars(const AdamW& o, int64_t step, double lr_this_step);
 //   p = p*decay - lr * ((m*bc1) / (sqrt(v*bc2) + eps))
 void adamw_update(const AdamW& o, const AdamWScalars& s, float* p, const float* g, float* m, float* v, int64_t n);
 void adamw_update(const AdamW& o, const AdamWScalars& s, Array& p, const Array& g, Array& m, Array& v);
+// Every parameter's update: p[j] from g[j] (g points at p.size() gradients),
+// m[j], v[j]. The same bits as one call per parameter, but all their
+// elements are shared by the host's threads in one go, so that the many
+// small parameters do not each run alone.
+void adamw_update(const AdamW& o, const AdamWScalars& s, std::vector<Array>& p, const Array* g, std::vector<Array>& m,
+                  std::vector<Array>& v);
 
 // Names the fused program uses.
 std::string moment1_name(const std::string& param);   // "adamw.m.<param>"

@@ -89,7 +89,6 @@ void run_phases(const Options& o, Lane& lane, StartFn&& start, StepFn&& step) {
 // (params, batch), AdamW updates on the host.
 template <class Grad>
 void host_adamw_lane(const Options& o, const Start& s, Lane& lane, Grad&& grad) {
-  const size_t n = s.params.size();
   Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens;
   std::vector<Array> outs;  // loss, grads; reused
   std::vector<Array> p, m, v;
@@ -104,7 +103,7 @@ void host_adamw_lane(const Options& o, const Start& s, Lane& lane, Grad&& grad) 
         s.batches.fill(static_cast<uint64_t>(k), tokens, targets);
         grad(p, tokens, targets, outs);
         const optim::AdamWScalars sc = optim::adamw_scalars(o.adamw, k + 1);
-        for (size_t j = 0; j < n; ++j) optim::adamw_update(o.adamw, sc, p[j], outs[1 + j], m[j], v[j]);
+        optim::adamw_update(o.adamw, sc, p, outs.data() + 1, m, v);  // gradients after the loss
         return outs[0].get(0);
       });
 }

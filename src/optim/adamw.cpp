@@ -62,13 +62,55 @@ void adamw_update(const AdamW& o, const AdamWScalars& s, float* p, const float* 
     adamw_range(k, s, p + b, g + b, m + b, v + b, e - b);
   });
 }
-void adamw_update(const AdamW& o, const AdamWScalars& s, Array& p, const Array& g, Array& m, Array& v) {
+namespace {
+
+void check_types(const Array& p, const Array& g, const Array& m, const Array& v) {
   const Type& t = p.type();
   if (t.dtype != DType::f32) throw Error("adamw_update: parameters must be f32, got " + t.str());
   if (g.type() != t || m.type() != t || v.type() != t)
     throw Error("adamw_update: parameter " + t.str() + ", gradient " + g.type().str() + ", moments " +
                 m.type().str() + " and " + v.type().str() + " must have one type");
+}
+
+}  // namespace
+
+void adamw_update(const AdamW& o, const AdamWScalars& s, Array& p, const Array& g, Array& m, Array& v) {
+  check_types(p, g, m, v);
   adamw_update(o, s, p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), p.numel());
+}
+
+void adamw_update(const AdamW& o, const AdamWScalars& s, std::vector<Array>& p, const Array* g, std::vector<Array>& m,
+                  std::vector<Array>& v) {
+  const size_t n = p.size();
+  if (m.size() != n || v.size() != n)
+    throw Error("adamw_update: " + std::to_string(n) + " parameters but " + std::to_string(m.size()) + " first and " +
+                std::to_string(v.size()) + " second moments");
+  int64_t total = 0;
+  for (size_t j = 0; j < n; ++j) {
+    check_types(p[j], g[j], m[j], v[j]);
+    total += p[j].numel();
+  }
+  const AdamWConstants k{static_cast<float>(o.beta1), static_cast<float>(1.0 - o.beta1), static_cast<float>(o.beta2),
+                         static_cast<float>(1.0 - o.beta2), static_cast<float>(o.eps)};
+  // The parameters' elements as one run [0, total): part i updates its range
+  // of it, tensor by tensor.
+  const int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(host::host_threads(), total / 16384)));
+  auto part_fn = [&](int i) {
+    int64_t b = 0, e = 0;
+    host::part_range(total, parts, i, 16, b, e);
+    int64_t base = 0;
+    for (size_t j = 0; j < n && base < e; ++j) {
+      const int64_t len = p[j].numel(), lo = std::max(b, base), hi = std::min(e, base + len);
+      if (lo < hi) {
+        const int64_t off = lo - base;
+        adamw_range(k, s, p[j].data<float>() + off, g[j].data<float>() + off, m[j].data<float>() + off,
+                    v[j].data<float>() + off, hi - lo);
+      }
+      base += len;
+    }
+  };
+  if (parts == 1) return part_fn(0);
+  host::parallel_parts(parts, part_fn);
 }
 
 }  // namespace capstep::optim

@@ -46,7 +46,7 @@ class HostStepper final : public Stepper {
     const float loss = outs_[0].data<float>()[0];
     if (norm_out_ >= 0) norm_ = outs_[static_cast<size_t>(norm_out_)].data<float>()[0];
     if (!std::isfinite(loss)) return loss;
-    for (size_t j = 0; j < n; ++j) optim::adamw_update(adamw_, sc, s_.params[j], outs_[1 + j], s_.m[j], s_.v[j]);
+    optim::adamw_update(adamw_, sc, s_.params, outs_.data() + 1, s_.m, s_.v);  // gradients after the loss
     return loss;
   }
   void state(Checkpoint& c) override {
