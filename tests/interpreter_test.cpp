@@ -597,6 +597,51 @@ TEST(Reduce, SumAndMaxOverAxisSets) {
       }
 }
 
+// Rows of 16 and more are reduced as eight interleaved partial results
+// (kernels_layout.cpp, reduce_run), tails included: every length from the
+// short path's last to past two blocks of 8, and long rows; NaN anywhere in a
+// row still wins the max; integer sums stay exact.
+TEST(Reduce, LongRowsInEightPartials) {
+  for (int64_t len : {15, 16, 17, 23, 24, 31, 33, 100, 1000}) {
+    for (DType d : {DType::f32, DType::f64, DType::i32})
+      for (Op op : {Op::reduce_sum, Op::reduce_max}) {
+        const Type t = T(d, {3, len});
+        Program p;
+        int x = p.add_input("x", t);
+        Attrs at;
+        at.dims = {1};
+        int r = p.add_eqn(op, {x}, at);
+        p.add_output("out", r);
+        Array in = random(t, 19 + static_cast<uint32_t>(len), -20, 20);
+        SCOPED_TRACE(std::string(dtype_name(d)) + " " + op_name(op) + " row of " + std::to_string(len));
+        const Array got = run1(p, {in});
+        const std::vector<double> want = ref_reduce(in, {1}, op == Op::reduce_max, d);
+        if (d == DType::f32 && op == Op::reduce_sum) {
+          for (int64_t i = 0; i < 3; ++i) {  // a float sum of n terms: within n eps sum|x|
+            double mag = 0;
+            for (int64_t j = 0; j < len; ++j) mag += std::fabs(in.get(i * len + j));
+            EXPECT_NEAR(got.get(i), want[static_cast<size_t>(i)], static_cast<double>(len) * 1.2e-7 * mag) << i;
+          }
+        } else {
+          expect_near(got, p.type(r), want, d == DType::f64 ? 1e-12 : 0.0);
+        }
+      }
+    // NaN at every position of a row: the row's max is NaN, the others not.
+    for (int64_t at_j : {int64_t{0}, len / 2, len - 1}) {
+      Program p;
+      int x = p.add_input("x", T(DType::f32, {2, len}));
+      Attrs at;
+      at.dims = {1};
+      p.add_output("max", p.add_eqn(Op::reduce_max, {x}, at));
+      Array in = random(T(DType::f32, {2, len}), 5);
+      in.set(at_j, NAN);
+      const Array out = run1(p, {in});
+      EXPECT_TRUE(std::isnan(out.get(0))) << "NaN at " << at_j << " of " << len;
+      EXPECT_FALSE(std::isnan(out.get(1)));
+    }
+  }
+}
+
 TEST(Reduce, MaxPropagatesNaNAndEmptyAxesGiveIdentity) {
   Program p;
   int x = p.add_input("x", T(DType::f32, {2, 3}));
