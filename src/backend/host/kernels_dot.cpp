@@ -112,14 +112,13 @@ void gemm_bt_parts(const DotPlan& d, const float* a, const float* b, float* bt, 
   const int64_t M = d.m, N = d.n, K = d.k;
   auto part_fn = [&](int part) {
     int64_t lo = 0, hi = 0;
-    if (d.batch > 1) {
+    if (d.batch > 1) {  // its matrices copied, then one call for them all (one kernel look-up)
       part_range(d.batch, d.parts, part, 1, lo, hi);
-      for (int64_t i = lo; i < hi; ++i) {
-        float* t = bt + i * K * N;
-        transpose_f32(b + d.b_off[static_cast<size_t>(i)], d.ldb, N, K, t, N);
-        gemm_nn_f32(M, N, K, a + d.a_off[static_cast<size_t>(i)], d.lda, t, N,
-                    c + (d.c_off.empty() ? i * M * N : d.c_off[static_cast<size_t>(i)]), d.ldc);
-      }
+      if (hi <= lo) return;
+      for (int64_t i = lo; i < hi; ++i)
+        transpose_f32(b + d.b_off[static_cast<size_t>(i)], d.ldb, N, K, bt + i * K * N, N);
+      gemm_batch(false, false, M, N, K, a, d.lda, d.a_off.data() + lo, bt, N, d.bt_off.data() + lo,
+                 d.c_off.empty() ? c + lo * M * N : c, d.c_off.empty() ? nullptr : d.c_off.data() + lo, d.ldc, hi - lo);
       return;
     }
     dot_part_cols(d, part, lo, hi);
@@ -313,6 +312,8 @@ DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::s
       throw Error(what + ": internal: the result cannot be written through strides " +
                   std::to_string(out_strides->size()));
   }
+  if (d.pack_bt)
+    for (int64_t i = 0; i < d.batch; ++i) d.bt_off.push_back(i * K * N);
   d.parts = d.pack_bt && d.batch == 1 ? bt_col_parts(d.m, d.n, d.k) : dot_parts(d.batch, d.m, d.n, d.k);
   // The libxsmm kernels are generated now (one per part's row count), so that
   // running the step allocates nothing.

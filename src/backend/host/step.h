@@ -41,6 +41,7 @@ struct DotPlan {
   // untransposed GEMM on it, which at these sizes costs less than BLAS's
   // transposed one (kernels_dot.cpp, gemm_bt_parts).
   bool pack_bt = false;
+  std::vector<int64_t> bt_off;            // pack_bt: each batch's matrix in the copy (i * K * N)
   // C's rows are ldc apart (n when C is a whole matrix); c_off, when not
   // empty, the offset of each batch's matrix (else i * m * n): a result that
   // a transpose of it reads in its own layout (dot_out_layout).
