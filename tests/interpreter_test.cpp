@@ -712,6 +712,16 @@ std::vector<double> ref_dot(const Array& l, const Array& r, const Attrs& a, Shap
   return out;
 }
 
+// dot_general's dimension numbers.
+Attrs dot_dims(std::vector<int64_t> lb, std::vector<int64_t> rb, std::vector<int64_t> lc, std::vector<int64_t> rc) {
+  Attrs at;
+  at.lhs_batch = std::move(lb);
+  at.rhs_batch = std::move(rb);
+  at.lhs_contract = std::move(lc);
+  at.rhs_contract = std::move(rc);
+  return at;
+}
+
 struct DotCase {
   const char* name;
   Shape lhs, rhs;
@@ -729,11 +739,7 @@ TEST_P(DotGeneral, MatchesDefinition) {
   for (DType d : {DType::f32, DType::f64}) {
     Program p;
     int l = p.add_input("lhs", T(d, c.lhs)), r = p.add_input("rhs", T(d, c.rhs));
-    Attrs at;
-    at.lhs_batch = c.lb;
-    at.rhs_batch = c.rb;
-    at.lhs_contract = c.lc;
-    at.rhs_contract = c.rc;
+    const Attrs at = dot_dims(c.lb, c.rb, c.lc, c.rc);
     int o = p.add_eqn(Op::dot_general, {l, r}, at);
     p.add_output("out", o);
     Array lv = random(T(d, c.lhs), 21), rv = random(T(d, c.rhs), 22);
@@ -803,11 +809,7 @@ TEST(DotGeneralFolding, ReadsTransposedOperandsInPlace) {
       Attrs ta;
       ta.dims = c.perm;
       const int t = p.add_eqn(Op::transpose, {x}, ta);
-      Attrs at;
-      at.lhs_batch = c.lb;
-      at.rhs_batch = c.rb;
-      at.lhs_contract = c.lc;
-      at.rhs_contract = c.rc;
+      const Attrs at = dot_dims(c.lb, c.rb, c.lc, c.rc);
       p.add_output("out", c.lhs ? p.add_eqn(Op::dot_general, {t, y}, at) : p.add_eqn(Op::dot_general, {y, t}, at));
       Program q = p;  // the transpose itself as an output too: it must run
       q.add_output("t", t);
@@ -871,11 +873,7 @@ TEST(DotGeneralFolding, WritesResultsThroughATransposeThatReadsThem) {
     for (DType d : {DType::f32, DType::f64}) {
       Program p;
       const int l = p.add_input("l", T(d, c.l)), r = p.add_input("r", T(d, c.r));
-      Attrs at;
-      at.lhs_batch = c.lb;
-      at.rhs_batch = c.rb;
-      at.lhs_contract = c.lc;
-      at.rhs_contract = c.rc;
+      const Attrs at = dot_dims(c.lb, c.rb, c.lc, c.rc);
       const int x = p.add_eqn(Op::dot_general, {l, r}, at);
       Attrs ta;
       ta.dims = c.perm;
