@@ -326,6 +326,22 @@ bool gemm_prepare_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t
 #endif
 }
 
+namespace {
+
+// The batch as one OpenBLAS call (cblas_sgemm or cblas_dgemm) per matrix.
+template <class T, class Gemm>
+void blas_batch(Gemm gemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+                const int64_t* a_off, const T* b, int64_t ldb, const int64_t* b_off, T* c, const int64_t* c_off,
+                int64_t ldc, int64_t batch) {
+  if (ldc <= 0) ldc = n;
+  for (int64_t i = 0; i < batch; ++i)
+    gemm(CblasRowMajor, tr(ta), tr(tb), static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), T(1),
+         a + a_off[i], static_cast<blasint>(lda), b + b_off[i], static_cast<blasint>(ldb), T(0),
+         c + (c_off ? c_off[i] : i * m * n), static_cast<blasint>(ldc));
+}
+
+}  // namespace
+
 void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const int64_t* a_off,
                 const float* b, int64_t ldb, const int64_t* b_off, float* c, const int64_t* c_off, int64_t ldc,
                 int64_t batch) {
@@ -341,11 +357,7 @@ void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* 
     }
   }
 #endif
-  Blas& bl = blas();
-  for (int64_t i = 0; i < batch; ++i)
-    bl.sgemm(CblasRowMajor, tr(ta), tr(tb), static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
-             1.0f, a + a_off[i], static_cast<blasint>(lda), b + b_off[i], static_cast<blasint>(ldb), 0.0f,
-             c + (c_off ? c_off[i] : i * mn), static_cast<blasint>(ldc));
+  blas_batch(blas().sgemm, ta, tb, m, n, k, a, lda, a_off, b, ldb, b_off, c, c_off, ldc, batch);
 }
 
 void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const int64_t* a_off,
@@ -387,13 +399,7 @@ void gemm_nn_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, c
 void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const int64_t* a_off,
                 const double* b, int64_t ldb, const int64_t* b_off, double* c, const int64_t* c_off, int64_t ldc,
                 int64_t batch) {
-  const int64_t mn = m * n;
-  if (ldc <= 0) ldc = n;
-  Blas& bl = blas();
-  for (int64_t i = 0; i < batch; ++i)
-    bl.dgemm(CblasRowMajor, tr(ta), tr(tb), static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
-             1.0, a + a_off[i], static_cast<blasint>(lda), b + b_off[i], static_cast<blasint>(ldb), 0.0,
-             c + (c_off ? c_off[i] : i * mn), static_cast<blasint>(ldc));
+  blas_batch(blas().dgemm, ta, tb, m, n, k, a, lda, a_off, b, ldb, b_off, c, c_off, ldc, batch);
 }
 
 void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const int64_t* a_off,
