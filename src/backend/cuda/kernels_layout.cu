@@ -85,18 +85,25 @@ __device__ void report(DeviceError* err, int eqn, int64_t position, int64_t valu
   }
 }
 
+// Element i of a gather or scatter over rows of row_elems elements: its row r
+// of the table (idx[i / row_elems]) and column j; false, after reporting the
+// index (once per index, from its row's element 0), when r is outside [0, rows).
+__device__ bool table_row(int64_t i, const int32_t* __restrict__ idx, int64_t rows, int64_t row_elems,
+                          DeviceError* err, int eqn, int64_t& r, int64_t& j) {
+  const int64_t s = i / row_elems;
+  j = i % row_elems;
+  r = idx[s];
+  if (r >= 0 && r < rows) return true;
+  if (j == 0) report(err, eqn, s, r);
+  return false;
+}
+
 template <class T>
 __global__ void k_gather(const T* __restrict__ table, const int32_t* __restrict__ idx, T* __restrict__ out,
                          int64_t rows, int64_t n, int64_t row_elems, DeviceError* err, int eqn) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
-    const int64_t s = i / row_elems, j = i % row_elems;
-    const int64_t r = idx[s];
-    if (r < 0 || r >= rows) {
-      if (j == 0) report(err, eqn, s, r);
-      out[i] = T(0);
-    } else {
-      out[i] = table[r * row_elems + j];
-    }
+    int64_t r = 0, j = 0;
+    out[i] = table_row(i, idx, rows, row_elems, err, eqn, r, j) ? table[r * row_elems + j] : T(0);
   }
 }
 
@@ -104,13 +111,8 @@ template <class T>
 __global__ void k_scatter_add(T* out, const int32_t* __restrict__ idx, const T* __restrict__ upd, int64_t rows,
                               int64_t n, int64_t row_elems, DeviceError* err, int eqn) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
-    const int64_t s = i / row_elems, j = i % row_elems;
-    const int64_t r = idx[s];
-    if (r < 0 || r >= rows) {
-      if (j == 0) report(err, eqn, s, r);
-    } else {
-      atomicAdd(out + r * row_elems + j, upd[i]);
-    }
+    int64_t r = 0, j = 0;
+    if (table_row(i, idx, rows, row_elems, err, eqn, r, j)) atomicAdd(out + r * row_elems + j, upd[i]);
   }
 }
 
@@ -120,12 +122,8 @@ __global__ void k_scatter_add(T* out, const int32_t* __restrict__ idx, const T* 
 __global__ void k_scatter_add_bf16(uint16_t* out, const int32_t* __restrict__ idx, const uint16_t* __restrict__ upd,
                                    int64_t rows, int64_t n, int64_t row_elems, DeviceError* err, int eqn) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
-    const int64_t s = i / row_elems, j = i % row_elems;
-    const int64_t r = idx[s];
-    if (r < 0 || r >= rows) {
-      if (j == 0) report(err, eqn, s, r);
-      continue;
-    }
+    int64_t r = 0, j = 0;
+    if (!table_row(i, idx, rows, row_elems, err, eqn, r, j)) continue;
     uint16_t* p = out + r * row_elems + j;
     unsigned* word = reinterpret_cast<unsigned*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{3});
     const unsigned shift = (reinterpret_cast<uintptr_t>(p) & 2u) ? 16u : 0u;
