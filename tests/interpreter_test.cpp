@@ -800,12 +800,17 @@ TEST(DotGeneralFolding, ReadsTransposedOperandsInPlace) {
       {"values_rhs", {2, 6, 3, 8}, {0, 2, 1, 3}, false, {2, 3, 5, 6}, {0, 1}, {0, 1}, {3}, {2}, true},
       {"matrix", {5, 7}, {1, 0}, true, {5, 3}, {}, {}, {1}, {0}, true},
       {"free_axes_reversed", {3, 4, 5}, {2, 0, 1}, true, {4, 6}, {}, {}, {2}, {0}, false},
+      // read from x, the free axes (0, 1, 3) would not form one run: the dot
+      // would copy x anyway, so the transpose stays (one copy for all readers)
+      {"operand_not_in_place", {2, 3, 4, 5}, {0, 1, 3, 2}, true, {4, 6}, {}, {}, {3}, {0}, false},
   };
   for (const C& c : cases) {
     SCOPED_TRACE(c.name);
     for (DType d : {DType::f32, DType::f64}) {
       Program p;
-      const int x = p.add_input("x", T(d, c.x)), y = p.add_input("y", T(d, c.other));
+      const int x0 = p.add_input("x", T(d, c.x)), y = p.add_input("y", T(d, c.other));
+      // x an intermediate in the arena (the seed's q, k, v are), not an input
+      const int x = p.add_eqn(Op::negate, {p.add_eqn(Op::negate, {x0}, {})}, {});
       Attrs ta;
       ta.dims = c.perm;
       const int t = p.add_eqn(Op::transpose, {x}, ta);
@@ -865,6 +870,11 @@ TEST(DotGeneralFolding, WritesResultsThroughATransposeThatReadsThem) {
   const C cases[] = {
       {"heads_back", {2, 3, 5, 6}, {2, 3, 6, 8}, {0, 1}, {0, 1}, {3}, {2}, {0, 2, 1, 3}, false, true},
       {"batch_moved_inside", {4, 5, 6}, {4, 6, 3}, {0}, {0}, {2}, {1}, {1, 0, 2}, false, true},
+      // 8 matrices of 64 x 40 in 4 parts (batch split), written interleaved
+      // (c_off per matrix, ldc = 4 * 40): B untransposed, and B transposed
+      // (copied transposed first: pack_bt's batch path)
+      {"heads_back_in_parts", {2, 4, 64, 32}, {2, 4, 32, 40}, {0, 1}, {0, 1}, {3}, {2}, {0, 2, 1, 3}, false, true},
+      {"heads_back_in_parts_bt", {2, 4, 64, 32}, {2, 4, 40, 32}, {0, 1}, {0, 1}, {3}, {3}, {0, 2, 1, 3}, false, true},
       {"n_off_stride_one", {5, 6}, {6, 3}, {}, {}, {1}, {0}, {1, 0}, false, false},
       {"result_read_twice", {2, 3, 5, 6}, {2, 3, 6, 8}, {0, 1}, {0, 1}, {3}, {2}, {0, 2, 1, 3}, true, false},
   };

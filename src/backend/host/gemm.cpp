@@ -146,12 +146,13 @@ Blas* load_blas() {
     // see the environment the user gave.
     if (!asked.empty()) setenv("OPENBLAS_CORETYPE", asked.c_str(), 1);
     // Likewise its thread count: OpenBLAS starts its worker threads inside
-    // dlopen, one per further core, and each spins (sched_yield) for a while
-    // after start-up even when openblas_set_num_threads(1) follows
-    // (configure_gemm_threads), competing with the host pool's threads for
-    // the cores. Unless the user set a count, it starts with none.
-    const bool one_thread = std::getenv("OPENBLAS_NUM_THREADS") == nullptr &&
-                            std::getenv("GOTO_NUM_THREADS") == nullptr && std::getenv("OMP_NUM_THREADS") == nullptr;
+    // dlopen, one per further core (or as GOTO_NUM_THREADS/OMP_NUM_THREADS
+    // say), and each spins (sched_yield) for a while after start-up even when
+    // openblas_set_num_threads(1) follows (configure_gemm_threads), competing
+    // with the host pool's threads for the cores. Unless the user set
+    // OPENBLAS_NUM_THREADS (which OpenBLAS reads before the other two, and
+    // configure_gemm_threads leaves alone), it starts with none.
+    const bool one_thread = std::getenv("OPENBLAS_NUM_THREADS") == nullptr;
     if (one_thread) setenv("OPENBLAS_NUM_THREADS", "1", 1);
     std::string errors;
     for (const char* name : {CAPSTEP_OPENBLAS_SONAME, CAPSTEP_OPENBLAS_PATH}) {

@@ -5,7 +5,14 @@
 //   input      the caller's Array, read in place (its address is set per run)
 //   static     constant and iota: computed once into storage owned here
 //   alias      reshape, and any broadcast/transpose/convert that moves nothing:
-//              the same bytes as its operand, no step at all
+//              the same bytes as its operand, no step at all. Two aliases
+//              hold another layout than their type's row-major one: a
+//              transpose that only dot_generals read holds its operand as it
+//              is (the dots read it through the permuted strides), and a
+//              dot_general whose one reader is a transpose holds its result in
+//              the transpose's layout (the transpose is then the alias); no
+//              other step reads either
+//              (see "transposes that their dot_generals read in place")
 //   arena      everything else: an offset in one arena shared by buffers whose
 //              lifetimes do not overlap (see memory_plan.h)
 //   direct     a buffer that ends as a program output: the caller's output Array
@@ -421,10 +428,12 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
   std::vector<Step> built;  // per equation of ex (fn null: no work)
 
   // ---- transposes that their dot_generals read in place: when every reader
-  // of a transpose is a dot_general that can read x through the permuted
-  // strides instead (fold_transpose_dims; plan_dot takes any strides), and the
-  // transpose is no output and runs outside fused groups, it moves nothing
-  // (an alias of x, read by those dots only) and each dot is planned on x.
+  // of a transpose is a dot_general that can read x with the dimension
+  // numbers mapped through the permutation (fold_transpose_dims) and without
+  // copying it first (dot_operand_in_place; a bf16 operand is copied, widened,
+  // either way), and the transpose is no output and runs outside fused
+  // groups, it moves nothing (an alias of x, read by those dots only) and
+  // each dot is planned on x.
   // The attention heads' transposes of q, k, v and their cotangents are these.
   std::vector<char> folded(static_cast<size_t>(nv), 0);
   std::vector<char> folded_out(static_cast<size_t>(nv), 0), writes_transposed(static_cast<size_t>(nv), 0);
@@ -448,7 +457,11 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
         const int d = def_eqn[v];
         if (e.op != Op::dot_general || d < 0 || ex.eqns[static_cast<size_t>(d)].op != Op::transpose) continue;
         Attrs at = e.attrs;
-        if (fold_transpose_dims(at, static_cast<int>(k), ex.eqns[static_cast<size_t>(d)].attrs.dims)) ++folding[v];
+        const Eqn& tr = ex.eqns[static_cast<size_t>(d)];
+        if (k < 2 && fold_transpose_dims(at, static_cast<int>(k), tr.attrs.dims) &&
+            dot_operand_in_place(prog.type(tr.inputs[0]), k == 0 ? at.lhs_batch : at.rhs_batch,
+                                 k == 0 ? at.lhs_contract : at.rhs_contract))
+          ++folding[v];
       }
     }
     for (int i = 0; i < ne; ++i) {

@@ -197,6 +197,16 @@ void k_dot_bf16(const Step& s, void* const* p) {
 
 }  // namespace
 
+bool dot_operand_in_place(const Type& t, const std::vector<int64_t>& batch, const std::vector<int64_t>& contract) {
+  if (t.dtype == DType::bf16) return true;  // copied (widened) anyway: through any strides
+  const std::vector<int64_t> st = row_major_strides(t.shape);
+  const Group f = group_of(t.shape, st, dot_free_axes(t.rank(), batch, contract)), c = group_of(t.shape, st, contract);
+  if (!f.chained || !c.chained) return false;
+  // As plan_dot's A and B: one run of stride 1, the other at a stride of at least that run's length.
+  return ((c.any || c.stride == 1) && (f.any || f.stride >= c.size)) ||
+         ((f.any || f.stride == 1) && (c.any || c.stride >= f.size));
+}
+
 bool dot_out_layout(const Attrs& at, int lhs_rank, int rhs_rank, const std::vector<int64_t>& st, const Type& lhs,
                     const Type& rhs, DotPlan& d) {
   // The result's axes: the batch axes, lhs's free axes, rhs's free axes.
@@ -217,6 +227,7 @@ bool dot_out_layout(const Attrs& at, int lhs_rank, int rhs_rank, const std::vect
   const int64_t N = std::max<int64_t>(gn.size, 1);
   if (!gm.any && gm.stride < N) return false;
   d.ldc = gm.any ? N : gm.stride;
+  if (d.ldc > INT_MAX) return false;  // BLAS's int range
   d.c_off = batch_offsets(out, st, baxes);
   return true;
 }

@@ -112,6 +112,9 @@ void configure_blas_threads();
 // axis, in elements) instead of row-major; dot_out_layout must accept them.
 DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& a, const std::string& what,
                  const std::vector<int64_t>* out_strides = nullptr);
+// Whether plan_dot reads an operand of type t (row-major) with these batch
+// and contracting axes in place, without copying it to scratch first.
+bool dot_operand_in_place(const Type& t, const std::vector<int64_t>& batch, const std::vector<int64_t>& contract);
 // Whether a dot_general's result can be written through strides `st` (one
 // per result axis): N's axes one run of stride 1, M's one run of stride >= N
 // (ldc), the batch axes anywhere (c_off); sets d.ldc and d.c_off if so.
