@@ -190,6 +190,8 @@ TEST(HostParallel, AdamWOverEveryParameterAtOnceIsOneCallPerParameter) {
       EXPECT_FALSE(s[0][j].bit_equal(state(7)[0][j])) << "parameter " << j << " was not updated";
     }
   }
+  std::vector<Array> none, none_m, none_v;  // no parameters: nothing to do, no error
+  EXPECT_NO_THROW(optim::adamw_update(aw, sc, none, nullptr, none_m, none_v));
   std::vector<std::vector<Array>> s = state(7);
   s[2].pop_back();
   EXPECT_THROW(optim::adamw_update(aw, sc, s[0], s[1].data(), s[2], s[3]), Error);

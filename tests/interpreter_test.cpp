@@ -626,6 +626,18 @@ TEST(Reduce, LongRowsInEightPartials) {
           expect_near(got, p.type(r), want, d == DType::f64 ? 1e-12 : 0.0);
         }
       }
+    // Several runs of the row length into one output: [4, 3, len] over {0, 2}.
+    {
+      const Type t = T(DType::f64, {4, 3, len});
+      Program p;
+      int x = p.add_input("x", t);
+      Attrs at;
+      at.dims = {0, 2};
+      int r = p.add_eqn(Op::reduce_sum, {x}, at);
+      p.add_output("out", r);
+      Array in = random(t, 29 + static_cast<uint32_t>(len), -20, 20);
+      expect_near(run1(p, {in}), p.type(r), ref_reduce(in, {0, 2}, false, DType::f64), 1e-12);
+    }
     // NaN at every position of a row: the row's max is NaN, the others not.
     for (int64_t at_j : {int64_t{0}, len / 2, len - 1}) {
       Program p;
@@ -916,6 +928,59 @@ TEST(DotGeneralFolding, WritesResultsThroughATransposeThatReadsThem) {
         expect_near(got[1], T(d, xs), twice, d == DType::f32 ? 1e-5 : 1e-12);
       }
     }
+  }
+}
+
+// The folding's edges: bf16 operands (the dot widens them while copying, so
+// a transpose is folded whatever its layout), an empty contraction (its
+// result is zeros written whole: no transposed writing), and a copied lhs
+// beside a B copied transposed for libxsmm.
+TEST(DotGeneralFolding, Bf16EmptySumsAndCopiedOperands) {
+  host::InterpreterOptions unfused;
+  unfused.fuse = false;
+  {  // bf16 q k^T through a transposed k: f32 result, against the definition
+    Program p;
+    const int q = p.add_input("q", T(DType::bf16, {2, 5, 8})), k0 = p.add_input("k", T(DType::bf16, {5, 2, 8}));
+    Attrs ta;
+    ta.dims = {1, 0, 2};
+    const int k = p.add_eqn(Op::transpose, {k0}, ta);  // [2, 5, 8]
+    const Attrs at = dot_dims({0}, {0}, {2}, {2});
+    p.add_output("s", p.add_eqn(Op::dot_general, {q, k}, at));
+    host::Interpreter it(p, unfused);
+    EXPECT_EQ(it.own_steps(Op::transpose), 0);
+    const Array qv = random(T(DType::f32, {2, 5, 8}), 51).converted(DType::bf16);
+    const Array kv = random(T(DType::f32, {5, 2, 8}), 52).converted(DType::bf16);
+    const Array got = it.run({qv, kv})[0];
+    ASSERT_EQ(got.type(), T(DType::f32, {2, 5, 5}));
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t i = 0; i < 5; ++i)
+        for (int64_t j = 0; j < 5; ++j) {
+          double sum = 0;  // products of bf16 values are exact in f32; the sum rounds
+          for (int64_t c = 0; c < 8; ++c) sum += qv.get((b * 5 + i) * 8 + c) * kv.get((j * 2 + b) * 8 + c);
+          EXPECT_NEAR(got.get((b * 5 + i) * 5 + j), sum, 1e-5 * (1 + std::fabs(sum))) << b << "," << i << "," << j;
+        }
+  }
+  {  // an empty sum, read through a transpose: zeros, the transpose kept
+    Program p;
+    const int l = p.add_input("l", T(DType::f32, {2, 0})), r = p.add_input("r", T(DType::f32, {0, 3}));
+    const int x = p.add_eqn(Op::dot_general, {l, r}, dot_dims({}, {}, {1}, {0}));
+    Attrs ta;
+    ta.dims = {1, 0};
+    p.add_output("neg", p.add_eqn(Op::negate, {p.add_eqn(Op::transpose, {x}, ta)}, {}));
+    host::Interpreter it(p, unfused);
+    EXPECT_EQ(it.own_steps(Op::transpose), 1);
+    expect_exact(it.run({Array(T(DType::f32, {2, 0})), Array(T(DType::f32, {0, 3}))})[0], T(DType::f32, {3, 2}),
+                 {0, 0, 0, 0, 0, 0});
+  }
+  {  // lhs copied (its free axes split), rhs transposed (copied for libxsmm)
+    Program p;
+    const int l = p.add_input("l", T(DType::f32, {3, 4, 5})), r = p.add_input("r", T(DType::f32, {6, 4}));
+    const Attrs at = dot_dims({}, {}, {1}, {1});  // free (3, 5) split by the contraction
+    p.add_output("o", p.add_eqn(Op::dot_general, {l, r}, at));
+    const Array lv = random(T(DType::f32, {3, 4, 5}), 53), rv = random(T(DType::f32, {6, 4}), 54);
+    Shape ws;
+    const std::vector<double> want = ref_dot(lv, rv, at, &ws);
+    expect_near(host::Interpreter(p).run({lv, rv})[0], T(DType::f32, ws), want, 1e-5);
   }
 }
 
