@@ -46,23 +46,17 @@ CAPSTEP_HOST_CLONES void adamw_range(const AdamWConstants& k, const AdamWScalars
   }
 }
 
-}  // namespace
-
-void adamw_update(const AdamW& o, const AdamWScalars& s, float* p, const float* g, float* m, float* v, int64_t n) {
-  // The same constants, in the same precision, as with_adamw bakes into its program.
-  const AdamWConstants k{static_cast<float>(o.beta1), static_cast<float>(1.0 - o.beta1), static_cast<float>(o.beta2),
-                         static_cast<float>(1.0 - o.beta2), static_cast<float>(o.eps)};
-  // Elementwise, so the parts (of at least 16384 elements) that the host's
-  // threads share do not change a result.
-  const int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(host::host_threads(), n / 16384)));
-  if (parts == 1) return adamw_range(k, s, p, g, m, v, n);
-  host::parallel_parts(parts, [&](int i) {
-    int64_t b = 0, e = 0;
-    host::part_range(n, parts, i, 16, b, e);
-    adamw_range(k, s, p + b, g + b, m + b, v + b, e - b);
-  });
+// The same constants, in the same precision, as with_adamw bakes into its program.
+AdamWConstants constants_of(const AdamW& o) {
+  return {static_cast<float>(o.beta1), static_cast<float>(1.0 - o.beta1), static_cast<float>(o.beta2),
+          static_cast<float>(1.0 - o.beta2), static_cast<float>(o.eps)};
 }
-namespace {
+
+// The parts that the host's threads share n elements in, each at least 16384
+// elements; the update is elementwise, so the parts do not change a result.
+int update_parts(int64_t n) {
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(host::host_threads(), n / 16384)));
+}
 
 void check_types(const Array& p, const Array& g, const Array& m, const Array& v) {
   const Type& t = p.type();
@@ -73,6 +67,17 @@ void check_types(const Array& p, const Array& g, const Array& m, const Array& v)
 }
 
 }  // namespace
+
+void adamw_update(const AdamW& o, const AdamWScalars& s, float* p, const float* g, float* m, float* v, int64_t n) {
+  const AdamWConstants k = constants_of(o);
+  const int parts = update_parts(n);
+  if (parts == 1) return adamw_range(k, s, p, g, m, v, n);
+  host::parallel_parts(parts, [&](int i) {
+    int64_t b = 0, e = 0;
+    host::part_range(n, parts, i, 16, b, e);
+    adamw_range(k, s, p + b, g + b, m + b, v + b, e - b);
+  });
+}
 
 void adamw_update(const AdamW& o, const AdamWScalars& s, Array& p, const Array& g, Array& m, Array& v) {
   check_types(p, g, m, v);
@@ -90,11 +95,10 @@ void adamw_update(const AdamW& o, const AdamWScalars& s, std::vector<Array>& p, 
     check_types(p[j], g[j], m[j], v[j]);
     total += p[j].numel();
   }
-  const AdamWConstants k{static_cast<float>(o.beta1), static_cast<float>(1.0 - o.beta1), static_cast<float>(o.beta2),
-                         static_cast<float>(1.0 - o.beta2), static_cast<float>(o.eps)};
+  const AdamWConstants k = constants_of(o);
   // The parameters' elements as one run [0, total): part i updates its range
   // of it, tensor by tensor.
-  const int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(host::host_threads(), total / 16384)));
+  const int parts = update_parts(total);
   auto part_fn = [&](int i) {
     int64_t b = 0, e = 0;
     host::part_range(total, parts, i, 16, b, e);
