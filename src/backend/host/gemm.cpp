@@ -375,28 +375,6 @@ bool gemm_nn_small_f32(int64_t m, int64_t n, int64_t k) {
 #endif
 }
 
-void gemm_nn_prepare_f32(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
-  blas();
-#if CAPSTEP_HAVE_LIBXSMM
-  xsmm_kernel(false, m, n, k, lda, ldb, ldc);
-#else
-  (void)m, (void)n, (void)k, (void)lda, (void)ldb, (void)ldc;
-#endif
-}
-
-void gemm_nn_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                 int64_t ldc) {
-#if CAPSTEP_HAVE_LIBXSMM
-  if (const libxsmm_smmfunction f = xsmm_kernel(false, m, n, k, lda, ldb, ldc)) {
-    f(b, a, c);
-    return;
-  }
-#endif
-  blas().sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
-               static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.0f, c,
-               static_cast<blasint>(ldc));
-}
-
 void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const int64_t* a_off,
                 const double* b, int64_t ldb, const int64_t* b_off, double* c, const int64_t* c_off, int64_t ldc,
                 int64_t batch) {

@@ -11,8 +11,9 @@
 //    kernels are generated for the instruction set at hand and skip BLAS's
 //    packing, which is most of the cost at these sizes. libxsmm 1.17 has no
 //    kernel for a transposed B: gemm_batch hands those to OpenBLAS, and the
-//    interpreter copies such a B transposed for gemm_nn_f32 instead where
-//    gemm_nn_small_f32 says libxsmm takes the GEMM (DotPlan::pack_bt).
+//    interpreter copies such a B transposed and asks for the untransposed
+//    GEMM instead where gemm_nn_small_f32 says libxsmm takes it
+//    (DotPlan::pack_bt).
 #pragma once
 
 #include <cstdint>
@@ -68,17 +69,10 @@ void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double*
 // nothing. Returns whether the shape runs on libxsmm.
 bool gemm_prepare_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc = 0);
 
-// Untransposed f32 GEMMs for B operands that are stored transposed: libxsmm
-// has no kernel for those, so the caller copies B transposed first
-// (transpose_f32, strided.h) when gemm_nn_small_f32 says libxsmm would take
-// the untransposed GEMM (libxsmm usable, the three matrices within its size).
+// Whether libxsmm takes the untransposed f32 GEMM of this shape (libxsmm
+// usable, the three matrices within its size): where B is stored transposed,
+// libxsmm has no kernel, and the caller may copy B transposed (transpose_f32,
+// strided.h) and call gemm_batch untransposed instead.
 bool gemm_nn_small_f32(int64_t m, int64_t n, int64_t k);
-// Row-major C = A B with leading dimensions lda, ldb, ldc (ldc >= n: a block
-// of C's columns); libxsmm when it has the kernel, else OpenBLAS.
-// gemm_nn_prepare_f32 generates the kernel now, so that the run allocates
-// nothing.
-void gemm_nn_prepare_f32(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc);
-void gemm_nn_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                 int64_t ldc);
 
 }  // namespace capstep::host

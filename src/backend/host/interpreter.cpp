@@ -458,7 +458,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
         if (e.op != Op::dot_general || d < 0 || ex.eqns[static_cast<size_t>(d)].op != Op::transpose) continue;
         Attrs at = e.attrs;
         const Eqn& tr = ex.eqns[static_cast<size_t>(d)];
-        if (k < 2 && fold_transpose_dims(at, static_cast<int>(k), tr.attrs.dims) &&
+        if (fold_transpose_dims(at, static_cast<int>(k), tr.attrs.dims) &&
             dot_operand_in_place(prog.type(tr.inputs[0]), k == 0 ? at.lhs_batch : at.rhs_batch,
                                  k == 0 ? at.lhs_contract : at.rhs_contract))
           ++folding[v];

@@ -71,13 +71,13 @@ StridedView pack_view(const Shape& shape, const std::vector<int64_t>& strides, c
 void dot_part_rows(const DotPlan& d, int part, int64_t& lo, int64_t& hi) { part_range(d.m, d.parts, part, 8, lo, hi); }
 
 // The batch of GEMMs of d on a (A's matrices at a + a_off[i]), b, c, as
-// d.parts calls that the host's threads share. B as given by tb, ldb and
-// b_off (d's own, or those of B copied transposed under pack_bt).
+// d.parts calls that the host's threads share.
 template <class T>
-void gemm_parts(const DotPlan& d, bool tb, int64_t ldb, const int64_t* b_off, const T* a, const T* b, T* c) {
+void gemm_parts(const DotPlan& d, const T* a, const T* b, T* c) {
   const int64_t* c_off = d.c_off.empty() ? nullptr : d.c_off.data();
   if (d.parts <= 1) {
-    gemm_batch(d.trans_a, tb, d.m, d.n, d.k, a, d.lda, d.a_off.data(), b, ldb, b_off, c, c_off, d.ldc, d.batch);
+    gemm_batch(d.trans_a, d.trans_b, d.m, d.n, d.k, a, d.lda, d.a_off.data(), b, d.ldb, d.b_off.data(), c, c_off,
+               d.ldc, d.batch);
     return;
   }
   parallel_parts(d.parts, [&](int part) {
@@ -85,7 +85,7 @@ void gemm_parts(const DotPlan& d, bool tb, int64_t ldb, const int64_t* b_off, co
     if (d.batch > 1) {
       part_range(d.batch, d.parts, part, 1, lo, hi);
       if (hi > lo)
-        gemm_batch(d.trans_a, tb, d.m, d.n, d.k, a, d.lda, d.a_off.data() + lo, b, ldb, b_off + lo,
+        gemm_batch(d.trans_a, d.trans_b, d.m, d.n, d.k, a, d.lda, d.a_off.data() + lo, b, d.ldb, d.b_off.data() + lo,
                    c_off ? c : c + lo * d.m * d.n, c_off ? c_off + lo : nullptr, d.ldc, hi - lo);
       return;
     }
@@ -93,8 +93,8 @@ void gemm_parts(const DotPlan& d, bool tb, int64_t ldb, const int64_t* b_off, co
     if (hi <= lo) return;
     // rows [lo, hi) of op(A): of A's rows, or of its columns when it is stored transposed
     const int64_t a_off = d.a_off[0] + (d.trans_a ? lo : lo * d.lda);
-    gemm_batch(d.trans_a, tb, hi - lo, d.n, d.k, a, d.lda, &a_off, b, ldb, b_off, c + (c_off ? c_off[0] : 0) + lo * d.ldc,
-               nullptr, d.ldc, 1);
+    gemm_batch(d.trans_a, d.trans_b, hi - lo, d.n, d.k, a, d.lda, &a_off, b, d.ldb, d.b_off.data(),
+               c + (c_off ? c_off[0] : 0) + lo * d.ldc, nullptr, d.ldc, 1);
   });
 }
 
@@ -124,7 +124,8 @@ void gemm_bt_parts(const DotPlan& d, const float* a, const float* b, float* bt, 
     dot_part_cols(d, part, lo, hi);
     if (hi <= lo) return;
     transpose_f32(b + d.b_off[0] + lo * d.ldb, d.ldb, hi - lo, K, bt + lo, N);
-    gemm_nn_f32(M, hi - lo, K, a + d.a_off[0], d.lda, bt + lo, N, c + (d.c_off.empty() ? 0 : d.c_off[0]) + lo, d.ldc);
+    gemm_batch(false, false, M, hi - lo, K, a, d.lda, d.a_off.data(), bt + lo, N, d.bt_off.data(),
+               c + (d.c_off.empty() ? 0 : d.c_off[0]) + lo, nullptr, d.ldc, 1);
   };
   if (d.parts <= 1) return part_fn(0);
   parallel_parts(d.parts, part_fn);
@@ -152,7 +153,7 @@ void k_dot(const Step& s, void* const* p) {
     strided_copy_bytes(d.b_view, sizeof(T), b, p[s.scratch[1]]);
     b = static_cast<const T*>(p[s.scratch[1]]);
   }
-  gemm_parts(d, d.trans_b, d.ldb, d.b_off.data(), a, b, c);
+  gemm_parts(d, a, b, c);
 }
 
 // The packing walk of strided_copy, widening bf16 to f32 (exact) on the way.
@@ -192,7 +193,7 @@ void k_dot_bf16(const Step& s, void* const* p) {
   float* b = static_cast<float*>(p[s.scratch[1]]);
   widen_strided(d.a_view, static_cast<const uint16_t*>(p[s.in[0]]), a);
   widen_strided(d.b_view, static_cast<const uint16_t*>(p[s.in[1]]), b);
-  gemm_parts<float>(d, d.trans_b, d.ldb, d.b_off.data(), a, b, c);
+  gemm_parts<float>(d, a, b, c);
 }
 
 }  // namespace
@@ -330,12 +331,12 @@ DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::s
   // running the step allocates nothing.
   if (d.pack_bt && d.m > 0 && d.n > 0 && d.k > 0) {  // the untransposed kernels, on B^T (ldb = N)
     if (d.batch > 1 || d.parts == 1) {
-      gemm_nn_prepare_f32(d.m, d.n, d.k, d.lda, d.n, d.ldc);
+      gemm_prepare_f32(false, false, d.m, d.n, d.k, d.lda, d.n, d.ldc);
     } else {
       for (int i = 0; i < d.parts; ++i) {
         int64_t lo = 0, hi = 0;
         dot_part_cols(d, i, lo, hi);
-        if (hi > lo) gemm_nn_prepare_f32(d.m, hi - lo, d.k, d.lda, d.n, d.ldc);
+        if (hi > lo) gemm_prepare_f32(false, false, d.m, hi - lo, d.k, d.lda, d.n, d.ldc);
       }
     }
   } else if ((lhs.dtype == DType::f32 || lhs.dtype == DType::bf16) && d.m > 0 && d.n > 0 && d.k > 0) {
