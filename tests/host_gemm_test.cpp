@@ -183,6 +183,10 @@ TEST(HostGemm, DotGeneralInTheInterpreter) {
       {{4, 25, 77}, {200, 77}, {}, {}, {2}, {1}},
       {{3, 7, 45}, {130, 45}, {}, {}, {2}, {1}},                   // one part, ragged
       {{3, 5, 9, 13}, {3, 5, 11, 13}, {0, 1}, {0, 1}, {3}, {3}},   // batched, ragged
+      // B untransposed, copied into panels: 32, 32, 32 and 4 columns, one part
+      {{40, 90}, {90, 100}, {}, {}, {1}, {0}},
+      // 7 panels (the last 8 wide) in 3 parts (2, 2, 3 panels); A transposed
+      {{96, 64}, {96, 200}, {}, {}, {0}, {0}},
   };
   for (const D& d : cases) {
     Program p;
@@ -253,10 +257,12 @@ TEST(HostGemm, DotGeneralInTheInterpreter) {
 }
 
 // libxsmm has no kernel for a transposed B; where it would take the
-// untransposed GEMM, the interpreter copies B transposed (pack_bt) rather than
-// hand the transposed one to OpenBLAS. Which GEMMs do, and their parts.
-TEST(HostGemm, TransposedBIsCopiedWhereLibxsmmTakesTheGemm) {
-  EXPECT_EQ(host::bt_col_parts(64, 128, 128), 2);  // the seed's W^T products: 64 columns each
+// untransposed GEMM, the interpreter copies B transposed rather than hand the
+// transposed one to OpenBLAS: into column panels for one matrix, whole for a
+// batch (pack_bt). An untransposed B as large as L1 goes into panels too.
+// Which GEMMs do, and their parts. (The results: DotGeneralInTheInterpreter.)
+TEST(HostGemm, BIsCopiedIntoPanelsWhereLibxsmmTakesTheGemm) {
+  EXPECT_EQ(host::bt_col_parts(64, 128, 128), 2);  // the seed's W^T products: 2 panels each
   EXPECT_EQ(host::bt_col_parts(64, 256, 128), 4);
   EXPECT_EQ(host::bt_col_parts(64, 64, 128), 1);   // too narrow to cut
   EXPECT_EQ(host::bt_col_parts(16, 128, 64), 1);   // too little work
@@ -267,23 +273,49 @@ TEST(HostGemm, TransposedBIsCopiedWhereLibxsmmTakesTheGemm) {
   const Type x{DType::f32, {4, 16, 256}}, w{DType::f32, {128, 256}};
   const host::DotPlan d = host::plan_dot(x, w, wt, "test");
   EXPECT_TRUE(d.trans_b);
-  if (host::gemm_info().xsmm_isa.empty()) {
-    EXPECT_FALSE(d.pack_bt) << "no libxsmm: OpenBLAS takes the transposed B as it is";
-    return;
-  }
-  EXPECT_TRUE(d.pack_bt) << host::gemm_info().line;
-  EXPECT_EQ(d.parts, 2);
-  // [M,K] x [N,K]^T
-  Attrs nt;
+  Attrs nn;  // [M,K] x [K,N]
+  nn.lhs_contract = {1};
+  nn.rhs_contract = {0};
+  Attrs nt;  // [M,K] x [N,K]^T
   nt.lhs_contract = {1};
   nt.rhs_contract = {1};
-  EXPECT_TRUE(host::plan_dot({DType::f32, {64, 128}}, {DType::f32, {128, 128}}, nt, "test").pack_bt);
+  auto plan = [](const Attrs& at, int64_t m, int64_t n, int64_t k, DType t = DType::f32) {
+    const bool bt = at.rhs_contract[0] == 1;
+    return host::plan_dot({t, {m, k}}, {t, bt ? Shape{n, k} : Shape{k, n}}, at, "test");
+  };
+  if (host::gemm_info().xsmm_isa.empty()) {
+    EXPECT_EQ(d.panel, 0) << "no libxsmm: OpenBLAS takes the transposed B as it is";
+    EXPECT_FALSE(d.pack_bt);
+    EXPECT_EQ(plan(nn, 64, 128, 128).panel, 0);
+    return;
+  }
+  EXPECT_EQ(d.panel, host::kPanelCols) << host::gemm_info().line;
+  EXPECT_FALSE(d.pack_bt);
+  EXPECT_EQ(d.parts, 2);
+  EXPECT_EQ(plan(nt, 64, 128, 128).panel, host::kPanelCols);
+  EXPECT_EQ(plan(nt, 16, 128, 64).panel, host::kPanelCols) << "a transposed B is copied whatever M";
+  EXPECT_EQ(plan(nn, 64, 128, 128).panel, host::kPanelCols) << "B of 64 KiB";
+  EXPECT_EQ(plan(nn, 64, 256, 128).parts, 4);
+  EXPECT_EQ(plan(nn, 64, 64, 128).panel, 0) << "two panels wide: it fits L1 as it is";
+  EXPECT_EQ(plan(nn, 16, 128, 128).panel, 0) << "too few rows of A to repay the copy";
+  EXPECT_EQ(plan(nn, 64, 128, 32).panel, 0) << "B of 16 KiB";
   // Too large for libxsmm's kernels (gemm.h): OpenBLAS, transposed in place.
-  const host::DotPlan big = host::plan_dot({DType::f32, {512, 512}}, {DType::f32, {512, 512}}, nt, "test");
+  const host::DotPlan big = plan(nt, 512, 512, 512);
   EXPECT_TRUE(big.trans_b);
   EXPECT_FALSE(big.pack_bt);
+  EXPECT_EQ(big.panel, 0);
   // f64: libxsmm runs f32 only here.
-  EXPECT_FALSE(host::plan_dot({DType::f64, {64, 128}}, {DType::f64, {128, 128}}, nt, "test").pack_bt);
+  EXPECT_EQ(plan(nt, 64, 128, 128, DType::f64).panel, 0);
+  EXPECT_FALSE(plan(nt, 64, 128, 128, DType::f64).pack_bt);
+  // A batch with B transposed: whole matrices copied (pack_bt), no panels.
+  Attrs bt;
+  bt.lhs_batch = {0};
+  bt.rhs_batch = {0};
+  bt.lhs_contract = {2};
+  bt.rhs_contract = {2};
+  const host::DotPlan batched = host::plan_dot({DType::f32, {16, 16, 32}}, {DType::f32, {16, 16, 32}}, bt, "test");
+  EXPECT_TRUE(batched.pack_bt);
+  EXPECT_EQ(batched.panel, 0);
 }
 
 // The copy pack_bt makes: whole 8 x 8 blocks, ragged edges, padded rows.

@@ -739,7 +739,7 @@ struct DotCase {
   Shape lhs, rhs;
   std::vector<int64_t> lb, rb, lc, rc;
   bool packs = false;  // an operand cannot go to BLAS in place: copied to scratch first
-  bool bt = false;     // B transposed, A not: copied transposed for libxsmm (f32, when built with it)
+  bool bt = false;     // B transposed: copied transposed for libxsmm (f32, when built with it)
 };
 
 void PrintTo(const DotCase& c, std::ostream* os) { *os << c.name; }
@@ -775,7 +775,7 @@ INSTANTIATE_TEST_SUITE_P(
         DotCase{"matmul", {4, 5}, {5, 3}, {}, {}, {1}, {0}},
         DotCase{"lhs_transposed", {5, 4}, {5, 3}, {}, {}, {0}, {0}},
         DotCase{"rhs_transposed", {4, 5}, {3, 5}, {}, {}, {1}, {1}, false, true},
-        DotCase{"both_transposed", {5, 4}, {3, 5}, {}, {}, {0}, {1}},
+        DotCase{"both_transposed", {5, 4}, {3, 5}, {}, {}, {0}, {1}, false, true},
         DotCase{"batched", {2, 4, 5}, {2, 5, 3}, {0}, {0}, {2}, {1}},
         DotCase{"batch_not_leading", {4, 2, 5}, {5, 3, 2}, {1}, {2}, {2}, {0}, true},  // rhs: no unit stride
         DotCase{"attention_scores", {2, 3, 4, 8}, {2, 3, 6, 8}, {0, 1}, {0, 1}, {3}, {3}, false, true},

@@ -573,7 +573,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
           s.scratch[0] = nv + static_cast<int>(scratch.size());
           scratch.push_back({static_cast<size_t>(s.dot.batch * s.dot.m * s.dot.k) * es, i});
         }
-        if (s.dot.pack_b || s.dot.pack_bt) {  // pack_bt: B transposed, [B, K, N] in the result's dtype (f32)
+        if (s.dot.pack_b || s.dot.pack_bt || s.dot.panel > 0) {  // pack_bt: B transposed, [B, K, N]; panel: K x N in panels (f32)
           s.scratch[1] = nv + static_cast<int>(scratch.size());
           scratch.push_back({static_cast<size_t>(s.dot.batch * s.dot.k * s.dot.n) * es, i});
         }

@@ -98,34 +98,44 @@ void gemm_parts(const DotPlan& d, const T* a, const T* b, T* c) {
   });
 }
 
-// The columns of C (and rows of B) that part `part` of a pack_bt GEMM of one
-// matrix copies and computes: a part copies its columns of B, transposed, and
-// multiplies A by them (measured on the seed step, lane 1 on 2 threads:
-// cutting M's rows instead, after the parts had copied B together, gave a
-// median of 1.31 ms a step against 1.20).
-void dot_part_cols(const DotPlan& d, int part, int64_t& lo, int64_t& hi) { part_range(d.n, d.parts, part, 16, lo, hi); }
-
-// pack_bt (step.h): B copied transposed into bt ([B, K, N]) and multiplied
-// untransposed; each part copies and multiplies its own matrices (batch > 1)
-// or its own columns of B and C (one matrix).
+// pack_bt (step.h), batch > 1: B's matrices copied transposed into bt
+// ([B, K, N]) and multiplied untransposed; each part copies and multiplies its
+// own matrices.
 void gemm_bt_parts(const DotPlan& d, const float* a, const float* b, float* bt, float* c) {
   const int64_t M = d.m, N = d.n, K = d.k;
+  parallel_parts(d.parts, [&](int part) {
+    int64_t lo = 0, hi = 0;
+    part_range(d.batch, d.parts, part, 1, lo, hi);
+    if (hi <= lo) return;
+    for (int64_t i = lo; i < hi; ++i)
+      transpose_f32(b + d.b_off[static_cast<size_t>(i)], d.ldb, N, K, bt + i * K * N, N);
+    gemm_batch(false, false, M, N, K, a, d.lda, d.a_off.data() + lo, bt, N, d.bt_off.data() + lo,
+               d.c_off.empty() ? c + lo * M * N : c, d.c_off.empty() ? nullptr : d.c_off.data() + lo, d.ldc, hi - lo);
+  });
+}
+
+// DotPlan::panel (step.h): part `part` copies its panels of B, one at a time,
+// as K x w (transposed when B is stored transposed), and multiplies A by each
+// while it is in L1 into C's columns [j, j + w).
+void gemm_panel_parts(const DotPlan& d, const float* a, const float* b, float* pan, float* c) {
+  const int64_t M = d.m, N = d.n, K = d.k, W = d.panel;
+  const int64_t panels = (N + W - 1) / W;
+  const int64_t zero = 0;
+  b += d.b_off[0];
+  c += d.c_off.empty() ? 0 : d.c_off[0];
   auto part_fn = [&](int part) {
     int64_t lo = 0, hi = 0;
-    if (d.batch > 1) {  // its matrices copied, then one call for them all (one kernel look-up)
-      part_range(d.batch, d.parts, part, 1, lo, hi);
-      if (hi <= lo) return;
-      for (int64_t i = lo; i < hi; ++i)
-        transpose_f32(b + d.b_off[static_cast<size_t>(i)], d.ldb, N, K, bt + i * K * N, N);
-      gemm_batch(false, false, M, N, K, a, d.lda, d.a_off.data() + lo, bt, N, d.bt_off.data() + lo,
-                 d.c_off.empty() ? c + lo * M * N : c, d.c_off.empty() ? nullptr : d.c_off.data() + lo, d.ldc, hi - lo);
-      return;
+    part_range(panels, d.parts, part, 1, lo, hi);
+    for (int64_t q = lo; q < hi; ++q) {
+      const int64_t j = q * W, w = std::min(W, N - j);
+      float* __restrict dst = pan + j * K;
+      if (d.trans_b) {
+        transpose_f32(b + j * d.ldb, d.ldb, w, K, dst, w);
+      } else {
+        for (int64_t r = 0; r < K; ++r) std::copy_n(b + r * d.ldb + j, w, dst + r * w);
+      }
+      gemm_batch(d.trans_a, false, M, w, K, a, d.lda, d.a_off.data(), dst, w, &zero, c + j, nullptr, d.ldc, 1);
     }
-    dot_part_cols(d, part, lo, hi);
-    if (hi <= lo) return;
-    transpose_f32(b + d.b_off[0] + lo * d.ldb, d.ldb, hi - lo, K, bt + lo, N);
-    gemm_batch(false, false, M, hi - lo, K, a, d.lda, d.a_off.data(), bt + lo, N, d.bt_off.data(),
-               c + (d.c_off.empty() ? 0 : d.c_off[0]) + lo, nullptr, d.ldc, 1);
   };
   if (d.parts <= 1) return part_fn(0);
   parallel_parts(d.parts, part_fn);
@@ -147,6 +157,7 @@ void k_dot(const Step& s, void* const* p) {
     a = static_cast<const T*>(p[s.scratch[0]]);
   }
   if constexpr (std::is_same_v<T, float>) {
+    if (d.panel > 0) return gemm_panel_parts(d, a, b, static_cast<float*>(p[s.scratch[1]]), c);
     if (d.pack_bt) return gemm_bt_parts(d, a, b, static_cast<float*>(p[s.scratch[1]]), c);
   }
   if (d.pack_b) {
@@ -302,9 +313,17 @@ DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::s
     d.a_off = batch_offsets(lhs.shape, ls, at.lhs_batch);
   }
   // libxsmm has no kernel for a transposed B: when it would take the GEMM
-  // untransposed, B is copied transposed by the parts instead (pack_bt).
-  if (!d.pack_b && d.trans_b && !d.trans_a && lhs.dtype == DType::f32 && rhs.dtype == DType::f32 &&
-      gemm_nn_small_f32(M, N, K))
+  // untransposed, B is copied by the parts instead, transposed: into panels
+  // (one matrix), or whole (pack_bt, a batch). An untransposed B of L1's size
+  // or more goes into panels too when it is more than two panels wide, unless
+  // A has so few rows that the copy is not repaid (each element of a panel is
+  // used M times). Measured (bench/README.md, "B in panels"): 64x64x128 and
+  // 128x64x64 (TA) ran slower in panels, 16x128x128 no faster.
+  const bool xsmm_f32 = !d.pack_b && lhs.dtype == DType::f32 && rhs.dtype == DType::f32 && gemm_nn_small_f32(M, N, K);
+  if (xsmm_f32 && d.batch == 1 &&
+      (d.trans_b || (M >= 32 && N > 2 * kPanelCols && K * N * static_cast<int64_t>(sizeof(float)) >= kPanelBytes)))
+    d.panel = kPanelCols;
+  else if (xsmm_f32 && d.trans_b && !d.trans_a)
     d.pack_bt = true;
   if (d.pack_b) {  // packed as [B, K, N]
     std::vector<int64_t> order = at.rhs_batch;
@@ -326,19 +345,15 @@ DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::s
   }
   if (d.pack_bt)
     for (int64_t i = 0; i < d.batch; ++i) d.bt_off.push_back(i * K * N);
-  d.parts = d.pack_bt && d.batch == 1 ? bt_col_parts(d.m, d.n, d.k) : dot_parts(d.batch, d.m, d.n, d.k);
-  // The libxsmm kernels are generated now (one per part's row count), so that
-  // running the step allocates nothing.
-  if (d.pack_bt && d.m > 0 && d.n > 0 && d.k > 0) {  // the untransposed kernels, on B^T (ldb = N)
-    if (d.batch > 1 || d.parts == 1) {
-      gemm_prepare_f32(false, false, d.m, d.n, d.k, d.lda, d.n, d.ldc);
-    } else {
-      for (int i = 0; i < d.parts; ++i) {
-        int64_t lo = 0, hi = 0;
-        dot_part_cols(d, i, lo, hi);
-        if (hi > lo) gemm_prepare_f32(false, false, d.m, hi - lo, d.k, d.lda, d.n, d.ldc);
-      }
-    }
+  d.parts = d.panel > 0 ? bt_col_parts(d.m, d.n, d.k) : dot_parts(d.batch, d.m, d.n, d.k);
+  // The libxsmm kernels are generated now (one per part's row count, or per
+  // panel width), so that running the step allocates nothing.
+  if (d.panel > 0 && d.m > 0 && d.n > 0 && d.k > 0) {  // the untransposed kernels, on panels (ldb = width)
+    const int64_t w = std::min(d.panel, d.n), tail = d.n % d.panel;
+    gemm_prepare_f32(d.trans_a, false, d.m, w, d.k, d.lda, w, d.ldc);
+    if (tail > 0 && tail != w) gemm_prepare_f32(d.trans_a, false, d.m, tail, d.k, d.lda, tail, d.ldc);
+  } else if (d.pack_bt && d.m > 0 && d.n > 0 && d.k > 0) {  // the untransposed kernel, on B^T (ldb = N)
+    gemm_prepare_f32(false, false, d.m, d.n, d.k, d.lda, d.n, d.ldc);
   } else if ((lhs.dtype == DType::f32 || lhs.dtype == DType::bf16) && d.m > 0 && d.n > 0 && d.k > 0) {
     if (d.batch > 1 || d.parts == 1) {
       gemm_prepare_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.lda, d.ldb, d.ldc);

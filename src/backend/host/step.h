@@ -42,6 +42,16 @@ struct DotPlan {
   // transposed one (kernels_dot.cpp, gemm_bt_parts).
   bool pack_bt = false;
   std::vector<int64_t> bt_off;            // pack_bt: each batch's matrix in the copy (i * K * N)
+  // One f32 matrix (batch 1) that libxsmm takes, B transposed or as large as
+  // the L1 cache (kPanelBytes) and wider than two panels (plan_dot has the
+  // rule): the parts copy B into column
+  // panels of `panel` columns, each K x panel and contiguous (the last one
+  // narrower), and run libxsmm on one panel at a time while it sits in L1.
+  // B's rows in place are ldb floats apart, which puts a panel's rows in a
+  // few of L1's sets; libxsmm re-reads B for every few rows of A. Measured on
+  // the seed's shapes, one thread (bench/README.md, "B in panels"):
+  // 64x128x128 from 29 to 23 us, 64x128x256 from 59 to 46.
+  int64_t panel = 0;
   // C's rows are ldc apart (n when C is a whole matrix); c_off, when not
   // empty, the offset of each batch's matrix (else i * m * n): a result that
   // a transpose of it reads in its own layout (dot_out_layout).
@@ -49,7 +59,7 @@ struct DotPlan {
   std::vector<int64_t> c_off;
   // The GEMMs run as `parts` calls that the host's threads share
   // (parallel.h): ranges of the batch when batch > 1, else ranges of M's rows
-  // (multiples of 8), or of N's columns under pack_bt (multiples of 16).
+  // (multiples of 8), or of N's panels under `panel`.
   // Decided from the shape alone (dot_parts, bt_col_parts), so results do not
   // depend on the number of threads.
   int parts = 1;
@@ -60,9 +70,13 @@ struct DotPlan {
 // M >= 64 and each part keeps at least 32 rows and 2^18 multiply-adds; at
 // most 4.
 int dot_parts(int64_t batch, int64_t m, int64_t n, int64_t k);
-// The parts of a pack_bt GEMM of one matrix: ranges of N's columns (multiples
-// of 16), each at least 64 wide and 2^18 multiply-adds; at most 4.
+// The parts of a GEMM of one matrix run in panels: ranges of N's panels,
+// each at least 64 columns wide and 2^18 multiply-adds; at most 4.
 int bt_col_parts(int64_t m, int64_t n, int64_t k);
+// DotPlan::panel: the panel width, and the size of B above which an
+// untransposed B is copied into panels too.
+inline constexpr int64_t kPanelCols = 32;
+inline constexpr int64_t kPanelBytes = 32 * 1024;
 
 struct Step {
   Kernel fn = nullptr;
