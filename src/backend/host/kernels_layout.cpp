@@ -5,6 +5,7 @@
 #pragma GCC optimize("no-trapping-math")
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include <type_traits>
@@ -47,10 +48,26 @@ inline T reduce_run(const In* __restrict in, int64_t n) {
     return acc;
   }
   T part[W];
-  for (int l = 0; l < W; ++l) part[l] = load<T>(in[l]);
   int64_t j = W;
-  for (; j + W <= n; j += W)
-    for (int l = 0; l < W; ++l) part[l] = combine<T, Max>(part[l], load<T>(in[j + l]));
+  if constexpr (Max && std::is_same_v<T, In> && std::is_floating_point_v<T>) {
+    // The partials as one vector (GCC's vector extension, any target): the
+    // per-lane loop below does not vectorise a max's selects. Lane l is
+    // part[l], combined the same way (max_select), so the same bits.
+    using V [[gnu::vector_size(W * sizeof(T))]] = T;
+    V acc, x;
+    std::memcpy(&acc, in, sizeof acc);
+    for (; j + W <= n; j += W) {
+      std::memcpy(&x, in + j, sizeof x);
+      V m = acc > x ? acc : x;
+      m = x != x ? x : m;
+      acc = acc != acc ? acc : m;
+    }
+    std::memcpy(part, &acc, sizeof part);
+  } else {
+    for (int l = 0; l < W; ++l) part[l] = load<T>(in[l]);
+    for (; j + W <= n; j += W)
+      for (int l = 0; l < W; ++l) part[l] = combine<T, Max>(part[l], load<T>(in[j + l]));
+  }
   for (int l = 0; j < n; ++j, ++l) part[l] = combine<T, Max>(part[l], load<T>(in[j]));
   for (int w = W / 2; w >= 1; w /= 2)
     for (int l = 0; l < w; ++l) part[l] = combine<T, Max>(part[l], part[l + w]);
