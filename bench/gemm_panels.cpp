@@ -2,13 +2,11 @@
 // libxsmm), B read in place against B copied into contiguous K x w column
 // panels (the copy timed with it), w = 64, 32, 16. This is the measurement
 // behind DotPlan::panel (src/backend/host/step.h); bench/README.md, "B in
-// panels", has a run. Build from a host build's libcapstep.a (here build/):
-//   g++ -O2 -std=c++20 -Iinclude -Isrc bench/gemm_panels.cpp build/libcapstep.a \
-//       -lxsmm -lxsmmext -lopenblas -ldl -lpthread -o /tmp/gemm_panels
-// Run: OPENBLAS_NUM_THREADS=1 /tmp/gemm_panels [rounds]. Per shape, the
-// variants run interleaved (50 calls each, `rounds` times, default 41); it
-// prints the median and the fastest round, in us per GEMM, and GFLOP/s of
-// the median.
+// panels", has a run. Built by CMake as bench_gemm_panels (without libxsmm it
+// times OpenBLAS, which copies B itself). Run: build/bench_gemm_panels
+// [rounds]. Per shape, the variants run interleaved (50 calls each, `rounds`
+// times, default 41); it prints the median and the fastest round, in us per
+// GEMM, and GFLOP/s of the median.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

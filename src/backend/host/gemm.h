@@ -12,8 +12,9 @@
 //    packing, which is most of the cost at these sizes. libxsmm 1.17 has no
 //    kernel for a transposed B: gemm_batch hands those to OpenBLAS, and the
 //    interpreter copies such a B transposed and asks for the untransposed
-//    GEMM instead where gemm_nn_small_f32 says libxsmm takes it
-//    (DotPlan::pack_bt).
+//    GEMM instead where gemm_nn_small_f32 says libxsmm takes it: into
+//    column panels for one matrix (DotPlan::panel, which also takes an
+//    untransposed B too large for L1), whole for a batch (DotPlan::pack_bt).
 #pragma once
 
 #include <cstdint>
