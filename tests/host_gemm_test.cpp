@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/host/gemm.h"
+#include "backend/host/parallel.h"
 #include "backend/host/step.h"
 #include "backend/host/strided.h"
 #include "capstep/interpreter.h"
@@ -316,6 +317,58 @@ TEST(HostGemm, BIsCopiedIntoPanelsWhereLibxsmmTakesTheGemm) {
   const host::DotPlan batched = host::plan_dot({DType::f32, {16, 16, 32}}, {DType::f32, {16, 16, 32}}, bt, "test");
   EXPECT_TRUE(batched.pack_bt);
   EXPECT_EQ(batched.panel, 0);
+}
+
+// The panel path against the one it replaced: the same libxsmm kernel on
+// the whole B in place (B stored transposed: copied transposed first, as
+// pack_bt did), bit for bit, on one thread and on two (the parts share the
+// panels out).
+TEST(HostGemm, PanelsGiveTheWholeMatrixBits) {
+  if (host::gemm_info().xsmm_isa.empty()) GTEST_SKIP() << "no libxsmm: no panels";
+  const int saved_threads = host::host_threads();
+  struct C {
+    int64_t m, n, k;
+    bool ta, tb;
+  };
+  for (const C c : {C{64, 128, 128, false, false}, C{64, 128, 256, false, false}, C{128, 256, 64, true, false},
+                    C{64, 128, 128, false, true}, C{40, 100, 90, false, false}, C{21, 130, 45, false, true},
+                    C{96, 200, 64, true, true}}) {
+    SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + (c.ta ? " TA" : "") +
+                 (c.tb ? " TB" : ""));
+    const Shape ls = c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, rs = c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n};
+    Attrs at;
+    at.lhs_contract = {c.ta ? 0 : 1};
+    at.rhs_contract = {c.tb ? 1 : 0};
+    const host::DotPlan d = host::plan_dot({DType::f32, ls}, {DType::f32, rs}, at, "test");
+    ASSERT_EQ(d.panel, host::kPanelCols);
+    Program p;
+    const int l = p.add_input("l", Type{DType::f32, ls}), r = p.add_input("r", Type{DType::f32, rs});
+    p.add_output("o", p.add_eqn(Op::dot_general, {l, r}, at));
+    Array lv(Type{DType::f32, ls}), rv(Type{DType::f32, rs});
+    for (int64_t i = 0; i < lv.numel(); ++i) lv.set(i, static_cast<double>((i * 37) % 101 - 50) / 51.0);
+    for (int64_t i = 0; i < rv.numel(); ++i) rv.set(i, static_cast<double>((i * 53) % 97 - 48) / 47.0);
+    // The whole-matrix GEMM: B as [K, N], untransposed, ldb = N.
+    std::vector<float> b(static_cast<size_t>(c.k * c.n)), want(static_cast<size_t>(c.m * c.n));
+    for (int64_t q = 0; q < c.k; ++q)
+      for (int64_t j = 0; j < c.n; ++j)
+        b[static_cast<size_t>(q * c.n + j)] = rv.data<float>()[c.tb ? j * c.k + q : q * c.n + j];
+    const int64_t lda = c.ta ? c.m : c.k, zero = 0;
+    ASSERT_TRUE(host::gemm_prepare_f32(c.ta, false, c.m, c.n, c.k, lda, c.n, c.n));
+    host::gemm_batch(c.ta, false, c.m, c.n, c.k, lv.data<float>(), lda, &zero, b.data(), c.n, &zero, want.data(), 1);
+    for (int threads : {1, 2}) {
+      host::set_host_threads(threads);
+      host::Interpreter it(p);
+      std::vector<Array> out;
+      it.run({&lv, &rv}, out);
+      int bad = 0;
+      for (int64_t i = 0; i < c.m * c.n; ++i)
+        if (out[0].data<float>()[i] != want[static_cast<size_t>(i)] && bad++ < 3)
+          ADD_FAILURE() << threads << " threads: element " << i << " = " << out[0].data<float>()[i] << ", whole: "
+                        << want[static_cast<size_t>(i)];
+      EXPECT_EQ(bad, 0) << threads << " threads";
+    }
+  }
+  host::set_host_threads(saved_threads);
 }
 
 // The copy pack_bt makes: whole 8 x 8 blocks, ragged edges, padded rows.
