@@ -64,6 +64,25 @@ template <> CAPSTEP_HD float exponential<float>(float x) {
   return x != x ? x : y;
 }
 
+// exp(x) for x in [-20, 0] (tanh's e^(-2|x|) below): exponential<float>'s
+// operations without its clamp, its NaN pass and its scaling in two halves,
+// none of which can act there (k is in [-29, 0], so 2^k, 2^k1 and 2^k2 are
+// normal floats and p * 2^k is exact either way): the same bits in fewer
+// instructions (tanh was two fifths of a GELU group on the host).
+CAPSTEP_HD float exp_nonpositive_small(float x) {
+  const float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = x - k * 0.693359375f;
+  r = r - k * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * float_from_bits((static_cast<int>(k) + 127) << 23);
+}
+
 // tanh: within 2 ulp of the correctly rounded value (tested in interpreter_test).
 // Odd; for |x| < 0.625 the Cephes polynomial x + x^3 P(x^2), else
 // (1 - e) / (1 + e) with e = exp(-2|x|), free of cancellation there. NaN passes.
@@ -76,7 +95,7 @@ template <> CAPSTEP_HD float tanh<float>(float x) {
   p = p * z + 1.33314422036e-1f;
   p = p * z - 3.33332819422e-1f;
   const float small = ax + ax * z * p;
-  const float e = exponential<float>(-2.0f * (ax < 10.0f ? ax : 10.0f));
+  const float e = exp_nonpositive_small(-2.0f * (ax < 10.0f ? ax : 10.0f));
   const float big = (1.0f - e) / (1.0f + e);
   const float m = ax < 0.625f ? small : big;
   // tanh(+-0) = +-0 and NaN -> NaN: both are x itself.
