@@ -17,6 +17,7 @@
 #include "capstep/ir.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
+#include "capstep/trace.h"
 #include "seed_step.h"
 
 using namespace capstep;
@@ -175,6 +176,62 @@ TEST(HostFusion, WithAdamwProgramIsBitwiseUnfused) {
   const std::vector<Array> in = s.with_adamw_inputs(aw);
   ASSERT_EQ(in.size(), p.inputs.size());
   EXPECT_GE(expect_fused_equals_unfused(p, in), 20);
+  // Every matrix's update is one loop group that runs as the AdamW loop (the
+  // bits above include them); the five RMSNorm weights' updates (vectors of
+  // d_model) join the column sums that make their gradients, in col groups,
+  // and run tile by tile. Unfused, none.
+  int matrices = 0;
+  for (const nn::ParamSpec& ps : nn::lm_parameters(s.c)) matrices += ps.type.rank() > 1 ? 1 : 0;
+  EXPECT_EQ(matrices, static_cast<int>(s.names.size()) - 5);
+  EXPECT_EQ(host::Interpreter(p).adamw_groups(), matrices);
+  EXPECT_EQ(host::Interpreter(p, opts(false)).adamw_groups(), 0);
+}
+
+// A group shaped like an AdamW update but not one (here p*decay + lr*upd)
+// runs its members; the real one beside it takes the AdamW loop, in place too.
+TEST(HostFusion, OnlyTheAdamwUpdateItselfRunsAsTheAdamwLoop) {
+  for (bool real : {true, false}) {
+    SCOPED_TRACE(real ? "AdamW" : "p*decay + lr*upd");
+    Tracer tr;
+    const Type t{DType::f32, {3, 70}};
+    Tensor P = tr.input("p", t), G = tr.input("g", t), M = tr.input("m", t), V = tr.input("v", t);
+    Tensor lr = tr.input("lr", {DType::f32, {}}), bc1 = tr.input("bc1", {DType::f32, {}}),
+           bc2 = tr.input("bc2", {DType::f32, {}}), decay = tr.input("decay", {DType::f32, {}});
+    Tensor m = M * 0.9 + G * (1.0 - 0.9);
+    Tensor v = V * 0.999 + (G * G) * (1.0 - 0.999);
+    Tensor upd = (m * bc1) / (sqrt(v * bc2) + 1e-8);
+    Tensor np = real ? P * decay - lr * upd : P * decay + lr * upd;
+    Program p = tr.finish({{"p.new", np}, {"m.new", m}, {"v.new", v}});
+    std::vector<Array> in;
+    for (int i = 0; i < 4; ++i) {
+      Array a(t);
+      for (int64_t j = 0; j < a.numel(); ++j) a.set(j, i == 3 ? 0.001 * static_cast<double>(j % 13) : std::sin(0.1 * static_cast<double>(j + 17 * i)));
+      in.push_back(a);
+    }
+    for (double x : {3e-3, 1.5, 1.2, 0.99997}) in.push_back(Array::f32({}, {static_cast<float>(x)}));
+    EXPECT_EQ(host::Interpreter(p).adamw_groups(), real ? 1 : 0);
+    EXPECT_GE(expect_fused_equals_unfused(p, in), 1);
+    if (!real) continue;
+    // Against optim::adamw_update, in place: the same bits.
+    Array pp = in[0], mm = in[2], vv = in[3];
+    optim::AdamW aw;
+    aw.beta1 = 0.9;
+    aw.beta2 = 0.999;
+    aw.eps = 1e-8;
+    optim::adamw_update(aw, {3e-3f, 1.5f, 1.2f, 0.99997f}, pp, in[1], mm, vv);
+    host::Interpreter it(p);
+    std::vector<const Array*> args;
+    for (const Array& a : in) args.push_back(&a);
+    std::vector<Array> out(3);
+    out[0] = in[0];  // the parameter updated in place, as lane 1f does
+    args[0] = &out[0];
+    it.run(args, out);
+    for (int64_t j = 0; j < pp.numel(); ++j) {
+      ASSERT_EQ(out[0].data<float>()[j], pp.data<float>()[j]) << j;
+      ASSERT_EQ(out[1].data<float>()[j], mm.data<float>()[j]) << j;
+      ASSERT_EQ(out[2].data<float>()[j], vv.data<float>()[j]) << j;
+    }
+  }
 }
 
 TEST(HostFusion, EnvironmentTurnsFusionOff) {

@@ -5,6 +5,7 @@
 #include "backend/host/parallel.h"
 #include "backend/host/step.h"
 #include "capstep/optim.h"
+#include "optim/adamw_kernel.h"
 
 namespace capstep::optim {
 
@@ -28,12 +29,6 @@ AdamWScalars adamw_scalars(const AdamW& o, int64_t step, double lr) {
           static_cast<float>(1.0 / (1.0 - std::pow(o.beta2, t))), static_cast<float>(1.0 - lr * o.weight_decay)};
 }
 
-namespace {
-
-struct AdamWConstants {
-  float b1, c1, b2, c2, eps;
-};
-
 CAPSTEP_HOST_CLONES void adamw_range(const AdamWConstants& k, const AdamWScalars& s, float* __restrict p,
                                      const float* __restrict g, float* __restrict m, float* __restrict v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
@@ -47,16 +42,18 @@ CAPSTEP_HOST_CLONES void adamw_range(const AdamWConstants& k, const AdamWScalars
 }
 
 // The same constants, in the same precision, as with_adamw bakes into its program.
-AdamWConstants constants_of(const AdamW& o) {
+AdamWConstants adamw_constants(const AdamW& o) {
   return {static_cast<float>(o.beta1), static_cast<float>(1.0 - o.beta1), static_cast<float>(o.beta2),
           static_cast<float>(1.0 - o.beta2), static_cast<float>(o.eps)};
 }
 
-// The parts that the host's threads share n elements in, each at least 16384
-// elements; the update is elementwise, so the parts do not change a result.
-int update_parts(int64_t n) {
+// Each part at least 16384 elements; the update is elementwise, so the parts
+// do not change a result.
+int adamw_parts(int64_t n) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(host::host_threads(), n / 16384)));
 }
+
+namespace {
 
 void check_types(const Array& p, const Array& g, const Array& m, const Array& v) {
   const Type& t = p.type();
@@ -69,8 +66,8 @@ void check_types(const Array& p, const Array& g, const Array& m, const Array& v)
 }  // namespace
 
 void adamw_update(const AdamW& o, const AdamWScalars& s, float* p, const float* g, float* m, float* v, int64_t n) {
-  const AdamWConstants k = constants_of(o);
-  const int parts = update_parts(n);
+  const AdamWConstants k = adamw_constants(o);
+  const int parts = adamw_parts(n);
   if (parts == 1) return adamw_range(k, s, p, g, m, v, n);
   host::parallel_parts(parts, [&](int i) {
     int64_t b = 0, e = 0;
@@ -95,10 +92,10 @@ void adamw_update(const AdamW& o, const AdamWScalars& s, std::vector<Array>& p, 
     check_types(p[j], g[j], m[j], v[j]);
     total += p[j].numel();
   }
-  const AdamWConstants k = constants_of(o);
+  const AdamWConstants k = adamw_constants(o);
   // The parameters' elements as one run [0, total): part i updates its range
   // of it, tensor by tensor.
-  const int parts = update_parts(total);
+  const int parts = adamw_parts(total);
   auto part_fn = [&](int i) {
     int64_t b = 0, e = 0;
     host::part_range(total, parts, i, 16, b, e);

@@ -13,6 +13,7 @@
 #include "backend/host/parallel.h"
 #include "backend/host/reduce_combine.h"
 #include "ir/scalar_math.h"
+#include "optim/adamw_kernel.h"
 
 namespace capstep::host {
 namespace {
@@ -178,6 +179,122 @@ bool host_fusable(const Program& p, const plan::Group& g, const std::vector<Step
   return true;
 }
 
+bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector<int>& root,
+                       const std::vector<char>& tile_resident, AdamWShortcut& a) {
+  if (g.kind != GroupKind::loop || g.last - g.first > 32) return false;
+  auto in_group = [&](int d) { return d >= g.first && d <= g.last; };
+  std::vector<int> def(static_cast<size_t>(p.num_values()), -1);
+  for (size_t d = 0; d < p.eqns.size(); ++d) def[static_cast<size_t>(p.eqns[d].out)] = static_cast<int>(d);
+  std::vector<char> used(static_cast<size_t>(g.last - g.first + 1), 0);  // the equations the pattern covers
+  auto use = [&](int v) {
+    const int d = def[static_cast<size_t>(v)];
+    if (in_group(d)) used[static_cast<size_t>(d - g.first)] = 1;
+  };
+  auto full = [&](int v) { return p.type(v).dtype == DType::f32 && p.type(v).numel() == g.numel; };
+  // An equation of the group of this op on f32 values of N elements.
+  auto eqn = [&](int v, Op op) -> const Eqn* {
+    const int d = def[static_cast<size_t>(v)];
+    if (!in_group(d) || p.eqns[static_cast<size_t>(d)].op != op || !full(v)) return nullptr;
+    return &p.eqns[static_cast<size_t>(d)];
+  };
+  // The same value at every position: a splat f32 constant (src = it), or a
+  // broadcast of one f32 element (src = that element).
+  auto uniform = [&](int v, int& src) {
+    const int d = def[static_cast<size_t>(v)];
+    if (d < 0 || !full(v)) return false;
+    const Eqn& e = p.eqns[static_cast<size_t>(d)];
+    if (e.op == Op::constant && e.attrs.literal.size() == 1) {
+      src = v;
+    } else if (e.op == Op::broadcast_in_dim && in_group(d) && p.type(e.inputs[0]).numel() == 1 &&
+               p.type(e.inputs[0]).dtype == DType::f32) {
+      src = e.inputs[0];
+    } else {
+      return false;
+    }
+    return true;
+  };
+  // v = x * u or u * x, u uniform, x not: x and u's source.
+  auto times_uniform = [&](int v, int& x, int& src) {
+    const Eqn* e = eqn(v, Op::multiply);
+    if (!e) return false;
+    for (size_t k = 0; k < 2; ++k) {
+      int s0 = -1, s1 = -1;
+      const int xk = e->inputs[k], uk = e->inputs[1 - k];
+      if (uniform(uk, s0) && !uniform(xk, s1) && full(xk)) {
+        src = s0;
+        x = xk;
+        use(v);
+        use(uk);
+        return true;
+      }
+    }
+    return false;
+  };
+  // p' = p * decay - lr * upd
+  const Eqn& last = p.eqns[static_cast<size_t>(g.last)];
+  if (last.op != Op::subtract || !full(last.out)) return false;
+  int upd = -1, m = -1, v = -1, s_arg = -1;
+  if (!times_uniform(last.inputs[0], a.p, a.decay) || !times_uniform(last.inputs[1], upd, a.lr)) return false;
+  use(last.out);
+  // upd = (m * bc1) / (sqrt(v * bc2) + eps)
+  const Eqn* dv = eqn(upd, Op::divide);
+  if (!dv || !times_uniform(dv->inputs[0], m, a.bc1)) return false;
+  use(upd);
+  const Eqn* den = eqn(dv->inputs[1], Op::add);
+  if (!den) return false;
+  use(dv->inputs[1]);
+  for (int k = 0; k < 2 && s_arg < 0; ++k)
+    if (const Eqn* sq = eqn(den->inputs[static_cast<size_t>(k)], Op::sqrt);
+        sq && uniform(den->inputs[static_cast<size_t>(1 - k)], a.eps)) {
+      use(den->inputs[static_cast<size_t>(k)]);
+      use(den->inputs[static_cast<size_t>(1 - k)]);
+      s_arg = sq->inputs[0];
+    }
+  if (s_arg < 0 || !times_uniform(s_arg, v, a.bc2)) return false;
+  // v = V * b2 + (g * g) * c2
+  const Eqn* va = eqn(v, Op::add);
+  if (!va) return false;
+  use(v);
+  for (int k = 0; k < 2 && a.g < 0; ++k) {
+    int gg = -1;
+    if (!times_uniform(va->inputs[static_cast<size_t>(k)], gg, a.c2)) continue;
+    const Eqn* sq = eqn(gg, Op::multiply);
+    if (!sq || sq->inputs[0] != sq->inputs[1] || !times_uniform(va->inputs[static_cast<size_t>(1 - k)], a.v, a.b2)) continue;
+    use(gg);
+    a.g = sq->inputs[0];
+  }
+  if (a.g < 0) return false;
+  // m = M * b1 + g * c1
+  const Eqn* ma = eqn(m, Op::add);
+  if (!ma) return false;
+  use(m);
+  for (int k = 0; k < 2 && a.m < 0; ++k) {
+    int x = -1, y = -1;
+    if (times_uniform(ma->inputs[static_cast<size_t>(k)], x, a.c1) && x == a.g &&
+        times_uniform(ma->inputs[static_cast<size_t>(1 - k)], y, a.b1) && y != a.g)
+      a.m = y;
+  }
+  if (a.m < 0) return false;
+  // The parameter, its gradient and moments come from outside the group; every
+  // equation of the group is one of the pattern's; only the three results
+  // leave it.
+  for (int x : {a.p, a.g, a.m, a.v})
+    if (in_group(def[static_cast<size_t>(x)]) || !full(x)) return false;
+  for (char u : used)
+    if (!u) return false;
+  a.p_out = last.out;
+  a.m_out = m;
+  a.v_out = v;
+  for (int d = g.first; d <= g.last; ++d) {
+    const int out = p.eqns[static_cast<size_t>(d)].out;
+    const bool result = out == a.p_out || out == a.m_out || out == a.v_out;
+    const bool resident = tile_resident[static_cast<size_t>(root[static_cast<size_t>(out)])] != 0;
+    if (result == resident && p.eqns[static_cast<size_t>(d)].op != Op::constant) return false;
+  }
+  a.on = true;
+  return true;
+}
+
 FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::vector<Step>& member_steps,
                              const std::vector<int>& root, const std::vector<char>& tile_resident,
                              const std::vector<char>& splat, int64_t tile_elems, int max_parts) {
@@ -323,6 +440,8 @@ FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::
   }
   G.scratch_stride = align_up(G.scratch_bytes);
   for (FusedMember& m : G.members) m.part_steps.assign(static_cast<size_t>(G.parts - 1), m.step);
+  AdamWShortcut a;
+  if (match_adamw_group(p, g, root, tile_resident, a)) G.adamw = a;
   return G;
 }
 
@@ -373,8 +492,48 @@ void run_part(FusedGroup& g, int part, void* const* slots) {
 
 }  // namespace
 
+namespace {
+
+// AdamWShortcut: the group as optim::adamw_range, in parts. The kernel works in
+// place on buffers that do not overlap: each result starts as a copy of its
+// input (unless it is the very same buffer). Where the buffers overlap
+// otherwise, false: the members run instead.
+bool run_adamw(const FusedGroup& g, void* const* slots) {
+  const AdamWShortcut& a = g.adamw;
+  const int64_t n = g.numel;
+  auto f = [&](int v) { return static_cast<float*>(slots[v]); };
+  float *po = f(a.p_out), *mo = f(a.m_out), *vo = f(a.v_out);
+  const float *pi = f(a.p), *gi = f(a.g), *mi = f(a.m), *vi = f(a.v);
+  auto apart = [n](const float* x, const float* y) { return x + n <= y || y + n <= x; };
+  auto same_or_apart = [&](const float* x, const float* y) { return x == y || apart(x, y); };
+  if (!apart(po, mo) || !apart(po, vo) || !apart(mo, vo) || !apart(po, gi) || !apart(mo, gi) || !apart(vo, gi) ||
+      !same_or_apart(po, pi) || !apart(po, mi) || !apart(po, vi) || !same_or_apart(mo, mi) || !apart(mo, pi) ||
+      !apart(mo, vi) || !same_or_apart(vo, vi) || !apart(vo, pi) || !apart(vo, mi))
+    return false;
+  auto first = [&](int v) { return *f(v); };
+  const optim::AdamWConstants k{first(a.b1), first(a.c1), first(a.b2), first(a.c2), first(a.eps)};
+  const optim::AdamWScalars sc{first(a.lr), first(a.bc1), first(a.bc2), first(a.decay)};
+  const int parts = optim::adamw_parts(n);
+  auto part_fn = [&](int i) {
+    int64_t b = 0, e = 0;
+    part_range(n, parts, i, 16, b, e);
+    if (e <= b) return;
+    const size_t bytes = static_cast<size_t>(e - b) * sizeof(float);
+    if (po != pi) std::memcpy(po + b, pi + b, bytes);
+    if (mo != mi) std::memcpy(mo + b, mi + b, bytes);
+    if (vo != vi) std::memcpy(vo + b, vi + b, bytes);
+    optim::adamw_range(k, sc, po + b, gi + b, mo + b, vo + b, e - b);
+  };
+  if (parts <= 1) part_fn(0);
+  else parallel_parts(parts, part_fn);
+  return true;
+}
+
+}  // namespace
+
 void run_fused_group(const Step& s, void* const* slots) {
   FusedGroup& g = *static_cast<FusedGroup*>(s.group);
+  if (g.adamw.on && run_adamw(g, slots)) return;
   if (g.parts <= 1) return run_part(g, 0, slots);
   parallel_parts(g.parts, [&](int part) { run_part(g, part, slots); });
 }

@@ -59,6 +59,19 @@ struct FusedMember {
   bool max = false;       // reduce_*: reduce_max
 };
 
+// A loop group that is exactly one parameter's AdamW update as
+// optim::with_adamw writes it: run as optim::adamw_range (one loop in
+// registers, the same operations per element, so the same bits) instead of
+// its 19 members tile by tile. Values are slots (value ids); the constants
+// and the four per-step scalars are read from their slots' first element.
+struct AdamWShortcut {
+  bool on = false;
+  int p = -1, g = -1, m = -1, v = -1;              // the parameter, its gradient, the two moments
+  int p_out = -1, m_out = -1, v_out = -1;          // their new values (the group's results)
+  int b1 = -1, c1 = -1, b2 = -1, c2 = -1, eps = -1;  // beta1, 1 - beta1, beta2, 1 - beta2, eps
+  int lr = -1, bc1 = -1, bc2 = -1, decay = -1;
+};
+
 struct FusedGroup {
   plan::GroupKind kind = plan::GroupKind::loop;
   int64_t numel = 0;      // N
@@ -75,7 +88,13 @@ struct FusedGroup {
   char* scratch = nullptr;           // tile-resident values, set by the interpreter
   size_t scratch_bytes = 0;          // one part's
   size_t scratch_stride = 0;         // scratch_bytes rounded up to cache lines
+  AdamWShortcut adamw;               // on: run as one AdamW loop (when its buffers allow)
 };
+
+// Whether the loop group [g.first, g.last] of p is exactly one parameter's
+// with_adamw update, every value but the three results tile-resident; fills a.
+bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector<int>& root,
+                       const std::vector<char>& tile_resident, AdamWShortcut& a);
 
 // Whether the equations [g.first, g.last] of p (a loop, row or col group)
 // can run tile by tile; why not in *why. member_steps as for build_fused_group.

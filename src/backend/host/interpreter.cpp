@@ -927,6 +927,9 @@ const Program& Interpreter::program() const { return impl_->prog; }
 size_t Interpreter::arena_bytes() const { return impl_->arena_bytes; }
 int Interpreter::fused_groups() const { return static_cast<int>(impl_->groups.size()); }
 int Interpreter::fused_equations() const { return impl_->fused_eqns; }
+int Interpreter::adamw_groups() const {
+  return static_cast<int>(std::count_if(impl_->groups.begin(), impl_->groups.end(), [](const auto& g) { return g->adamw.on; }));
+}
 int Interpreter::own_steps(Op op) const {
   int n = 0;
   for (const Step& s : impl_->steps)

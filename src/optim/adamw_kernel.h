@@ -1,0 +1,26 @@
+// The host AdamW kernel (adamw.cpp), for the host interpreter too: a fused
+// group that is one parameter's with_adamw update runs it (fused.cpp), in
+// the program's operation order, so the same bits as the group's members.
+#pragma once
+
+#include <cstdint>
+
+#include "capstep/optim.h"
+
+namespace capstep::optim {
+
+// The update's constants as f32, as with_adamw bakes them into its program.
+struct AdamWConstants {
+  float b1, c1, b2, c2, eps;  // beta1, 1 - beta1, beta2, 1 - beta2, eps
+};
+AdamWConstants adamw_constants(const AdamW& o);
+
+// Elements [0, n) of one parameter, in place, on the calling thread; p, g, m
+// and v must not overlap.
+void adamw_range(const AdamWConstants& k, const AdamWScalars& s, float* __restrict p, const float* __restrict g,
+                 float* __restrict m, float* __restrict v, int64_t n);
+
+// The parts the host's threads share n elements in (each at least 16384).
+int adamw_parts(int64_t n);
+
+}  // namespace capstep::optim
