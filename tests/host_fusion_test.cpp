@@ -187,50 +187,118 @@ TEST(HostFusion, WithAdamwProgramIsBitwiseUnfused) {
   EXPECT_EQ(host::Interpreter(p, opts(false)).adamw_groups(), 0);
 }
 
-// A group shaped like an AdamW update but not one (here p*decay + lr*upd)
-// runs its members; the real one beside it takes the AdamW loop, in place too.
+// The AdamW update written as with_adamw does, with its commutative operands
+// swapped (still the update: the AdamW loop), and near misses (not the update:
+// the members run). Fused == unfused bit for bit either way; where it is the
+// update, also == optim::adamw_update.
 TEST(HostFusion, OnlyTheAdamwUpdateItselfRunsAsTheAdamwLoop) {
-  for (bool real : {true, false}) {
-    SCOPED_TRACE(real ? "AdamW" : "p*decay + lr*upd");
+  enum Variant { as_written, swapped, minus_swapped, divide_swapped, m_from_g_twice, upd_also_output, clipped, plus };
+  const struct {
+    Variant v;
+    const char* name;
+    bool matches;
+  } cases[] = {{as_written, "as with_adamw writes it", true},
+               {swapped, "every multiply and add with its operands swapped", true},
+               {minus_swapped, "lr*upd - p*decay", false},
+               {divide_swapped, "(sqrt(v*bc2) + eps) / (m*bc1)", false},
+               {m_from_g_twice, "m = g*b1 + g*c1", false},
+               {upd_also_output, "the step upd is an output too", false},
+               {clipped, "the gradient scaled inside the group", false},
+               {plus, "p*decay + lr*upd", false}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
     Tracer tr;
     const Type t{DType::f32, {3, 70}};
     Tensor P = tr.input("p", t), G = tr.input("g", t), M = tr.input("m", t), V = tr.input("v", t);
     Tensor lr = tr.input("lr", {DType::f32, {}}), bc1 = tr.input("bc1", {DType::f32, {}}),
            bc2 = tr.input("bc2", {DType::f32, {}}), decay = tr.input("decay", {DType::f32, {}});
-    Tensor m = M * 0.9 + G * (1.0 - 0.9);
-    Tensor v = V * 0.999 + (G * G) * (1.0 - 0.999);
-    Tensor upd = (m * bc1) / (sqrt(v * bc2) + 1e-8);
-    Tensor np = real ? P * decay - lr * upd : P * decay + lr * upd;
-    Program p = tr.finish({{"p.new", np}, {"m.new", m}, {"v.new", v}});
+    const bool sw = c.v == swapped;
+    Tensor g = c.v == clipped ? G * 0.5 : G;
+    Tensor m = sw ? (1.0 - 0.9) * g + 0.9 * M : M * 0.9 + g * (1.0 - 0.9);
+    if (c.v == m_from_g_twice) m = g * 0.9 + g * (1.0 - 0.9);
+    Tensor v = sw ? (1.0 - 0.999) * (g * g) + 0.999 * V : V * 0.999 + (g * g) * (1.0 - 0.999);
+    Tensor den = sw ? 1e-8 + sqrt(bc2 * v) : sqrt(v * bc2) + 1e-8;
+    Tensor num = sw ? bc1 * m : m * bc1;
+    Tensor upd = c.v == divide_swapped ? den / num : num / den;
+    Tensor np = sw ? decay * P - upd * lr : P * decay - lr * upd;
+    if (c.v == minus_swapped) np = lr * upd - P * decay;
+    if (c.v == plus) np = P * decay + lr * upd;
+    std::vector<std::pair<std::string, Tensor>> outs{{"p.new", np}, {"m.new", m}, {"v.new", v}};
+    if (c.v == upd_also_output) outs.push_back({"upd", upd});
+    Program p = tr.finish(outs);
     std::vector<Array> in;
     for (int i = 0; i < 4; ++i) {
       Array a(t);
-      for (int64_t j = 0; j < a.numel(); ++j) a.set(j, i == 3 ? 0.001 * static_cast<double>(j % 13) : std::sin(0.1 * static_cast<double>(j + 17 * i)));
+      for (int64_t j = 0; j < a.numel(); ++j)
+        a.set(j, i == 3 ? 0.001 * static_cast<double>(j % 13) : std::sin(0.1 * static_cast<double>(j + 17 * i)));
       in.push_back(a);
     }
     for (double x : {3e-3, 1.5, 1.2, 0.99997}) in.push_back(Array::f32({}, {static_cast<float>(x)}));
-    EXPECT_EQ(host::Interpreter(p).adamw_groups(), real ? 1 : 0);
+    EXPECT_EQ(host::Interpreter(p).adamw_groups(), c.matches ? 1 : 0);
     EXPECT_GE(expect_fused_equals_unfused(p, in), 1);
-    if (!real) continue;
-    // Against optim::adamw_update, in place: the same bits.
+    if (!c.matches) continue;
     Array pp = in[0], mm = in[2], vv = in[3];
     optim::AdamW aw;
     aw.beta1 = 0.9;
     aw.beta2 = 0.999;
     aw.eps = 1e-8;
     optim::adamw_update(aw, {3e-3f, 1.5f, 1.2f, 0.99997f}, pp, in[1], mm, vv);
-    host::Interpreter it(p);
-    std::vector<const Array*> args;
-    for (const Array& a : in) args.push_back(&a);
-    std::vector<Array> out(3);
-    out[0] = in[0];  // the parameter updated in place, as lane 1f does
-    args[0] = &out[0];
-    it.run(args, out);
-    for (int64_t j = 0; j < pp.numel(); ++j) {
-      ASSERT_EQ(out[0].data<float>()[j], pp.data<float>()[j]) << j;
-      ASSERT_EQ(out[1].data<float>()[j], mm.data<float>()[j]) << j;
-      ASSERT_EQ(out[2].data<float>()[j], vv.data<float>()[j]) << j;
+    const std::vector<Array> out = host::Interpreter(p).run(in);
+    EXPECT_TRUE(out[0].bit_equal(pp));
+    EXPECT_TRUE(out[1].bit_equal(mm));
+    EXPECT_TRUE(out[2].bit_equal(vv));
+  }
+}
+
+// The AdamW loop's buffers (host::run_adamw through run_fused_group): results
+// apart from the inputs (the interpreter's layout), results that are their
+// inputs (in place), and a result overlapping another input, which it
+// refuses (the group's members run instead: none here, so nothing is written).
+TEST(HostFusion, AdamwLoopOnItsBuffers) {
+  const int64_t n = 40000;  // two parts on two threads
+  std::vector<float> buf(static_cast<size_t>(8 * n + 16));
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = 0.25f + 0.001f * static_cast<float>(i % 97);
+  float consts[9] = {0.9f, 0.1f, 0.999f, 0.001f, 1e-8f, 3e-3f, 1.5f, 1.2f, 0.99997f};
+  host::FusedGroup grp;
+  grp.kind = plan::GroupKind::loop;
+  grp.numel = n;
+  grp.tile = 1024;
+  host::AdamWShortcut& a = grp.adamw;
+  a.on = true;
+  a.p = 0, a.g = 1, a.m = 2, a.v = 3, a.p_out = 4, a.m_out = 5, a.v_out = 6;
+  a.b1 = 7, a.c1 = 8, a.b2 = 9, a.c2 = 10, a.eps = 11, a.lr = 12, a.bc1 = 13, a.bc2 = 14, a.decay = 15;
+  host::Step step;
+  step.group = &grp;
+  optim::AdamW aw;  // beta1 0.9, beta2 0.999, eps 1e-8: the constants above
+  const optim::AdamWScalars sc{3e-3f, 1.5f, 1.2f, 0.99997f};
+  for (int layout = 0; layout < 3; ++layout) {
+    SCOPED_TRACE(layout == 0 ? "apart" : layout == 1 ? "in place" : "overlapping");
+    std::vector<float> mem = buf;
+    float* base = mem.data();
+    void* slots[16];
+    for (int k = 0; k < 7; ++k) slots[k] = base + k * n;
+    for (int k = 0; k < 9; ++k) slots[7 + k] = &consts[k];
+    if (layout == 1)
+      for (int k = 0; k < 3; ++k) slots[4 + k] = slots[k == 0 ? 0 : k + 1];  // p, m, v updated where they are
+    if (layout == 2) slots[5] = base + n + 8;  // m' overlapping the gradient
+    std::vector<float> p(base, base + n), g(base + n, base + 2 * n), m(base + 2 * n, base + 3 * n),
+        v(base + 3 * n, base + 4 * n);
+    const std::vector<float> before = mem;
+    optim::adamw_update(aw, sc, p.data(), g.data(), m.data(), v.data(), n);
+    host::run_fused_group(step, slots);
+    const float* po = static_cast<const float*>(slots[4]);
+    const float* mo = static_cast<const float*>(slots[5]);
+    const float* vo = static_cast<const float*>(slots[6]);
+    if (layout == 2) {
+      EXPECT_EQ(mem, before) << "refused: nothing written";
+      continue;
     }
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i)
+      if ((po[i] != p[static_cast<size_t>(i)] || mo[i] != m[static_cast<size_t>(i)] || vo[i] != v[static_cast<size_t>(i)]) &&
+          bad++ < 3)
+        ADD_FAILURE() << "element " << i;
+    EXPECT_EQ(bad, 0);
   }
 }
 

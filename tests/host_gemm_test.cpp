@@ -188,6 +188,9 @@ TEST(HostGemm, DotGeneralInTheInterpreter) {
       {{40, 90}, {90, 100}, {}, {}, {1}, {0}},
       // 7 panels (the last 8 wide) in 3 parts (2, 2, 3 panels); A transposed
       {{96, 64}, {96, 200}, {}, {}, {0}, {0}},
+      // panels with A copied first (M = 4 * 10 over axes that do not chain)
+      {{4, 96, 10}, {96, 100}, {}, {}, {1}, {0}},
+      {{40, 2}, {70, 2}, {}, {}, {1}, {1}},  // B transposed, K = 2: panels of 32, 32, 6 (K = 1 reads B in place)
   };
   for (const D& d : cases) {
     Program p;

@@ -62,8 +62,9 @@ class Interpreter {
   int fused_groups() const;          // groups run tile by tile (0 when unfused)
   int fused_equations() const;       // equations inside those groups
   // Of those groups, the ones that are one parameter's AdamW update as
-  // optim::with_adamw writes it, run as one loop (the host AdamW kernel: the
-  // same operations per element, so the same bits).
+  // optim::with_adamw writes it: each runs as one loop (the host AdamW
+  // kernel: the same operations per element, so the same bits), or, on a run
+  // whose buffers overlap in a way the loop cannot take, as its members.
   int adamw_groups() const;
   // Equations of `op` that run a kernel of their own: outside fused groups
   // and not aliases of their operand (a transpose that its dot_generals read

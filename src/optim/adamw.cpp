@@ -29,16 +29,28 @@ AdamWScalars adamw_scalars(const AdamW& o, int64_t step, double lr) {
           static_cast<float>(1.0 / (1.0 - std::pow(o.beta2, t))), static_cast<float>(1.0 - lr * o.weight_decay)};
 }
 
+namespace {
+// One element, in the operation order of the program with_adamw appends.
+inline void adamw_element(const AdamWConstants& k, const AdamWScalars& s, float p, float g, float m, float v,
+                          float& p_out, float& m_out, float& v_out) {
+  const float mi = k.b1 * m + k.c1 * g;
+  const float vi = k.b2 * v + k.c2 * (g * g);
+  m_out = mi;
+  v_out = vi;
+  p_out = p * s.decay - s.lr * ((mi * s.bc1) / (std::sqrt(vi * s.bc2) + k.eps));
+}
+}  // namespace
+
 CAPSTEP_HOST_CLONES void adamw_range(const AdamWConstants& k, const AdamWScalars& s, float* __restrict p,
                                      const float* __restrict g, float* __restrict m, float* __restrict v, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
-    const float mi = k.b1 * m[i] + k.c1 * gi;
-    const float vi = k.b2 * v[i] + k.c2 * (gi * gi);
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] * s.decay - s.lr * ((mi * s.bc1) / (std::sqrt(vi * s.bc2) + k.eps));
-  }
+  for (int64_t i = 0; i < n; ++i) adamw_element(k, s, p[i], g[i], m[i], v[i], p[i], m[i], v[i]);
+}
+
+CAPSTEP_HOST_CLONES void adamw_range_into(const AdamWConstants& k, const AdamWScalars& s, const float* __restrict p,
+                                          const float* __restrict g, const float* __restrict m,
+                                          const float* __restrict v, float* __restrict p_out,
+                                          float* __restrict m_out, float* __restrict v_out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) adamw_element(k, s, p[i], g[i], m[i], v[i], p_out[i], m_out[i], v_out[i]);
 }
 
 // The same constants, in the same precision, as with_adamw bakes into its program.

@@ -20,6 +20,12 @@ AdamWConstants adamw_constants(const AdamW& o);
 void adamw_range(const AdamWConstants& k, const AdamWScalars& s, float* __restrict p, const float* __restrict g,
                  float* __restrict m, float* __restrict v, int64_t n);
 
+// The same into other buffers: p, m, v are read, p_out, m_out, v_out
+// written; none of the seven may overlap another.
+void adamw_range_into(const AdamWConstants& k, const AdamWScalars& s, const float* __restrict p,
+                      const float* __restrict g, const float* __restrict m, const float* __restrict v,
+                      float* __restrict p_out, float* __restrict m_out, float* __restrict v_out, int64_t n);
+
 // The parts the host's threads share n elements in (each at least 16384).
 int adamw_parts(int64_t n);
 

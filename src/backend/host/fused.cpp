@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -494,22 +495,25 @@ void run_part(FusedGroup& g, int part, void* const* slots) {
 
 namespace {
 
-// AdamWShortcut: the group as optim::adamw_range, in parts. The kernel works in
-// place on buffers that do not overlap: each result starts as a copy of its
-// input (unless it is the very same buffer). Where the buffers overlap
-// otherwise, false: the members run instead.
+// AdamWShortcut: the group as the host AdamW kernel, in parts: from its
+// inputs into its results (adamw_range_into) when no two of the seven buffers
+// overlap, which is how the interpreter lays them out; else in place on the
+// results, each first a copy of its input unless it is that very buffer.
+// Where the buffers overlap otherwise, false: the members run instead.
 bool run_adamw(const FusedGroup& g, void* const* slots) {
   const AdamWShortcut& a = g.adamw;
   const int64_t n = g.numel;
   auto f = [&](int v) { return static_cast<float*>(slots[v]); };
   float *po = f(a.p_out), *mo = f(a.m_out), *vo = f(a.v_out);
   const float *pi = f(a.p), *gi = f(a.g), *mi = f(a.m), *vi = f(a.v);
-  auto apart = [n](const float* x, const float* y) { return x + n <= y || y + n <= x; };
+  std::less<const float*> before;  // a total order, also across unrelated buffers
+  auto apart = [&](const float* x, const float* y) { return !before(y, x + n) || !before(x, y + n); };
   auto same_or_apart = [&](const float* x, const float* y) { return x == y || apart(x, y); };
-  if (!apart(po, mo) || !apart(po, vo) || !apart(mo, vo) || !apart(po, gi) || !apart(mo, gi) || !apart(vo, gi) ||
-      !same_or_apart(po, pi) || !apart(po, mi) || !apart(po, vi) || !same_or_apart(mo, mi) || !apart(mo, pi) ||
-      !apart(mo, vi) || !same_or_apart(vo, vi) || !apart(vo, pi) || !apart(vo, mi))
-    return false;
+  const bool outs_apart = apart(po, mo) && apart(po, vo) && apart(mo, vo) && apart(po, gi) && apart(mo, gi) &&
+                          apart(vo, gi) && apart(po, mi) && apart(po, vi) && apart(mo, pi) && apart(mo, vi) &&
+                          apart(vo, pi) && apart(vo, mi);
+  if (!outs_apart || !same_or_apart(po, pi) || !same_or_apart(mo, mi) || !same_or_apart(vo, vi)) return false;
+  const bool into = apart(po, pi) && apart(mo, mi) && apart(vo, vi);
   auto first = [&](int v) { return *f(v); };
   const optim::AdamWConstants k{first(a.b1), first(a.c1), first(a.b2), first(a.c2), first(a.eps)};
   const optim::AdamWScalars sc{first(a.lr), first(a.bc1), first(a.bc2), first(a.decay)};
@@ -518,6 +522,7 @@ bool run_adamw(const FusedGroup& g, void* const* slots) {
     int64_t b = 0, e = 0;
     part_range(n, parts, i, 16, b, e);
     if (e <= b) return;
+    if (into) return optim::adamw_range_into(k, sc, pi + b, gi + b, mi + b, vi + b, po + b, mo + b, vo + b, e - b);
     const size_t bytes = static_cast<size_t>(e - b) * sizeof(float);
     if (po != pi) std::memcpy(po + b, pi + b, bytes);
     if (mo != mi) std::memcpy(mo + b, mi + b, bytes);

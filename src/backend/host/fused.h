@@ -60,9 +60,10 @@ struct FusedMember {
 };
 
 // A loop group that is exactly one parameter's AdamW update as
-// optim::with_adamw writes it: run as optim::adamw_range (one loop in
+// optim::with_adamw writes it: run as the host AdamW kernel (one loop in
 // registers, the same operations per element, so the same bits) instead of
-// its 19 members tile by tile. Values are slots (value ids); the constants
+// its 19 members tile by tile, unless its buffers overlap (fused.cpp,
+// run_adamw). Values are slots (value ids); the constants
 // and the four per-step scalars are read from their slots' first element.
 struct AdamWShortcut {
   bool on = false;
@@ -92,7 +93,8 @@ struct FusedGroup {
 };
 
 // Whether the loop group [g.first, g.last] of p is exactly one parameter's
-// with_adamw update, every value but the three results tile-resident; fills a.
+// with_adamw update, every value it makes but the three results (and its
+// constants) tile-resident; fills a.
 bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector<int>& root,
                        const std::vector<char>& tile_resident, AdamWShortcut& a);
 

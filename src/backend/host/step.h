@@ -35,22 +35,23 @@ struct DotPlan {
   std::vector<int64_t> a_off, b_off;      // element offset of each batch's matrix
   bool pack_a = false, pack_b = false;    // copy the operand into scratch first
   StridedView a_view, b_view;             // the packing walks ([B,M,K] and [B,K,N])
-  // B stored transposed (trans_b, ldb) in an f32 GEMM that libxsmm would
-  // take untransposed (gemm_nn_small_f32): the parts copy B transposed into
-  // the scratch as [B, K, N] (transpose_f32), a share each, and run the
-  // untransposed GEMM on it, which at these sizes costs less than BLAS's
-  // transposed one (kernels_dot.cpp, gemm_bt_parts).
+  // A batch (batch > 1, A not transposed) whose B is stored transposed
+  // (trans_b, ldb) in f32 GEMMs that libxsmm would take untransposed
+  // (gemm_nn_small_f32): the parts copy B's matrices transposed into the
+  // scratch as [B, K, N] (transpose_f32), a share each, and run the
+  // untransposed GEMM on them, which at these sizes costs less than BLAS's
+  // transposed one (kernels_dot.cpp, gemm_bt_parts). One matrix: `panel`.
   bool pack_bt = false;
   std::vector<int64_t> bt_off;            // pack_bt: each batch's matrix in the copy (i * K * N)
-  // One f32 matrix (batch 1) that libxsmm takes, B transposed or as large as
-  // the L1 cache (kPanelBytes) and wider than two panels (plan_dot has the
-  // rule): the parts copy B into column
+  // One f32 matrix (batch 1) that libxsmm takes, B stored transposed, or B
+  // at least as large as L1 (kPanelBytes), wider than two panels, with A of
+  // 32 rows or more (plan_dot has the rule): the parts copy B into column
   // panels of `panel` columns, each K x panel and contiguous (the last one
   // narrower), and run libxsmm on one panel at a time while it sits in L1.
   // B's rows in place are ldb floats apart, which puts a panel's rows in a
   // few of L1's sets; libxsmm re-reads B for every few rows of A. Measured on
   // the seed's shapes, one thread (bench/README.md, "B in panels"):
-  // 64x128x128 from 29 to 23 us, 64x128x256 from 59 to 46.
+  // 64x128x128 from 38 to 30 us, 64x128x256 from 63 to 48.
   int64_t panel = 0;
   // C's rows are ldc apart (n when C is a whole matrix); c_off, when not
   // empty, the offset of each batch's matrix (else i * m * n): a result that
@@ -73,7 +74,7 @@ int dot_parts(int64_t batch, int64_t m, int64_t n, int64_t k);
 // The parts of a GEMM of one matrix run in panels: ranges of N's panels,
 // each at least 64 columns wide and 2^18 multiply-adds; at most 4.
 int bt_col_parts(int64_t m, int64_t n, int64_t k);
-// DotPlan::panel: the panel width, and the size of B above which an
+// DotPlan::panel: the panel width, and the size of B from which an
 // untransposed B is copied into panels too.
 inline constexpr int64_t kPanelCols = 32;
 inline constexpr int64_t kPanelBytes = 32 * 1024;
