@@ -42,14 +42,11 @@ CAPSTEP_HD float float_from_bits(int b) {
 #endif
 }
 
-// exp(x): 2^k * p(r), r = x - k ln2 in [-ln2/2, ln2/2], p the Cephes expf
-// polynomial, with 2^k applied in two halves so that subnormal results and
-// overflow to inf come out of the same multiplications. NaN passes. Within 2
-// ulp of the correctly rounded value (tested in interpreter_test).
-template <> CAPSTEP_HD float exponential<float>(float x) {
-  const float xc = x > 89.0f ? 89.0f : (x < -104.0f ? -104.0f : x);  // exp(89) = inf, exp(-104) = 0 in f32
-  const float k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = xc - k * 0.693359375f;
+// x = k ln2 + r with k a whole number (returned as a float), r in
+// [-ln2/2, ln2/2]: the Cephes expf polynomial p(r) ~ e^r.
+CAPSTEP_HD float exp_reduced(float x, float& k) {
+  k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = x - k * 0.693359375f;
   r = r - k * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -57,7 +54,17 @@ template <> CAPSTEP_HD float exponential<float>(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  return p * r * r + r + 1.0f;
+}
+
+// exp(x): 2^k * p(r) (exp_reduced), with 2^k applied in two halves so that
+// subnormal results and overflow to inf come out of the same
+// multiplications. NaN passes. Within 2 ulp of the correctly rounded value
+// (tested in interpreter_test).
+template <> CAPSTEP_HD float exponential<float>(float x) {
+  const float xc = x > 89.0f ? 89.0f : (x < -104.0f ? -104.0f : x);  // exp(89) = inf, exp(-104) = 0 in f32
+  float k;
+  const float p = exp_reduced(xc, k);
   const int ki = static_cast<int>(k);      // in [-150, 128]
   const int k1 = ki / 2, k2 = ki - k1;     // each in [-75, 64]: 2^k1 and 2^k2 are normal floats
   const float y = p * float_from_bits((k1 + 127) << 23) * float_from_bits((k2 + 127) << 23);
@@ -70,16 +77,8 @@ template <> CAPSTEP_HD float exponential<float>(float x) {
 // normal floats and p * 2^k is exact either way): the same bits in fewer
 // instructions (tanh was two fifths of a GELU group on the host).
 CAPSTEP_HD float exp_nonpositive_small(float x) {
-  const float k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = x - k * 0.693359375f;
-  r = r - k * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  float k;
+  const float p = exp_reduced(x, k);
   return p * float_from_bits((static_cast<int>(k) + 127) << 23);
 }
 
