@@ -181,11 +181,9 @@ bool host_fusable(const Program& p, const plan::Group& g, const std::vector<Step
 }
 
 bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector<int>& root,
-                       const std::vector<char>& tile_resident, AdamWShortcut& a) {
+                       const std::vector<int>& def, const std::vector<char>& tile_resident, AdamWShortcut& a) {
   if (g.kind != GroupKind::loop || g.last - g.first > 32) return false;
   auto in_group = [&](int d) { return d >= g.first && d <= g.last; };
-  std::vector<int> def(static_cast<size_t>(p.num_values()), -1);
-  for (size_t d = 0; d < p.eqns.size(); ++d) def[static_cast<size_t>(p.eqns[d].out)] = static_cast<int>(d);
   std::vector<char> used(static_cast<size_t>(g.last - g.first + 1), 0);  // the equations the pattern covers
   auto use = [&](int v) {
     const int d = def[static_cast<size_t>(v)];
@@ -297,8 +295,9 @@ bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector
 }
 
 FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::vector<Step>& member_steps,
-                             const std::vector<int>& root, const std::vector<char>& tile_resident,
-                             const std::vector<char>& splat, int64_t tile_elems, int max_parts) {
+                             const std::vector<int>& root, const std::vector<int>& def,
+                             const std::vector<char>& tile_resident, const std::vector<char>& splat,
+                             int64_t tile_elems, int max_parts) {
   FusedGroup G;
   G.kind = g.kind;
   G.numel = g.numel;
@@ -442,7 +441,7 @@ FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::
   G.scratch_stride = align_up(G.scratch_bytes);
   for (FusedMember& m : G.members) m.part_steps.assign(static_cast<size_t>(G.parts - 1), m.step);
   AdamWShortcut a;
-  if (match_adamw_group(p, g, root, tile_resident, a)) G.adamw = a;
+  if (match_adamw_group(p, g, root, def, tile_resident, a)) G.adamw = a;
   return G;
 }
 

@@ -94,9 +94,10 @@ struct FusedGroup {
 
 // Whether the loop group [g.first, g.last] of p is exactly one parameter's
 // with_adamw update, every value it makes but the three results (and its
-// constants) tile-resident; fills a.
+// constants) tile-resident; fills a. def: each value's defining equation
+// (-1 for inputs).
 bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector<int>& root,
-                       const std::vector<char>& tile_resident, AdamWShortcut& a);
+                       const std::vector<int>& def, const std::vector<char>& tile_resident, AdamWShortcut& a);
 
 // Whether the equations [g.first, g.last] of p (a loop, row or col group)
 // can run tile by tile; why not in *why. member_steps as for build_fused_group.
@@ -108,12 +109,14 @@ void run_fused_group(const Step& s, void* const* slots);
 
 // Builds the executable group: `member_steps[d - g.first]` is the Step the
 // interpreter built for equation d (kernel chosen, views planned), slot of
-// each value = its value id (aliases resolved through `root`); `tile_resident`
+// each value = its value id (aliases resolved through `root`); `def`: each
+// value's defining equation (-1 for inputs); `tile_resident`
 // and `splat` (a splat constant) per root value; `tile_elems`: the tile size
 // in elements; `max_parts`: the most parts a loop or row group may run as
 // (host_threads()).
 FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::vector<Step>& member_steps,
-                             const std::vector<int>& root, const std::vector<char>& tile_resident,
-                             const std::vector<char>& splat, int64_t tile_elems, int max_parts = 1);
+                             const std::vector<int>& root, const std::vector<int>& def,
+                             const std::vector<char>& tile_resident, const std::vector<char>& splat,
+                             int64_t tile_elems, int max_parts = 1);
 
 }  // namespace capstep::host

@@ -416,7 +416,8 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
   const int ne = static_cast<int>(prog.eqns.size());
   std::vector<Where> where(static_cast<size_t>(nv), Where::arena);
   std::vector<int> root(static_cast<size_t>(nv));
-  std::vector<int> def(static_cast<size_t>(nv), -1);  // defining equation
+  std::vector<int> def(static_cast<size_t>(nv), -1);  // defining equation (of ex)
+  for (int i = 0; i < ne; ++i) def[static_cast<size_t>(ex.eqns[static_cast<size_t>(i)].out)] = i;
   for (int v = 0; v < nv; ++v) root[static_cast<size_t>(v)] = v;
   for (const NamedValue& in : prog.inputs) where[static_cast<size_t>(in.value)] = Where::input;
 
@@ -439,14 +440,12 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
   std::vector<char> folded_out(static_cast<size_t>(nv), 0), writes_transposed(static_cast<size_t>(nv), 0);
   std::vector<std::vector<int64_t>> out_strides(static_cast<size_t>(nv));
   {
-    std::vector<int> def_eqn(static_cast<size_t>(nv), -1), readers(static_cast<size_t>(nv), 0),
-        folding(static_cast<size_t>(nv), 0);
+    std::vector<int> readers(static_cast<size_t>(nv), 0), folding(static_cast<size_t>(nv), 0);
     std::vector<char> grouped(static_cast<size_t>(ne), 0);
     if (fusion)
       for (const plan::Group& g : fusion->groups)
         if (g.size() > 1)
           for (int d = g.first; d <= g.last; ++d) grouped[static_cast<size_t>(d)] = 1;
-    for (int i = 0; i < ne; ++i) def_eqn[static_cast<size_t>(ex.eqns[static_cast<size_t>(i)].out)] = i;
     for (const NamedValue& out : prog.outputs) readers[static_cast<size_t>(out.value)] = -1;
     for (int i = 0; i < ne; ++i) {
       const Eqn& e = ex.eqns[static_cast<size_t>(i)];
@@ -454,7 +453,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
         const size_t v = static_cast<size_t>(e.inputs[k]);
         if (readers[v] < 0) continue;
         ++readers[v];
-        const int d = def_eqn[v];
+        const int d = def[v];
         if (e.op != Op::dot_general || d < 0 || ex.eqns[static_cast<size_t>(d)].op != Op::transpose) continue;
         Attrs at = e.attrs;
         const Eqn& tr = ex.eqns[static_cast<size_t>(d)];
@@ -478,7 +477,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
       const size_t o = static_cast<size_t>(e.out);
       if (e.op != Op::transpose || folded[o] || grouped[static_cast<size_t>(i)] || readers[o] < 0) continue;
       const size_t x = static_cast<size_t>(e.inputs[0]);
-      const int d = def_eqn[x];
+      const int d = def[x];
       if (d < 0 || readers[x] != 1 || grouped[static_cast<size_t>(d)]) continue;
       const Eqn& dot = ex.eqns[static_cast<size_t>(d)];
       if (dot.op != Op::dot_general || prog.type(dot.out).numel() == 0) continue;
@@ -502,7 +501,6 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
     const Type& t = prog.type(e.out);
     const std::string what = "equation " + std::to_string(orig_index(i)) + " (" + op_name(e.op) + ")";
     const size_t o = static_cast<size_t>(e.out);
-    def[o] = i;
     Step s;
     s.eqn = orig_index(i);
     s.program = &prog;
@@ -764,7 +762,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
   for (size_t k = 0; k < groups.size(); ++k) {
     const plan::Group& g = *group_src[k];
     const std::vector<Step> members(built.begin() + g.first, built.begin() + g.last + 1);
-    *groups[k] = build_fused_group(ex, g, members, root, tile_resident, splat, opt.tile_elems, host_threads());
+    *groups[k] = build_fused_group(ex, g, members, root, def, tile_resident, splat, opt.tile_elems, host_threads());
     tile_bytes = std::max(tile_bytes, groups[k]->scratch_stride * static_cast<size_t>(groups[k]->parts));
   }
   tiles = alloc_block(tile_bytes);
