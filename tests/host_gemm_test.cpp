@@ -266,11 +266,11 @@ TEST(HostGemm, DotGeneralInTheInterpreter) {
 // batch (pack_bt). An untransposed B as large as L1 goes into panels too.
 // Which GEMMs do, and their parts. (The results: DotGeneralInTheInterpreter.)
 TEST(HostGemm, BIsCopiedIntoPanelsWhereLibxsmmTakesTheGemm) {
-  EXPECT_EQ(host::bt_col_parts(64, 128, 128), 2);  // the seed's W^T products: 2 panels each
-  EXPECT_EQ(host::bt_col_parts(64, 256, 128), 4);
-  EXPECT_EQ(host::bt_col_parts(64, 64, 128), 1);   // too narrow to cut
-  EXPECT_EQ(host::bt_col_parts(16, 128, 64), 1);   // too little work
-  EXPECT_EQ(host::bt_col_parts(100, 200, 77), 3);
+  EXPECT_EQ(host::panel_parts(64, 128, 128), 2);  // the seed's W^T products: 2 panels each
+  EXPECT_EQ(host::panel_parts(64, 256, 128), 4);
+  EXPECT_EQ(host::panel_parts(64, 64, 128), 1);   // too narrow to cut
+  EXPECT_EQ(host::panel_parts(16, 128, 64), 1);   // too little work
+  EXPECT_EQ(host::panel_parts(100, 200, 77), 3);
   Attrs wt;  // [4,16,256] x [128,256]^T: an input gradient through W^T
   wt.lhs_contract = {2};
   wt.rhs_contract = {1};

@@ -244,7 +244,7 @@ bool dot_out_layout(const Attrs& at, int lhs_rank, int rhs_rank, const std::vect
   return true;
 }
 
-int bt_col_parts(int64_t m, int64_t n, int64_t k) {
+int panel_parts(int64_t m, int64_t n, int64_t k) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({4, n / 64, m * n * k / (int64_t{1} << 18)})));
 }
 
@@ -345,7 +345,7 @@ DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::s
   }
   if (d.pack_bt)
     for (int64_t i = 0; i < d.batch; ++i) d.bt_off.push_back(i * K * N);
-  d.parts = d.panel > 0 ? bt_col_parts(d.m, d.n, d.k) : dot_parts(d.batch, d.m, d.n, d.k);
+  d.parts = d.panel > 0 ? panel_parts(d.m, d.n, d.k) : dot_parts(d.batch, d.m, d.n, d.k);
   // The libxsmm kernels are generated now (one per part's row count, or per
   // panel width), so that running the step allocates nothing.
   if (d.panel > 0 && d.m > 0 && d.n > 0 && d.k > 0) {  // the untransposed kernels, on panels (ldb = width)

@@ -61,7 +61,7 @@ struct DotPlan {
   // The GEMMs run as `parts` calls that the host's threads share
   // (parallel.h): ranges of the batch when batch > 1, else ranges of M's rows
   // (multiples of 8), or of N's panels under `panel`.
-  // Decided from the shape alone (dot_parts, bt_col_parts), so results do not
+  // Decided from the shape alone (dot_parts, panel_parts), so results do not
   // depend on the number of threads.
   int parts = 1;
 };
@@ -73,7 +73,7 @@ struct DotPlan {
 int dot_parts(int64_t batch, int64_t m, int64_t n, int64_t k);
 // The parts of a GEMM of one matrix run in panels: ranges of N's panels,
 // each at least 64 columns wide and 2^18 multiply-adds; at most 4.
-int bt_col_parts(int64_t m, int64_t n, int64_t k);
+int panel_parts(int64_t m, int64_t n, int64_t k);
 // DotPlan::panel: the panel width, and the size of B from which an
 // untransposed B is copied into panels too.
 inline constexpr int64_t kPanelCols = 32;
