@@ -1489,6 +1489,166 @@ TEST(Run, SeedStepAndInPlaceAdamwAllocateNothingFusedOrNot) {
     g_counting = false;
     EXPECT_EQ(g_allocations.load(), 0) << "with_adamw in place, fuse " << fuse;
     EXPECT_TRUE(std::isfinite(outs[0].get(0)));
+    // Fused, every parameter and moment is computed straight into its own
+    // Array. Unfused, each parameter's decay multiply p * broadcast(decay)
+    // runs in place on the broadcast's buffer, which is written (with decay)
+    // before p is read: the parameters go through a copy, the moments not.
+    const int n = static_cast<int>(params.size());
+    EXPECT_EQ(a.outputs_in_place(), fuse ? 3 * n : 2 * n) << "fuse " << fuse;
+    EXPECT_EQ(a.outputs_via_copy(), fuse ? 0 : n) << "fuse " << fuse;
+  }
+}
+
+// An output whose Array is also an input's is computed in place only where
+// every read of that input comes first; else it goes through the
+// Interpreter's own buffer and is copied in at the end. Both give the values
+// of a run into separate Arrays.
+TEST(Run, OutputsInPlaceOfAnInputOnlyWhereItIsReadFirst) {
+  const Type t = T(DType::f32, {6});
+  for (bool fuse : {true, false}) {
+    host::InterpreterOptions o;
+    o.fuse = fuse;
+    {  // y = x * x + x. Fused, one loop reads x[i] before it writes y[i]: in
+       // place. Unfused, x * x is written into y's buffer before the add reads x.
+      Program p;
+      int x = p.add_input("x", t);
+      int sq = p.add_eqn(Op::multiply, {x, x}, {});
+      p.add_output("y", p.add_eqn(Op::add, {sq, x}, {}));
+      host::Interpreter it(p, o);
+      std::vector<Array> arrays{Array::f32({6}, {1, -2, 3.5, 4, -5, 6})};
+      it.run({&arrays[0]}, arrays);
+      expect_exact(arrays[0], t, {2, 2, 15.75, 20, 20, 42});
+      EXPECT_EQ(it.outputs_in_place(), fuse ? 1 : 0) << "fuse " << fuse;
+      EXPECT_EQ(it.outputs_via_copy(), fuse ? 0 : 1) << "fuse " << fuse;
+    }
+    {  // y = -x: one elementwise step, in place fused or not
+      Program p;
+      int x = p.add_input("x", t);
+      p.add_output("y", p.add_eqn(Op::negate, {x}, {}));
+      host::Interpreter it(p, o);
+      std::vector<Array> arrays{Array::f32({6}, {1, -2, 3.5, 4, -5, 6})};
+      it.run({&arrays[0]}, arrays);
+      expect_exact(arrays[0], t, {-1, 2, -3.5, -4, 5, -6});
+      EXPECT_EQ(it.outputs_in_place(), 1) << "fuse " << fuse;
+      EXPECT_EQ(it.outputs_via_copy(), 0) << "fuse " << fuse;
+    }
+    {  // y = 2x into x's Array, then z = x + 1 reads x after y is written: a copy
+      Program p;
+      int x = p.add_input("x", t);
+      Attrs one;
+      one.literal = {1.0};
+      p.add_output("y", p.add_eqn(Op::add, {x, x}, {}));
+      p.add_output("z", p.add_eqn(Op::add, {x, p.add_eqn_typed(Op::constant, {}, one, t)}, {}));
+      host::Interpreter it(p, o);
+      std::vector<Array> arrays{Array::f32({6}, {1, -2, 3.5, 4, -5, 6}), Array()};
+      it.run({&arrays[0]}, arrays);
+      expect_exact(arrays[0], t, {2, -4, 7, 8, -10, 12});
+      expect_exact(arrays[1], t, {2, -1, 4.5, 5, -4, 7});
+      EXPECT_EQ(it.outputs_in_place(), 0) << "fuse " << fuse;
+      EXPECT_EQ(it.outputs_via_copy(), 1) << "fuse " << fuse;
+    }
+    {  // y = x - sum(x)
+      Program p;
+      int x = p.add_input("x", t);
+      Attrs a;
+      a.dims = {0};
+      const int s = p.add_eqn(Op::reduce_sum, {x}, a);
+      Attrs b;
+      b.dims = {};
+      p.add_output("y", p.add_eqn(Op::subtract, {x, p.add_eqn_typed(Op::broadcast_in_dim, {s}, b, t)}, {}));
+      host::Interpreter it(p, o);
+      std::vector<Array> arrays{Array::f32({6}, {1, -2, 3.5, 4, -5, 6})};
+      it.run({&arrays[0]}, arrays);
+      expect_exact(arrays[0], t, {-6.5, -9.5, -4, -3.5, -12.5, -1.5});
+      // Fused, one row group reads x (the sum, then the subtract) before it
+      // writes y. Unfused, the subtract runs in place on the broadcast's
+      // buffer, written before the subtract reads x.
+      EXPECT_EQ(it.outputs_in_place(), fuse ? 1 : 0) << "fuse " << fuse;
+      EXPECT_EQ(it.outputs_via_copy(), fuse ? 0 : 1) << "fuse " << fuse;
+    }
+    {  // y = -transpose(x): the transpose reads other elements than the negate writes
+      const Type t23 = T(DType::f32, {2, 3});
+      Program p;
+      int x = p.add_input("x", t23);
+      Attrs a;
+      a.dims = {1, 0};
+      const int tr = p.add_eqn(Op::transpose, {x}, a);
+      p.add_output("y", p.add_eqn(Op::negate, {p.add_eqn_typed(Op::reshape, {tr}, {}, t23)}, {}));
+      host::Interpreter it(p, o);
+      std::vector<Array> arrays{Array::f32({2, 3}, {1, 2, 3, 4, 5, 6})};
+      it.run({&arrays[0]}, arrays);
+      expect_exact(arrays[0], t23, {-1, -4, -2, -5, -3, -6});
+      EXPECT_EQ(it.outputs_in_place(), 0) << "fuse " << fuse;
+      EXPECT_EQ(it.outputs_via_copy(), 1) << "fuse " << fuse;
+    }
+    {  // an output of another type than the Array's (x's): retyping it in place would lose x, so a copy
+      Program p;
+      int x = p.add_input("x", t);
+      p.add_output("y", p.add_eqn(Op::negate, {p.add_eqn_typed(Op::reshape, {x}, {}, T(DType::f32, {2, 3}))}, {}));
+      host::Interpreter it(p, o);
+      std::vector<Array> arrays{Array::f32({6}, {1, -2, 3.5, 4, -5, 6})};
+      it.run({&arrays[0]}, arrays);
+      expect_exact(arrays[0], T(DType::f32, {2, 3}), {-1, 2, -3.5, -4, 5, -6});
+      EXPECT_EQ(it.outputs_in_place(), 0) << "fuse " << fuse;
+      EXPECT_EQ(it.outputs_via_copy(), 1) << "fuse " << fuse;
+    }
+  }
+}
+
+// The with_adamw program's state updated in place over three steps gives the
+// very bits of the same steps run into a second set of Arrays (the lanes'
+// former layout), fused and unfused.
+TEST(Run, InPlaceAdamwStepsGiveTheBitsOfSeparateArrays) {
+  nn::LmConfig c;
+  c.n_layers = 1;
+  std::vector<std::string> names;
+  for (const nn::ParamSpec& s : nn::lm_parameters(c)) names.push_back(s.name);
+  const Program step = optim::with_adamw(value_and_grad(nn::lm_loss_program(c), names), names, optim::AdamW{});
+  const std::vector<Array> params = nn::init_parameters(c, 5);
+  const size_t n = params.size();
+  Array tokens(T(DType::i32, {c.batch, c.seq})), targets = tokens;
+  for (int64_t i = 0; i < tokens.numel(); ++i) {
+    tokens.set(i, static_cast<double>((i * 7) % c.vocab));
+    targets.set(i, static_cast<double>((i * 3 + 2) % c.vocab));
+  }
+  for (bool fuse : {true, false}) {
+    host::InterpreterOptions o;
+    o.fuse = fuse;
+    host::Interpreter a(step, o), b(step, o);
+    std::vector<Array> inplace(step.outputs.size()), sets[2] = {std::vector<Array>(step.outputs.size()),
+                                                                std::vector<Array>(step.outputs.size())};
+    auto index = [&](size_t j) { return static_cast<size_t>(step.output_index(optim::updated_name(step.inputs[j].name))); };
+    for (size_t j = 0; j < n; ++j)
+      for (size_t k = 0; k < 3; ++k) {
+        const Array init = k == 0 ? params[j] : Array(params[j].type());
+        inplace[index(k * n + j)] = init;
+        sets[0][index(k * n + j)] = init;
+      }
+    std::vector<Array> scalars(4, Array(T(DType::f32, {})));
+    for (int s = 0; s < 3; ++s) {
+      const optim::AdamWScalars sc = optim::adamw_scalars(optim::AdamW{}, s + 1);
+      scalars[0].set(0, sc.lr), scalars[1].set(0, sc.bc1), scalars[2].set(0, sc.bc2), scalars[3].set(0, sc.decay);
+      std::vector<const Array*> ia(step.inputs.size()), ib(step.inputs.size());
+      for (size_t j = 0; j < 3 * n; ++j) ia[j] = &inplace[index(j)], ib[j] = &sets[s % 2][index(j)];
+      for (size_t j = 3 * n; j < step.inputs.size(); ++j) {
+        const std::string& nm = step.inputs[j].name;
+        const Array* x = nm == "tokens" ? &tokens : nm == "targets" ? &targets : nullptr;
+        for (int i = 0; i < 4; ++i)
+          if (nm == optim::kScalarNames[i]) x = &scalars[static_cast<size_t>(i)];
+        ASSERT_NE(x, nullptr) << nm;
+        ia[j] = ib[j] = x;
+      }
+      a.run(ia, inplace);
+      b.run(ib, sets[(s + 1) % 2]);
+      EXPECT_EQ(a.outputs_in_place(), static_cast<int>(fuse ? 3 * n : 2 * n)) << "fuse " << fuse;
+      EXPECT_EQ(b.outputs_in_place() + b.outputs_via_copy(), 0) << "fuse " << fuse;
+      const std::vector<Array>& other = sets[(s + 1) % 2];
+      for (size_t k = 0; k < inplace.size(); ++k) {
+        ASSERT_EQ(inplace[k].bytes(), other[k].bytes());
+        EXPECT_EQ(std::memcmp(inplace[k].raw(), other[k].raw(), inplace[k].bytes()), 0)
+            << "output " << step.outputs[k].name << ", step " << s << ", fuse " << fuse;
+      }
+    }
   }
 }
 

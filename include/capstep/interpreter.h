@@ -50,7 +50,17 @@ class Interpreter {
   // An output Array may also be one of the inputs (an in-place update; every
   // input is read before it is overwritten); then `outputs` must already hold
   // one Array per output, since resizing it would move them (Error otherwise).
+  // Such an output is computed straight into the Array when the plan shows
+  // that every read of that input comes before the output's first write, or
+  // in the same elementwise step or fused group at the same element (as in
+  // the update of a parameter and its moments by optim::with_adamw's
+  // program) and the Array already has the output's type; otherwise into a
+  // buffer of the Interpreter's own, copied into the Array after every step.
   void run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs);
+  // Of the last run's outputs whose Array was also one of its inputs: how many
+  // were computed in place, and how many were copied in at the end.
+  int outputs_in_place() const;
+  int outputs_via_copy() const;
 
   // The replicas that all_reduce sums over (not owned; must outlive the runs
   // that use it). nullptr (the default) or a communicator of size 1: one

@@ -120,23 +120,22 @@ void lane_host(const Options& o, const Start& s, const Program& grad_prog, Lane&
 }
 
 // [1f]: the with_adamw program (gradients and AdamW in one Program) in the
-// interpreter. Parameters and both moments are inputs and outputs; they live
-// in two sets of Arrays that swap each step (read one, write the other), so a
-// step copies nothing: the interpreter computes the new state straight into
-// the other set. Only the batch, four scalars and the loss go in or out, as in
-// lane 3 on the GPU.
+// interpreter. Parameters and both moments are inputs and outputs of one set
+// of Arrays: each output is also its input's Array, and the interpreter
+// updates every one of them in place (Interpreter::outputs_in_place), so a
+// step copies nothing and holds one copy of the state. Only the batch, four
+// scalars and the loss go in or out, as in lane 3 on the GPU.
 void lane_host_fused(const Options& o, const Start& s, const Program& fused, Lane& lane) {
   host::Interpreter interp(fused);
   const size_t n = s.params.size();
-  std::vector<Array> bufs[2];  // each: one Array per output (loss, then the new state)
-  bufs[0].resize(fused.outputs.size());
-  bufs[1].resize(fused.outputs.size());
+  std::vector<Array> state(fused.outputs.size());  // one Array per output: the loss, then the state
   std::vector<const Array*> ins(fused.inputs.size(), nullptr);
   std::vector<int> state_out(3 * n);  // output index of input j (j < 3n: parameters, m, v)
   for (size_t j = 0; j < 3 * n; ++j) {
     const int k = fused.output_index(optim::updated_name(fused.inputs[j].name));
     if (k < 0) throw Error("with_adamw program: no output for input \"" + fused.inputs[j].name + "\"");
     state_out[j] = k;
+    ins[j] = &state[static_cast<size_t>(k)];
   }
   Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens;
   std::vector<Array> scalars(4, Array({DType::f32, {}}));
@@ -144,27 +143,22 @@ void lane_host_fused(const Options& o, const Start& s, const Program& fused, Lan
   ins[static_cast<size_t>(fused.input_index("targets"))] = &targets;
   for (int i = 0; i < 4; ++i) ins[static_cast<size_t>(fused.input_index(optim::kScalarNames[i]))] = &scalars[static_cast<size_t>(i)];
   const size_t loss_out = static_cast<size_t>(fused.output_index("loss"));
-  int cur = 0;  // bufs[cur] holds the state a step reads
   run_phases(
       o, lane,
       [&] {
-        cur = 0;
-        for (int b = 0; b < 2; ++b)
-          for (size_t j = 0; j < n; ++j) {
-            bufs[b][static_cast<size_t>(state_out[j])] = s.params[j];
-            bufs[b][static_cast<size_t>(state_out[n + j])] = Array(s.params[j].type());
-            bufs[b][static_cast<size_t>(state_out[2 * n + j])] = Array(s.params[j].type());
-          }
+        for (size_t j = 0; j < n; ++j) {
+          state[static_cast<size_t>(state_out[j])] = s.params[j];
+          state[static_cast<size_t>(state_out[n + j])] = Array(s.params[j].type());
+          state[static_cast<size_t>(state_out[2 * n + j])] = Array(s.params[j].type());
+        }
       },
       [&](int k) {
         s.batches.fill(static_cast<uint64_t>(k), tokens, targets);
         const optim::AdamWScalars sc = optim::adamw_scalars(o.adamw, k + 1);
         const float vals[4] = {sc.lr, sc.bc1, sc.bc2, sc.decay};
         for (int i = 0; i < 4; ++i) scalars[static_cast<size_t>(i)].data<float>()[0] = vals[i];
-        for (size_t j = 0; j < 3 * n; ++j) ins[j] = &bufs[cur][static_cast<size_t>(state_out[j])];
-        interp.run(ins, bufs[1 - cur]);
-        cur = 1 - cur;
-        return bufs[cur][loss_out].get(0);
+        interp.run(ins, state);
+        return state[loss_out].get(0);
       });
 }
 

@@ -383,13 +383,19 @@ struct Interpreter::Impl {
   // Buffers computed straight into the caller's output Arrays. When the caller
   // passes an output Array that is also an input, that buffer goes to `fallback`
   // (allocated on first need, then kept) and is copied out at the end.
+  // An output Array that is also an input Array is written in place, with no
+  // fallback and no copy, where the plan shows that every read of that input
+  // comes before the first write of the buffer, or in that step at the same
+  // element (takes_input; see in_place_takes).
   struct Direct {
     int output = -1;            // index into Program::outputs
     std::vector<int> slots;     // every value living in this buffer
+    std::vector<char> takes_input;  // per Program input: may be written in that input's Array
     size_t fallback_offset = 0;
     bool in_fallback = false;   // this run
   };
   std::vector<Direct> direct;
+  int last_in_place = 0, last_via_copy = 0;  // the last run's Direct outputs whose Array was an input
   std::vector<char> output_is_direct;
   Block arena, statics, fallback, staging, tiles;
   size_t arena_bytes = 0, fallback_bytes = 0, staging_bytes = 0;
@@ -400,6 +406,84 @@ struct Interpreter::Impl {
   // Output j's bytes from src into outputs[j], retyped if needed.
   void copy_out(int j, const void* src, std::vector<Array>& outputs) const;
 };
+
+namespace {
+
+// Operations whose kernel reads each operand at the element it writes and may
+// write over an operand (kernels_elementwise.cpp; merge_in_place's list).
+bool same_index_op(Op op) {
+  switch (op) {
+    case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
+    case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
+    case Op::select:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Whether fused group g reads buffer x only before, in the order its members
+// run, it first writes buffer b, or in that very member, each member on its
+// own tile's elements: kernels and row or column reductions of the tile,
+// never a broadcast or a value filled once before the tiles. Members run:
+// those filled once, then each tile's, then (col groups) those of K elements
+// once after every tile; a K-element x that a col group's tiles read is read
+// whole by every tile.
+bool group_reads_before_writing(const FusedGroup& g, int x, int b, const std::vector<int>& root) {
+  auto rt = [&](const FusedOperand& o) { return root[static_cast<size_t>(o.value)]; };
+  std::vector<const FusedMember*> order;
+  for (const FusedMember& m : g.members)
+    if (m.hoisted) order.push_back(&m);
+  for (const FusedMember& m : g.members)
+    if (!m.hoisted && !m.after) order.push_back(&m);
+  for (const FusedMember& m : g.members)
+    if (!m.hoisted && m.after) order.push_back(&m);
+  bool written = false;
+  for (const FusedMember* m : order) {
+    bool reads = false;
+    for (int k = 0; k < m->nin; ++k)
+      if (m->in[k].tile_off < 0 && rt(m->in[k]) == x) {
+        reads = true;
+        if (g.kind == plan::GroupKind::col && !m->after && m->in[k].small) return false;
+      }
+    if (reads && (written || m->hoisted ||
+                  (m->kind != FusedMember::Kind::kernel && m->kind != FusedMember::Kind::reduce_row &&
+                   m->kind != FusedMember::Kind::reduce_col)))
+      return false;
+    if (m->out.tile_off < 0 && rt(m->out) == b) written = true;
+  }
+  return true;
+}
+
+// Whether output buffer b (a root, Where::direct) may be the very Array of the
+// input value x: every step reading x (through any alias) runs before the
+// first step writing b, or the last reads are in that step and it reads each
+// element of x before it writes that element of b (same_index_op, or a fused
+// group whose members read x before they write b). An x passed through to an
+// output is read after every step (last = ne): never.
+bool in_place_takes(const Program& ex, int b, int x, const std::vector<int>& def, const std::vector<int>& root,
+                    const std::vector<int>& last, const std::vector<std::pair<int, int>>& span,
+                    const std::vector<int>& in_group, const std::vector<std::unique_ptr<FusedGroup>>& groups) {
+  const int ne = static_cast<int>(ex.eqns.size());
+  int first = ne;  // the first equation writing b: that of any value living there
+  for (size_t v = 0; v < root.size(); ++v)
+    if (root[v] == b && def[v] >= 0) first = std::min(first, def[v]);
+  if (first >= ne) return false;
+  const int lx = last[static_cast<size_t>(x)];
+  const auto [s0, s1] = span[static_cast<size_t>(first)];
+  if (lx < s0) return true;
+  if (lx > s1) return false;
+  const int g = in_group[static_cast<size_t>(first)];
+  if (g >= 0) return group_reads_before_writing(*groups[static_cast<size_t>(g)], x, b, root);
+  // One equation outside groups: an elementwise kernel over the same elements.
+  const Eqn& e = ex.eqns[static_cast<size_t>(first)];
+  if (!same_index_op(e.op) || ex.type(e.out).bytes() != ex.type(x).bytes()) return false;
+  for (int v : e.inputs)
+    if (root[static_cast<size_t>(v)] == x && ex.type(v).numel() != ex.type(e.out).numel()) return false;
+  return true;
+}
+
+}  // namespace
 
 Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::move(p)) {
   verify(prog);
@@ -766,6 +850,14 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
     tile_bytes = std::max(tile_bytes, groups[k]->scratch_stride * static_cast<size_t>(groups[k]->parts));
   }
   tiles = alloc_block(tile_bytes);
+
+  // ---- outputs that may be written in place of an input (Direct::takes_input).
+  for (Direct& d : direct) {
+    d.takes_input.assign(prog.inputs.size(), 0);
+    const int r = root[static_cast<size_t>(prog.outputs[static_cast<size_t>(d.output)].value)];
+    for (size_t k = 0; k < prog.inputs.size(); ++k)
+      d.takes_input[k] = in_place_takes(ex, r, prog.inputs[k].value, def, root, last, span, in_group, groups) ? 1 : 0;
+  }
   for (auto& g : groups) g->scratch = static_cast<char*>(tiles.get());
   for (int i = 0; i < ne; ++i) {
     const int g = in_group[static_cast<size_t>(i)];
@@ -842,15 +934,27 @@ void Interpreter::Impl::run(const std::vector<const Array*>& inputs, std::vector
                     std::to_string(output_slot.size()) + ": size it to the outputs before an in-place run");
     outputs.resize(output_slot.size());
   }
+  last_in_place = last_via_copy = 0;
   for (Direct& d : direct) {
     Array& out = outputs[static_cast<size_t>(d.output)];
-    d.in_fallback = std::find(inputs.begin(), inputs.end(), &out) != inputs.end();
+    const Type& t = prog.output_type(d.output);
+    // The caller reads this Array as an input too: in place where every such
+    // input allows it (Direct::takes_input) and the Array has the output's
+    // type already (retyping it would lose the input), else written only at
+    // the end, from `fallback`.
+    bool is_input = false, in_place = out.type() == t && out.raw() != nullptr;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i] == &out) {
+        is_input = true;
+        in_place = in_place && d.takes_input[i];
+      }
+    d.in_fallback = is_input && !in_place;
+    if (is_input) ++(d.in_fallback ? last_via_copy : last_in_place);
     void* dst;
     if (d.in_fallback) {  // the caller reads this Array as an input: write it only at the end
       if (!fallback) fallback = alloc_block(fallback_bytes);
       dst = static_cast<char*>(fallback.get()) + d.fallback_offset;
     } else {
-      const Type& t = prog.output_type(d.output);
       // A default Array claims f32[] but owns no bytes: reset allocates for it.
       if (out.type() != t || out.raw() == nullptr) out.reset(t);
       dst = out.raw();
@@ -928,6 +1032,8 @@ int Interpreter::fused_equations() const { return impl_->fused_eqns; }
 int Interpreter::adamw_groups() const {
   return static_cast<int>(std::count_if(impl_->groups.begin(), impl_->groups.end(), [](const auto& g) { return g->adamw.on; }));
 }
+int Interpreter::outputs_in_place() const { return impl_->last_in_place; }
+int Interpreter::outputs_via_copy() const { return impl_->last_via_copy; }
 int Interpreter::own_steps(Op op) const {
   int n = 0;
   for (const Step& s : impl_->steps)
