@@ -1595,6 +1595,41 @@ TEST(Run, OutputsInPlaceOfAnInputOnlyWhereItIsReadFirst) {
   }
 }
 
+// A run that fails (a gather index out of range) leaves the Arrays it would
+// have written in place as they were: indices that are a program input are
+// checked before the first step; an output first written before a step that
+// may still throw (here a gather of computed indices) is computed aside.
+TEST(Run, AFailedRunLeavesInPlaceArraysAsTheyWere) {
+  const Type t = T(DType::f32, {4});
+  for (bool computed : {false, true})
+    for (bool fuse : {true, false}) {
+      host::InterpreterOptions o;
+      o.fuse = fuse;
+      Program p;
+      int x = p.add_input("x", t);
+      int table = p.add_input("table", T(DType::f32, {3, 2}));
+      int idx = p.add_input("idx", T(DType::i32, {2}));
+      p.add_output("y", p.add_eqn(Op::negate, {x}, {}));
+      if (computed) {
+        Attrs zero;
+        zero.literal = {0};
+        idx = p.add_eqn(Op::add, {idx, p.add_eqn_typed(Op::constant, {}, zero, T(DType::i32, {2}))}, {});
+      }
+      p.add_output("z", p.add_eqn(Op::gather_rows, {table, idx}, {}));
+      host::Interpreter it(p, o);
+      std::vector<Array> arrays{Array::f32({4}, {1, 2, 3, 4}), Array()};
+      const Array tab = Array::f32({3, 2}, {0, 1, 2, 3, 4, 5});
+      Array bad = Array::i32({2}, {0, 7}), good = Array::i32({2}, {2, 0});
+      expect_error([&] { it.run({&arrays[0], &tab, &bad}, arrays); }, {"index 7 at position 1", "out of range [0, 3)"});
+      expect_exact(arrays[0], t, {1, 2, 3, 4});
+      it.run({&arrays[0], &tab, &good}, arrays);
+      expect_exact(arrays[0], t, {-1, -2, -3, -4});
+      expect_exact(arrays[1], T(DType::f32, {2, 2}), {4, 5, 0, 1});
+      EXPECT_EQ(it.outputs_in_place(), computed ? 0 : 1) << "computed " << computed << ", fuse " << fuse;
+      EXPECT_EQ(it.outputs_via_copy(), computed ? 1 : 0) << "computed " << computed << ", fuse " << fuse;
+    }
+}
+
 // The with_adamw program's state updated in place over three steps gives the
 // very bits of the same steps run into a second set of Arrays (the lanes'
 // former layout), fused and unfused.

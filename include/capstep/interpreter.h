@@ -54,11 +54,17 @@ class Interpreter {
   // that every read of that input comes before the output's first write, or
   // in the same elementwise step or fused group at the same element (as in
   // the update of a parameter and its moments by optim::with_adamw's
-  // program) and the Array already has the output's type; otherwise into a
-  // buffer of the Interpreter's own, copied into the Array after every step.
+  // program), no step that may still throw (a gather of computed indices,
+  // an all_reduce) runs after its first write, and the Array already has the
+  // output's type; otherwise into a buffer of the Interpreter's own, copied
+  // into the Array after the last step. Indices of gathers and scatters that
+  // are inputs or constants are checked before the first step, so a run that
+  // throws leaves every input Array as it was.
   void run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs);
-  // Of the last run's outputs whose Array was also one of its inputs: how many
-  // were computed in place, and how many were copied in at the end.
+  // Of the last run's computed outputs whose Array was also one of its inputs:
+  // how many were computed in place, and how many aside and copied in at the
+  // end. (Inputs passed through to an output, constants and second outputs
+  // of one buffer are copied and counted in neither.)
   int outputs_in_place() const;
   int outputs_via_copy() const;
 

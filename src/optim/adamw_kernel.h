@@ -26,7 +26,8 @@ void adamw_range_into(const AdamWConstants& k, const AdamWScalars& s, const floa
                       const float* __restrict g, const float* __restrict m, const float* __restrict v,
                       float* __restrict p_out, float* __restrict m_out, float* __restrict v_out, int64_t n);
 
-// The parts the host's threads share n elements in (each at least 4096).
+// The parts the host's threads share n elements in (each at least 4096 of
+// them; one part below 8192).
 int adamw_parts(int64_t n);
 
 }  // namespace capstep::optim

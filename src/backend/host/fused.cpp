@@ -496,9 +496,10 @@ namespace {
 
 // AdamWShortcut: the group as the host AdamW kernel, in parts: from its
 // inputs into its results (adamw_range_into) when no two of the seven buffers
-// overlap, which is how the interpreter lays them out; else in place on the
-// results, each first a copy of its input unless it is that very buffer.
-// Where the buffers overlap otherwise, false: the members run instead.
+// overlap (the interpreter's own layout); else in place on the results, each
+// first a copy of its input unless it is that very buffer (lane 1f: p', m'
+// and v' are written over p, m and v, Interpreter::outputs_in_place). Where
+// the buffers overlap otherwise, false: the members run instead.
 bool run_adamw(const FusedGroup& g, void* const* slots) {
   const AdamWShortcut& a = g.adamw;
   const int64_t n = g.numel;

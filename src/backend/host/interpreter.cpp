@@ -22,8 +22,10 @@
 // uses it. Elementwise results take over the buffer of an operand read for the
 // last time (in place). run() then only stores the input and output addresses,
 // calls each step's kernel and copies out what was not computed in place
-// (pass-through inputs, constants, a second output of one buffer): no lookups,
-// no allocation once the caller's output Arrays have their types.
+// (pass-through inputs, constants, a second output of one buffer, and an
+// output whose Array is also an input that it cannot be written over: see
+// Direct): no lookups, no allocation once the caller's output Arrays have
+// their types.
 //
 // run() writes the Interpreter's own arena and slot table: one Interpreter runs
 // on one thread at a time (make one per thread to run in parallel).
@@ -34,7 +36,9 @@
 // per equation. Its members' values that nothing outside the group reads are
 // "tile" values: no arena buffer, only a tile in the group's scratch. Every
 // value a group reads or writes lives in the arena for the group's whole span
-// of equations, and no member of a group works in place.
+// of equations, and no member of a group works in place on another value's
+// buffer (a group's result may be written over a program input, though, when
+// the caller passes that input's Array as the output's: Direct).
 #include "capstep/interpreter.h"
 
 #include <algorithm>
@@ -381,12 +385,12 @@ struct Interpreter::Impl {
   std::vector<PassThrough> pass_through;
   std::vector<int> computed_outputs;  // the other outputs not computed in place
   // Buffers computed straight into the caller's output Arrays. When the caller
-  // passes an output Array that is also an input, that buffer goes to `fallback`
-  // (allocated on first need, then kept) and is copied out at the end.
-  // An output Array that is also an input Array is written in place, with no
-  // fallback and no copy, where the plan shows that every read of that input
-  // comes before the first write of the buffer, or in that step at the same
-  // element (takes_input; see in_place_takes).
+  // passes an output Array that is also an input Array, the buffer is that
+  // Array still where the plan allows it (takes_input, in_place_takes: every
+  // read of that input comes before the buffer's first write, or in that step
+  // at the same element, and after every step that may throw) and the Array
+  // has the output's type; else it goes to `fallback` (allocated on first
+  // need, then kept) and is copied in after the last step.
   struct Direct {
     int output = -1;            // index into Program::outputs
     std::vector<int> slots;     // every value living in this buffer
@@ -395,6 +399,10 @@ struct Interpreter::Impl {
     bool in_fallback = false;   // this run
   };
   std::vector<Direct> direct;
+  // The gathers and scatters whose indices are a program input or a constant:
+  // their indices are checked before the first step, so that they cannot fail
+  // once an output has been written over an input.
+  std::vector<Step> index_checks;
   int last_in_place = 0, last_via_copy = 0;  // the last run's Direct outputs whose Array was an input
   std::vector<char> output_is_direct;
   Block arena, statics, fallback, staging, tiles;
@@ -455,20 +463,23 @@ bool group_reads_before_writing(const FusedGroup& g, int x, int b, const std::ve
   return true;
 }
 
-// Whether output buffer b (a root, Where::direct) may be the very Array of the
-// input value x: every step reading x (through any alias) runs before the
-// first step writing b, or the last reads are in that step and it reads each
-// element of x before it writes that element of b (same_index_op, or a fused
-// group whose members read x before they write b). An x passed through to an
-// output is read after every step (last = ne): never.
-bool in_place_takes(const Program& ex, int b, int x, const std::vector<int>& def, const std::vector<int>& root,
+// Steps that may throw while a run is under way (an index out of range, a
+// communicator's error): an output is written over an input only after the
+// last of them, so that a run that fails leaves its input Arrays as they were.
+// (The indices of a gather or scatter that are a program input or a constant
+// are checked before the first step instead: Impl::index_checks.)
+bool may_throw_at_run(Op op) { return op == Op::gather_rows || op == Op::scatter_add_rows || op == Op::all_reduce; }
+
+// Whether output buffer b (a root, Where::direct), first written by equation
+// `first`, may be the very Array of the input value x: every step reading x
+// (through any alias) runs before that step, or the last reads are in that
+// step and it reads each element of x before it writes that element of b
+// (same_index_op, or a fused group whose members read x before they write
+// b). An x passed through to an output is read after every step (last = ne):
+// never.
+bool in_place_takes(const Program& ex, int b, int first, int x, const std::vector<int>& root,
                     const std::vector<int>& last, const std::vector<std::pair<int, int>>& span,
                     const std::vector<int>& in_group, const std::vector<std::unique_ptr<FusedGroup>>& groups) {
-  const int ne = static_cast<int>(ex.eqns.size());
-  int first = ne;  // the first equation writing b: that of any value living there
-  for (size_t v = 0; v < root.size(); ++v)
-    if (root[v] == b && def[v] >= 0) first = std::min(first, def[v]);
-  if (first >= ne) return false;
   const int lx = last[static_cast<size_t>(x)];
   const auto [s0, s1] = span[static_cast<size_t>(first)];
   if (lx < s0) return true;
@@ -851,12 +862,39 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
   }
   tiles = alloc_block(tile_bytes);
 
-  // ---- outputs that may be written in place of an input (Direct::takes_input).
-  for (Direct& d : direct) {
-    d.takes_input.assign(prog.inputs.size(), 0);
-    const int r = root[static_cast<size_t>(prog.outputs[static_cast<size_t>(d.output)].value)];
-    for (size_t k = 0; k < prog.inputs.size(); ++k)
-      d.takes_input[k] = in_place_takes(ex, r, prog.inputs[k].value, def, root, last, span, in_group, groups) ? 1 : 0;
+  // ---- outputs that may be written in place of an input (Direct::takes_input):
+  // of the input's type (run() writes in place only into an Array of the
+  // output's type), first written after every step that may throw.
+  {
+    int throws_until = -1;  // the last equation (its group's last) that may throw
+    for (int i = 0; i < ne; ++i) {
+      const Eqn& e = ex.eqns[static_cast<size_t>(i)];
+      if (!may_throw_at_run(e.op)) continue;
+      if (e.op != Op::all_reduce && built[static_cast<size_t>(i)].fn) {
+        const Where w = where[static_cast<size_t>(root[static_cast<size_t>(e.inputs[1])])];
+        if (w == Where::input || w == Where::stat) {
+          index_checks.push_back(built[static_cast<size_t>(i)]);
+          continue;
+        }
+      }
+      throws_until = std::max(throws_until, span[static_cast<size_t>(i)].second);
+    }
+    std::vector<int> first_write(static_cast<size_t>(nv), ne);  // per root: the first equation writing its buffer
+    for (int v = 0; v < nv; ++v) {
+      const int d = def[static_cast<size_t>(v)];
+      int& f = first_write[static_cast<size_t>(root[static_cast<size_t>(v)])];
+      if (d >= 0) f = std::min(f, d);
+    }
+    for (Direct& d : direct) {
+      d.takes_input.assign(prog.inputs.size(), 0);
+      const int r = root[static_cast<size_t>(prog.outputs[static_cast<size_t>(d.output)].value)];
+      const int first = first_write[static_cast<size_t>(r)];
+      if (first >= ne || span[static_cast<size_t>(first)].first <= throws_until) continue;
+      const Type& t = prog.output_type(d.output);
+      for (size_t k = 0; k < prog.inputs.size(); ++k)
+        if (prog.input_type(static_cast<int>(k)) == t)
+          d.takes_input[k] = in_place_takes(ex, r, first, prog.inputs[k].value, root, last, span, in_group, groups);
+    }
   }
   for (auto& g : groups) g->scratch = static_cast<char*>(tiles.get());
   for (int i = 0; i < ne; ++i) {
@@ -921,6 +959,7 @@ void Interpreter::Impl::check_inputs(const std::vector<const Array*>& inputs) co
 }
 
 void Interpreter::Impl::run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs) {
+  last_in_place = last_via_copy = 0;
   check_inputs(inputs);
   void** sl = slots.data();
   for (const auto& [slot, i] : input_slots) sl[slot] = const_cast<void*>(inputs[static_cast<size_t>(i)]->raw());
@@ -934,7 +973,11 @@ void Interpreter::Impl::run(const std::vector<const Array*>& inputs, std::vector
                     std::to_string(output_slot.size()) + ": size it to the outputs before an in-place run");
     outputs.resize(output_slot.size());
   }
-  last_in_place = last_via_copy = 0;
+  for (const Step& c : index_checks) {
+    const int32_t* idx = static_cast<const int32_t*>(sl[c.in[1]]);
+    for (int64_t i = 0; i < c.n_idx; ++i)
+      if (idx[i] < 0 || idx[i] >= c.rows) throw_index_error(c, i, idx[i]);
+  }
   for (Direct& d : direct) {
     Array& out = outputs[static_cast<size_t>(d.output)];
     const Type& t = prog.output_type(d.output);
