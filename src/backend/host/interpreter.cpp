@@ -158,6 +158,29 @@ bool fold_transpose_dims(Attrs& at, int side, const std::vector<int64_t>& perm) 
   return true;
 }
 
+// The operands [first, first + count) that an equation's kernel reads at the
+// very element it writes, so that its result may be written over one of them
+// (merge_in_place; in_place_takes); count 0: none.
+struct InPlaceOperands {
+  int first = 0, count = 0;
+};
+InPlaceOperands in_place_operands(Op op) {
+  switch (op) {
+    case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
+      return {0, 2};
+    case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
+    case Op::all_reduce:
+      return {0, 1};
+    case Op::select:
+      return {1, 2};
+    case Op::constant: case Op::iota: case Op::compare: case Op::convert: case Op::broadcast_in_dim:
+    case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
+    case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad:
+      break;
+  }
+  return {};
+}
+
 // In place: an elementwise result takes the buffer of an operand of its own
 // dtype whose last reader is this very equation (root and last are per buffer;
 // both are updated, and the output becomes an alias). Each element is read
@@ -178,24 +201,7 @@ void merge_in_place(const Program& prog, std::vector<Where>& where, std::vector<
     const Eqn& e = prog.eqns[static_cast<size_t>(i)];
     const size_t o = static_cast<size_t>(e.out);
     if (where[o] != Where::arena || in_group[static_cast<size_t>(i)] >= 0) continue;
-    int first = 0, count = 0;  // operands that may share the output's buffer
-    switch (e.op) {
-      case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
-        count = 2;
-        break;
-      case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
-      case Op::all_reduce:
-        count = 1;
-        break;
-      case Op::select:
-        first = 1;
-        count = 2;
-        break;
-      case Op::constant: case Op::iota: case Op::compare: case Op::convert: case Op::broadcast_in_dim:
-      case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
-      case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad:
-        break;
-    }
+    const auto [first, count] = in_place_operands(e.op);  // operands that may share the output's buffer
     for (int k = first; k < first + count; ++k) {
       const int v = e.inputs[static_cast<size_t>(k)];
       const size_t r = static_cast<size_t>(find(root[static_cast<size_t>(v)]));
@@ -417,19 +423,6 @@ struct Interpreter::Impl {
 
 namespace {
 
-// Operations whose kernel reads each operand at the element it writes and may
-// write over an operand (kernels_elementwise.cpp; merge_in_place's list).
-bool same_index_op(Op op) {
-  switch (op) {
-    case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
-    case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
-    case Op::select:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Whether fused group g reads buffer x only before, in the order its members
 // run, it first writes buffer b, or in that very member, each member on its
 // own tile's elements: kernels and row or column reductions of the tile,
@@ -474,8 +467,10 @@ bool may_throw_at_run(Op op) { return op == Op::gather_rows || op == Op::scatter
 // `first`, may be the very Array of the input value x: every step reading x
 // (through any alias) runs before that step, or the last reads are in that
 // step and it reads each element of x before it writes that element of b
-// (same_index_op, or a fused group whose members read x before they write
-// b). An x passed through to an output is read after every step (last = ne):
+// (an op that in_place_operands lets write over an operand, or a fused group
+// whose members read x before they write b; an all_reduce, also such an op,
+// never gets here: it may throw, and b's first write comes after every step
+// that may). An x passed through to an output is read after every step (last = ne):
 // never.
 bool in_place_takes(const Program& ex, int b, int first, int x, const std::vector<int>& root,
                     const std::vector<int>& last, const std::vector<std::pair<int, int>>& span,
@@ -488,7 +483,7 @@ bool in_place_takes(const Program& ex, int b, int first, int x, const std::vecto
   if (g >= 0) return group_reads_before_writing(*groups[static_cast<size_t>(g)], x, b, root);
   // One equation outside groups: an elementwise kernel over the same elements.
   const Eqn& e = ex.eqns[static_cast<size_t>(first)];
-  if (!same_index_op(e.op) || ex.type(e.out).bytes() != ex.type(x).bytes()) return false;
+  if (in_place_operands(e.op).count == 0 || ex.type(e.out).bytes() != ex.type(x).bytes()) return false;
   for (int v : e.inputs)
     if (root[static_cast<size_t>(v)] == x && ex.type(v).numel() != ex.type(e.out).numel()) return false;
   return true;
