@@ -616,10 +616,29 @@ TEST(Reduce, SumAndMaxOverAxisSets) {
       }
 }
 
+// The order reduce_run documents, in scalar f32: a row shorter than 16 from
+// its first element on; else element j into partial j % 8, the partials
+// combined pairwise (l with l + 4, then l + 2, then 1).
+float eight_partials_sum(const float* x, int64_t n) {
+  float acc = 0.0f;
+  if (n < 16) {
+    for (int64_t j = 0; j < n; ++j) acc += x[j];
+    return acc;
+  }
+  float part[8];
+  for (int l = 0; l < 8; ++l) part[l] = x[l];
+  for (int64_t j = 8; j < n; ++j) part[j % 8] += x[j];
+  for (int w = 4; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) part[l] += part[l + w];
+  return part[0];
+}
+
 // Rows of 16 and more are reduced as eight interleaved partial results
 // (kernels_layout.cpp, reduce_run), tails included: every length from the
 // short path's last to past two blocks of 8, and long rows; NaN anywhere in a
-// row still wins the max; integer sums stay exact.
+// row still wins the max; integer sums stay exact; f32 sums are the bits of
+// that order (the vector code, its pairwise steps on halves of a vector
+// included, may not reorder them).
 TEST(Reduce, LongRowsInEightPartials) {
   for (int64_t len : {15, 16, 17, 23, 24, 31, 33, 100, 1000}) {
     for (DType d : {DType::f32, DType::f64, DType::i32})
@@ -640,6 +659,7 @@ TEST(Reduce, LongRowsInEightPartials) {
             double mag = 0;
             for (int64_t j = 0; j < len; ++j) mag += std::fabs(in.get(i * len + j));
             EXPECT_NEAR(got.get(i), want[static_cast<size_t>(i)], static_cast<double>(len) * 1.2e-7 * mag) << i;
+            EXPECT_EQ(got.data<float>()[i], eight_partials_sum(in.data<float>() + i * len, len)) << i;
           }
         } else {
           expect_near(got, p.type(r), want, d == DType::f64 ? 1e-12 : 0.0);

@@ -49,20 +49,50 @@ inline T reduce_run(const In* __restrict in, int64_t n) {
   }
   T part[W];
   int64_t j = W;
-  if constexpr (Max && std::is_same_v<T, In> && std::is_floating_point_v<T>) {
+  if constexpr (std::is_same_v<T, In> && std::is_floating_point_v<T>) {
     // The partials as one vector (GCC's vector extension, any target): the
     // per-lane loop below does not vectorise a max's selects. Lane l is
-    // part[l], combined the same way (max_select), so the same bits.
+    // part[l], combined the same way (max_select or +), so the same bits.
     using V [[gnu::vector_size(W * sizeof(T))]] = T;
     V acc, x;
     std::memcpy(&acc, in, sizeof acc);
     for (; j + W <= n; j += W) {
       std::memcpy(&x, in + j, sizeof x);
-      V m = acc > x ? acc : x;
-      m = x != x ? x : m;
-      acc = acc != acc ? acc : m;
+      if constexpr (Max) {
+        V m = acc > x ? acc : x;
+        m = x != x ? x : m;
+        acc = acc != acc ? acc : m;
+      } else {
+        acc = acc + x;
+      }
     }
-    std::memcpy(part, &acc, sizeof part);
+    if (j == n) {
+      // The pairwise combination below, w = 4, 2, 1, on halves of the vector
+      // (the same lanes combined in the same order) instead of seven scalar
+      // steps: a row of 16 (the attention's softmax) is mostly this part.
+      using V4 [[gnu::vector_size(4 * sizeof(T))]] = T;
+      using V2 [[gnu::vector_size(2 * sizeof(T))]] = T;
+      const V4 lo = {acc[0], acc[1], acc[2], acc[3]}, hi = {acc[4], acc[5], acc[6], acc[7]};
+      V4 a4;
+      if constexpr (Max) {
+        V4 m = lo > hi ? lo : hi;
+        m = hi != hi ? hi : m;
+        a4 = lo != lo ? lo : m;
+      } else {
+        a4 = lo + hi;
+      }
+      const V2 lo2 = {a4[0], a4[1]}, hi2 = {a4[2], a4[3]};
+      V2 a2;
+      if constexpr (Max) {
+        V2 m = lo2 > hi2 ? lo2 : hi2;
+        m = hi2 != hi2 ? hi2 : m;
+        a2 = lo2 != lo2 ? lo2 : m;
+      } else {
+        a2 = lo2 + hi2;
+      }
+      return combine<T, Max>(a2[0], a2[1]);
+    }
+    for (int l = 0; l < W; ++l) part[l] = acc[l];
   } else {
     for (int l = 0; l < W; ++l) part[l] = load<T>(in[l]);
     for (; j + W <= n; j += W)
