@@ -47,8 +47,8 @@ int main(int argc, char** argv) {
   host::InterpreterOptions fused_opts;
   if (const char* t = getenv("TILE")) fused_opts.tile_elems = std::atoll(t);  // TILE=n: elements per tile
   host::Interpreter it(grad, fused_opts), unfused(grad, unfused_opts);
-  std::printf("arena: %.1f KiB fused (%d groups run tile by tile, %d equations), %.1f KiB unfused\n",
-              static_cast<double>(it.arena_bytes()) / 1024.0, it.fused_groups(), it.fused_equations(),
+  std::printf("arena: %.1f KiB fused (%d groups run tile by tile, %d equations, %d compiled loops), %.1f KiB unfused\n",
+              static_cast<double>(it.arena_bytes()) / 1024.0, it.fused_groups(), it.fused_equations(), it.jit_loops(),
               static_cast<double>(unfused.arena_bytes()) / 1024.0);
   std::vector<Array> params = nn::init_parameters(c, 1);
   Array tokens({DType::i32, {c.batch, c.seq}}), targets = tokens;

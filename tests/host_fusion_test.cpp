@@ -350,3 +350,168 @@ TEST(HostFusion, GroupReadingAMemberAtOtherIndicesRunsUnfused) {
     for (int64_t j = 0; j < 6; ++j)
       EXPECT_EQ(y[0].data<float>()[i * 6 + j], in[0].data<float>()[j * 6 + i] * 2.0f + in[1].data<float>()[i * 6 + j]);
 }
+
+// ---- compiled elementwise loops (src/backend/host/loop_jit.h) -----------------
+
+namespace {
+
+host::InterpreterOptions jit_opts(bool jit, int64_t tile = 1024) {
+  host::InterpreterOptions o = opts(true, tile);
+  o.jit = jit;
+  return o;
+}
+
+// The same bits, except that where both are a NaN its payload and sign may
+// differ: for an add or multiply of two NaNs the x86 instruction returns its
+// first operand's, and the compiler may put either operand first.
+bool same_bits_but_nans(const Array& a, const Array& b) {
+  if (a.type() != b.type()) return false;
+  const uint32_t* x = static_cast<const uint32_t*>(a.raw());
+  const uint32_t* y = static_cast<const uint32_t*>(b.raw());
+  auto nan = [](uint32_t u) { return (u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0; };
+  for (int64_t i = 0; i < a.numel(); ++i)
+    if (x[i] != y[i] && !(nan(x[i]) && nan(y[i]))) return false;
+  return true;
+}
+
+}  // namespace
+
+// Random programs of add, subtract, multiply, divide and negate over three
+// arrays and two splat constants, every tenth value also an output, on
+// inputs holding zeros of both signs, infinities, NaN and subnormals: the
+// compiled loops give the bits of the members run one by one (NaNs aside:
+// same_bits_but_nans), at tile sizes that leave tails of every length, and
+// of the unfused interpreter.
+TEST(HostJit, RandomElementwiseChainsAreBitwiseTheMembers) {
+  uint64_t state = 12345;
+  auto next = [&](uint64_t n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>((state >> 33) % n);
+  };
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, -3e-39f, 1e38f, 1.0f, -2.5f};
+  int compiled = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t n = std::vector<int64_t>{5, 8, 37, 256, 1000, 4096}[static_cast<size_t>(trial % 6)];
+    const Type t(DType::f32, {n});
+    Program p;
+    p.name = "chain" + std::to_string(trial);
+    std::vector<int> vals = {p.add_input("x", t), p.add_input("y", t), p.add_input("z", t)};
+    Attrs c1, c2;
+    c1.literal = {0.75};
+    c2.literal = {-3.0};
+    vals.push_back(p.add_eqn_typed(Op::constant, {}, c1, t));
+    vals.push_back(p.add_eqn_typed(Op::constant, {}, c2, t));
+    const Op ops[] = {Op::add, Op::subtract, Op::multiply, Op::divide, Op::negate};
+    const int len = 2 + next(30);
+    for (int i = 0; i < len; ++i) {
+      const Op op = ops[next(5)];
+      // mostly the last few values (long chains), sometimes any (long lives)
+      auto pick = [&] {
+        const int k = static_cast<int>(vals.size());
+        return vals[static_cast<size_t>(next(3) ? std::max(0, k - 1 - next(3)) : next(static_cast<uint64_t>(k)))];
+      };
+      const int a = pick();
+      const int v = op == Op::negate ? p.add_eqn(op, {a}, {}) : p.add_eqn(op, {a, pick()}, {});
+      vals.push_back(v);
+      if (i % 10 == 9) p.add_output("v" + std::to_string(i), v);
+    }
+    p.add_output("last", vals.back());
+    std::vector<Array> in;
+    for (int k = 0; k < 3; ++k) {
+      Array a = random_array(t, 7 + static_cast<uint64_t>(trial) * 3 + static_cast<uint64_t>(k));
+      for (int64_t j = 0; j < n; j += 1 + next(9)) a.data<float>()[j] = specials[next(10)];
+      in.push_back(std::move(a));
+    }
+    SCOPED_TRACE(p.name + " of " + std::to_string(len) + " ops on " + std::to_string(n) + " elements");
+    const std::vector<Array> ref = run_with(p, opts(false), in);
+    for (int64_t tile : {int64_t{7}, int64_t{100}, int64_t{1024}}) {
+      host::Interpreter it(p, jit_opts(true, tile));
+      compiled += it.jit_loops();
+      const std::vector<Array> got = it.run(in);
+      const std::vector<Array> members = run_with(p, jit_opts(false, tile), in);
+      ASSERT_EQ(got.size(), ref.size());
+      for (size_t j = 0; j < got.size(); ++j) {
+        EXPECT_TRUE(same_bits_but_nans(got[j], members[j])) << "output " << j << ", tile " << tile;
+        EXPECT_TRUE(same_bits_but_nans(got[j], ref[j])) << "output " << j << ", tile " << tile;
+      }
+    }
+  }
+  if (host::jit_available()) EXPECT_GE(compiled, 100);
+  else EXPECT_EQ(compiled, 0);
+}
+
+// More live values than registers: 20 inputs all read again at the end. The
+// run is cut into loops that fit (or runs as members); the bits stay.
+TEST(HostJit, MoreLiveValuesThanRegistersStillGivesTheBits) {
+  const Type t(DType::f32, {640});
+  Program p;
+  std::vector<int> xs, sq;
+  for (int i = 0; i < 20; ++i) xs.push_back(p.add_input("x" + std::to_string(i), t));
+  for (int i = 0; i < 20; ++i) sq.push_back(p.add_eqn(Op::multiply, {xs[static_cast<size_t>(i)], xs[static_cast<size_t>(i)]}, {}));
+  int acc = sq[0];
+  for (int i = 1; i < 20; ++i)
+    acc = p.add_eqn(Op::add, {acc, p.add_eqn(Op::divide, {sq[static_cast<size_t>(i)], xs[static_cast<size_t>(i)]}, {})}, {});
+  p.add_output("y", acc);
+  std::vector<Array> in;
+  for (int i = 0; i < 20; ++i) in.push_back(random_array(t, 50 + static_cast<uint64_t>(i)));
+  host::Interpreter it(p, jit_opts(true));
+  const std::vector<Array> got = it.run(in);
+  EXPECT_TRUE(got[0].bit_equal(run_with(p, opts(false), in)[0]));
+  if (host::jit_available()) EXPECT_GE(it.jit_loops(), 1);
+}
+
+// The loop as data, straight to jit_compile: what it runs, and what it refuses.
+TEST(HostJit, CompilerRefusesWhatItCannotRun) {
+  if (!host::jit_available()) GTEST_SKIP() << "no compiled loops in this build or on this CPU (Xbyak, AVX2)";
+  host::JitLoop ok;
+  ok.num_ptrs = 2;
+  ok.inputs = {{0, false}};
+  ok.insts = {{Op::multiply, 0, 0}};
+  ok.stores = {{1, 1}};
+  auto code = host::jit_compile(ok);
+  ASSERT_NE(code, nullptr);
+  float x[16], y[16];
+  for (int i = 0; i < 16; ++i) x[i] = static_cast<float>(i) - 7.5f;
+  void* ptrs[2] = {x, y};
+  code->fn(ptrs, 16 * sizeof(float));
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(y[i], x[i] * x[i]) << i;
+  host::JitLoop bad = ok;
+  bad.insts = {{Op::tanh, 0, -1}};  // not one instruction
+  EXPECT_EQ(host::jit_compile(bad), nullptr);
+  bad = ok;
+  bad.insts = {{Op::add, 0, 1}};  // reads a value not yet made
+  EXPECT_EQ(host::jit_compile(bad), nullptr);
+  bad = ok;
+  bad.stores = {{1, 2}};  // a pointer it is not given
+  EXPECT_EQ(host::jit_compile(bad), nullptr);
+  host::JitLoop wide;  // 13 arrays read: one more than the general registers
+  wide.num_ptrs = 14;
+  for (int i = 0; i < 13; ++i) wide.inputs.push_back({i, false});
+  int v = 0;
+  for (int i = 1; i < 13; ++i) {
+    wide.insts.push_back({Op::add, v, i});
+    v = 13 + i - 1;
+  }
+  wide.stores = {{v, 13}};
+  EXPECT_EQ(host::jit_compile(wide), nullptr);
+}
+
+// The seed's gradient step: the compiled loops take the runs of its loop, row
+// and column groups, with the bits of the members (and of the unfused
+// interpreter, SeedGradientStepIsBitwiseUnfused); CAPSTEP_HOST_JIT=0 turns
+// them off.
+TEST(HostJit, SeedStepRunsCompiledLoopsWithTheSameBits) {
+  SeedStep s;
+  host::Interpreter with(s.grad, jit_opts(true)), without(s.grad, jit_opts(false));
+  EXPECT_EQ(without.jit_loops(), 0);
+  if (host::jit_available()) EXPECT_GE(with.jit_loops(), 20);
+  else EXPECT_EQ(with.jit_loops(), 0);
+  const std::vector<Array> a = with.run(s.in), b = without.run(s.in);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t j = 0; j < a.size(); ++j) EXPECT_TRUE(a[j].bit_equal(b[j])) << s.grad.outputs[j].name;
+  setenv("CAPSTEP_HOST_JIT", "0", 1);
+  const host::InterpreterOptions off = host::InterpreterOptions::defaults();
+  unsetenv("CAPSTEP_HOST_JIT");
+  EXPECT_FALSE(off.jit);
+  EXPECT_TRUE(host::InterpreterOptions::defaults().jit);
+}

@@ -30,7 +30,12 @@ namespace capstep::host {
 struct InterpreterOptions {
   bool fuse = true;           // run the fusion groups tile by tile; false: one pass per primitive
   int64_t tile_elems = 1024;  // elements per tile (row/column groups: whole rows, at least one)
-  // fuse = false when the environment sets CAPSTEP_HOST_FUSION=0 (or "off").
+  // With fuse: runs of f32 add/subtract/multiply/divide/negate in a group
+  // compiled to one AVX2 loop each (the same bits), where this build has
+  // Xbyak and the CPU AVX2; false: every member runs its own kernel.
+  bool jit = true;
+  // fuse = false when the environment sets CAPSTEP_HOST_FUSION=0 (or "off"),
+  // jit = false when it sets CAPSTEP_HOST_JIT=0 (or "off").
   static InterpreterOptions defaults();
 };
 
@@ -82,6 +87,8 @@ class Interpreter {
   // kernel: the same operations per element, so the same bits), or, on a run
   // whose buffers overlap in a way the loop cannot take, as its members.
   int adamw_groups() const;
+  // Loops compiled from runs of a group's elementwise members (InterpreterOptions::jit).
+  int jit_loops() const;
   // Equations of `op` that run a kernel of their own: outside fused groups
   // and not aliases of their operand (a transpose that its dot_generals read
   // in place, or that moves nothing, runs none).

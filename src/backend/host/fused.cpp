@@ -8,6 +8,8 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
+#include <set>
 #include <string>
 
 #include "backend/host/memory_plan.h"
@@ -89,6 +91,21 @@ inline char* operand_ptr(const FusedOperand& o, void* const* slots, char* scratc
   return static_cast<char*>(slots[o.value]) + (o.small ? small_begin : full_begin) * static_cast<int64_t>(o.esz);
 }
 
+// A kernel member on elements [fb + off, fb + fc) of the tile (the tail of a
+// JitSegment's).
+void run_kernel_from(FusedMember& m, int part, char* scr, void* const* slots, int64_t fb, int64_t fc, int64_t sb,
+                     int64_t off) {
+  Step& st = part == 0 ? m.step : m.part_steps[static_cast<size_t>(part - 1)];
+  void* q[4] = {nullptr, nullptr, nullptr, nullptr};
+  for (int k = 0; k < m.nin; ++k) {
+    char* at = operand_ptr(m.in[k], slots, scr, fb, sb);
+    q[k] = m.in[k].splat ? at : at + off * static_cast<int64_t>(m.in[k].esz);
+  }
+  q[3] = operand_ptr(m.out, slots, scr, fb, sb) + off * static_cast<int64_t>(m.out.esz);
+  st.n = fc - off;
+  st.fn(st, q);
+}
+
 // One member on one tile of one part (its scratch scr): elements [fb, fb + fc)
 // of the N domain, [sb, sb + sc) of the small one.
 void run_member(FusedMember& m, int part, char* scr, void* const* slots, int64_t fb, int64_t fc, int64_t sb,
@@ -122,6 +139,16 @@ void run_member(FusedMember& m, int part, char* scr, void* const* slots, int64_t
       col_accumulate_typed(m.dtype, m.max, operand_ptr(m.in[0], slots, scr, fb, 0),
                            operand_ptr(m.out, slots, scr, fb, 0), fc / m.cols, m.cols, fb == 0);
       return;
+    case FusedMember::Kind::jit: {
+      JitSegment& J = *m.jit;
+      void* ptrs[kMaxJitPtrs];
+      for (size_t k = 0; k < J.ptrs.size(); ++k) ptrs[k] = operand_ptr(J.ptrs[k], slots, scr, fb, sb);
+      const int64_t n8 = fc & ~int64_t{7};
+      J.code->fn(ptrs, n8 * 4);
+      if (n8 < fc)  // the last elements of the tile: the members, one by one
+        for (FusedMember& k : J.members) run_kernel_from(k, part, scr, slots, fb, fc, sb, n8);
+      return;
+    }
   }
 }
 
@@ -294,10 +321,104 @@ bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector
   return true;
 }
 
+namespace {
+
+// A member a JitSegment can take: an f32 kernel on the N domain whose op is
+// one AVX instruction.
+bool jit_member(const FusedMember& m) {
+  if (m.kind != FusedMember::Kind::kernel || m.small || m.after || m.hoisted || m.dtype != DType::f32 ||
+      m.out.esz != 4)
+    return false;
+  const bool unary = m.op == Op::negate;
+  if (!unary && m.op != Op::add && m.op != Op::subtract && m.op != Op::multiply && m.op != Op::divide) return false;
+  if (m.nin != (unary ? 1 : 2)) return false;
+  for (int k = 0; k < m.nin; ++k)
+    if (m.in[k].small || m.in[k].esz != 4) return false;
+  return true;
+}
+
+// Members [b, e) of ms as one compiled loop, or nullptr (jit_compile's
+// reasons: too many live values or pointers for the registers).
+std::shared_ptr<JitSegment> make_segment(const std::vector<FusedMember>& ms, size_t b, size_t e) {
+  auto seg = std::make_shared<JitSegment>();
+  JitLoop loop;
+  std::map<int, int> ptr_of;  // root -> pointer
+  auto ptr_for = [&](const FusedOperand& o) {
+    auto [it, fresh] = ptr_of.try_emplace(o.root, static_cast<int>(seg->ptrs.size()));
+    if (fresh) seg->ptrs.push_back(o);
+    return it->second;
+  };
+  // Inputs: the roots read before (or without) being made here.
+  std::map<int, int> value_of;  // root -> loop value
+  std::set<int> made;
+  for (size_t i = b; i < e; ++i) {
+    const FusedMember& m = ms[i];
+    for (int k = 0; k < m.nin; ++k)
+      if (!made.count(m.in[k].root) && !value_of.count(m.in[k].root)) {
+        value_of[m.in[k].root] = static_cast<int>(loop.inputs.size());
+        loop.inputs.push_back({ptr_for(m.in[k]), m.in[k].splat});
+      }
+    made.insert(m.out.root);
+  }
+  const int nin = static_cast<int>(loop.inputs.size());
+  for (size_t i = b; i < e; ++i) {
+    const FusedMember& m = ms[i];
+    JitLoop::Inst inst;
+    inst.op = m.op;
+    inst.a = value_of.at(m.in[0].root);
+    if (m.nin == 2) inst.b = value_of.at(m.in[1].root);
+    const int v = nin + static_cast<int>(i - b);
+    value_of[m.out.root] = v;
+    loop.insts.push_back(inst);
+    // Stored when it is kept outside the group, or a later member reads it.
+    bool store = m.out.tile_off < 0;
+    for (size_t j = e; j < ms.size() && !store; ++j) {
+      const FusedMember& r = ms[j];
+      for (int k = 0; k < r.nin; ++k) store = store || r.in[k].root == m.out.root;
+    }
+    if (store) loop.stores.push_back({v, ptr_for(m.out)});
+  }
+  loop.num_ptrs = static_cast<int>(seg->ptrs.size());
+  if (seg->ptrs.size() > kMaxJitPtrs) return nullptr;
+  seg->code = jit_compile(loop);
+  if (!seg->code) return nullptr;
+  seg->members.assign(ms.begin() + static_cast<std::ptrdiff_t>(b), ms.begin() + static_cast<std::ptrdiff_t>(e));
+  return seg;
+}
+
+// Replaces each run of two or more jit_members by the longest leading part of
+// it that compiles (JitSegment), and so on along the run.
+void compile_runs(FusedGroup& G) {
+  std::vector<FusedMember> out;
+  const size_t n = G.members.size();
+  for (size_t i = 0; i < n;) {
+    size_t e = i;
+    while (e < n && jit_member(G.members[e])) ++e;
+    std::shared_ptr<JitSegment> seg;
+    size_t end = e;
+    for (; end >= i + 2; --end)
+      if ((seg = make_segment(G.members, i, end))) break;
+    if (!seg) {
+      out.push_back(std::move(G.members[i]));
+      ++i;
+      continue;
+    }
+    FusedMember jm;
+    jm.kind = FusedMember::Kind::jit;
+    jm.jit = std::move(seg);
+    out.push_back(std::move(jm));
+    ++G.jit_loops;
+    i = end;
+  }
+  G.members = std::move(out);
+}
+
+}  // namespace
+
 FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::vector<Step>& member_steps,
                              const std::vector<int>& root, const std::vector<int>& def,
                              const std::vector<char>& tile_resident, const std::vector<char>& splat,
-                             int64_t tile_elems, int max_parts) {
+                             int64_t tile_elems, int max_parts, bool jit) {
   FusedGroup G;
   G.kind = g.kind;
   G.numel = g.numel;
@@ -365,6 +486,7 @@ FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::
     o.esz = dtype_size(p.type(v).dtype);
     o.small = p.type(v).numel() != g.numel;
     const size_t r = static_cast<size_t>(root[static_cast<size_t>(v)]);
+    o.root = static_cast<int>(r);
     o.splat = splat[r] != 0;
     if (tile_resident[r]) o.tile_off = off[r];
     return o;
@@ -379,6 +501,7 @@ FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::
     m.nin = static_cast<int>(e.inputs.size());
     for (int k = 0; k < m.nin; ++k) m.in[k] = operand(e.inputs[static_cast<size_t>(k)]);
     m.dtype = p.type(e.out).dtype;
+    m.op = e.op;
     switch (e.op) {
       case Op::broadcast_in_dim:
       case Op::transpose:
@@ -440,6 +563,7 @@ FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::
   }
   G.scratch_stride = align_up(G.scratch_bytes);
   for (FusedMember& m : G.members) m.part_steps.assign(static_cast<size_t>(G.parts - 1), m.step);
+  if (jit && jit_available()) compile_runs(G);
   AdamWShortcut a;
   if (match_adamw_group(p, g, root, def, tile_resident, a)) G.adamw = a;
   return G;

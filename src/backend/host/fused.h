@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/host/loop_jit.h"
 #include "backend/host/step.h"
 #include "backend/plan/fusion.h"
 
@@ -40,10 +41,14 @@ struct FusedOperand {
   bool small = false;    // of the row/kept domain (R rows or K kept elements), not the N domain
   bool splat = false;    // every element the same (a splat constant): each tile reads the first ones
   size_t esz = 0;        // bytes per element
+  int root = -1;         // the value whose buffer it is (aliases resolved)
 };
 
+struct JitSegment;
+
 struct FusedMember {
-  enum class Kind : uint8_t { kernel, strided, row_bcast, reduce_row, reduce_col };
+  // jit: a run of kernel members compiled to one loop (loop_jit.h, JitSegment)
+  enum class Kind : uint8_t { kernel, strided, row_bcast, reduce_row, reduce_col, jit };
   Kind kind = Kind::kernel;
   bool small = false;     // its result is of the small domain (row value, kept element)
   bool after = false;     // col groups: runs once after every tile (a member of K elements)
@@ -57,6 +62,20 @@ struct FusedMember {
   int64_t cols = 0;       // row_bcast, reduce_row: C; reduce_col: K
   DType dtype = DType::f32;
   bool max = false;       // reduce_*: reduce_max
+  Op op = Op::add;        // the equation's op
+  std::shared_ptr<JitSegment> jit;  // Kind::jit
+};
+
+// Consecutive f32 kernel members (add, subtract, multiply, divide, negate)
+// on the N domain, compiled to one loop: values that only these members read
+// stay in registers; those read later in the group, or kept outside it, are
+// stored. Run on the largest multiple of 8 elements of each tile, and the
+// members themselves on the rest (members, in order).
+inline constexpr size_t kMaxJitPtrs = 32;  // pointers a JitSegment's loop may take
+struct JitSegment {
+  std::unique_ptr<JitCode> code;
+  std::vector<FusedOperand> ptrs;    // the loop's pointers, as operands of the tile
+  std::vector<FusedMember> members;  // the members it replaces
 };
 
 // A loop group that is exactly one parameter's AdamW update as
@@ -90,6 +109,7 @@ struct FusedGroup {
   size_t scratch_bytes = 0;          // one part's
   size_t scratch_stride = 0;         // scratch_bytes rounded up to cache lines
   AdamWShortcut adamw;               // on: run as one AdamW loop (when its buffers allow)
+  int jit_loops = 0;                 // members of Kind::jit
 };
 
 // Whether the loop group [g.first, g.last] of p is exactly one parameter's
@@ -113,10 +133,11 @@ void run_fused_group(const Step& s, void* const* slots);
 // value's defining equation (-1 for inputs); `tile_resident`
 // and `splat` (a splat constant) per root value; `tile_elems`: the tile size
 // in elements; `max_parts`: the most parts a loop or row group may run as
-// (host_threads()).
+// (host_threads()); `jit`: compile runs of elementwise members (JitSegment)
+// where jit_available().
 FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::vector<Step>& member_steps,
                              const std::vector<int>& root, const std::vector<int>& def,
                              const std::vector<char>& tile_resident, const std::vector<char>& splat,
-                             int64_t tile_elems, int max_parts = 1);
+                             int64_t tile_elems, int max_parts = 1, bool jit = false);
 
 }  // namespace capstep::host

@@ -364,6 +364,8 @@ InterpreterOptions InterpreterOptions::defaults() {
   InterpreterOptions o;
   if (const char* e = std::getenv("CAPSTEP_HOST_FUSION"))
     o.fuse = !(std::strcmp(e, "0") == 0 || std::strcmp(e, "off") == 0);
+  if (const char* e = std::getenv("CAPSTEP_HOST_JIT"))
+    o.jit = !(std::strcmp(e, "0") == 0 || std::strcmp(e, "off") == 0);
   return o;
 }
 
@@ -436,7 +438,10 @@ bool group_reads_before_writing(const FusedGroup& g, int x, int b, const std::ve
   for (const FusedMember& m : g.members)
     if (m.hoisted) order.push_back(&m);
   for (const FusedMember& m : g.members)
-    if (!m.hoisted && !m.after) order.push_back(&m);
+    if (m.kind == FusedMember::Kind::jit)  // its members in their order, at each element
+      for (const FusedMember& k : m.jit->members) order.push_back(&k);
+    else if (!m.hoisted && !m.after)
+      order.push_back(&m);
   for (const FusedMember& m : g.members)
     if (!m.hoisted && m.after) order.push_back(&m);
   bool written = false;
@@ -852,7 +857,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
   for (size_t k = 0; k < groups.size(); ++k) {
     const plan::Group& g = *group_src[k];
     const std::vector<Step> members(built.begin() + g.first, built.begin() + g.last + 1);
-    *groups[k] = build_fused_group(ex, g, members, root, def, tile_resident, splat, opt.tile_elems, host_threads());
+    *groups[k] = build_fused_group(ex, g, members, root, def, tile_resident, splat, opt.tile_elems, host_threads(), opt.jit);
     tile_bytes = std::max(tile_bytes, groups[k]->scratch_stride * static_cast<size_t>(groups[k]->parts));
   }
   tiles = alloc_block(tile_bytes);
@@ -1069,6 +1074,11 @@ int Interpreter::fused_groups() const { return static_cast<int>(impl_->groups.si
 int Interpreter::fused_equations() const { return impl_->fused_eqns; }
 int Interpreter::adamw_groups() const {
   return static_cast<int>(std::count_if(impl_->groups.begin(), impl_->groups.end(), [](const auto& g) { return g->adamw.on; }));
+}
+int Interpreter::jit_loops() const {
+  int n = 0;
+  for (const auto& g : impl_->groups) n += g->jit_loops;
+  return n;
 }
 int Interpreter::outputs_in_place() const { return impl_->last_in_place; }
 int Interpreter::outputs_via_copy() const { return impl_->last_via_copy; }
