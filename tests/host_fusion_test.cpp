@@ -465,7 +465,7 @@ TEST(HostJit, CompilerRefusesWhatItCannotRun) {
   if (!host::jit_available()) GTEST_SKIP() << "no compiled loops in this build or on this CPU (Xbyak, AVX2)";
   host::JitLoop ok;
   ok.num_ptrs = 2;
-  ok.inputs = {{0, false}};
+  ok.inputs = {{0, host::JitLoop::Kind::full}};
   ok.insts = {{Op::multiply, 0, 0}};
   ok.stores = {{1, 1}};
   auto code = host::jit_compile(ok);
@@ -486,7 +486,7 @@ TEST(HostJit, CompilerRefusesWhatItCannotRun) {
   EXPECT_EQ(host::jit_compile(bad), nullptr);
   host::JitLoop wide;  // 13 arrays read: one more than the general registers
   wide.num_ptrs = 14;
-  for (int i = 0; i < 13; ++i) wide.inputs.push_back({i, false});
+  for (int i = 0; i < 13; ++i) wide.inputs.push_back({i, host::JitLoop::Kind::full});
   int v = 0;
   for (int i = 1; i < 13; ++i) {
     wide.insts.push_back({Op::add, v, i});
@@ -514,4 +514,53 @@ TEST(HostJit, SeedStepRunsCompiledLoopsWithTheSameBits) {
   unsetenv("CAPSTEP_HOST_JIT");
   EXPECT_FALSE(off.jit);
   EXPECT_TRUE(host::InterpreterOptions::defaults().jit);
+}
+
+// Row groups with rows a multiple of 8 long: row broadcasts (a value per row)
+// and a row's worth broadcast down the rows are read in place by the loops,
+// stored from them where something else reads them (here an output), and
+// refused where the row values' tile may share scratch with what the loop
+// stores (softmax's max): the bits of the unfused interpreter either way.
+TEST(HostJit, RowGroupsReadBroadcastsInPlace) {
+  for (int64_t C : {int64_t{16}, int64_t{24}, int64_t{128}, int64_t{37}})
+    for (int64_t R : {int64_t{1}, int64_t{13}, int64_t{64}}) {
+      SCOPED_TRACE("rows of " + std::to_string(C) + ", " + std::to_string(R) + " rows");
+      // RMSNorm's shape: y = x * bcast(rsqrt(mean(x * x) + eps)) * bcast(g),
+      // the broadcast rsqrt also an output.
+      Program p;
+      const int x = p.add_input("x", {DType::f32, {R, C}});
+      const int g = p.add_input("g", {DType::f32, {C}});
+      Attrs ax;
+      ax.dims = {1};
+      Attrs inv, eps;
+      inv.literal = {1.0 / static_cast<double>(C)};
+      eps.literal = {1e-5};
+      const int ms = p.add_eqn(Op::multiply, {p.add_eqn(Op::reduce_sum, {p.add_eqn(Op::multiply, {x, x}, {})}, ax),
+                                              p.add_eqn_typed(Op::constant, {}, inv, Type{DType::f32, {R}})},
+                               {});
+      const int r = p.add_eqn(Op::rsqrt, {p.add_eqn(Op::add, {ms, p.add_eqn_typed(Op::constant, {}, eps, Type{DType::f32, {R}})}, {})}, {});
+      Attrs b0, b1;
+      b0.dims = {0};
+      b1.dims = {1};
+      const int rb = p.add_eqn_typed(Op::broadcast_in_dim, {r}, b0, Type{DType::f32, {R, C}});
+      const int gb = p.add_eqn_typed(Op::broadcast_in_dim, {g}, b1, Type{DType::f32, {R, C}});
+      p.add_output("y", p.add_eqn(Op::multiply, {p.add_eqn(Op::multiply, {x, rb}, {}), gb}, {}));
+      p.add_output("rb", rb);
+      const std::vector<Array> in = {random_array(p.input_type(0), 71), random_array(p.input_type(1), 72)};
+      const std::vector<Array> ref = run_with(p, opts(false), in);
+      for (int64_t tile : {int64_t{1}, int64_t{100}, int64_t{1024}}) {
+        host::Interpreter it(p, jit_opts(true, tile));
+        const std::vector<Array> got = it.run(in);
+        for (size_t j = 0; j < got.size(); ++j) EXPECT_TRUE(got[j].bit_equal(ref[j])) << "output " << j << ", tile " << tile;
+        if (host::jit_available() && C % 8 == 0) EXPECT_GE(it.jit_loops(), 1) << "tile " << tile;
+      }
+      // softmax * w (softmax_program): its max's broadcast refused, its sum's taken
+      const Program s = softmax_program(R, C);
+      const std::vector<Array> sin = {random_array(s.input_type(0), 73), random_array(s.input_type(1), 74)};
+      const std::vector<Array> sref = run_with(s, opts(false), sin);
+      for (int64_t tile : {int64_t{1}, int64_t{100}, int64_t{1024}}) {
+        const std::vector<Array> got = run_with(s, jit_opts(true, tile), sin);
+        for (size_t j = 0; j < got.size(); ++j) EXPECT_TRUE(got[j].bit_equal(sref[j])) << "softmax output " << j << ", tile " << tile;
+      }
+    }
 }

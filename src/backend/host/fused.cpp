@@ -142,7 +142,8 @@ void run_member(FusedMember& m, int part, char* scr, void* const* slots, int64_t
     case FusedMember::Kind::jit: {
       JitSegment& J = *m.jit;
       void* ptrs[kMaxJitPtrs];
-      for (size_t k = 0; k < J.ptrs.size(); ++k) ptrs[k] = operand_ptr(J.ptrs[k], slots, scr, fb, sb);
+      for (size_t k = 0; k < J.ptrs.size(); ++k)
+        ptrs[k] = J.base[k] ? slots[J.ptrs[k].value] : operand_ptr(J.ptrs[k], slots, scr, fb, sb);
       const int64_t n8 = fc & ~int64_t{7};
       J.code->fn(ptrs, n8 * 4);
       if (n8 < fc)  // the last elements of the tile: the members, one by one
@@ -337,67 +338,115 @@ bool jit_member(const FusedMember& m) {
   return true;
 }
 
+// A broadcast member a row group's JitSegment can read in place: 0 (none),
+// 'r' (a value per row along the row) or 'c' (a row's worth, from a buffer
+// outside the group, down the rows).
+char jit_bcast(const FusedGroup& G, const FusedMember& m) {
+  if (G.kind != GroupKind::row || G.cols % 8 != 0 || m.hoisted || m.dtype != DType::f32 || m.out.esz != 4 ||
+      m.in[0].esz != 4)
+    return 0;
+  if (m.kind == FusedMember::Kind::row_bcast) return 'r';
+  const StridedView& v = m.view;
+  if (m.kind == FusedMember::Kind::strided && m.in[0].tile_off < 0 && !m.in[0].splat && v.rank == 2 &&
+      v.stride[0] == 0 && v.stride[1] == 1 && v.size[1] == G.cols)
+    return 'c';
+  return 0;
+}
+
 // Members [b, e) of ms as one compiled loop, or nullptr (jit_compile's
 // reasons: too many live values or pointers for the registers).
-std::shared_ptr<JitSegment> make_segment(const std::vector<FusedMember>& ms, size_t b, size_t e) {
+std::shared_ptr<JitSegment> make_segment(const FusedGroup& G, const std::vector<FusedMember>& ms, size_t b,
+                                         size_t e) {
   auto seg = std::make_shared<JitSegment>();
   JitLoop loop;
-  std::map<int, int> ptr_of;  // root -> pointer
-  auto ptr_for = [&](const FusedOperand& o) {
-    auto [it, fresh] = ptr_of.try_emplace(o.root, static_cast<int>(seg->ptrs.size()));
-    if (fresh) seg->ptrs.push_back(o);
+  std::map<int, int> ptr_of;  // root -> pointer (col inputs' bases: -2 - root)
+  auto ptr_for = [&](const FusedOperand& o, bool base = false) {
+    auto [it, fresh] = ptr_of.try_emplace(base ? -2 - o.root : o.root, static_cast<int>(seg->ptrs.size()));
+    if (fresh) {
+      seg->ptrs.push_back(o);
+      seg->base.push_back(base ? 1 : 0);
+    }
     return it->second;
   };
-  // Inputs: the roots read before (or without) being made here.
+  auto read_after = [&](int root) {
+    for (size_t j = e; j < ms.size(); ++j)
+      for (int k = 0; k < ms[j].nin; ++k)
+        if (ms[j].in[k].root == root) return true;
+    return false;
+  };
+  // Inputs: the roots read before (or without) being made here, and the broadcasts.
   std::map<int, int> value_of;  // root -> loop value
   std::set<int> made;
   for (size_t i = b; i < e; ++i) {
     const FusedMember& m = ms[i];
+    if (const char c = jit_bcast(G, m)) {  // its value an input, read in place
+      value_of[m.out.root] = static_cast<int>(loop.inputs.size());
+      loop.inputs.push_back({ptr_for(m.in[0], c == 'c'), c == 'c' ? JitLoop::Kind::col : JitLoop::Kind::row});
+      loop.row_bytes = G.cols * 4;
+      made.insert(m.out.root);
+      continue;
+    }
     for (int k = 0; k < m.nin; ++k)
       if (!made.count(m.in[k].root) && !value_of.count(m.in[k].root)) {
         value_of[m.in[k].root] = static_cast<int>(loop.inputs.size());
-        loop.inputs.push_back({ptr_for(m.in[k]), m.in[k].splat});
+        loop.inputs.push_back({ptr_for(m.in[k]), m.in[k].splat ? JitLoop::Kind::splat : JitLoop::Kind::full});
       }
     made.insert(m.out.root);
   }
   const int nin = static_cast<int>(loop.inputs.size());
   for (size_t i = b; i < e; ++i) {
     const FusedMember& m = ms[i];
+    const bool stored = m.out.tile_off < 0 || read_after(m.out.root);
     JitLoop::Inst inst;
-    inst.op = m.op;
-    inst.a = value_of.at(m.in[0].root);
-    if (m.nin == 2) inst.b = value_of.at(m.in[1].root);
-    const int v = nin + static_cast<int>(i - b);
+    if (jit_bcast(G, m)) {
+      if (!stored) continue;
+      inst.op = Op::broadcast_in_dim;  // kept too (the backward pass reads it): a copy, stored here
+      inst.a = value_of.at(m.out.root);
+    } else {
+      inst.op = m.op;
+      inst.a = value_of.at(m.in[0].root);
+      if (m.nin == 2) inst.b = value_of.at(m.in[1].root);
+    }
+    const int v = nin + static_cast<int>(loop.insts.size());
     value_of[m.out.root] = v;
     loop.insts.push_back(inst);
     // Stored when it is kept outside the group, or a later member reads it.
-    bool store = m.out.tile_off < 0;
-    for (size_t j = e; j < ms.size() && !store; ++j) {
-      const FusedMember& r = ms[j];
-      for (int k = 0; k < r.nin; ++k) store = store || r.in[k].root == m.out.root;
-    }
-    if (store) loop.stores.push_back({v, ptr_for(m.out)});
+    if (stored) loop.stores.push_back({v, ptr_for(m.out)});
   }
   loop.num_ptrs = static_cast<int>(seg->ptrs.size());
-  if (seg->ptrs.size() > kMaxJitPtrs) return nullptr;
+  if (seg->ptrs.size() > kMaxJitPtrs || loop.insts.empty()) return nullptr;
+  // The members read a row value's tile before they store into a tile that
+  // may share its scratch (memory_plan.h packs tiles by the members' order);
+  // the loop reads row r's value after storing rows 0 to r - 1: refused
+  // where the two overlap.
+  for (const JitLoop::Input& in : loop.inputs) {
+    const FusedOperand& o = seg->ptrs[static_cast<size_t>(in.ptr)];
+    if (in.kind != JitLoop::Kind::row || o.tile_off < 0) continue;
+    for (const JitLoop::Store& st : loop.stores) {
+      const FusedOperand& d = seg->ptrs[static_cast<size_t>(st.ptr)];
+      if (d.tile_off >= 0 && d.tile_off < o.tile_off + G.tile * 4 && o.tile_off < d.tile_off + G.tile * G.cols * 4)
+        return nullptr;
+    }
+  }
   seg->code = jit_compile(loop);
   if (!seg->code) return nullptr;
   seg->members.assign(ms.begin() + static_cast<std::ptrdiff_t>(b), ms.begin() + static_cast<std::ptrdiff_t>(e));
   return seg;
 }
 
-// Replaces each run of two or more jit_members by the longest leading part of
-// it that compiles (JitSegment), and so on along the run.
+// Replaces each run of two or more jit_members (and broadcasts, jit_bcast)
+// by the longest leading part of it that compiles (JitSegment), and so on
+// along the run.
 void compile_runs(FusedGroup& G) {
   std::vector<FusedMember> out;
   const size_t n = G.members.size();
   for (size_t i = 0; i < n;) {
     size_t e = i;
-    while (e < n && jit_member(G.members[e])) ++e;
+    while (e < n && (jit_member(G.members[e]) || jit_bcast(G, G.members[e]))) ++e;
     std::shared_ptr<JitSegment> seg;
     size_t end = e;
     for (; end >= i + 2; --end)
-      if ((seg = make_segment(G.members, i, end))) break;
+      if ((seg = make_segment(G, G.members, i, end))) break;
     if (!seg) {
       out.push_back(std::move(G.members[i]));
       ++i;

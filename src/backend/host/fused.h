@@ -72,9 +72,15 @@ struct FusedMember {
 // stored. Run on the largest multiple of 8 elements of each tile, and the
 // members themselves on the rest (members, in order).
 inline constexpr size_t kMaxJitPtrs = 32;  // pointers a JitSegment's loop may take
+// In a row group whose rows are a multiple of 8 long, a row broadcast
+// (RMSNorm's 1/rms, softmax's max and sum) and a broadcast of a row's worth
+// down the rows (a gain) join the loop too, read in place instead of filled
+// into a tile first (and stored from the loop where something else reads
+// them: the backward pass reads some of RMSNorm's).
 struct JitSegment {
   std::unique_ptr<JitCode> code;
   std::vector<FusedOperand> ptrs;    // the loop's pointers, as operands of the tile
+  std::vector<char> base;            // per pointer: the value's first element (a col input), not its tile's
   std::vector<FusedMember> members;  // the members it replaces
 };
 

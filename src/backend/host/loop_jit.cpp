@@ -23,7 +23,8 @@ class Code : public JitCode, public Xbyak::CodeGenerator {
 };
 
 bool supported(Op op) {
-  return op == Op::add || op == Op::subtract || op == Op::multiply || op == Op::divide || op == Op::negate;
+  return op == Op::add || op == Op::subtract || op == Op::multiply || op == Op::divide || op == Op::negate ||
+         op == Op::broadcast_in_dim;
 }
 
 bool Code::build(const JitLoop& lp) {
@@ -31,15 +32,18 @@ bool Code::build(const JitLoop& lp) {
   const int nin = static_cast<int>(lp.inputs.size());
   const int nv = nin + static_cast<int>(lp.insts.size());
   if (lp.num_ptrs < 0) return false;
+  using K = JitLoop::Kind;
+  const bool rows = lp.row_bytes > 0;
+  if (lp.row_bytes < 0 || lp.row_bytes % 32 != 0 || lp.row_bytes > (int64_t{1} << 30)) return false;
   for (const JitLoop::Input& in : lp.inputs)
-    if (in.ptr < 0 || in.ptr >= lp.num_ptrs) return false;
+    if (in.ptr < 0 || in.ptr >= lp.num_ptrs || (!rows && (in.kind == K::row || in.kind == K::col))) return false;
   std::vector<int> last(static_cast<size_t>(nv), -1);  // the last instruction reading each value
   bool negates = false;
   for (int i = 0; i < static_cast<int>(lp.insts.size()); ++i) {
     const JitLoop::Inst& s = lp.insts[static_cast<size_t>(i)];
     const int v = nin + i;
-    if (!supported(s.op) || s.a < 0 || s.a >= v || (s.op == Op::negate ? s.b != -1 : (s.b < 0 || s.b >= v)))
-      return false;
+    const bool unary = s.op == Op::negate || s.op == Op::broadcast_in_dim;
+    if (!supported(s.op) || s.a < 0 || s.a >= v || (unary ? s.b != -1 : (s.b < 0 || s.b >= v))) return false;
     negates = negates || s.op == Op::negate;
     last[static_cast<size_t>(s.a)] = i;
     if (s.b >= 0) last[static_cast<size_t>(s.b)] = i;
@@ -62,7 +66,7 @@ bool Code::build(const JitLoop& lp) {
     return true;
   };
   for (int v = 0; v < nin; ++v)
-    if (last[static_cast<size_t>(v)] >= 0 && !lp.inputs[static_cast<size_t>(v)].splat &&
+    if (last[static_cast<size_t>(v)] >= 0 && lp.inputs[static_cast<size_t>(v)].kind != K::splat &&
         !need(lp.inputs[static_cast<size_t>(v)].ptr))
       return false;
   for (const JitLoop::Store& st : lp.stores)
@@ -83,15 +87,19 @@ bool Code::build(const JitLoop& lp) {
   for (int g = 6; g < ngpr; ++g) push(gprs[g]);  // callee-saved
   for (int p = 0; p < lp.num_ptrs; ++p)
     if (gpr[static_cast<size_t>(p)] >= 0) mov(gprs[gpr[static_cast<size_t>(p)]], ptr[rdi + 8 * p]);
+  // Splat and row inputs: a register each for the whole loop (a row's
+  // broadcast at the start of each row).
   for (int v = 0; v < nin; ++v) {
     const JitLoop::Input& in = lp.inputs[static_cast<size_t>(v)];
-    if (!in.splat || last[static_cast<size_t>(v)] < 0) continue;
+    if ((in.kind != K::splat && in.kind != K::row) || last[static_cast<size_t>(v)] < 0) continue;
     const int r = alloc();
     if (r < 0) return false;
     reg[static_cast<size_t>(v)] = r;
     hoisted[static_cast<size_t>(v)] = 1;
-    mov(rax, ptr[rdi + 8 * in.ptr]);
-    vbroadcastss(Ymm(r), dword[rax]);
+    if (in.kind == K::splat) {
+      mov(rax, ptr[rdi + 8 * in.ptr]);
+      vbroadcastss(Ymm(r), dword[rax]);
+    }
   }
   int sign = -1;
   if (negates) {
@@ -101,10 +109,23 @@ bool Code::build(const JitLoop& lp) {
     vmovd(Xmm(sign), eax);
     vbroadcastss(Ymm(sign), Xmm(sign));
   }
-  Label loop, done;
+  // rax: the byte offset into the full arrays; rdi (the pointer array is
+  // read): the offset within the row, for col inputs.
+  Label loop, row, done;
   xor_(eax, eax);
   test(rsi, rsi);
   jz(done, T_NEAR);
+  if (rows) {
+    L(row);
+    for (int v = 0; v < nin; ++v) {
+      const JitLoop::Input& in = lp.inputs[static_cast<size_t>(v)];
+      if (in.kind != K::row || last[static_cast<size_t>(v)] < 0) continue;
+      const Reg64& p = gprs[gpr[static_cast<size_t>(in.ptr)]];
+      vbroadcastss(Ymm(reg[static_cast<size_t>(v)]), dword[p]);
+      add(p, 4);
+    }
+    xor_(edi, edi);
+  }
   L(loop);
   for (int i = 0; i < static_cast<int>(lp.insts.size()); ++i) {
     const JitLoop::Inst& s = lp.insts[static_cast<size_t>(i)];
@@ -113,7 +134,8 @@ bool Code::build(const JitLoop& lp) {
       const int r = alloc();
       if (r < 0) return false;
       reg[static_cast<size_t>(v)] = r;
-      vmovups(Ymm(r), ptr[gprs[gpr[static_cast<size_t>(lp.inputs[static_cast<size_t>(v)].ptr)]] + rax]);
+      const JitLoop::Input& in = lp.inputs[static_cast<size_t>(v)];
+      vmovups(Ymm(r), ptr[gprs[gpr[static_cast<size_t>(in.ptr)]] + (in.kind == K::col ? rdi : rax)]);
     }
     const int ra = reg[static_cast<size_t>(s.a)], rb = s.b >= 0 ? reg[static_cast<size_t>(s.b)] : -1;
     for (int v : {s.a, s.b})  // operands read for the last time: their registers may take the result
@@ -128,7 +150,8 @@ bool Code::build(const JitLoop& lp) {
       case Op::subtract: vsubps(Ymm(d), Ymm(ra), Ymm(rb)); break;
       case Op::multiply: vmulps(Ymm(d), Ymm(ra), Ymm(rb)); break;
       case Op::divide: vdivps(Ymm(d), Ymm(ra), Ymm(rb)); break;
-      default: vxorps(Ymm(d), Ymm(ra), Ymm(sign)); break;  // negate: the sign bit flipped, as -x
+      case Op::negate: vxorps(Ymm(d), Ymm(ra), Ymm(sign)); break;  // the sign bit flipped, as -x
+      default: vmovaps(Ymm(d), Ymm(ra)); break;                     // broadcast_in_dim: a copy, to be stored
     }
     const int v = nin + i;
     for (int p : stores[static_cast<size_t>(v)]) vmovups(ptr[gprs[gpr[static_cast<size_t>(p)]] + rax], Ymm(d));
@@ -136,8 +159,16 @@ bool Code::build(const JitLoop& lp) {
     else reg[static_cast<size_t>(v)] = d;
   }
   add(rax, 32);
-  cmp(rax, rsi);
-  jb(loop, T_NEAR);
+  if (rows) {
+    add(rdi, 32);
+    cmp(rdi, static_cast<uint32_t>(lp.row_bytes));
+    jb(loop, T_NEAR);
+    cmp(rax, rsi);
+    jb(row, T_NEAR);
+  } else {
+    cmp(rax, rsi);
+    jb(loop, T_NEAR);
+  }
   L(done);
   vzeroupper();
   for (int g = ngpr - 1; g >= 6; --g) pop(gprs[g]);

@@ -26,22 +26,28 @@ namespace capstep::host {
 // The loop as data: values are numbered, inputs first, then one per
 // instruction. The code is called as fn(ptrs, bytes) and runs, for every byte
 // offset o = 0, 32, ... below bytes (a multiple of 32): each input loaded
-// from ptrs[ptr] + o (or, splat, the float at ptrs[ptr] in every lane), each
+// from ptrs[ptr] + o (splat: the float at ptrs[ptr] in every lane), each
 // instruction, and each store of a value to ptrs[ptr] + o, in order.
+// With row_bytes > 0 (a multiple of 32 that divides bytes), o runs over rows
+// of row_bytes: a row input is the float at ptrs[ptr] + 4 * row in every
+// lane (a value per row broadcast along it), a col input is read at
+// ptrs[ptr] + o % row_bytes (a row's worth broadcast down the rows).
 struct JitLoop {
+  enum class Kind : uint8_t { full, splat, row, col };
   struct Input {
     int ptr = 0;
-    bool splat = false;
+    Kind kind = Kind::full;
   };
   struct Inst {
-    Op op = Op::add;
-    int a = -1, b = -1;  // value numbers; b = -1 for negate
+    Op op = Op::add;     // also broadcast_in_dim: a copy of a (an input to store)
+    int a = -1, b = -1;  // value numbers; b = -1 for negate and broadcast_in_dim
   };
   struct Store {
     int value = -1;
     int ptr = 0;
   };
   int num_ptrs = 0;
+  int64_t row_bytes = 0;
   std::vector<Input> inputs;
   std::vector<Inst> insts;
   std::vector<Store> stores;
