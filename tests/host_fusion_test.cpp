@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #include "backend/host/fused.h"
 #include "backend/plan/fusion.h"
+#include "ir/scalar_math.h"
 #include "capstep/array.h"
 #include "capstep/autodiff.h"
 #include "capstep/interpreter.h"
@@ -376,7 +378,7 @@ bool same_bits_but_nans(const Array& a, const Array& b) {
 
 }  // namespace
 
-// Random programs of add, subtract, multiply, divide and negate over three
+// Random programs of add, subtract, multiply, divide, negate, exp and tanh over three
 // arrays and two splat constants, every tenth value also an output, on
 // inputs holding zeros of both signs, infinities, NaN and subnormals: the
 // compiled loops give the bits of the members run one by one (NaNs aside:
@@ -401,17 +403,18 @@ TEST(HostJit, RandomElementwiseChainsAreBitwiseTheMembers) {
     c2.literal = {-3.0};
     vals.push_back(p.add_eqn_typed(Op::constant, {}, c1, t));
     vals.push_back(p.add_eqn_typed(Op::constant, {}, c2, t));
-    const Op ops[] = {Op::add, Op::subtract, Op::multiply, Op::divide, Op::negate};
+    const Op ops[] = {Op::add, Op::subtract, Op::multiply, Op::divide, Op::negate, Op::exponential, Op::tanh};
     const int len = 2 + next(30);
     for (int i = 0; i < len; ++i) {
-      const Op op = ops[next(5)];
+      const Op op = ops[next(7)];
       // mostly the last few values (long chains), sometimes any (long lives)
       auto pick = [&] {
         const int k = static_cast<int>(vals.size());
         return vals[static_cast<size_t>(next(3) ? std::max(0, k - 1 - next(3)) : next(static_cast<uint64_t>(k)))];
       };
       const int a = pick();
-      const int v = op == Op::negate ? p.add_eqn(op, {a}, {}) : p.add_eqn(op, {a, pick()}, {});
+      const bool unary = op == Op::negate || op == Op::exponential || op == Op::tanh;
+      const int v = unary ? p.add_eqn(op, {a}, {}) : p.add_eqn(op, {a, pick()}, {});
       vals.push_back(v);
       if (i % 10 == 9) p.add_output("v" + std::to_string(i), v);
     }
@@ -476,7 +479,7 @@ TEST(HostJit, CompilerRefusesWhatItCannotRun) {
   code->fn(ptrs, 16 * sizeof(float));
   for (int i = 0; i < 16; ++i) EXPECT_EQ(y[i], x[i] * x[i]) << i;
   host::JitLoop bad = ok;
-  bad.insts = {{Op::tanh, 0, -1}};  // not one instruction
+  bad.insts = {{Op::log, 0, -1}};  // an op it does not compile
   EXPECT_EQ(host::jit_compile(bad), nullptr);
   bad = ok;
   bad.insts = {{Op::add, 0, 1}};  // reads a value not yet made
@@ -562,5 +565,49 @@ TEST(HostJit, RowGroupsReadBroadcastsInPlace) {
         const std::vector<Array> got = run_with(s, jit_opts(true, tile), sin);
         for (size_t j = 0; j < got.size(); ++j) EXPECT_TRUE(got[j].bit_equal(sref[j])) << "softmax output " << j << ", tile " << tile;
       }
+    }
+}
+
+// exp and tanh in a compiled loop: the bits of ir/scalar_math.h's functions
+// (which the members and the GPU run) on every 7919th float, all of them
+// from -inf to NaN through the subnormals, alone and after a multiply.
+TEST(HostJit, ExpAndTanhAreTheScalarFormulasBitForBit) {
+  if (!host::jit_available()) GTEST_SKIP() << "no compiled loops in this build or on this CPU (Xbyak, AVX2)";
+  std::vector<float> x;
+  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 7919) {
+    const uint32_t u = static_cast<uint32_t>(b);
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    x.push_back(f);
+  }
+  for (float f : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 89.0f, 88.7f, -104.0f, -103.9f, -87.4f, 0.625f, -0.625f,
+                  10.0f, -10.0f, 1e-30f, -1e-45f})
+    x.push_back(f);
+  while (x.size() % 8) x.push_back(1.0f);
+  for (Op op : {Op::exponential, Op::tanh})
+    for (bool scaled : {false, true}) {
+      host::JitLoop lp;
+      lp.num_ptrs = 3;
+      lp.inputs = {{0, host::JitLoop::Kind::full}, {1, host::JitLoop::Kind::splat}};
+      if (scaled) lp.insts = {{Op::multiply, 0, 1}, {op, 2, -1}};
+      else lp.insts = {{op, 0, -1}};
+      lp.stores = {{static_cast<int>(lp.insts.size()) + 1, 2}};
+      auto code = host::jit_compile(lp);
+      ASSERT_NE(code, nullptr);
+      const float k = 0.75f;
+      std::vector<float> y(x.size());
+      void* ptrs[3] = {x.data(), const_cast<float*>(&k), y.data()};
+      code->fn(ptrs, static_cast<int64_t>(x.size() * sizeof(float)));
+      int wrong = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float in = scaled ? x[i] * k : x[i];
+        const float want = op == Op::tanh ? scalar::tanh<float>(in) : scalar::exponential<float>(in);
+        uint32_t a, b;
+        std::memcpy(&a, &y[i], sizeof a);
+        std::memcpy(&b, &want, sizeof b);
+        if (a != b && !(std::isnan(y[i]) && std::isnan(want)) && ++wrong <= 5)
+          ADD_FAILURE() << op_name(op) << (scaled ? " of 0.75 x" : "") << " at " << in << ": " << y[i] << ", want " << want;
+      }
+      EXPECT_EQ(wrong, 0) << op_name(op);
     }
 }

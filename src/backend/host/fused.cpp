@@ -324,13 +324,13 @@ bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector
 
 namespace {
 
-// A member a JitSegment can take: an f32 kernel on the N domain whose op is
-// one AVX instruction.
+// A member a JitSegment can take: an f32 kernel on the N domain whose op
+// loop_jit compiles.
 bool jit_member(const FusedMember& m) {
   if (m.kind != FusedMember::Kind::kernel || m.small || m.after || m.hoisted || m.dtype != DType::f32 ||
       m.out.esz != 4)
     return false;
-  const bool unary = m.op == Op::negate;
+  const bool unary = m.op == Op::negate || m.op == Op::exponential || m.op == Op::tanh;
   if (!unary && m.op != Op::add && m.op != Op::subtract && m.op != Op::multiply && m.op != Op::divide) return false;
   if (m.nin != (unary ? 1 : 2)) return false;
   for (int k = 0; k < m.nin; ++k)

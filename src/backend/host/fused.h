@@ -66,8 +66,8 @@ struct FusedMember {
   std::shared_ptr<JitSegment> jit;  // Kind::jit
 };
 
-// Consecutive f32 kernel members (add, subtract, multiply, divide, negate)
-// on the N domain, compiled to one loop: values that only these members read
+// Consecutive f32 kernel members (add, subtract, multiply, divide, negate,
+// exponential, tanh) on the N domain, compiled to one loop: values that only these members read
 // stay in registers; those read later in the group, or kept outside it, are
 // stored. Run on the largest multiple of 8 elements of each tile, and the
 // members themselves on the rest (members, in order).

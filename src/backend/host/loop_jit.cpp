@@ -4,6 +4,8 @@
 #if defined(CAPSTEP_HAVE_XBYAK) && defined(__x86_64__)
 #define CAPSTEP_LOOP_JIT 1
 #include <xbyak/xbyak.h>
+
+#include <map>
 #else
 #define CAPSTEP_LOOP_JIT 0
 #endif
@@ -16,16 +18,130 @@ namespace {
 constexpr int kYmm = 16;
 constexpr int kPtrRegs = 12;
 
+uint32_t bits_of(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, sizeof u);
+  return u;
+}
+
 class Code : public JitCode, public Xbyak::CodeGenerator {
  public:
   Code() : Xbyak::CodeGenerator(16384, Xbyak::DontSetProtectRWE) {}
   bool build(const JitLoop& lp);
+
+ private:
+  std::map<uint32_t, Xbyak::Label> consts_;
+  // 8 lanes of a constant (bits), in the pool after the code.
+  Xbyak::Address c(uint32_t b) { return yword[rip + consts_[b]]; }
+  Xbyak::Address f(float x) { return c(bits_of(x)); }
+  void emit_exp_reduced(const Xbyak::Ymm& x, const Xbyak::Ymm& k, const Xbyak::Ymm& r, const Xbyak::Ymm& p,
+                        const Xbyak::Ymm& q);
+  void emit_exp(const Xbyak::Ymm& d, const Xbyak::Ymm& x, const int* t);
+  void emit_tanh(const Xbyak::Ymm& d, const Xbyak::Ymm& x, const int* t, const Xbyak::Ymm& sign);
 };
+
+// scalar_math.h's f32 exp and tanh, operation for operation (the same
+// constants, the same order, a compare and blend for each ?:), so the same
+// bits. The tests check every 7919th float against the scalar functions.
+
+// k = round(x / ln2) as a float, r = x - k ln2, p = exp_reduced's result
+// (e^r); q is scratch. x is kept.
+void Code::emit_exp_reduced(const Xbyak::Ymm& x, const Xbyak::Ymm& k, const Xbyak::Ymm& r, const Xbyak::Ymm& p,
+                            const Xbyak::Ymm& q) {
+  vmulps(k, x, f(1.44269504088896341f));
+  vaddps(k, k, f(12582912.0f));
+  vsubps(k, k, f(12582912.0f));
+  vmulps(r, k, f(0.693359375f));
+  vsubps(r, x, r);
+  vmulps(q, k, f(-2.12194440e-4f));
+  vsubps(r, r, q);
+  vmulps(p, r, f(1.9875691500e-4f));
+  vaddps(p, p, f(1.3981999507e-3f));
+  vmulps(p, p, r);
+  vaddps(p, p, f(8.3334519073e-3f));
+  vmulps(p, p, r);
+  vaddps(p, p, f(4.1665795894e-2f));
+  vmulps(p, p, r);
+  vaddps(p, p, f(1.6666665459e-1f));
+  vmulps(p, p, r);
+  vaddps(p, p, f(5.0000001201e-1f));
+  vmulps(p, p, r);  // p * r * r + r + 1
+  vmulps(p, p, r);
+  vaddps(p, p, r);
+  vaddps(p, p, f(1.0f));
+}
+
+void Code::emit_exp(const Xbyak::Ymm& d, const Xbyak::Ymm& x, const int* t) {
+  using Xbyak::Ymm;
+  const Ymm xc(t[0]), k(t[1]), r(t[2]), p(t[3]), q(t[4]), s(t[5]);
+  vmovaps(xc, f(-104.0f));  // x > 89 ? 89 : (x < -104 ? -104 : x)
+  vmaxps(xc, xc, x);
+  vmovaps(q, f(89.0f));
+  vminps(xc, q, xc);
+  emit_exp_reduced(xc, k, r, p, q);
+  vcvttps2dq(k, k);      // ki
+  vpsrld(q, k, 31);      // k1 = ki / 2, toward zero
+  vpaddd(q, q, k);
+  vpsrad(q, q, 1);
+  vpsubd(k, k, q);       // k2 = ki - k1
+  vpaddd(q, q, c(127));  // 2^k1, 2^k2
+  vpslld(q, q, 23);
+  vpaddd(k, k, c(127));
+  vpslld(k, k, 23);
+  vmulps(p, p, q);
+  vmulps(p, p, k);
+  vcmpunordps(s, x, x);  // x != x ? x : y
+  vblendvps(d, p, x, s);
+}
+
+void Code::emit_tanh(const Xbyak::Ymm& d, const Xbyak::Ymm& x, const int* t, const Xbyak::Ymm& sign) {
+  using Xbyak::Ymm;
+  const Ymm ax(t[0]), z(t[1]), p(t[2]), small(t[3]), u(t[4]), w(t[5]);
+  vcmpltps(u, x, f(0.0f));  // ax = x < 0 ? -x : x
+  vxorps(w, x, sign);
+  vblendvps(ax, x, w, u);
+  vmulps(z, ax, ax);
+  vmulps(p, z, f(-5.70498872745e-3f));
+  vaddps(p, p, f(2.06390887954e-2f));
+  vmulps(p, p, z);
+  vsubps(p, p, f(5.37397155531e-2f));
+  vmulps(p, p, z);
+  vaddps(p, p, f(1.33314422036e-1f));
+  vmulps(p, p, z);
+  vsubps(p, p, f(3.33332819422e-1f));
+  vmulps(small, ax, z);  // ax + ax * z * p
+  vmulps(small, small, p);
+  vaddps(small, ax, small);
+  vminps(u, ax, f(10.0f));  // e = exp_nonpositive_small(-2 * (ax < 10 ? ax : 10))
+  vmulps(u, u, f(-2.0f));
+  emit_exp_reduced(u, z, w, p, d);  // k in z, r in w, e^r in p
+  vcvttps2dq(z, z);
+  vpaddd(z, z, c(127));
+  vpslld(z, z, 23);
+  vmulps(p, p, z);          // e
+  vmovaps(u, f(1.0f));      // big = (1 - e) / (1 + e)
+  vsubps(u, u, p);
+  vaddps(p, p, f(1.0f));
+  vdivps(u, u, p);
+  vcmpltps(w, ax, f(0.625f));  // m = ax < 0.625 ? small : big
+  vblendvps(u, u, small, w);
+  vxorps(z, z, z);             // x < 0 ? -m : (x > 0 ? m : x)
+  vcmpltps(w, z, x);
+  vblendvps(p, x, u, w);
+  vxorps(u, u, sign);
+  vcmpltps(w, x, f(0.0f));
+  vblendvps(d, p, u, w);
+}
 
 bool supported(Op op) {
   return op == Op::add || op == Op::subtract || op == Op::multiply || op == Op::divide || op == Op::negate ||
-         op == Op::broadcast_in_dim;
+         op == Op::broadcast_in_dim || op == Op::exponential || op == Op::tanh;
 }
+
+bool is_unary(Op op) {
+  return op == Op::negate || op == Op::broadcast_in_dim || op == Op::exponential || op == Op::tanh;
+}
+
 
 bool Code::build(const JitLoop& lp) {
   using namespace Xbyak;
@@ -42,9 +158,8 @@ bool Code::build(const JitLoop& lp) {
   for (int i = 0; i < static_cast<int>(lp.insts.size()); ++i) {
     const JitLoop::Inst& s = lp.insts[static_cast<size_t>(i)];
     const int v = nin + i;
-    const bool unary = s.op == Op::negate || s.op == Op::broadcast_in_dim;
-    if (!supported(s.op) || s.a < 0 || s.a >= v || (unary ? s.b != -1 : (s.b < 0 || s.b >= v))) return false;
-    negates = negates || s.op == Op::negate;
+    if (!supported(s.op) || s.a < 0 || s.a >= v || (is_unary(s.op) ? s.b != -1 : (s.b < 0 || s.b >= v))) return false;
+    negates = negates || s.op == Op::negate || s.op == Op::tanh;
     last[static_cast<size_t>(s.a)] = i;
     if (s.b >= 0) last[static_cast<size_t>(s.b)] = i;
   }
@@ -138,14 +253,35 @@ bool Code::build(const JitLoop& lp) {
       vmovups(Ymm(r), ptr[gprs[gpr[static_cast<size_t>(in.ptr)]] + (in.kind == K::col ? rdi : rax)]);
     }
     const int ra = reg[static_cast<size_t>(s.a)], rb = s.b >= 0 ? reg[static_cast<size_t>(s.b)] : -1;
-    for (int v : {s.a, s.b})  // operands read for the last time: their registers may take the result
-      if (v >= 0 && last[static_cast<size_t>(v)] == i && !hoisted[static_cast<size_t>(v)] && reg[static_cast<size_t>(v)] >= 0) {
-        used[reg[static_cast<size_t>(v)]] = false;
-        reg[static_cast<size_t>(v)] = -1;
-      }
-    const int d = alloc();
-    if (d < 0) return false;
+    auto free_operands = [&] {  // operands read for the last time
+      for (int v : {s.a, s.b})
+        if (v >= 0 && last[static_cast<size_t>(v)] == i && !hoisted[static_cast<size_t>(v)] &&
+            reg[static_cast<size_t>(v)] >= 0) {
+          used[reg[static_cast<size_t>(v)]] = false;
+          reg[static_cast<size_t>(v)] = -1;
+        }
+    };
+    int d = -1;
+    if (s.op == Op::exponential || s.op == Op::tanh) {
+      // Several instructions: the operand is read to the end, so its register
+      // is kept until then, and the temporaries are others.
+      d = alloc();
+      int t[6];
+      for (int& r : t)
+        if ((r = alloc()) < 0) return false;
+      if (d < 0) return false;
+      if (s.op == Op::exponential) emit_exp(Ymm(d), Ymm(ra), t);
+      else emit_tanh(Ymm(d), Ymm(ra), t, Ymm(sign));
+      for (int r : t) used[r] = false;
+      free_operands();
+    } else {
+      free_operands();  // their registers may take the result
+      d = alloc();
+      if (d < 0) return false;
+    }
     switch (s.op) {
+      case Op::exponential:
+      case Op::tanh: break;
       case Op::add: vaddps(Ymm(d), Ymm(ra), Ymm(rb)); break;
       case Op::subtract: vsubps(Ymm(d), Ymm(ra), Ymm(rb)); break;
       case Op::multiply: vmulps(Ymm(d), Ymm(ra), Ymm(rb)); break;
@@ -173,6 +309,12 @@ bool Code::build(const JitLoop& lp) {
   vzeroupper();
   for (int g = ngpr - 1; g >= 6; --g) pop(gprs[g]);
   ret();
+  // The constants exp and tanh read, 8 lanes each.
+  for (auto& [b, label] : consts_) {
+    align(32);
+    L(label);
+    for (int l = 0; l < 8; ++l) dd(b);
+  }
   setProtectModeRE();
   fn = getCode<JitFn>();
   return true;

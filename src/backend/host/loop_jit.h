@@ -4,12 +4,14 @@
 // over the tile, a load and a store per element and operand, which on the
 // seed's step made such members about 60% of the fused groups' time.
 //
-// Only add, subtract, multiply, divide and negate, each one AVX instruction
-// whose result is the correctly rounded IEEE operation, as the scalar kernels'
-// are (no FMA contraction), in the members' order: so the same bits as the
-// members, element for element, NaNs aside (where both operands of an add or
-// a multiply are NaN, the instruction returns its first operand's payload and
-// sign, and the compiled kernels may put either first; any NaN stays a NaN).
+// Add, subtract, multiply, divide and negate, each one AVX instruction whose
+// result is the correctly rounded IEEE operation, as the scalar kernels' are
+// (no FMA contraction), and f32 exp and tanh as the instructions of
+// ir/scalar_math.h's formulas, one for one; in the members' order: so the
+// same bits as the members, element for element, NaNs aside (where both
+// operands of an add or a multiply are NaN, the instruction returns its first
+// operand's payload and sign, and the compiled kernels may put either first;
+// any NaN stays a NaN).
 // The code is built when the interpreter plans
 // the step; without Xbyak (libxbyak-dev) at build time, without AVX2 at run
 // time, or with CAPSTEP_HOST_JIT=0, the members run as before.
