@@ -169,6 +169,12 @@ TEST(HostFusion, SeedGradientStepIsBitwiseUnfused) {
   EXPECT_EQ(transposes, 16);
   EXPECT_EQ(it.own_steps(Op::transpose), 0);
   EXPECT_EQ(host::Interpreter(s.grad, opts(false)).own_steps(Op::transpose), 0);
+  // The first block's RMSNorm (and the embeddings' sum before it) runs in its
+  // row group although the GPU's group starts with the token embedding's
+  // gather, which runs as a step of its own: no elementwise step is left
+  // outside a group.
+  EXPECT_EQ(it.own_steps(Op::gather_rows), 2);
+  for (Op op : {Op::add, Op::multiply, Op::broadcast_in_dim, Op::rsqrt}) EXPECT_EQ(it.own_steps(op), 0) << op_name(op);
 }
 
 TEST(HostFusion, WithAdamwProgramIsBitwiseUnfused) {

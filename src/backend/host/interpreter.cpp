@@ -373,6 +373,7 @@ struct Interpreter::Impl {
   Program prog;
   std::optional<plan::Fused> fusion;             // fused: the equations in group order
   std::vector<std::unique_ptr<FusedGroup>> groups;  // run tile by tile, one Step each
+  std::vector<std::unique_ptr<plan::Group>> peeled;   // fusion groups less their leading members (below)
   int fused_eqns = 0;
   Communicator* comm = nullptr;        // all_reduce's replicas (none: one replica)
   std::vector<std::unique_ptr<AllReducePack>> packs;  // runs of all_reduce steps, one message each
@@ -713,10 +714,29 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
   for (int i = 0; i < ne; ++i) span[static_cast<size_t>(i)] = {i, i};
   std::vector<const plan::Group*> group_src;
   if (fusion)
-    for (const plan::Group& g : fusion->groups) {
-      if (!plan::fused_kind(g.kind) || g.kind == plan::GroupKind::gemm || g.size() < 2) continue;
-      const std::vector<Step> members(built.begin() + g.first, built.begin() + g.last + 1);
-      if (!host_fusable(ex, g, members)) continue;
+    for (const plan::Group& whole : fusion->groups) {
+      if (!plan::fused_kind(whole.kind) || whole.kind == plan::GroupKind::gemm || whole.size() < 2) continue;
+      // A group the host cannot run tile by tile may still from a later
+      // member on: the first block's row group starts with the embedding's
+      // gather_rows (fused on the GPU), which then runs as a step of its own.
+      const plan::Group* gp = &whole;
+      for (int f = whole.first;; ++f) {
+        if (f + 1 > whole.last) {
+          gp = nullptr;
+          break;
+        }
+        plan::Group sub = whole;
+        sub.first = f;
+        const std::vector<Step> members(built.begin() + sub.first, built.begin() + sub.last + 1);
+        if (!host_fusable(ex, sub, members)) continue;
+        if (f != whole.first) {
+          peeled.push_back(std::make_unique<plan::Group>(std::move(sub)));
+          gp = peeled.back().get();
+        }
+        break;
+      }
+      if (!gp) continue;
+      const plan::Group& g = *gp;
       for (int d = g.first; d <= g.last; ++d) {
         in_group[static_cast<size_t>(d)] = static_cast<int>(groups.size());
         span[static_cast<size_t>(d)] = {g.first, g.last};
