@@ -91,11 +91,17 @@ inline char* operand_ptr(const FusedOperand& o, void* const* slots, char* scratc
   return static_cast<char*>(slots[o.value]) + (o.small ? small_begin : full_begin) * static_cast<int64_t>(o.esz);
 }
 
+// The Step a kernel or row reduction member runs on part `part` (each part
+// sets its own element count).
+Step& part_step(FusedMember& m, int part) {
+  return part == 0 ? m.step : m.part_steps[static_cast<size_t>(part - 1)];
+}
+
 // A kernel member on elements [fb + off, fb + fc) of the tile (the tail of a
 // JitSegment's).
 void run_kernel_from(FusedMember& m, int part, char* scr, void* const* slots, int64_t fb, int64_t fc, int64_t sb,
                      int64_t off) {
-  Step& st = part == 0 ? m.step : m.part_steps[static_cast<size_t>(part - 1)];
+  Step& st = part_step(m, part);
   void* q[4] = {nullptr, nullptr, nullptr, nullptr};
   for (int k = 0; k < m.nin; ++k) {
     char* at = operand_ptr(m.in[k], slots, scr, fb, sb);
@@ -110,9 +116,9 @@ void run_kernel_from(FusedMember& m, int part, char* scr, void* const* slots, in
 // of the N domain, [sb, sb + sc) of the small one.
 void run_member(FusedMember& m, int part, char* scr, void* const* slots, int64_t fb, int64_t fc, int64_t sb,
                 int64_t sc) {
-  Step& st = part == 0 ? m.step : m.part_steps[static_cast<size_t>(part - 1)];
   switch (m.kind) {
     case FusedMember::Kind::kernel: {
+      Step& st = part_step(m, part);
       void* q[4] = {nullptr, nullptr, nullptr, nullptr};
       for (int k = 0; k < m.nin; ++k) q[k] = operand_ptr(m.in[k], slots, scr, fb, sb);
       q[3] = operand_ptr(m.out, slots, scr, fb, sb);
@@ -129,6 +135,7 @@ void run_member(FusedMember& m, int part, char* scr, void* const* slots, int64_t
                      operand_ptr(m.out, slots, scr, fb, sb));
       return;
     case FusedMember::Kind::reduce_row: {
+      Step& st = part_step(m, part);
       void* q[4] = {operand_ptr(m.in[0], slots, scr, fb, sb), nullptr, nullptr, operand_ptr(m.out, slots, scr, fb, sb)};
       st.n = sc;
       st.n_in = fc;
