@@ -34,6 +34,20 @@ inline T load(In x) {
   else return x;
 }
 
+// acc = combine(acc, x) lane by lane on vectors (GCC's vector extension): a
+// max as three selects (max_select's NaN rule), a sum as an add. (By
+// reference: a vector passed by value changes the ABI between the clones.)
+template <bool Max, class V>
+inline void combine_lanes(V& acc, const V& x) {
+  if constexpr (Max) {
+    V m = acc > x ? acc : x;
+    m = x != x ? x : m;
+    acc = acc != acc ? acc : m;
+  } else {
+    acc = acc + x;
+  }
+}
+
 // One reduced run of n contiguous elements: eight interleaved partial results
 // (element j into partial j % 8), combined pairwise at the end, so that the
 // loop vectorises instead of waiting on one accumulator's add latency per
@@ -58,13 +72,7 @@ inline T reduce_run(const In* __restrict in, int64_t n) {
     std::memcpy(&acc, in, sizeof acc);
     for (; j + W <= n; j += W) {
       std::memcpy(&x, in + j, sizeof x);
-      if constexpr (Max) {
-        V m = acc > x ? acc : x;
-        m = x != x ? x : m;
-        acc = acc != acc ? acc : m;
-      } else {
-        acc = acc + x;
-      }
+      combine_lanes<Max>(acc, x);
     }
     if (j == n) {
       // The pairwise combination below, w = 4, 2, 1, on halves of the vector
@@ -72,24 +80,10 @@ inline T reduce_run(const In* __restrict in, int64_t n) {
       // steps: a row of 16 (the attention's softmax) is mostly this part.
       using V4 [[gnu::vector_size(4 * sizeof(T))]] = T;
       using V2 [[gnu::vector_size(2 * sizeof(T))]] = T;
-      const V4 lo = {acc[0], acc[1], acc[2], acc[3]}, hi = {acc[4], acc[5], acc[6], acc[7]};
-      V4 a4;
-      if constexpr (Max) {
-        V4 m = lo > hi ? lo : hi;
-        m = hi != hi ? hi : m;
-        a4 = lo != lo ? lo : m;
-      } else {
-        a4 = lo + hi;
-      }
-      const V2 lo2 = {a4[0], a4[1]}, hi2 = {a4[2], a4[3]};
-      V2 a2;
-      if constexpr (Max) {
-        V2 m = lo2 > hi2 ? lo2 : hi2;
-        m = hi2 != hi2 ? hi2 : m;
-        a2 = lo2 != lo2 ? lo2 : m;
-      } else {
-        a2 = lo2 + hi2;
-      }
+      V4 a4 = {acc[0], acc[1], acc[2], acc[3]};
+      combine_lanes<Max>(a4, V4{acc[4], acc[5], acc[6], acc[7]});
+      V2 a2 = {a4[0], a4[1]};
+      combine_lanes<Max>(a2, V2{a4[2], a4[3]});
       return combine<T, Max>(a2[0], a2[1]);
     }
     for (int l = 0; l < W; ++l) part[l] = acc[l];
