@@ -174,6 +174,9 @@ bool host_fusable(const Program& p, const plan::Group& g, const std::vector<Step
   if (N <= 0) return no("no elements");
   if (g.kind == GroupKind::row && (g.rows <= 0 || g.cols <= 0 || g.rows * g.cols != N)) return no("row geometry");
   if (g.kind == GroupKind::col && (g.rows <= 0 || g.cols <= 0 || g.rows * g.cols != N)) return no("col geometry");
+  // One kept element: the unfused reduce sees one run of R elements (its view
+  // drops the axis of 1) and sums it in eight partials, not row by row.
+  if (g.kind == GroupKind::col && g.cols == 1) return no("a column group of one column");
   std::vector<char> mine(static_cast<size_t>(p.num_values()), 0);
   for (int d = g.first; d <= g.last; ++d) mine[static_cast<size_t>(p.eqns[static_cast<size_t>(d)].out)] = 1;
   for (int d = g.first; d <= g.last; ++d) {
@@ -387,8 +390,15 @@ std::shared_ptr<JitSegment> make_segment(const FusedGroup& G, const std::vector<
   for (size_t i = b; i < e; ++i) {
     const FusedMember& m = ms[i];
     if (const char c = jit_bcast(G, m)) {  // its value an input, read in place
-      value_of[m.out.root] = static_cast<int>(loop.inputs.size());
-      loop.inputs.push_back({ptr_for(m.in[0], c == 'c'), c == 'c' ? JitLoop::Kind::col : JitLoop::Kind::row});
+      const JitLoop::Input in{ptr_for(m.in[0], c == 'c'), c == 'c' ? JitLoop::Kind::col : JitLoop::Kind::row};
+      int v = -1;  // the same source broadcast twice: one input
+      for (size_t k = 0; k < loop.inputs.size(); ++k)
+        if (loop.inputs[k].ptr == in.ptr && loop.inputs[k].kind == in.kind) v = static_cast<int>(k);
+      if (v < 0) {
+        v = static_cast<int>(loop.inputs.size());
+        loop.inputs.push_back(in);
+      }
+      value_of[m.out.root] = v;
       loop.row_bytes = G.cols * 4;
       made.insert(m.out.root);
       continue;
@@ -422,6 +432,29 @@ std::shared_ptr<JitSegment> make_segment(const FusedGroup& G, const std::vector<
   }
   loop.num_ptrs = static_cast<int>(seg->ptrs.size());
   if (seg->ptrs.size() > kMaxJitPtrs || loop.insts.empty()) return nullptr;
+  // The loop (and the members after it on the tile's last elements) runs the
+  // members' work in another order than they do, element by element. The
+  // scratch holds each tile value only for its members (memory_plan.h packs
+  // them by the members' order), so two of its f32 tiles here may share
+  // bytes; at the same offset they share elements index for index, which
+  // that order keeps apart, but at different offsets (tiles of another size,
+  // an f64 value's, packed between) a store to one may come before the last
+  // read of the other: refused.
+  {
+    const int64_t tile_bytes = (G.kind == GroupKind::loop ? G.tile : G.tile * G.cols) * 4;
+    std::vector<std::pair<int64_t, int>> tiles;  // offset, root
+    for (size_t i = b; i < e; ++i) {
+      const FusedMember& m = ms[i];
+      for (int k = 0; k < m.nin; ++k)
+        if (m.in[k].tile_off >= 0 && !m.in[k].small && !m.in[k].splat) tiles.push_back({m.in[k].tile_off, m.in[k].root});
+      if (m.out.tile_off >= 0 && !m.out.small) tiles.push_back({m.out.tile_off, m.out.root});
+    }
+    for (size_t x = 0; x < tiles.size(); ++x)
+      for (size_t y = x + 1; y < tiles.size(); ++y)
+        if (tiles[x].second != tiles[y].second && tiles[x].first != tiles[y].first &&
+            tiles[x].first < tiles[y].first + tile_bytes && tiles[y].first < tiles[x].first + tile_bytes)
+          return nullptr;
+  }
   // The members read a row value's tile before they store into a tile that
   // may share its scratch (memory_plan.h packs tiles by the members' order);
   // the loop reads row r's value after storing rows 0 to r - 1: refused
@@ -445,11 +478,15 @@ std::shared_ptr<JitSegment> make_segment(const FusedGroup& G, const std::vector<
 // by the longest leading part of it that compiles (JitSegment), and so on
 // along the run.
 void compile_runs(FusedGroup& G) {
+  // A run is tried at this many members at most, then shorter until it
+  // compiles: each try compiles the whole run, so a long chain's planning
+  // would grow with the square of its length.
+  constexpr size_t kMaxRun = 48;
   std::vector<FusedMember> out;
   const size_t n = G.members.size();
   for (size_t i = 0; i < n;) {
     size_t e = i;
-    while (e < n && (jit_member(G.members[e]) || jit_bcast(G, G.members[e]))) ++e;
+    while (e < n && e - i < kMaxRun && (jit_member(G.members[e]) || jit_bcast(G, G.members[e]))) ++e;
     std::shared_ptr<JitSegment> seg;
     size_t end = e;
     for (; end >= i + 2; --end)

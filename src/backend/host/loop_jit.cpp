@@ -246,12 +246,17 @@ bool Code::build(const JitLoop& lp) {
   jz(done, T_NEAR);
   if (rows) {
     L(row);
+    std::vector<char> advanced(static_cast<size_t>(lp.num_ptrs), 0);
     for (int v = 0; v < nin; ++v) {
       const JitLoop::Input& in = lp.inputs[static_cast<size_t>(v)];
       if (in.kind != K::row || last[static_cast<size_t>(v)] < 0) continue;
-      const Reg64& p = gprs[gpr[static_cast<size_t>(in.ptr)]];
-      vbroadcastss(Ymm(reg[static_cast<size_t>(v)]), dword[p]);
-      add(p, 4);
+      vbroadcastss(Ymm(reg[static_cast<size_t>(v)]), dword[gprs[gpr[static_cast<size_t>(in.ptr)]]]);
+    }
+    for (int v = 0; v < nin; ++v) {  // each row pointer once, even where two inputs read it
+      const JitLoop::Input& in = lp.inputs[static_cast<size_t>(v)];
+      if (in.kind != K::row || last[static_cast<size_t>(v)] < 0 || advanced[static_cast<size_t>(in.ptr)]) continue;
+      advanced[static_cast<size_t>(in.ptr)] = 1;
+      add(gprs[gpr[static_cast<size_t>(in.ptr)]], 4);
     }
     xor_(edi, edi);
   }
