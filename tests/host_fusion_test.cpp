@@ -445,8 +445,11 @@ TEST(HostJit, RandomElementwiseChainsAreBitwiseTheMembers) {
       }
     }
   }
-  if (host::jit_available()) EXPECT_GE(compiled, 100);
-  else EXPECT_EQ(compiled, 0);
+  if (host::jit_available()) {
+    EXPECT_GE(compiled, 100);
+  } else {
+    EXPECT_EQ(compiled, 0);
+  }
 }
 
 // More live values than registers: 20 inputs all read again at the end. The
@@ -455,7 +458,7 @@ TEST(HostJit, MoreLiveValuesThanRegistersStillGivesTheBits) {
   const Type t(DType::f32, {640});
   Program p;
   std::vector<int> xs, sq;
-  for (int i = 0; i < 20; ++i) xs.push_back(p.add_input("x" + std::to_string(i), t));
+  for (int i = 0; i < 20; ++i) xs.push_back(p.add_input(std::string(1, 'x').append(std::to_string(i)), t));
   for (int i = 0; i < 20; ++i) sq.push_back(p.add_eqn(Op::multiply, {xs[static_cast<size_t>(i)], xs[static_cast<size_t>(i)]}, {}));
   int acc = sq[0];
   for (int i = 1; i < 20; ++i)
@@ -466,7 +469,9 @@ TEST(HostJit, MoreLiveValuesThanRegistersStillGivesTheBits) {
   host::Interpreter it(p, jit_opts(true));
   const std::vector<Array> got = it.run(in);
   EXPECT_TRUE(got[0].bit_equal(run_with(p, opts(false), in)[0]));
-  if (host::jit_available()) EXPECT_GE(it.jit_loops(), 1);
+  if (host::jit_available()) {
+    EXPECT_GE(it.jit_loops(), 1);
+  }
 }
 
 // The loop as data, straight to jit_compile: what it runs, and what it refuses.
@@ -513,8 +518,11 @@ TEST(HostJit, SeedStepRunsCompiledLoopsWithTheSameBits) {
   SeedStep s;
   host::Interpreter with(s.grad, jit_opts(true)), without(s.grad, jit_opts(false));
   EXPECT_EQ(without.jit_loops(), 0);
-  if (host::jit_available()) EXPECT_GE(with.jit_loops(), 20);
-  else EXPECT_EQ(with.jit_loops(), 0);
+  if (host::jit_available()) {
+    EXPECT_GE(with.jit_loops(), 20);
+  } else {
+    EXPECT_EQ(with.jit_loops(), 0);
+  }
   const std::vector<Array> a = with.run(s.in), b = without.run(s.in);
   ASSERT_EQ(a.size(), b.size());
   for (size_t j = 0; j < a.size(); ++j) EXPECT_TRUE(a[j].bit_equal(b[j])) << s.grad.outputs[j].name;
@@ -561,7 +569,9 @@ TEST(HostJit, RowGroupsReadBroadcastsInPlace) {
         host::Interpreter it(p, jit_opts(true, tile));
         const std::vector<Array> got = it.run(in);
         for (size_t j = 0; j < got.size(); ++j) EXPECT_TRUE(got[j].bit_equal(ref[j])) << "output " << j << ", tile " << tile;
-        if (host::jit_available() && C % 8 == 0) EXPECT_GE(it.jit_loops(), 1) << "tile " << tile;
+        if (host::jit_available() && C % 8 == 0) {
+          EXPECT_GE(it.jit_loops(), 1) << "tile " << tile;
+        }
       }
       // softmax * w (softmax_program): its max's broadcast refused, its sum's taken
       const Program s = softmax_program(R, C);

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <sstream>
 
+#include "backend/host/loop_jit.h"
 #include "capstep/cuda.h"
+#include "capstep/interpreter.h"
 #include "capstep/lanes.h"
 
 using namespace capstep;
@@ -38,6 +40,12 @@ TEST(Lanes, HostLaneLearnsAndIsReproducible) {
   EXPECT_GT(h.cpu_ms_per_step, 0.0);
   EXPECT_LE(h.cpu_ms_per_step, (a.host_threads + 1) * wall + 0.05);
   EXPECT_GE(a.host_threads, 1);
+  // The "host:" line says what runs the fused groups' elementwise work.
+  const host::InterpreterOptions io = host::InterpreterOptions::defaults();
+  EXPECT_EQ(a.host_loops.find("compiled to AVX2 loops") != std::string::npos,
+            host::jit_available() && io.fuse && io.jit)
+      << a.host_loops;
+  EXPECT_NE(lanes::to_json(a).find("\"host_loops\""), std::string::npos);
   EXPECT_NE(lanes::to_json(a).find("\"cpu_ms_per_step\""), std::string::npos);
 
   // [1f]: AdamW inside the program, in the interpreter. The program's update

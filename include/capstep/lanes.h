@@ -56,6 +56,7 @@ struct Report {
   std::string gemm;                  // the host's GEMM libraries, versions, kernel sets and CPU ("GEMM: " line)
   int host_threads = 1;              // threads the host lanes' steps use (CAPSTEP_HOST_THREADS)
   std::string host_threads_line;     // that, and where it came from ("host: " line)
+  std::string host_loops;            // what runs the fused groups' elementwise work (on the "host: " line)
   bool tf32 = true;
   std::string precision = "f32";     // optim::precision_name
   int steps = 0;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/host/gemm.h"
+#include "backend/host/loop_jit.h"
 #include "backend/host/parallel.h"
 #include "capstep/autodiff.h"
 #include "capstep/cuda.h"
@@ -270,6 +271,7 @@ Report run(const Options& o) {
   r.gemm = host::gemm_info().line;
   r.host_threads = host::host_threads();
   r.host_threads_line = host::host_threads_line();
+  r.host_loops = host::host_loops_line();
   const Program with_adamw = optim::with_adamw(grad, s.names, o.adamw);
   if (selected("1f", r.lanes[3])) lane_host_fused(o, s, with_adamw, r.lanes[3]);
 
@@ -306,7 +308,8 @@ void print(const Report& r, std::ostream& out) {
   char buf[256];
   out << r.model_line << '\n';
   if (!r.gemm.empty()) out << "GEMM: " << r.gemm << '\n';
-  if (!r.host_threads_line.empty()) out << "host: " << r.host_threads_line << '\n';
+  if (!r.host_threads_line.empty())
+    out << "host: " << r.host_threads_line << (r.host_loops.empty() ? "" : "; ") << r.host_loops << '\n';
   if (r.precision != "f32") out << "precision: " << r.precision << " (GEMM operands in bf16, f32 accumulation; all else f32)\n";
   out << '\n';
   const Lane& h = r.lanes[0];
@@ -368,6 +371,7 @@ std::string to_json(const Report& r) {
   j["device"] = r.device;
   j["gemm"] = r.gemm;
   j["host_threads"] = r.host_threads;
+  j["host_loops"] = r.host_loops;
   j["tf32"] = r.tf32;
   j["precision"] = r.precision;
   j["steps"] = r.steps;

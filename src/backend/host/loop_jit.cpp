@@ -1,6 +1,8 @@
 // The fused groups' elementwise runs compiled to AVX2 loops (loop_jit.h).
 #include "backend/host/loop_jit.h"
 
+#include "capstep/interpreter.h"
+
 #if defined(CAPSTEP_HAVE_XBYAK) && defined(__x86_64__)
 #define CAPSTEP_LOOP_JIT 1
 #include <xbyak/xbyak.h>
@@ -351,6 +353,8 @@ bool jit_available() {
   return yes;
 }
 
+const char* jit_missing() { return jit_available() ? "" : "this CPU has no AVX2"; }
+
 std::unique_ptr<JitCode> jit_compile(const JitLoop& loop) {
   if (!jit_available()) return nullptr;
   try {
@@ -365,8 +369,17 @@ std::unique_ptr<JitCode> jit_compile(const JitLoop& loop) {
 #else
 
 bool jit_available() { return false; }
+const char* jit_missing() { return "this build has no Xbyak"; }
 std::unique_ptr<JitCode> jit_compile(const JitLoop&) { return nullptr; }
 
 #endif
+
+std::string host_loops_line() {
+  const InterpreterOptions o = InterpreterOptions::defaults();
+  if (!o.fuse) return "elementwise work one pass per primitive (CAPSTEP_HOST_FUSION=0)";
+  if (!o.jit) return "fused groups' elementwise runs member by member (CAPSTEP_HOST_JIT=0)";
+  if (!jit_available()) return std::string("fused groups' elementwise runs member by member (") + jit_missing() + ")";
+  return "fused groups' elementwise runs compiled to AVX2 loops (Xbyak; CAPSTEP_HOST_JIT=0 runs them member by member)";
+}
 
 }  // namespace capstep::host

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "capstep/ir.h"
@@ -65,6 +66,12 @@ class JitCode {
 
 // Whether this build has the compiler (Xbyak) and this CPU AVX2.
 bool jit_available();
+// Why not, when jit_available() is false ("this build has no Xbyak", "this
+// CPU has no AVX2"); empty when it is true.
+const char* jit_missing();
+// What runs a fused group's elementwise work in an Interpreter built with
+// InterpreterOptions::defaults(), for a report's "host:" line.
+std::string host_loops_line();
 // The compiled loop, or nullptr: not available, an op it does not take, or
 // more live values or pointers than the registers hold (the caller then
 // compiles a shorter run).
