@@ -97,10 +97,11 @@ Step& part_step(FusedMember& m, int part) {
   return part == 0 ? m.step : m.part_steps[static_cast<size_t>(part - 1)];
 }
 
-// A kernel member on elements [fb + off, fb + fc) of the tile (the tail of a
-// JitSegment's).
+// A kernel member on the tile's elements from `off` on: [fb + off, fb + fc)
+// of the N domain, or [sb + off, sb + sc) of the small one (off > 0: the tail
+// of a JitSegment's, all on the N domain).
 void run_kernel_from(FusedMember& m, int part, char* scr, void* const* slots, int64_t fb, int64_t fc, int64_t sb,
-                     int64_t off) {
+                     int64_t sc, int64_t off) {
   Step& st = part_step(m, part);
   void* q[4] = {nullptr, nullptr, nullptr, nullptr};
   for (int k = 0; k < m.nin; ++k) {
@@ -108,7 +109,7 @@ void run_kernel_from(FusedMember& m, int part, char* scr, void* const* slots, in
     q[k] = m.in[k].splat ? at : at + off * static_cast<int64_t>(m.in[k].esz);
   }
   q[3] = operand_ptr(m.out, slots, scr, fb, sb) + off * static_cast<int64_t>(m.out.esz);
-  st.n = fc - off;
+  st.n = (m.small ? sc : fc) - off;
   st.fn(st, q);
 }
 
@@ -117,15 +118,8 @@ void run_kernel_from(FusedMember& m, int part, char* scr, void* const* slots, in
 void run_member(FusedMember& m, int part, char* scr, void* const* slots, int64_t fb, int64_t fc, int64_t sb,
                 int64_t sc) {
   switch (m.kind) {
-    case FusedMember::Kind::kernel: {
-      Step& st = part_step(m, part);
-      void* q[4] = {nullptr, nullptr, nullptr, nullptr};
-      for (int k = 0; k < m.nin; ++k) q[k] = operand_ptr(m.in[k], slots, scr, fb, sb);
-      q[3] = operand_ptr(m.out, slots, scr, fb, sb);
-      st.n = m.small ? sc : fc;
-      st.fn(st, q);
-      return;
-    }
+    case FusedMember::Kind::kernel:
+      return run_kernel_from(m, part, scr, slots, fb, fc, sb, sc, 0);
     case FusedMember::Kind::strided:
       strided_range_bytes(m.view, m.out.esz, slots[m.in[0].value], m.small ? sb : fb, m.small ? sc : fc,
                           operand_ptr(m.out, slots, scr, fb, sb));
@@ -154,7 +148,7 @@ void run_member(FusedMember& m, int part, char* scr, void* const* slots, int64_t
       const int64_t n8 = fc & ~int64_t{7};
       J.code->fn(ptrs, n8 * 4);
       if (n8 < fc)  // the last elements of the tile: the members, one by one
-        for (FusedMember& k : J.members) run_kernel_from(k, part, scr, slots, fb, fc, sb, n8);
+        for (FusedMember& k : J.members) run_kernel_from(k, part, scr, slots, fb, fc, sb, sc, n8);
       return;
     }
   }
@@ -340,9 +334,8 @@ bool jit_member(const FusedMember& m) {
   if (m.kind != FusedMember::Kind::kernel || m.small || m.after || m.hoisted || m.dtype != DType::f32 ||
       m.out.esz != 4)
     return false;
-  const bool unary = m.op == Op::negate || m.op == Op::exponential || m.op == Op::tanh;
-  if (!unary && m.op != Op::add && m.op != Op::subtract && m.op != Op::multiply && m.op != Op::divide) return false;
-  if (m.nin != (unary ? 1 : 2)) return false;
+  const int arity = jit_operands(m.op);
+  if (arity == 0 || m.nin != arity) return false;
   for (int k = 0; k < m.nin; ++k)
     if (m.in[k].small || m.in[k].esz != 4) return false;
   return true;

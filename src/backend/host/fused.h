@@ -66,13 +66,14 @@ struct FusedMember {
   std::shared_ptr<JitSegment> jit;  // Kind::jit
 };
 
-// Consecutive f32 kernel members (add, subtract, multiply, divide, negate,
-// exponential, tanh) on the N domain, compiled to one loop: values that only these members read
-// stay in registers; those read later in the group, or kept outside it, are
-// stored. Run on the largest multiple of 8 elements of each tile, and the
-// members themselves on the rest (members, in order).
 inline constexpr size_t kMaxJitPtrs = 32;  // pointers a JitSegment's loop may take
-// In a row group whose rows are a multiple of 8 long, a row broadcast
+
+// Consecutive f32 kernel members (add, subtract, multiply, divide, negate,
+// exponential, tanh: jit_operands) on the N domain, compiled to one loop:
+// values that only these members read stay in registers; those read later in
+// the group, or kept outside it, are stored. Run on the largest multiple of 8
+// elements of each tile, and the members themselves on the rest (members, in
+// order). In a row group whose rows are a multiple of 8 long, a row broadcast
 // (RMSNorm's 1/rms, softmax's max and sum) and a broadcast of a row's worth
 // down the rows (a gain) join the loop too, read in place instead of filled
 // into a tile first (and stored from the loop where something else reads

@@ -719,21 +719,18 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
       // A group the host cannot run tile by tile may still from a later
       // member on: the first block's row group starts with the embedding's
       // gather_rows (fused on the GPU), which then runs as a step of its own.
-      const plan::Group* gp = &whole;
-      for (int f = whole.first;; ++f) {
-        if (f + 1 > whole.last) {
-          gp = nullptr;
-          break;
-        }
+      const plan::Group* gp = nullptr;
+      for (int f = whole.first; f < whole.last && !gp; ++f) {
         plan::Group sub = whole;
         sub.first = f;
         const std::vector<Step> members(built.begin() + sub.first, built.begin() + sub.last + 1);
         if (!host_fusable(ex, sub, members)) continue;
-        if (f != whole.first) {
+        if (f == whole.first) {
+          gp = &whole;
+        } else {
           peeled.push_back(std::make_unique<plan::Group>(std::move(sub)));
           gp = peeled.back().get();
         }
-        break;
       }
       if (!gp) continue;
       const plan::Group& g = *gp;

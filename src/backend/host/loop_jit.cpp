@@ -149,14 +149,8 @@ void Code::emit_tanh(const Xbyak::Ymm& d, const Xbyak::Ymm& x, const int* t, con
   vblendvps(d, p, u, w);
 }
 
-bool supported(Op op) {
-  return op == Op::add || op == Op::subtract || op == Op::multiply || op == Op::divide || op == Op::negate ||
-         op == Op::broadcast_in_dim || op == Op::exponential || op == Op::tanh;
-}
-
-bool is_unary(Op op) {
-  return op == Op::negate || op == Op::broadcast_in_dim || op == Op::exponential || op == Op::tanh;
-}
+// The instructions' operand counts: the primitives', and the copy.
+int operands(Op op) { return op == Op::broadcast_in_dim ? 1 : jit_operands(op); }
 
 
 bool Code::build(const JitLoop& lp) {
@@ -174,7 +168,8 @@ bool Code::build(const JitLoop& lp) {
   for (int i = 0; i < static_cast<int>(lp.insts.size()); ++i) {
     const JitLoop::Inst& s = lp.insts[static_cast<size_t>(i)];
     const int v = nin + i;
-    if (!supported(s.op) || s.a < 0 || s.a >= v || (is_unary(s.op) ? s.b != -1 : (s.b < 0 || s.b >= v))) return false;
+    const int arity = operands(s.op);
+    if (arity == 0 || s.a < 0 || s.a >= v || (arity == 1 ? s.b != -1 : (s.b < 0 || s.b >= v))) return false;
     negates = negates || s.op == Op::negate || s.op == Op::tanh;
     last[static_cast<size_t>(s.a)] = i;
     if (s.b >= 0) last[static_cast<size_t>(s.b)] = i;
@@ -373,6 +368,19 @@ const char* jit_missing() { return "this build has no Xbyak"; }
 std::unique_ptr<JitCode> jit_compile(const JitLoop&) { return nullptr; }
 
 #endif
+
+int jit_operands(Op op) {
+  switch (op) {
+    case Op::add:
+    case Op::subtract:
+    case Op::multiply:
+    case Op::divide: return 2;
+    case Op::negate:
+    case Op::exponential:
+    case Op::tanh: return 1;
+    default: return 0;
+  }
+}
 
 std::string host_loops_line() {
   const InterpreterOptions o = InterpreterOptions::defaults();

@@ -64,6 +64,11 @@ class JitCode {
   JitFn fn = nullptr;
 };
 
+// The operands of a primitive a loop computes: 2 (add, subtract, multiply,
+// divide), 1 (negate, exponential, tanh), 0 for any other op. (Inside a loop,
+// broadcast_in_dim is also a copy of one value; see JitLoop::Inst.)
+int jit_operands(Op op);
+
 // Whether this build has the compiler (Xbyak) and this CPU AVX2.
 bool jit_available();
 // Why not, when jit_available() is false ("this build has no Xbyak", "this
