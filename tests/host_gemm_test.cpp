@@ -394,3 +394,25 @@ TEST(HostGemm, TransposeCopiesEveryElementOnce) {
     EXPECT_EQ(bad, 0) << t.rows << "x" << t.cols;
   }
 }
+
+// The copy of B's column panels (DotPlan::panel): whole vectors and ragged
+// ends, padded rows on both sides.
+TEST(HostGemm, RowCopyCopiesEveryElementOnce) {
+  struct T {
+    int64_t rows, cols, lds, ldd;
+  };
+  for (const T t : {T{1, 1, 1, 1}, T{128, 32, 128, 32}, T{64, 8, 256, 8}, T{13, 29, 31, 37}, T{7, 3, 5, 9}, T{5, 17, 17, 17}}) {
+    std::vector<float> src(static_cast<size_t>(t.rows * t.lds)), dst(static_cast<size_t>(t.rows * t.ldd), -1.0f);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+    host::copy_rows_f32(src.data(), t.lds, t.rows, t.cols, dst.data(), t.ldd);
+    int bad = 0;
+    for (int64_t r = 0; r < t.rows; ++r)
+      for (int64_t c = 0; c < t.ldd; ++c) {
+        const float want = c < t.cols ? src[static_cast<size_t>(r * t.lds + c)] : -1.0f;  // padding untouched
+        if (dst[static_cast<size_t>(r * t.ldd + c)] != want && bad++ < 3)
+          ADD_FAILURE() << t.rows << "x" << t.cols << ": dst[" << r << "][" << c << "] = " << dst[static_cast<size_t>(r * t.ldd + c)]
+                        << ", want " << want;
+      }
+    EXPECT_EQ(bad, 0) << t.rows << "x" << t.cols;
+  }
+}

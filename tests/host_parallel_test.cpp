@@ -199,3 +199,116 @@ TEST(HostParallel, AdamWOverEveryParameterAtOnceIsOneCallPerParameter) {
   s[1][3] = Array(Type{DType::f32, {3}});
   EXPECT_THROW(optim::adamw_update(aw, sc, s[0], s[1].data(), s[2], s[3]), Error);
 }
+
+// ---- dot_generals side by side (InterpreterOptions::pair_dots) -------------
+
+namespace {
+
+// out = x . w: f32[M, K] x f32[K, N] -> f32[M, N]
+int matmul(Program& p, int x, int w) {
+  Attrs at;
+  at.lhs_contract = {1};
+  at.rhs_contract = {0};
+  return p.add_eqn(Op::dot_general, {x, w}, at);
+}
+
+host::InterpreterOptions pairs(bool on) {
+  host::InterpreterOptions o = host::InterpreterOptions::defaults();
+  o.pair_dots = on;
+  return o;
+}
+
+// Runs p `runs` times on a fresh interpreter; every run must give the bits
+// of the first.
+std::vector<Array> run_repeatedly(const Program& p, const host::InterpreterOptions& o, const std::vector<Array>& in,
+                                  int runs, int* pairs_out) {
+  host::Interpreter it(p, o);
+  *pairs_out = it.dot_pairs();
+  const std::vector<Array> first = it.run(in);
+  for (int r = 1; r < runs; ++r) {
+    const std::vector<Array> again = it.run(in);
+    for (size_t j = 0; j < first.size(); ++j)
+      EXPECT_TRUE(again[j].bit_equal(first[j])) << p.outputs[j].name << " changed on run " << r;
+  }
+  return first;
+}
+
+}  // namespace
+
+// The seed step on two threads pairs its independent GEMMs (each linear
+// layer's input and weight gradients, the forward's projections of one
+// input): the same bits as on one thread and as unpaired, every run.
+TEST(HostParallel, IndependentDotGeneralsRunSideBySideWithTheSameBits) {
+  const test::SeedStep s;
+  std::vector<Array> ref;
+  {
+    Threads t(1);
+    int n = -1;
+    ref = run_repeatedly(s.grad, pairs(true), s.in, 1, &n);
+    EXPECT_EQ(n, 0);  // one thread: nothing to pair for
+  }
+  Threads t(2);
+  int paired = 0, unpaired = -1;
+  const std::vector<Array> a = run_repeatedly(s.grad, pairs(true), s.in, 20, &paired);
+  const std::vector<Array> b = run_repeatedly(s.grad, pairs(false), s.in, 2, &unpaired);
+  EXPECT_EQ(paired, 19);
+  EXPECT_EQ(unpaired, 0);
+  ASSERT_EQ(a.size(), ref.size());
+  for (size_t j = 0; j < a.size(); ++j) {
+    EXPECT_TRUE(a[j].bit_equal(ref[j])) << s.grad.outputs[j].name;
+    EXPECT_TRUE(b[j].bit_equal(ref[j])) << s.grad.outputs[j].name;
+  }
+  // Still one GEMM step each, counted as such.
+  EXPECT_EQ(host::Interpreter(s.grad, pairs(true)).own_steps(Op::dot_general),
+            host::Interpreter(s.grad, pairs(false)).own_steps(Op::dot_general));
+  setenv("CAPSTEP_HOST_PAIRS", "0", 1);
+  const host::InterpreterOptions off = host::InterpreterOptions::defaults();
+  unsetenv("CAPSTEP_HOST_PAIRS");
+  EXPECT_FALSE(off.pair_dots);
+  EXPECT_TRUE(host::InterpreterOptions::defaults().pair_dots);
+}
+
+// Run one after the other, the second GEMM's result could take the buffer of
+// the first one's operand x (read for the last time by the first GEMM); side
+// by side it must not, or it would write over x while the first still reads
+// it. Also: a GEMM that reads the other's result, or does more than twice its
+// work, is not paired.
+TEST(HostParallel, PairedDotGeneralsNeverShareBuffers) {
+  Threads t(2);
+  const int64_t M = 64, K = 128, N = 128;
+  Program p;
+  p.name = "two_gemms";
+  const int xi = p.add_input("x", {DType::f32, {M, K}});
+  const int yi = p.add_input("y", {DType::f32, {M, K}});
+  const int w1 = p.add_input("w1", {DType::f32, {K, N}});
+  const int w2 = p.add_input("w2", {DType::f32, {K, N}});
+  const int y = p.add_eqn(Op::tanh, {yi}, {});
+  const int x = p.add_eqn(Op::tanh, {xi}, {});        // in the arena, last read by the first GEMM
+  const int a = matmul(p, x, w1);
+  const int b = matmul(p, y, w2);                     // may take x's buffer when run after a
+  p.add_output("z", p.add_eqn(Op::add, {a, b}, {}));
+  const std::vector<Array> in = {random_array(p.input_type(0), 1), random_array(p.input_type(1), 2),
+                                 random_array(p.input_type(2), 3, 0.1), random_array(p.input_type(3), 4, 0.1)};
+  int n_on = 0, n_off = -1;
+  const std::vector<Array> on = run_repeatedly(p, pairs(true), in, 200, &n_on);
+  const std::vector<Array> off = run_repeatedly(p, pairs(false), in, 1, &n_off);
+  EXPECT_EQ(n_on, 1);
+  EXPECT_EQ(n_off, 0);
+  EXPECT_TRUE(on[0].bit_equal(off[0]));
+
+  Program dep;  // the second GEMM reads the first's result
+  dep.name = "chain";
+  const int d_x = dep.add_input("x", {DType::f32, {M, K}});
+  const int d_w = dep.add_input("w", {DType::f32, {K, N}});
+  dep.add_output("z", matmul(dep, matmul(dep, d_x, d_w), d_w));
+  EXPECT_EQ(host::Interpreter(dep, pairs(true)).dot_pairs(), 0);
+
+  Program uneven;  // 3x the multiply-adds
+  uneven.name = "uneven";
+  const int u_x = uneven.add_input("x", {DType::f32, {M, K}});
+  const int u_y = uneven.add_input("y", {DType::f32, {3 * M, K}});
+  const int u_w = uneven.add_input("w", {DType::f32, {K, N}});
+  uneven.add_output("a", matmul(uneven, u_x, u_w));
+  uneven.add_output("b", matmul(uneven, u_y, u_w));
+  EXPECT_EQ(host::Interpreter(uneven, pairs(true)).dot_pairs(), 0);
+}

@@ -34,8 +34,15 @@ struct InterpreterOptions {
   // compiled to one AVX2 loop each (the same bits), where this build has
   // Xbyak and the CPU AVX2; false: every member runs its own kernel.
   bool jit = true;
+  // On two or more host threads: two dot_generals that run one after the
+  // other and do not read each other's results run side by side, each on
+  // one thread, instead of each cut into parts that all threads share (the
+  // same bits: a GEMM's parts are fixed by its shape, and run in turn on
+  // one thread). Only where neither costs more than twice the other.
+  bool pair_dots = true;
   // fuse = false when the environment sets CAPSTEP_HOST_FUSION=0 (or "off"),
-  // jit = false when it sets CAPSTEP_HOST_JIT=0 (or "off").
+  // jit = false when it sets CAPSTEP_HOST_JIT=0 (or "off"), pair_dots =
+  // false when it sets CAPSTEP_HOST_PAIRS=0 (or "off").
   static InterpreterOptions defaults();
 };
 
@@ -89,6 +96,8 @@ class Interpreter {
   int adamw_groups() const;
   // Loops compiled from runs of a group's elementwise members (InterpreterOptions::jit).
   int jit_loops() const;
+  // Pairs of dot_generals that run side by side (InterpreterOptions::pair_dots).
+  int dot_pairs() const;
   // Equations of `op` that run a kernel of their own: outside fused groups
   // and not aliases of their operand (a transpose that its dot_generals read
   // in place, or that moves nothing, runs none).

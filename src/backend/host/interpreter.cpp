@@ -42,6 +42,7 @@
 #include "capstep/interpreter.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -366,6 +367,8 @@ InterpreterOptions InterpreterOptions::defaults() {
     o.fuse = !(std::strcmp(e, "0") == 0 || std::strcmp(e, "off") == 0);
   if (const char* e = std::getenv("CAPSTEP_HOST_JIT"))
     o.jit = !(std::strcmp(e, "0") == 0 || std::strcmp(e, "off") == 0);
+  if (const char* e = std::getenv("CAPSTEP_HOST_PAIRS"))
+    o.pair_dots = !(std::strcmp(e, "0") == 0 || std::strcmp(e, "off") == 0);
   return o;
 }
 
@@ -377,6 +380,7 @@ struct Interpreter::Impl {
   int fused_eqns = 0;
   Communicator* comm = nullptr;        // all_reduce's replicas (none: one replica)
   std::vector<std::unique_ptr<AllReducePack>> packs;  // runs of all_reduce steps, one message each
+  std::vector<std::unique_ptr<std::array<Step, 2>>> dot_pairs;  // Step::pair of run_dot_pair's steps
   std::vector<Step> steps;
   std::vector<void*> slots;                      // one per value, then scratch
   std::vector<std::pair<int, int>> input_slots;  // (slot, input index) set per run
@@ -467,6 +471,14 @@ bool group_reads_before_writing(const FusedGroup& g, int x, int b, const std::ve
 // last of them, so that a run that fails leaves its input Arrays as they were.
 // (The indices of a gather or scatter that are a program input or a constant
 // are checked before the first step instead: Impl::index_checks.)
+// Two dot_generals side by side (InterpreterOptions::pair_dots): part k runs
+// step k whole, its own parts in turn on this thread (a parallel_parts inside
+// a part runs inline), so each GEMM's result is that of its parts as ever.
+void run_dot_pair(const Step& s, void* const* p) {
+  const Step* two = s.pair;
+  parallel_parts(2, [&](int k) { two[k].fn(two[k], p); });
+}
+
 bool may_throw_at_run(Op op) { return op == Op::gather_rows || op == Op::scatter_add_rows || op == Op::all_reduce; }
 
 // Whether output buffer b (a root, Where::direct), first written by equation
@@ -784,6 +796,53 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
 
   merge_in_place(ex, where, root, last, in_group);
 
+  // ---- dot_generals side by side (InterpreterOptions::pair_dots): a
+  // dot_general (equation i) and the next equation that runs a step (j), when
+  // that is a dot_general too, neither in a fused group, j reads nothing that
+  // i writes (every operand made before i, or an alias made between them of
+  // something made before i), and neither does more than twice the other's
+  // multiply-adds. They run at once, so every buffer either touches lives
+  // over both: i's operands and result until j, j's result and both
+  // scratches from i. The GEMMs' own parts (DotPlan::parts) are fixed by
+  // their shapes, so their results do not change.
+  std::vector<int> pair_of(static_cast<size_t>(ne), -1);
+  if (opt.pair_dots && host_threads() >= 2) {
+    auto plain_dot = [&](int i) {
+      return ex.eqns[static_cast<size_t>(i)].op == Op::dot_general && built[static_cast<size_t>(i)].fn &&
+             in_group[static_cast<size_t>(i)] < 0;
+    };
+    auto work = [&](int i) {
+      const DotPlan& d = built[static_cast<size_t>(i)].dot;
+      return static_cast<double>(d.batch) * static_cast<double>(d.m) * static_cast<double>(d.n) *
+             static_cast<double>(d.k);
+    };
+    for (int i = 0; i < ne; ++i) {
+      if (!plain_dot(i)) continue;
+      int j = i + 1;
+      while (j < ne && in_group[static_cast<size_t>(j)] < 0 && !built[static_cast<size_t>(j)].fn) ++j;
+      if (j >= ne || !plain_dot(j)) continue;
+      bool independent = true;
+      for (int v : ex.eqns[static_cast<size_t>(j)].inputs) {
+        const int r = root[static_cast<size_t>(v)];
+        const Where w = where[static_cast<size_t>(r)];
+        const int dv = def[static_cast<size_t>(v)], dr = def[static_cast<size_t>(r)];
+        const bool root_before = w == Where::input || w == Where::stat || (dr >= 0 && dr < i);
+        independent = independent && root_before && dv != i;
+      }
+      const double wi = work(i), wj = work(j);
+      if (!independent || wi > 2 * wj || wj > 2 * wi) continue;
+      pair_of[static_cast<size_t>(i)] = j;
+      pair_of[static_cast<size_t>(j)] = i;
+      for (int v : ex.eqns[static_cast<size_t>(i)].inputs) {
+        int& l = last[static_cast<size_t>(root[static_cast<size_t>(v)])];
+        l = std::max(l, j);
+      }
+      int& l = last[static_cast<size_t>(root[static_cast<size_t>(ex.eqns[static_cast<size_t>(i)].out)])];
+      l = std::max(l, j);
+      i = j;
+    }
+  }
+
   // ---- outputs computed in the caller's Arrays: the first output on each
   // arena buffer that has the output's size (one buffer, one Array).
   output_is_direct.assign(prog.outputs.size(), 0);
@@ -806,12 +865,14 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
   std::vector<int> buffer_slot;
   for (int v = 0; v < nv; ++v) {
     if (where[static_cast<size_t>(v)] != Where::arena) continue;
-    const int d = span[static_cast<size_t>(def[static_cast<size_t>(v)])].first;
+    const int dv = def[static_cast<size_t>(v)], p = pair_of[static_cast<size_t>(dv)];
+    const int d = p >= 0 ? std::min(dv, p) : span[static_cast<size_t>(dv)].first;  // a pair's: from the first
     lives.push_back({prog.type(v).bytes(), d, std::max(d, last[static_cast<size_t>(v)])});
     buffer_slot.push_back(v);
   }
   for (size_t k = 0; k < scratch.size(); ++k) {
-    lives.push_back({scratch[k].bytes, scratch[k].eqn, scratch[k].eqn});
+    const int e = scratch[k].eqn, p = pair_of[static_cast<size_t>(e)];
+    lives.push_back({scratch[k].bytes, p >= 0 ? std::min(e, p) : e, std::max(e, p)});
     buffer_slot.push_back(nv + static_cast<int>(k));
   }
   const ArenaPlan plan = pack_arena(lives);
@@ -916,7 +977,17 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
   for (auto& g : groups) g->scratch = static_cast<char*>(tiles.get());
   for (int i = 0; i < ne; ++i) {
     const int g = in_group[static_cast<size_t>(i)];
-    if (g < 0) {
+    const int p = pair_of[static_cast<size_t>(i)];
+    if (p > i) {
+      dot_pairs.push_back(std::make_unique<std::array<Step, 2>>(
+          std::array<Step, 2>{built[static_cast<size_t>(i)], built[static_cast<size_t>(p)]}));
+      Step s = built[static_cast<size_t>(i)];
+      s.fn = &run_dot_pair;
+      s.pair = dot_pairs.back()->data();
+      steps.push_back(s);
+    } else if (p >= 0) {
+      continue;  // runs beside equation p
+    } else if (g < 0) {
       if (built[static_cast<size_t>(i)].fn) steps.push_back(built[static_cast<size_t>(i)]);
     } else if (i == span[static_cast<size_t>(i)].second) {
       Step s;
@@ -1097,12 +1168,19 @@ int Interpreter::jit_loops() const {
   for (const auto& g : impl_->groups) n += g->jit_loops;
   return n;
 }
+int Interpreter::dot_pairs() const { return static_cast<int>(impl_->dot_pairs.size()); }
 int Interpreter::outputs_in_place() const { return impl_->last_in_place; }
 int Interpreter::outputs_via_copy() const { return impl_->last_via_copy; }
 int Interpreter::own_steps(Op op) const {
   int n = 0;
-  for (const Step& s : impl_->steps)
-    if (s.group == nullptr && impl_->prog.eqns[static_cast<size_t>(s.eqn)].op == op) ++n;
+  for (const Step& s : impl_->steps) {
+    if (s.group != nullptr) continue;
+    if (s.pair) {
+      for (int k = 0; k < 2; ++k) n += impl_->prog.eqns[static_cast<size_t>(s.pair[k].eqn)].op == op;
+    } else if (impl_->prog.eqns[static_cast<size_t>(s.eqn)].op == op) {
+      ++n;
+    }
+  }
   return n;
 }
 

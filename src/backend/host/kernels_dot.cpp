@@ -132,7 +132,7 @@ void gemm_panel_parts(const DotPlan& d, const float* a, const float* b, float* p
       if (d.trans_b) {
         transpose_f32(b + j * d.ldb, d.ldb, w, K, dst, w);
       } else {
-        for (int64_t r = 0; r < K; ++r) std::copy_n(b + r * d.ldb + j, w, dst + r * w);
+        copy_rows_f32(b + j, d.ldb, K, w, dst, w);
       }
       gemm_batch(d.trans_a, false, M, w, K, a, d.lda, d.a_off.data(), dst, w, &zero, c + j, nullptr, d.ldc, 1);
     }

@@ -96,6 +96,7 @@ struct Step {
   int64_t n_idx = 0;             // number of indices
   DotPlan dot;
   void* group = nullptr;         // a fused group (fused.h) run by run_fused_group
+  const Step* pair = nullptr;    // two dot_general Steps that run side by side (run_dot_pair)
   // all_reduce: the interpreter's communicator (it may be set after planning)
   Communicator* const* comm = nullptr;
 };

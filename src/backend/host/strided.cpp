@@ -101,9 +101,30 @@ __attribute__((target("avx2"))) void transpose_avx2(const float* src, int64_t ld
   transpose_scalar(src, lds, 0, R8, C8, cols, dst, ldd);     // the columns right of the blocks
   transpose_scalar(src, lds, R8, rows, 0, cols, dst, ldd);   // the rows below them
 }
+
+__attribute__((target("avx2"))) void copy_rows_avx2(const float* __restrict src, int64_t lds, int64_t rows,
+                                                    int64_t cols, float* __restrict dst, int64_t ldd) {
+  const int64_t C8 = cols / 8 * 8;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = src + r * lds;
+    float* d = dst + r * ldd;
+    int64_t c = 0;
+    for (; c < C8; c += 8) _mm256_storeu_ps(d + c, _mm256_loadu_ps(s + c));
+    for (; c < cols; ++c) d[c] = s[c];
+  }
+}
 #endif
 
 }  // namespace
+
+void copy_rows_f32(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd) {
+  if (rows <= 0 || cols <= 0) return;
+#if CAPSTEP_TRANSPOSE_AVX2
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return copy_rows_avx2(src, lds, rows, cols, dst, ldd);
+#endif
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * lds, cols, dst + r * ldd);
+}
 
 void transpose_f32(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd) {
   if (rows <= 0 || cols <= 0) return;

@@ -109,5 +109,10 @@ void strided_copy_bytes(const StridedView& v, size_t elem_bytes, const void* src
 // transpose, in 8 x 8 blocks (held in AVX2 registers when the CPU has them:
 // an element-by-element copy is bound by one store per element).
 void transpose_f32(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd);
+// dst[r * ldd + c] = src[r * lds + c] for r < rows, c < cols: a block of
+// rows copied as they are, with the rows' own loads and stores (AVX2 where
+// the CPU has it) rather than a memcpy call per row, which costs more than
+// the copy at a panel's 32 floats a row.
+void copy_rows_f32(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd);
 
 }  // namespace capstep::host
