@@ -247,6 +247,13 @@ TEST(HostParallel, IndependentDotGeneralsRunSideBySideWithTheSameBits) {
     ref = run_repeatedly(s.grad, pairs(true), s.in, 1, &n);
     EXPECT_EQ(n, 0);  // one thread: nothing to pair for
   }
+  {
+    Threads t(3);  // more than two: the GEMMs' own parts share the threads
+    int n = -1;
+    const std::vector<Array> three = run_repeatedly(s.grad, pairs(true), s.in, 1, &n);
+    EXPECT_EQ(n, 0);
+    for (size_t j = 0; j < three.size(); ++j) EXPECT_TRUE(three[j].bit_equal(ref[j])) << s.grad.outputs[j].name;
+  }
   Threads t(2);
   int paired = 0, unpaired = -1;
   const std::vector<Array> a = run_repeatedly(s.grad, pairs(true), s.in, 20, &paired);

@@ -34,7 +34,7 @@ struct InterpreterOptions {
   // compiled to one AVX2 loop each (the same bits), where this build has
   // Xbyak and the CPU AVX2; false: every member runs its own kernel.
   bool jit = true;
-  // On two or more host threads: two dot_generals that run one after the
+  // On two host threads: two dot_generals that run one after the
   // other and do not read each other's results run side by side, each on
   // one thread, instead of each cut into parts that all threads share (the
   // same bits: a GEMM's parts are fixed by its shape, and run in turn on

@@ -796,7 +796,9 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
 
   merge_in_place(ex, where, root, last, in_group);
 
-  // ---- dot_generals side by side (InterpreterOptions::pair_dots): a
+  // ---- dot_generals side by side (InterpreterOptions::pair_dots, on two
+  // threads: measured there; with more, one thread per GEMM would leave
+  // threads idle that the GEMMs' own parts use): a
   // dot_general (equation i) and the next equation that runs a step (j), when
   // that is a dot_general too, neither in a fused group, j reads nothing that
   // i writes (every operand made before i, or an alias made between them of
@@ -806,7 +808,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
   // scratches from i. The GEMMs' own parts (DotPlan::parts) are fixed by
   // their shapes, so their results do not change.
   std::vector<int> pair_of(static_cast<size_t>(ne), -1);
-  if (opt.pair_dots && host_threads() >= 2) {
+  if (opt.pair_dots && host_threads() == 2) {
     auto plain_dot = [&](int i) {
       return ex.eqns[static_cast<size_t>(i)].op == Op::dot_general && built[static_cast<size_t>(i)].fn &&
              in_group[static_cast<size_t>(i)] < 0;
