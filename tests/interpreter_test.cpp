@@ -47,7 +47,7 @@ void* checked(void* p) {
 size_t round_to(size_t n, size_t a) { return (n + a - 1) / a * a; }
 }  // namespace
 
-#if !defined(__SANITIZE_ADDRESS__)
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 extern "C" {
 void* __libc_malloc(size_t);
 void* __libc_calloc(size_t, size_t);
@@ -1242,7 +1242,7 @@ TEST(Run, SteadyStateRunAllocatesNothing) {
   EXPECT_EQ(g_allocations.load(), 0) << "heap allocations during steady-state runs";
   for (size_t j = 0; j < out.size(); ++j) EXPECT_TRUE(out[j].bit_equal(first[j])) << "output " << j;
 
-#if !defined(__SANITIZE_ADDRESS__)
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   // C allocations (OpenBLAS's, say) are counted too.
   g_allocations = 0;
   g_counting = true;

@@ -17,7 +17,10 @@ namespace capstep::host {
 // best is picked when the program loads (GCC function multi-versioning), so one
 // portable binary uses the wide vectors where the CPU has them. The clones run
 // the same IEEE operations in the same order, so results do not change.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+// Not under ASan or TSan: the clones' resolvers, instrumented, run at load
+// time before the sanitizer's runtime is set up.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
 #define CAPSTEP_HOST_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define CAPSTEP_HOST_CLONES
