@@ -494,7 +494,7 @@ def run_capstep(args, unset_openblas, lane_tag="1", threads=1):
             "p90_ms": sorted(wall)[int(0.9 * (len(wall) - 1))], "losses": lane["losses"],
             "cpu_ms": cpu_step, "cpu_per_wall": cpu_step / statistics.mean(wall) if cpu_step else None,
             "threads": threads, "model": j["model"], "steps": j["steps"], "warmup": j["warmup"],
-            "openblas_core": openblas_core(unset_openblas)}
+            "openblas_core": openblas_core(unset_openblas), "round_trip_ns": j.get("host_round_trip_ns")}
 
 
 def load1():
@@ -603,6 +603,14 @@ def table(args):
             d = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], caps[0]["losses"]))
             out.append(f"{label}: OpenBLAS core {r['openblas_core']}, losses {r['losses'][0]:.4f} -> "
                        f"{r['losses'][-1]:.4f} (capstep's corpus and init), at most {d:.1e} from the first capstep row")
+    # Where the VM's two CPUs were for each 2-thread capstep round: a cache
+    # line's round trip between its threads (about 30 ns: one core's two
+    # hyperthreads; 60-110: two cores sharing a cache; about 450: two dies).
+    for (label, threads, _), rs in zip(plan, results):
+        trips = [(r["median_ms"], r["round_trip_ns"]) for r in rs if r.get("round_trip_ns")]
+        if trips and "openblas_core" in rs[0]:
+            out.append(f"{label} ({threads}), each round's median and its threads' cache-line round trip: " +
+                       ", ".join(f"{ms:.3f} ms / {ns:.0f} ns" for ms, ns in trips))
     versions = {}
     for label, threads, r in firsts:
         if "version" in r:

@@ -319,3 +319,24 @@ TEST(HostParallel, PairedDotGeneralsNeverShareBuffers) {
   uneven.add_output("b", matmul(uneven, u_y, u_w));
   EXPECT_EQ(host::Interpreter(uneven, pairs(true)).dot_pairs(), 0);
 }
+
+// The threads' cache-line round trip (what the example's host: line
+// reports): a time on two threads, none on one, and none, without waiting
+// for ever, where the two parts cannot run at once (nested in a part, they
+// run inline one after the other).
+TEST(HostParallel, RoundTripBetweenThreads) {
+  {
+    Threads t(1);
+    EXPECT_EQ(host::threads_round_trip_ns(), 0.0);
+  }
+  Threads t(2);
+  double ns = 0;
+  for (int attempt = 0; attempt < 5 && ns == 0; ++attempt) ns = host::threads_round_trip_ns();  // 0: not met in 50 ms
+  EXPECT_GT(ns, 1.0);
+  EXPECT_LT(ns, 1e6);
+  std::atomic<int> zeros{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  host::parallel_parts(2, [&](int) { zeros += host::threads_round_trip_ns() == 0.0; });
+  EXPECT_EQ(zeros.load(), 2);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}

@@ -46,6 +46,14 @@ TEST(Lanes, HostLaneLearnsAndIsReproducible) {
             host::jit_available() && io.fuse && io.jit)
       << a.host_loops;
   EXPECT_NE(lanes::to_json(a).find("\"host_loops\""), std::string::npos);
+  // ... and, on two threads or more, how long a cache line takes between them
+  // (0 where the worker was not scheduled within 50 ms: a loaded machine).
+  if (a.host_threads == 1) {
+    EXPECT_EQ(a.host_round_trip_ns, 0.0);
+  } else {
+    EXPECT_GE(a.host_round_trip_ns, 0.0);
+  }
+  EXPECT_NE(lanes::to_json(a).find("\"host_round_trip_ns\""), std::string::npos);
   EXPECT_NE(lanes::to_json(a).find("\"cpu_ms_per_step\""), std::string::npos);
 
   // [1f]: AdamW inside the program, in the interpreter. The program's update

@@ -267,6 +267,9 @@ Report run(const Options& o) {
     l.skipped = "not selected (only lane " + o.only + ")";
     return false;
   };
+  // Whether the host threads share a cache now, which on a VM decides what
+  // two threads gain (parallel.h).
+  r.host_round_trip_ns = host::threads_round_trip_ns();
   if (selected("1", r.lanes[0])) lane_host(o, s, grad, r.lanes[0]);
   r.gemm = host::gemm_info().line;
   r.host_threads = host::host_threads();
@@ -304,12 +307,23 @@ std::vector<const Lane*> print_order(const Report& r) {
   return v;
 }
 
+namespace {
+// "; threads' round trip 95 ns" for the host: line; nothing on one thread.
+std::string round_trip_words(double ns) {
+  if (ns <= 0) return "";
+  char b[96];
+  std::snprintf(b, sizeof b, "; threads' cache-line round trip %.0f ns", ns);
+  return b;
+}
+}  // namespace
+
 void print(const Report& r, std::ostream& out) {
   char buf[256];
   out << r.model_line << '\n';
   if (!r.gemm.empty()) out << "GEMM: " << r.gemm << '\n';
   if (!r.host_threads_line.empty())
-    out << "host: " << r.host_threads_line << (r.host_loops.empty() ? "" : "; ") << r.host_loops << '\n';
+    out << "host: " << r.host_threads_line << (r.host_loops.empty() ? "" : "; ") << r.host_loops
+        << round_trip_words(r.host_round_trip_ns) << '\n';
   if (r.precision != "f32") out << "precision: " << r.precision << " (GEMM operands in bf16, f32 accumulation; all else f32)\n";
   out << '\n';
   const Lane& h = r.lanes[0];
@@ -372,6 +386,7 @@ std::string to_json(const Report& r) {
   j["gemm"] = r.gemm;
   j["host_threads"] = r.host_threads;
   j["host_loops"] = r.host_loops;
+  j["host_round_trip_ns"] = r.host_round_trip_ns;
   j["tf32"] = r.tf32;
   j["precision"] = r.precision;
   j["steps"] = r.steps;

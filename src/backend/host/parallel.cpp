@@ -3,6 +3,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -209,5 +210,46 @@ void set_host_threads(int n) {
 }
 
 void parallel_parts(int parts, void (*f)(void*, int), void* ctx) { pool().run(parts, f, ctx); }
+
+double threads_round_trip_ns() {
+  if (host_threads() < 2) return 0;
+  constexpr int kTrips = 1000, kBatches = 5;
+  struct alignas(64) Line {
+    std::atomic<int> v{0};
+  };
+  Line ball, started;
+  double ns[2][kBatches] = {};
+  std::atomic<bool> met{true};
+  parallel_parts(2, [&](int part) {
+    // The first part to start waits for the other (on another thread) or,
+    // after 50 ms, calls it off; the second goes on unless it was called off.
+    // (Run inline, nested in another parallel_parts, part 1 starts only
+    // after part 0 has returned.)
+    constexpr int kOff = 1 << 20;
+    const int order = started.v.fetch_add(1);
+    if (order >= kOff) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    while (order == 0 && started.v.load() < 2) {
+      if (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(50)) continue;
+      int one = 1;
+      if (started.v.compare_exchange_strong(one, kOff)) {
+        met.store(false);
+        return;
+      }
+    }
+    for (int b = 0; b < kBatches; ++b) {
+      const auto b0 = std::chrono::steady_clock::now();
+      for (int i = b * kTrips; i < (b + 1) * kTrips; ++i) {
+        const int mine = part == 0 ? 2 * i : 2 * i + 1;  // part 0 takes the even values, part 1 the odd ones
+        while (ball.v.load(std::memory_order_acquire) != mine) CAPSTEP_PAUSE();
+        ball.v.store(mine + 1, std::memory_order_release);
+      }
+      ns[part][b] = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - b0).count() / kTrips;
+    }
+  });
+  if (!met.load()) return 0;
+  std::sort(ns[0], ns[0] + kBatches);  // part 0's: it starts and ends each trip
+  return ns[0][kBatches / 2];
+}
 
 }  // namespace capstep::host
