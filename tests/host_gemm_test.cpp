@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <initializer_list>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -374,45 +376,40 @@ TEST(HostGemm, PanelsGiveTheWholeMatrixBits) {
   host::set_host_threads(saved_threads);
 }
 
+namespace {
+// f(src, lds, rows, cols, dst, ldd) against the element-by-element copy
+// dst[r * ldd + c] = src[r * lds + c] (transposed: dst[c * ldd + r]), every
+// element of dst outside it left as it was, for each shape {rows, cols, lds, ldd}.
+template <class F>
+void expect_copies_every_element_once(F f, bool transposed, std::initializer_list<std::array<int64_t, 4>> shapes) {
+  for (const auto& [rows, cols, lds, ldd] : shapes) {
+    const int64_t dst_rows = transposed ? cols : rows, dst_cols = transposed ? rows : cols;
+    std::vector<float> src(static_cast<size_t>(rows * lds)), dst(static_cast<size_t>(dst_rows * ldd), -1.0f);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+    f(src.data(), lds, rows, cols, dst.data(), ldd);
+    int bad = 0;
+    for (int64_t r = 0; r < dst_rows; ++r)
+      for (int64_t c = 0; c < ldd; ++c) {
+        const int64_t sr = transposed ? c : r, sc = transposed ? r : c;  // dst[r][c] comes from src[sr][sc]
+        const float want = c < dst_cols ? src[static_cast<size_t>(sr * lds + sc)] : -1.0f;  // padding untouched
+        const float got = dst[static_cast<size_t>(r * ldd + c)];
+        if (got != want && bad++ < 3)
+          ADD_FAILURE() << rows << "x" << cols << ": dst[" << r << "][" << c << "] = " << got << ", want " << want;
+      }
+    EXPECT_EQ(bad, 0) << rows << "x" << cols;
+  }
+}
+}  // namespace
+
 // The copy pack_bt makes: whole 8 x 8 blocks, ragged edges, padded rows.
 TEST(HostGemm, TransposeCopiesEveryElementOnce) {
-  struct T {
-    int64_t rows, cols, lds, ldd;
-  };
-  for (const T t : {T{1, 1, 1, 1}, T{8, 8, 8, 8}, T{16, 24, 24, 16}, T{13, 29, 31, 17}, T{7, 3, 5, 9}, T{64, 77, 80, 64}}) {
-    std::vector<float> src(static_cast<size_t>(t.rows * t.lds)), dst(static_cast<size_t>(t.cols * t.ldd), -1.0f);
-    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
-    host::transpose_f32(src.data(), t.lds, t.rows, t.cols, dst.data(), t.ldd);
-    int bad = 0;
-    for (int64_t c = 0; c < t.cols; ++c)
-      for (int64_t r = 0; r < t.ldd; ++r) {
-        const float want = r < t.rows ? src[static_cast<size_t>(r * t.lds + c)] : -1.0f;  // padding untouched
-        if (dst[static_cast<size_t>(c * t.ldd + r)] != want && bad++ < 3)
-          ADD_FAILURE() << t.rows << "x" << t.cols << ": dst[" << c << "][" << r << "] = " << dst[static_cast<size_t>(c * t.ldd + r)]
-                        << ", want " << want;
-      }
-    EXPECT_EQ(bad, 0) << t.rows << "x" << t.cols;
-  }
+  expect_copies_every_element_once(host::transpose_f32, true,
+                                   {{1, 1, 1, 1}, {8, 8, 8, 8}, {16, 24, 24, 16}, {13, 29, 31, 17}, {7, 3, 5, 9}, {64, 77, 80, 64}});
 }
 
 // The copy of B's column panels (DotPlan::panel): whole vectors and ragged
 // ends, padded rows on both sides.
 TEST(HostGemm, RowCopyCopiesEveryElementOnce) {
-  struct T {
-    int64_t rows, cols, lds, ldd;
-  };
-  for (const T t : {T{1, 1, 1, 1}, T{128, 32, 128, 32}, T{64, 8, 256, 8}, T{13, 29, 31, 37}, T{7, 3, 5, 9}, T{5, 17, 17, 17}}) {
-    std::vector<float> src(static_cast<size_t>(t.rows * t.lds)), dst(static_cast<size_t>(t.rows * t.ldd), -1.0f);
-    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
-    host::copy_rows_f32(src.data(), t.lds, t.rows, t.cols, dst.data(), t.ldd);
-    int bad = 0;
-    for (int64_t r = 0; r < t.rows; ++r)
-      for (int64_t c = 0; c < t.ldd; ++c) {
-        const float want = c < t.cols ? src[static_cast<size_t>(r * t.lds + c)] : -1.0f;  // padding untouched
-        if (dst[static_cast<size_t>(r * t.ldd + c)] != want && bad++ < 3)
-          ADD_FAILURE() << t.rows << "x" << t.cols << ": dst[" << r << "][" << c << "] = " << dst[static_cast<size_t>(r * t.ldd + c)]
-                        << ", want " << want;
-      }
-    EXPECT_EQ(bad, 0) << t.rows << "x" << t.cols;
-  }
+  expect_copies_every_element_once(host::copy_rows_f32, false,
+                                   {{1, 1, 1, 1}, {128, 32, 128, 32}, {64, 8, 256, 8}, {13, 29, 31, 37}, {7, 3, 5, 9}, {5, 17, 17, 17}});
 }

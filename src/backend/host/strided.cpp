@@ -113,6 +113,11 @@ __attribute__((target("avx2"))) void copy_rows_avx2(const float* __restrict src,
     for (; c < cols; ++c) d[c] = s[c];
   }
 }
+
+bool cpu_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+}
 #endif
 
 }  // namespace
@@ -120,8 +125,7 @@ __attribute__((target("avx2"))) void copy_rows_avx2(const float* __restrict src,
 void copy_rows_f32(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd) {
   if (rows <= 0 || cols <= 0) return;
 #if CAPSTEP_TRANSPOSE_AVX2
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) return copy_rows_avx2(src, lds, rows, cols, dst, ldd);
+  if (cpu_avx2()) return copy_rows_avx2(src, lds, rows, cols, dst, ldd);
 #endif
   for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * lds, cols, dst + r * ldd);
 }
@@ -129,8 +133,7 @@ void copy_rows_f32(const float* src, int64_t lds, int64_t rows, int64_t cols, fl
 void transpose_f32(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd) {
   if (rows <= 0 || cols <= 0) return;
 #if CAPSTEP_TRANSPOSE_AVX2
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) return transpose_avx2(src, lds, rows, cols, dst, ldd);
+  if (cpu_avx2()) return transpose_avx2(src, lds, rows, cols, dst, ldd);
 #endif
   for (int64_t r0 = 0; r0 < rows; r0 += 8)
     for (int64_t c0 = 0; c0 < cols; c0 += 8)
