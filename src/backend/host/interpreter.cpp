@@ -466,11 +466,6 @@ bool group_reads_before_writing(const FusedGroup& g, int x, int b, const std::ve
   return true;
 }
 
-// Steps that may throw while a run is under way (an index out of range, a
-// communicator's error): an output is written over an input only after the
-// last of them, so that a run that fails leaves its input Arrays as they were.
-// (The indices of a gather or scatter that are a program input or a constant
-// are checked before the first step instead: Impl::index_checks.)
 // Two dot_generals side by side (InterpreterOptions::pair_dots): part k runs
 // step k whole, its own parts in turn on this thread (a parallel_parts inside
 // a part runs inline), so each GEMM's result is that of its parts as ever.
@@ -479,6 +474,11 @@ void run_dot_pair(const Step& s, void* const* p) {
   parallel_parts(2, [&](int k) { two[k].fn(two[k], p); });
 }
 
+// Steps that may throw while a run is under way (an index out of range, a
+// communicator's error): an output is written over an input only after the
+// last of them, so that a run that fails leaves its input Arrays as they were.
+// (The indices of a gather or scatter that are a program input or a constant
+// are checked before the first step instead: Impl::index_checks.)
 bool may_throw_at_run(Op op) { return op == Op::gather_rows || op == Op::scatter_add_rows || op == Op::all_reduce; }
 
 // Whether output buffer b (a root, Where::direct), first written by equation
