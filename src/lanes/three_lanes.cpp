@@ -308,7 +308,8 @@ std::vector<const Lane*> print_order(const Report& r) {
 }
 
 namespace {
-// "; threads' round trip 95 ns" for the host: line; nothing on one thread.
+// "; threads' cache-line round trip 95 ns" for the host: line; nothing
+// where it was not measured (one thread, or the two parts did not meet).
 std::string round_trip_words(double ns) {
   if (ns <= 0) return "";
   char b[96];
