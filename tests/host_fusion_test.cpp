@@ -21,6 +21,7 @@
 #include "capstep/optim.h"
 #include "capstep/trace.h"
 #include "seed_step.h"
+#include "test_util.h"
 
 using namespace capstep;
 
@@ -526,10 +527,8 @@ TEST(HostJit, SeedStepRunsCompiledLoopsWithTheSameBits) {
   const std::vector<Array> a = with.run(s.in), b = without.run(s.in);
   ASSERT_EQ(a.size(), b.size());
   for (size_t j = 0; j < a.size(); ++j) EXPECT_TRUE(a[j].bit_equal(b[j])) << s.grad.outputs[j].name;
-  setenv("CAPSTEP_HOST_JIT", "0", 1);
-  const host::InterpreterOptions off = host::InterpreterOptions::defaults();
-  unsetenv("CAPSTEP_HOST_JIT");
-  EXPECT_FALSE(off.jit);
+  EXPECT_FALSE(test::defaults_with_env("CAPSTEP_HOST_JIT", "0").jit);
+  EXPECT_FALSE(test::defaults_with_env("CAPSTEP_HOST_JIT", "off").jit);
   EXPECT_TRUE(host::InterpreterOptions::defaults().jit);
 }
 

@@ -19,6 +19,7 @@
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "seed_step.h"
+#include "test_util.h"
 
 using namespace capstep;
 
@@ -268,10 +269,8 @@ TEST(HostParallel, IndependentDotGeneralsRunSideBySideWithTheSameBits) {
   // Still one GEMM step each, counted as such.
   EXPECT_EQ(host::Interpreter(s.grad, pairs(true)).own_steps(Op::dot_general),
             host::Interpreter(s.grad, pairs(false)).own_steps(Op::dot_general));
-  setenv("CAPSTEP_HOST_PAIRS", "0", 1);
-  const host::InterpreterOptions off = host::InterpreterOptions::defaults();
-  unsetenv("CAPSTEP_HOST_PAIRS");
-  EXPECT_FALSE(off.pair_dots);
+  EXPECT_FALSE(test::defaults_with_env("CAPSTEP_HOST_PAIRS", "0").pair_dots);
+  EXPECT_FALSE(test::defaults_with_env("CAPSTEP_HOST_PAIRS", "off").pair_dots);
   EXPECT_TRUE(host::InterpreterOptions::defaults().pair_dots);
 }
 
