@@ -339,3 +339,222 @@ TEST(HostParallel, RoundTripBetweenThreads) {
   EXPECT_EQ(zeros.load(), 2);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
+
+// host::Background: every released chunk runs once, never before its
+// release, on any thread; idle workers take some; finish() runs the rest and
+// rethrows a chunk's exception after the others have run.
+TEST(HostParallel, BackgroundChunksRunOnceAfterTheirRelease) {
+  for (int threads : {1, 2, 3}) {
+    Threads t(threads);
+    constexpr int kChunks = 300;
+    struct Ctx {
+      std::atomic<int> released{0};  // raised before each release
+      std::atomic<int> early{0};     // chunks that ran before their release
+      std::atomic<int> elsewhere{0};  // chunks that ran on another thread than the test's
+      std::thread::id caller = std::this_thread::get_id();
+      std::vector<std::atomic<int>> ran = std::vector<std::atomic<int>>(kChunks);
+    } c;
+    auto f = [](void* ctx, int i) {
+      Ctx& c = *static_cast<Ctx*>(ctx);
+      if (i >= c.released.load()) c.early.fetch_add(1);
+      if (std::this_thread::get_id() != c.caller) c.elsewhere.fetch_add(1);
+      c.ran[static_cast<size_t>(i)].fetch_add(1);
+      volatile double x = 0;  // about a microsecond
+      for (int k = 0; k < 300; ++k) x = x + std::sqrt(static_cast<double>(k));
+    };
+    host::Background bg(f, &c);
+    EXPECT_EQ(bg.on_idle_threads(), threads > 1);
+    // Release in steps, between parallel sections (the caller takes chunks
+    // while it waits for the workers' parts; the workers between parts).
+    for (int n = 10; n <= kChunks - 100; n += 10) {
+      c.released.store(n);
+      bg.release(n);
+      bg.release(n - 5);  // smaller: nothing
+      host::parallel_parts(2, [](int) {
+        volatile double x = 0;
+        for (int k = 0; k < 2000; ++k) x = x + std::sqrt(static_cast<double>(k));
+      });
+    }
+    if (threads > 1) {  // idle workers take chunks before finish(): wait for one (at most 20 s)
+      const auto t0 = std::chrono::steady_clock::now();
+      while ((c.elsewhere.load() == 0 || bg.done_so_far() == 0) &&
+             std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20))
+        host::parallel_parts(2, [](int) {});
+      EXPECT_GT(c.elsewhere.load(), 0) << threads << " threads";
+      EXPECT_GT(bg.done_so_far(), 0);
+    } else {
+      EXPECT_EQ(bg.done_so_far(), 0);  // one thread: all of it in finish()
+    }
+    c.released.store(kChunks);
+    bg.release(kChunks);
+    bg.finish();
+    bg.finish();  // once only
+    EXPECT_EQ(bg.done_so_far(), kChunks);
+    EXPECT_EQ(c.early.load(), 0);
+    for (int i = 0; i < kChunks; ++i) EXPECT_EQ(c.ran[static_cast<size_t>(i)].load(), 1) << threads << " threads, chunk " << i;
+  }
+
+  // An exception: the other chunks still run, finish() rethrows it.
+  Threads t(2);
+  std::atomic<int> ran{0};
+  host::Background bg(
+      [](void* ctx, int i) {
+        static_cast<std::atomic<int>*>(ctx)->fetch_add(1);
+        if (i == 7) throw std::runtime_error("chunk 7");
+      },
+      &ran);
+  bg.release(50);
+  EXPECT_THROW(bg.finish(), std::runtime_error);
+  EXPECT_EQ(ran.load(), 50);
+
+  // While one is under way, a second runs everything in its own finish().
+  std::atomic<int> first{0}, second{0};
+  auto count = [](void* ctx, int) { static_cast<std::atomic<int>*>(ctx)->fetch_add(1); };
+  host::Background one(count, &first);
+  host::Background two(count, &second);
+  EXPECT_TRUE(one.on_idle_threads());
+  EXPECT_FALSE(two.on_idle_threads());
+  two.release(20);
+  EXPECT_EQ(two.done_so_far(), 0);
+  two.finish();
+  EXPECT_EQ(second.load(), 20);
+  one.release(20);
+  one.finish();
+  EXPECT_EQ(first.load(), 20);
+}
+
+// Interpreter::RunEvents on the seed's step: an output is final when its
+// event comes (a copy taken then equals the result), an input is read no
+// more once released (garbage written into it then changes no output),
+// each event comes once, and they come during the run, not all at its end.
+TEST(HostParallel, RunEventsComeWhenOutputsAreFinalAndInputsAreFree) {
+  const test::SeedStep s;
+  const std::vector<Array> ref = host::Interpreter(s.grad).run(s.in);
+  for (int threads : {1, 2}) {
+    for (bool fuse : {true, false}) {
+      Threads t(threads);
+      host::InterpreterOptions o = host::InterpreterOptions::defaults();
+      o.fuse = fuse;
+      host::Interpreter it(s.grad, o);
+      std::vector<Array> in = s.in, out;
+      std::vector<const Array*> ptrs;
+      for (const Array& a : in) ptrs.push_back(&a);
+      std::vector<Array> seen(s.grad.outputs.size());
+      std::vector<int> ready(s.grad.outputs.size(), 0), released(in.size(), 0);
+      std::vector<char> order;  // 'o' output, 'i' input, in event order
+      host::Interpreter::RunEvents ev;
+      ev.output_ready = [&](int j) {
+        ++ready[static_cast<size_t>(j)];
+        seen[static_cast<size_t>(j)] = out[static_cast<size_t>(j)];  // a copy
+        order.push_back('o');
+      };
+      ev.input_released = [&](int i) {
+        ++released[static_cast<size_t>(i)];
+        Array& a = in[static_cast<size_t>(i)];
+        for (int64_t k = 0; k < a.numel(); ++k) a.set(k, a.dtype() == DType::i32 ? 5.0 : 1e30);
+        order.push_back('i');
+      };
+      for (int run = 0; run < 2; ++run) {  // the second into Arrays that exist
+        in = s.in;
+        std::fill(ready.begin(), ready.end(), 0);
+        std::fill(released.begin(), released.end(), 0);
+        order.clear();
+        it.run(ptrs, out, ev);
+        const std::string at = std::to_string(threads) + " threads, fuse " + std::to_string(fuse) + ", run " + std::to_string(run);
+        ASSERT_EQ(out.size(), ref.size());
+        for (size_t j = 0; j < out.size(); ++j) {
+          EXPECT_EQ(ready[j], 1) << s.grad.outputs[j].name << ", " << at;
+          EXPECT_TRUE(out[j].bit_equal(ref[j])) << s.grad.outputs[j].name << ", " << at;
+          EXPECT_TRUE(seen[j].bit_equal(ref[j])) << s.grad.outputs[j].name << " was not final at its event, " << at;
+        }
+        for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(released[i], 1) << s.grad.inputs[i].name << ", " << at;
+        // Interleaved: some parameter is released after some gradient is
+        // final, and some gradient is final after some parameter is released.
+        const std::string seq(order.begin(), order.end());
+        EXPECT_NE(seq.find("oi"), std::string::npos) << seq << ", " << at;
+        EXPECT_NE(seq.find("io"), std::string::npos) << seq << ", " << at;
+      }
+    }
+  }
+}
+
+// optim::HostAdamW (lane 1): the same bits as the run, then adamw_update,
+// over several steps, whatever the threads; idle threads take chunks; and
+// it says what is wrong before running anything.
+TEST(HostParallel, HostAdamWIsTheRunThenAdamWUpdate) {
+  const test::SeedStep s;
+  const size_t n = s.names.size();
+  optim::AdamW aw;
+  std::vector<Array> ref_p, ref_m, ref_v;
+  for (int threads : {1, 2, 3}) {
+    Threads t(threads);
+    host::Interpreter it(s.grad);
+    optim::HostAdamW h(aw);
+    // The reference: run, then adamw_update, in the same process.
+    std::vector<Array> p(s.in.begin(), s.in.begin() + static_cast<std::ptrdiff_t>(n)), m, v;
+    for (const Array& a : p) {
+      m.emplace_back(a.type());
+      v.emplace_back(a.type());
+    }
+    std::vector<Array> p2 = p, m2 = m, v2 = v;
+    std::vector<const Array*> ins, ins2;
+    for (size_t j = 0; j < n; ++j) ins.push_back(&p[j]), ins2.push_back(&p2[j]);
+    for (size_t j = n; j < s.in.size(); ++j) ins.push_back(&s.in[j]), ins2.push_back(&s.in[j]);
+    std::vector<Array> out, out2;
+    int early = 0;
+    for (int k = 1; k <= 3; ++k) {
+      const optim::AdamWScalars sc = optim::adamw_scalars(aw, k);
+      h.step(it, ins, out, 1, sc, p, m, v);
+      early += h.early_chunks();
+      it.run(ins2, out2);
+      optim::adamw_update(aw, sc, p2, out2.data() + 1, m2, v2);
+      for (size_t j = 0; j < out.size(); ++j) EXPECT_TRUE(out[j].bit_equal(out2[j])) << s.grad.outputs[j].name << ", step " << k;
+      for (size_t j = 0; j < n; ++j) {
+        EXPECT_TRUE(p[j].bit_equal(p2[j])) << s.names[j] << ", step " << k << ", " << threads << " threads";
+        EXPECT_TRUE(m[j].bit_equal(m2[j])) << s.names[j] << ", step " << k;
+        EXPECT_TRUE(v[j].bit_equal(v2[j])) << s.names[j] << ", step " << k;
+      }
+    }
+    int64_t elems = 0;
+    for (const Array& a : p) elems += a.numel();
+    int chunks = 0;
+    for (const Array& a : p) chunks += static_cast<int>((a.numel() + optim::HostAdamW::kChunk - 1) / optim::HostAdamW::kChunk);
+    EXPECT_EQ(h.chunks(), chunks) << elems << " elements";
+    if (threads == 1) EXPECT_EQ(early, 0);
+    if (ref_p.empty()) {
+      ref_p = p, ref_m = m, ref_v = v;
+      continue;
+    }
+    for (size_t j = 0; j < n; ++j) EXPECT_TRUE(p[j].bit_equal(ref_p[j])) << s.names[j] << ", " << threads << " threads";
+  }
+
+  // Errors, before anything runs.
+  host::Interpreter it(s.grad);
+  optim::HostAdamW h(aw);
+  std::vector<Array> p(s.in.begin(), s.in.begin() + static_cast<std::ptrdiff_t>(n)), m, v, out;
+  for (const Array& a : p) {
+    m.emplace_back(a.type());
+    v.emplace_back(a.type());
+  }
+  std::vector<const Array*> ins;
+  for (size_t j = 0; j < n; ++j) ins.push_back(&p[j]);
+  for (size_t j = n; j < s.in.size(); ++j) ins.push_back(&s.in[j]);
+  const optim::AdamWScalars sc = optim::adamw_scalars(aw, 1);
+  const std::vector<Array> p0 = p;
+  auto unchanged = [&] {
+    for (size_t j = 0; j < n; ++j)
+      if (!p[j].bit_equal(p0[j])) return false;
+    return out.empty();
+  };
+  std::vector<Array> short_m(m.begin(), m.end() - 1);
+  test::expect_error([&] { h.step(it, ins, out, 1, sc, p, short_m, v); }, {"second moments"});
+  test::expect_error([&] { h.step(it, ins, out, 3, sc, p, m, v); }, {"gradients from output 3"});
+  std::vector<const Array*> swapped = ins;
+  std::swap(swapped[0], swapped[1]);
+  test::expect_error([&] { h.step(it, swapped, out, 1, sc, p, m, v); }, {"must be the parameter's Array p[0]"});
+  std::vector<Array> bad_m = m;
+  bad_m[2] = Array({DType::f32, {3}});
+  test::expect_error([&] { h.step(it, ins, out, 1, sc, p, bad_m, v); }, {"must have one type"});
+  EXPECT_TRUE(unchanged());
+  test::expect_error([] { optim::HostAdamW bad(optim::AdamW{-1.0}); }, {"lr must be positive"});
+}

@@ -1486,6 +1486,22 @@ TEST(Run, SeedStepAndInPlaceAdamwAllocateNothingFusedOrNot) {
     g_counting = false;
     EXPECT_EQ(g_allocations.load(), 0) << "gradient step, fuse " << fuse;
 
+    // Lane 1's step: the run with events and AdamW on the idle threads.
+    {
+      optim::HostAdamW h(optim::AdamW{});
+      std::vector<Array> p = params, m, v;
+      for (const Array& x : p) m.emplace_back(x.type()), v.emplace_back(x.type());
+      for (size_t j = 0; j < p.size(); ++j) in[j] = &p[j];
+      h.step(g, in, out, 1, optim::adamw_scalars(optim::AdamW{}, 1), p, m, v);
+      g_allocations = 0;
+      g_counting = true;
+      h.step(g, in, out, 1, optim::adamw_scalars(optim::AdamW{}, 2), p, m, v);
+      g_counting = false;
+      EXPECT_EQ(g_allocations.load(), 0) << "HostAdamW step, fuse " << fuse;
+      EXPECT_TRUE(std::isfinite(out[0].get(0)));
+      for (size_t j = 0; j < p.size(); ++j) in[j] = &params[j];
+    }
+
     // with_adamw in place: outputs "loss", then <p>.new, m, v for every parameter.
     host::Interpreter a(step, o);
     std::vector<Array> state;  // params, m, v, then the loss

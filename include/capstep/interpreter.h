@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -73,6 +74,25 @@ class Interpreter {
   // are inputs or constants are checked before the first step, so a run that
   // throws leaves every input Array as it was.
   void run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs);
+  // What a run tells while it runs, on the calling thread, between its steps:
+  // output_ready(j) once outputs[j] holds its final value (as soon as the
+  // step that writes it last has run, for an output computed straight into
+  // its Array; else at the end, once copied in), and input_released(i) once
+  // no later step reads inputs[i] (at the start for an input nothing reads,
+  // at the end for one passed through to an output). Each is called once per
+  // index, in the order of the steps. After input_released(i) the caller may
+  // change inputs[i]'s values (unless that Array is also an output, which
+  // the run may still write); after output_ready(j) it may read outputs[j],
+  // and work on it on other threads while the run goes on (lane 1 starts
+  // each parameter's AdamW update on the host's idle threads this way:
+  // optim::HostAdamW). Which step releases what is planned once, when the
+  // Interpreter is built, so a run with events allocates no more than one
+  // without. A run that throws may have made some of the calls.
+  struct RunEvents {
+    std::function<void(int output)> output_ready;
+    std::function<void(int input)> input_released;
+  };
+  void run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs, const RunEvents& events);
   // Of the last run's computed outputs whose Array was also one of its inputs:
   // how many were computed in place, and how many aside and copied in at the
   // end. (Inputs passed through to an output, constants and second outputs

@@ -13,6 +13,10 @@
 #include "capstep/array.h"
 #include "capstep/ir.h"
 
+namespace capstep::host {
+class Interpreter;
+}
+
 namespace capstep::optim {
 
 struct AdamW {
@@ -47,6 +51,49 @@ void adamw_update(const AdamW& o, const AdamWScalars& s, Array& p, const Array& 
 // small parameters do not each run alone.
 void adamw_update(const AdamW& o, const AdamWScalars& s, std::vector<Array>& p, const Array* g, std::vector<Array>& m,
                   std::vector<Array>& v);
+
+// AdamW on the host overlapped with the host interpreter's run of a gradient
+// program (lane 1): step() runs interp on `inputs` into `outputs`, where
+// inputs[j] is &p[j] for every parameter j and its gradient is the output
+// first_grad + j, and updates every p[j], m[j], v[j] to what
+// adamw_update(o, s, p, outputs.data() + first_grad, m, v) after the run
+// gives (the same bits: the same operations per element). Each parameter's
+// update is cut into chunks of kChunk elements that the host's idle threads
+// take (host::Background) as soon as the run has its gradient and reads
+// p[j] no more (Interpreter::RunEvents): in the backward pass, while a
+// thread would otherwise wait at the end of a GEMM's or a group's parts, or
+// while the other runs a step that has no parts. What is left runs on every
+// thread after the run. The parameters must be f32, m and v of their types
+// (Error otherwise, before anything runs); nothing is allocated per step
+// after the first. A run that throws may leave some parameters updated.
+class HostAdamW {
+ public:
+  static constexpr int64_t kChunk = 2048;
+  explicit HostAdamW(const AdamW& o);
+  void step(host::Interpreter& interp, const std::vector<const Array*>& inputs, std::vector<Array>& outputs,
+            int first_grad, const AdamWScalars& s, std::vector<Array>& p, std::vector<Array>& m, std::vector<Array>& v);
+  // Of the last step's chunks, how many ran before the run ended (on idle
+  // threads), and how many there were.
+  int early_chunks() const { return early_; }
+  int chunks() const { return count_; }
+
+ private:
+  struct Chunk {
+    float *p, *m, *v;
+    const float* g;
+    int64_t n;
+  };
+  static void run_chunk(void* self, int i);
+  void ready(int j);  // parameter j's gradient is final and the run reads p[j] no more: its chunks may run
+  AdamW o_;
+  AdamWScalars s_{};
+  std::vector<Chunk> chunks_;  // in the order the parameters became ready
+  int count_ = 0, early_ = 0;
+  std::vector<char> grad_done_, param_done_;
+  std::vector<Array>*p_ = nullptr, *m_ = nullptr, *v_ = nullptr, *outputs_ = nullptr;
+  int first_grad_ = 0;
+  void* background_ = nullptr;  // host::Background of the step under way
+};
 
 // Names the fused program uses.
 std::string moment1_name(const std::string& param);   // "adamw.m.<param>"

@@ -109,15 +109,31 @@ void host_adamw_lane(const Options& o, const Start& s, Lane& lane, Grad&& grad) 
       });
 }
 
+// [1]: the gradient program in the interpreter, AdamW on the host, each
+// parameter's update started on the idle host threads as soon as the run has
+// its gradient (optim::HostAdamW: the same bits as adamw_update after the run).
 void lane_host(const Options& o, const Start& s, const Program& grad_prog, Lane& lane) {
   host::Interpreter interp(grad_prog);
+  optim::HostAdamW adamw(o.adamw);
   std::vector<const Array*> ins(grad_prog.inputs.size());
-  host_adamw_lane(o, s, lane, [&](std::vector<Array>& p, Array& tokens, Array& targets, std::vector<Array>& outs) {
-    for (size_t j = 0; j < p.size(); ++j) ins[j] = &p[j];
-    ins[p.size()] = &tokens;
-    ins[p.size() + 1] = &targets;
-    interp.run(ins, outs);
-  });
+  Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens;
+  std::vector<Array> outs;  // loss, grads; reused
+  std::vector<Array> p, m, v;
+  run_phases(
+      o, lane,
+      [&] {
+        p = s.params;
+        m = zeros_like(p);
+        v = zeros_like(p);
+        for (size_t j = 0; j < p.size(); ++j) ins[j] = &p[j];
+        ins[p.size()] = &tokens;
+        ins[p.size() + 1] = &targets;
+      },
+      [&](int k) {
+        s.batches.fill(static_cast<uint64_t>(k), tokens, targets);
+        adamw.step(interp, ins, outs, 1, optim::adamw_scalars(o.adamw, k + 1), p, m, v);  // gradients after the loss
+        return outs[0].get(0);
+      });
 }
 
 // [1f]: the with_adamw program (gradients and AdamW in one Program) in the

@@ -4,6 +4,7 @@
 
 #include "backend/host/parallel.h"
 #include "backend/host/step.h"
+#include "capstep/interpreter.h"
 #include "capstep/optim.h"
 #include "optim/adamw_kernel.h"
 
@@ -126,6 +127,80 @@ void adamw_update(const AdamW& o, const AdamWScalars& s, std::vector<Array>& p, 
   };
   if (parts == 1) return part_fn(0);
   host::parallel_parts(parts, part_fn);
+}
+
+HostAdamW::HostAdamW(const AdamW& o) : o_(o) { o_.validate(); }
+
+void HostAdamW::run_chunk(void* self, int i) {
+  const HostAdamW& h = *static_cast<const HostAdamW*>(self);
+  const Chunk& c = h.chunks_[static_cast<size_t>(i)];
+  adamw_range(adamw_constants(h.o_), h.s_, c.p, c.g, c.m, c.v, c.n);
+}
+
+void HostAdamW::ready(int j) {
+  const size_t k = static_cast<size_t>(j);
+  float* p = (*p_)[k].data<float>();
+  float* m = (*m_)[k].data<float>();
+  float* v = (*v_)[k].data<float>();
+  const float* g = (*outputs_)[static_cast<size_t>(first_grad_ + j)].data<float>();
+  const int64_t n = (*p_)[k].numel();
+  for (int64_t b = 0; b < n; b += kChunk)
+    chunks_[static_cast<size_t>(count_++)] = {p + b, m + b, v + b, g + b, std::min(kChunk, n - b)};
+  static_cast<host::Background*>(background_)->release(count_);
+}
+
+void HostAdamW::step(host::Interpreter& interp, const std::vector<const Array*>& inputs, std::vector<Array>& outputs,
+                     int first_grad, const AdamWScalars& s, std::vector<Array>& p, std::vector<Array>& m,
+                     std::vector<Array>& v) {
+  const Program& prog = interp.program();
+  const size_t n = p.size();
+  if (m.size() != n || v.size() != n)
+    throw Error("HostAdamW: " + std::to_string(n) + " parameters but " + std::to_string(m.size()) + " first and " +
+                std::to_string(v.size()) + " second moments");
+  if (first_grad < 0 || static_cast<size_t>(first_grad) + n > prog.outputs.size() || n > inputs.size())
+    throw Error("HostAdamW: " + std::to_string(n) + " parameters, their gradients from output " +
+                std::to_string(first_grad) + ", but program \"" + prog.name + "\" has " +
+                std::to_string(inputs.size()) + " inputs and " + std::to_string(prog.outputs.size()) + " outputs");
+  size_t total = 0;
+  for (size_t j = 0; j < n; ++j) {
+    if (inputs[j] != &p[j])
+      throw Error("HostAdamW: input " + std::to_string(j) + " (\"" + prog.inputs[j].name +
+                  "\") must be the parameter's Array p[" + std::to_string(j) + "]");
+    check_types(p[j], p[j], m[j], v[j]);
+    const Type& gt = prog.output_type(first_grad + static_cast<int>(j));
+    if (gt != p[j].type())
+      throw Error("HostAdamW: parameter \"" + prog.inputs[j].name + "\" is " + p[j].type().str() + ", its gradient (output \"" +
+                  prog.outputs[static_cast<size_t>(first_grad) + j].name + "\") " + gt.str());
+    total += static_cast<size_t>((p[j].numel() + kChunk - 1) / kChunk);
+  }
+  if (chunks_.size() < total) chunks_.resize(total);
+  grad_done_.assign(n, 0);
+  param_done_.assign(n, 0);
+  p_ = &p, m_ = &m, v_ = &v, outputs_ = &outputs;
+  first_grad_ = first_grad;
+  s_ = s;
+  count_ = early_ = 0;
+  host::Background bg(&run_chunk, this);
+  background_ = &bg;
+  host::Interpreter::RunEvents ev;
+  ev.output_ready = [this, n](int out) {
+    const int j = out - first_grad_;
+    if (j < 0 || static_cast<size_t>(j) >= n) return;
+    grad_done_[static_cast<size_t>(j)] = 1;
+    if (param_done_[static_cast<size_t>(j)]) ready(j);
+  };
+  ev.input_released = [this, n](int in) {
+    if (static_cast<size_t>(in) >= n) return;
+    param_done_[static_cast<size_t>(in)] = 1;
+    if (grad_done_[static_cast<size_t>(in)]) ready(in);
+  };
+  interp.run(inputs, outputs, ev);
+  background_ = nullptr;
+  if (static_cast<size_t>(count_) != total)
+    throw Error("HostAdamW: internal: the run released " + std::to_string(count_) + " of " + std::to_string(total) +
+                " chunks");
+  early_ = bg.done_so_far();
+  bg.finish();
 }
 
 }  // namespace capstep::optim

@@ -418,13 +418,19 @@ struct Interpreter::Impl {
   // their indices are checked before the first step, so that they cannot fail
   // once an output has been written over an input.
   std::vector<Step> index_checks;
+  // RunEvents: after steps[k], the outputs whose buffer holds its final value
+  // (Direct outputs: their last writing step) and the inputs that no later
+  // step reads (through any alias); the rest at the start or the end.
+  std::vector<std::vector<int>> ready_after, released_after;
+  std::vector<int> ready_at_end, released_at_start, released_at_end;
+  std::vector<int> direct_of_output;  // per output: its index in `direct`, or -1
   int last_in_place = 0, last_via_copy = 0;  // the last run's Direct outputs whose Array was an input
   std::vector<char> output_is_direct;
   Block arena, statics, fallback, staging, tiles;
   size_t arena_bytes = 0, fallback_bytes = 0, staging_bytes = 0;
 
   Impl(Program p, const InterpreterOptions& opt);
-  void run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs);
+  void run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs, const RunEvents* ev = nullptr);
   void check_inputs(const std::vector<const Array*>& inputs) const;
   // Output j's bytes from src into outputs[j], retyped if needed.
   void copy_out(int j, const void* src, std::vector<Array>& outputs) const;
@@ -979,6 +985,10 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
     }
   }
   for (auto& g : groups) g->scratch = static_cast<char*>(tiles.get());
+  // step_at[i]: the step that runs equation i (the members of a group: the
+  // group's; an equation that runs no step, such as an alias: the step
+  // before it, -1 before the first).
+  std::vector<int> step_at(static_cast<size_t>(ne), -1);
   for (int i = 0; i < ne; ++i) {
     const int g = in_group[static_cast<size_t>(i)];
     const int p = pair_of[static_cast<size_t>(i)];
@@ -990,7 +1000,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
       s.pair = dot_pairs.back()->data();
       steps.push_back(s);
     } else if (p >= 0) {
-      continue;  // runs beside equation p
+      // runs beside equation p, in its step
     } else if (g < 0) {
       if (built[static_cast<size_t>(i)].fn) steps.push_back(built[static_cast<size_t>(i)]);
     } else if (i == span[static_cast<size_t>(i)].second) {
@@ -1000,13 +1010,18 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
       s.program = &prog;
       s.eqn = orig_index(i);
       steps.push_back(s);
+      for (int d = span[static_cast<size_t>(i)].first; d < i; ++d)
+        step_at[static_cast<size_t>(d)] = static_cast<int>(steps.size()) - 1;
     }
+    step_at[static_cast<size_t>(i)] = p >= 0 && p < i ? step_at[static_cast<size_t>(p)] : static_cast<int>(steps.size()) - 1;
   }
 
   // ---- packs (all_reduce_packs): the members, consecutive here (fused:
   // gather_packs), become one step, one message.
   std::vector<Step> packed;
+  std::vector<int> packed_at(steps.size(), -1);  // old step index -> new
   for (size_t i = 0; i < steps.size();) {
+    packed_at[i] = static_cast<int>(packed.size());
     if (steps[i].fn != &all_reduce_step) {
       packed.push_back(steps[i++]);
       continue;
@@ -1022,7 +1037,10 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
     pack->dtype = prog.type(steps[i].out).dtype;
     pack->elem_bytes = dtype_size(pack->dtype);
     pack->comm = &comm;
-    for (size_t k = i; k < j; ++k) pack->members.push_back({steps[k].in[0], steps[k].out, steps[k].n});
+    for (size_t k = i; k < j; ++k) {
+      pack->members.push_back({steps[k].in[0], steps[k].out, steps[k].n});
+      packed_at[k] = static_cast<int>(packed.size());
+    }
     Step s = steps[i];
     s.fn = &all_reduce_pack_step;
     s.group = pack.get();
@@ -1031,6 +1049,28 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
     i = j;
   }
   steps = std::move(packed);
+  for (int& a : step_at)
+    if (a >= 0) a = packed_at[static_cast<size_t>(a)];
+
+  // ---- RunEvents: when each output is final and each input read no more.
+  ready_after.assign(steps.size(), {});
+  released_after.assign(steps.size(), {});
+  direct_of_output.assign(prog.outputs.size(), -1);
+  for (size_t k = 0; k < direct.size(); ++k) direct_of_output[static_cast<size_t>(direct[k].output)] = static_cast<int>(k);
+  for (size_t j = 0; j < prog.outputs.size(); ++j) {
+    const int k = direct_of_output[j];
+    int writer = -1;  // the last equation writing the output's buffer
+    if (k >= 0)
+      for (int v : direct[static_cast<size_t>(k)].slots) writer = std::max(writer, def[static_cast<size_t>(v)]);
+    const int at = writer >= 0 ? step_at[static_cast<size_t>(writer)] : -1;
+    (at >= 0 ? ready_after[static_cast<size_t>(at)] : ready_at_end).push_back(static_cast<int>(j));
+  }
+  for (size_t i = 0; i < prog.inputs.size(); ++i) {
+    const int l = last[static_cast<size_t>(root[static_cast<size_t>(prog.inputs[i].value)])];
+    if (l >= ne) released_at_end.push_back(static_cast<int>(i));  // read at the end: passed through
+    else if (l < 0 || step_at[static_cast<size_t>(l)] < 0) released_at_start.push_back(static_cast<int>(i));
+    else released_after[static_cast<size_t>(step_at[static_cast<size_t>(l)])].push_back(static_cast<int>(i));
+  }
 }
 
 void Interpreter::Impl::check_inputs(const std::vector<const Array*>& inputs) const {
@@ -1050,7 +1090,7 @@ void Interpreter::Impl::check_inputs(const std::vector<const Array*>& inputs) co
   }
 }
 
-void Interpreter::Impl::run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs) {
+void Interpreter::Impl::run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs, const RunEvents* ev) {
   last_in_place = last_via_copy = 0;
   check_inputs(inputs);
   void** sl = slots.data();
@@ -1096,7 +1136,26 @@ void Interpreter::Impl::run(const std::vector<const Array*>& inputs, std::vector
     }
     for (int v : d.slots) sl[v] = dst;
   }
-  for (const Step& s : steps) s.fn(s, sl);
+  if (!ev) {
+    for (const Step& s : steps) s.fn(s, sl);
+  } else {
+    // An output computed aside this run (its Array is an input) is final
+    // only once copied in, at the end.
+    auto ready_now = [&](int j) {
+      const int k = direct_of_output[static_cast<size_t>(j)];
+      return k < 0 || !direct[static_cast<size_t>(k)].in_fallback;
+    };
+    if (ev->input_released)
+      for (int i : released_at_start) ev->input_released(i);
+    for (size_t k = 0; k < steps.size(); ++k) {
+      steps[k].fn(steps[k], sl);
+      if (ev->output_ready)
+        for (int j : ready_after[k])
+          if (ready_now(j)) ev->output_ready(j);
+      if (ev->input_released)
+        for (int i : released_after[k]) ev->input_released(i);
+    }
+  }
   // Pass-throughs: straight copies, except into an Array that is an input:
   // staged until every input has been read, or, when it is the very input it
   // passes through, only retyped (a reshape may pass an input through).
@@ -1130,6 +1189,15 @@ void Interpreter::Impl::run(const std::vector<const Array*>& inputs, std::vector
   for (const Direct& d : direct)
     if (d.in_fallback)
       copy_out(d.output, static_cast<char*>(fallback.get()) + d.fallback_offset, outputs);
+  if (!ev) return;
+  if (ev->output_ready) {
+    for (int j : ready_at_end) ev->output_ready(j);
+    for (const auto& after : ready_after)
+      for (int j : after)
+        if (direct[static_cast<size_t>(direct_of_output[static_cast<size_t>(j)])].in_fallback) ev->output_ready(j);
+  }
+  if (ev->input_released)
+    for (int i : released_at_end) ev->input_released(i);
 }
 
 void Interpreter::Impl::copy_out(int j, const void* src, std::vector<Array>& outputs) const {
@@ -1157,6 +1225,10 @@ std::vector<Array> Interpreter::run(const std::vector<Array>& inputs) {
 
 void Interpreter::run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs) {
   impl_->run(inputs, outputs);
+}
+
+void Interpreter::run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs, const RunEvents& events) {
+  impl_->run(inputs, outputs, &events);
 }
 
 void Interpreter::set_communicator(Communicator* c) { impl_->comm = c; }

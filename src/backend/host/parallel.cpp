@@ -67,6 +67,55 @@ class Pool {
     for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
   }
   int threads() const { return threads_; }
+
+  // Background work (parallel.h, Background): false when it has to run on
+  // the caller alone (one thread, or another Background under way).
+  bool bg_begin(void (*f)(void*, int), void* ctx) {
+    if (workers_.empty() || bg_busy_.test_and_set(std::memory_order_acquire)) return false;
+    const uint64_t gen = (bg_word_.load(std::memory_order_relaxed) >> 32) + 1;
+    bg_word_.store(gen << 32 | kLocked, std::memory_order_seq_cst);
+    bg_fn_.store(f, std::memory_order_relaxed);
+    bg_ctx_.store(ctx, std::memory_order_relaxed);
+    bg_released_.store(0, std::memory_order_relaxed);
+    bg_done_.store(0, std::memory_order_relaxed);
+    bg_error_ = nullptr;
+    bg_word_.store(gen << 32, std::memory_order_seq_cst);
+    return true;
+  }
+  int bg_done() const { return bg_done_.load(std::memory_order_acquire); }
+  void bg_release(int n) { bg_released_.store(n, std::memory_order_release); }
+  // Claims and runs one released chunk; false when none is left to claim.
+  bool bg_try() {
+    uint64_t w = bg_word_.load(std::memory_order_acquire);
+    const uint64_t i = w & 0xffffffffu;
+    if (i == kLocked || i >= static_cast<uint64_t>(bg_released_.load(std::memory_order_acquire))) return false;
+    void (*f)(void*, int) = bg_fn_.load(std::memory_order_relaxed);
+    void* ctx = bg_ctx_.load(std::memory_order_relaxed);
+    // A word of another generation (or a chunk another thread took) fails
+    // the exchange: fn_ and ctx_ read above are then never used.
+    if (!bg_word_.compare_exchange_strong(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire)) return true;
+    try {
+      f(ctx, static_cast<int>(i));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      if (!bg_error_) bg_error_ = std::current_exception();
+    }
+    bg_done_.fetch_add(1, std::memory_order_acq_rel);
+    return true;
+  }
+  // Every chunk of [0, n) released; runs them on the caller and the workers
+  // (as parallel parts, which wakes sleeping workers) and returns when all
+  // are done; rethrows the first exception of a chunk.
+  void bg_finish(int n) {
+    bg_release(n);
+    run(threads_, [](void* self, int) { while (static_cast<Pool*>(self)->bg_try()) {} }, this);
+    while (bg_done_.load(std::memory_order_acquire) < n) CAPSTEP_PAUSE();
+    std::exception_ptr e = bg_error_;
+    bg_error_ = nullptr;
+    bg_busy_.clear(std::memory_order_release);
+    if (e) std::rethrow_exception(e);
+  }
+
   ~Pool() {
     stop_.store(true);
     wake_.fetch_add(1);
@@ -92,7 +141,9 @@ class Pool {
       wake_.notify_all();
     }
     claim(gen, f, ctx, parts);
-    while (done_.load(std::memory_order_acquire) < parts) CAPSTEP_PAUSE();
+    // Waiting for the workers' parts: background chunks fill the wait.
+    while (done_.load(std::memory_order_acquire) < parts)
+      if (!bg_try()) CAPSTEP_PAUSE();
     std::exception_ptr e = error_;
     error_ = nullptr;
     busy_.clear(std::memory_order_release);
@@ -134,6 +185,11 @@ class Pool {
         spins = 0;
         continue;
       }
+      if (bg_try()) {  // background chunks while no parts are out
+        last = std::chrono::steady_clock::now();
+        spins = 0;
+        continue;
+      }
       CAPSTEP_PAUSE();
       if (++spins % 1024 != 0) continue;
       if (std::chrono::steady_clock::now() - last < kSpin) continue;
@@ -160,6 +216,14 @@ class Pool {
   std::atomic<bool> stop_{false};
   std::mutex error_mutex_;
   std::exception_ptr error_;
+  // Background (its own cache lines: the workers read them while they spin).
+  std::atomic_flag bg_busy_ = ATOMIC_FLAG_INIT;
+  alignas(64) std::atomic<uint64_t> bg_word_{kLocked};  // generation << 32 | next chunk, as word_
+  std::atomic<int> bg_released_{0};
+  alignas(64) std::atomic<int> bg_done_{0};
+  std::atomic<void (*)(void*, int)> bg_fn_{nullptr};
+  std::atomic<void*> bg_ctx_{nullptr};
+  std::exception_ptr bg_error_;
 };
 
 struct Global {
@@ -210,6 +274,33 @@ void set_host_threads(int n) {
 }
 
 void parallel_parts(int parts, void (*f)(void*, int), void* ctx) { pool().run(parts, f, ctx); }
+
+Background::Background(void (*f)(void* ctx, int chunk), void* ctx) : f_(f), ctx_(ctx) {
+  Pool& p = pool();
+  if (p.bg_begin(f, ctx)) pool_ = &p;
+}
+
+void Background::release(int n) {
+  if (n <= released_) return;
+  released_ = n;
+  if (pool_) static_cast<Pool*>(pool_)->bg_release(n);
+}
+
+int Background::done_so_far() const { return pool_ ? static_cast<Pool*>(pool_)->bg_done() : finished_ ? released_ : 0; }
+
+void Background::finish() {
+  if (finished_) return;
+  finished_ = true;
+  if (pool_) return static_cast<Pool*>(pool_)->bg_finish(released_);
+  for (int i = 0; i < released_; ++i) f_(ctx_, i);
+}
+
+Background::~Background() {
+  try {
+    finish();
+  } catch (...) {  // finish() was not called: its exception has nobody to go to
+  }
+}
 
 double threads_round_trip_ns() {
   if (host_threads() < 2) return 0;

@@ -52,6 +52,40 @@ void set_host_threads(int n);
 // is rethrown on the caller (the first one; the other parts still run).
 void parallel_parts(int parts, void (*f)(void* ctx, int part), void* ctx);
 
+// Work for the threads' idle moments: chunks 0, 1, 2, ... of f(ctx, chunk),
+// each run once, made available in order by release(n) (chunks [0, n)).
+// The pool's workers take released chunks when they have no parts to run,
+// and the caller of parallel_parts while it waits for the workers' parts;
+// finish() runs what is left on every thread and returns when all released
+// chunks are done, rethrowing the first exception of one. Meant for work
+// that can start before a step ends (lane 1's AdamW, one parameter at a
+// time as the interpreter's run makes its gradient: Interpreter::RunEvents),
+// in chunks of about a microsecond, so that a worker is never long away from
+// the parts of the step. A chunk must not touch what the step still reads
+// or writes; it may run on any thread, in any order among released chunks.
+// One at a time per process: while one is under way (or on one thread), a
+// second runs all its chunks in its finish(), on the calling thread, as does
+// a Background whose pool has one thread. The destructor finishes (dropping
+// an exception); f and ctx must outlive finish().
+class Background {
+ public:
+  Background(void (*f)(void* ctx, int chunk), void* ctx);
+  ~Background();
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+  void release(int n);  // chunks [0, n) may run (n only grows; a smaller n does nothing)
+  void finish();
+  bool on_idle_threads() const { return pool_ != nullptr; }  // false: everything runs in finish()
+  int done_so_far() const;  // chunks that have run (before finish(): on idle threads)
+
+ private:
+  void (*f_)(void*, int);
+  void* ctx_;
+  void* pool_ = nullptr;
+  int released_ = 0;
+  bool finished_ = false;
+};
+
 // The same with a callable, without allocating.
 template <class F>
 void parallel_parts(int parts, F&& f) {
