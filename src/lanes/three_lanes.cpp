@@ -86,10 +86,11 @@ void run_phases(const Options& o, Lane& lane, StartFn&& start, StepFn&& step) {
   lane.ran = true;
 }
 
-// Lanes 1 and 2 share the loop: a function computes loss and gradients for
-// (params, batch), AdamW updates on the host.
-template <class Grad>
-void host_adamw_lane(const Options& o, const Start& s, Lane& lane, Grad&& grad) {
+// Lanes 1 and 2 share the loop: train(p, m, v, tokens, targets, outs, sc)
+// computes the loss and gradients of (params, batch) into outs and updates
+// p, m and v with AdamW on the host.
+template <class Train>
+void host_adamw_lane(const Options& o, const Start& s, Lane& lane, Train&& train) {
   Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens;
   std::vector<Array> outs;  // loss, grads; reused
   std::vector<Array> p, m, v;
@@ -102,38 +103,26 @@ void host_adamw_lane(const Options& o, const Start& s, Lane& lane, Grad&& grad) 
       },
       [&](int k) {
         s.batches.fill(static_cast<uint64_t>(k), tokens, targets);
-        grad(p, tokens, targets, outs);
-        const optim::AdamWScalars sc = optim::adamw_scalars(o.adamw, k + 1);
-        optim::adamw_update(o.adamw, sc, p, outs.data() + 1, m, v);  // gradients after the loss
+        train(p, m, v, tokens, targets, outs, optim::adamw_scalars(o.adamw, k + 1));
         return outs[0].get(0);
       });
 }
 
-// [1]: the gradient program in the interpreter, AdamW on the host, each
-// parameter's update started on the idle host threads as soon as the run has
-// its gradient (optim::HostAdamW: the same bits as adamw_update after the run).
+// [1]: the gradient program in the interpreter; each parameter's AdamW update
+// starts on the idle host threads as soon as the run has its gradient
+// (optim::HostAdamW: the same bits as adamw_update after the run).
 void lane_host(const Options& o, const Start& s, const Program& grad_prog, Lane& lane) {
   host::Interpreter interp(grad_prog);
   optim::HostAdamW adamw(o.adamw);
   std::vector<const Array*> ins(grad_prog.inputs.size());
-  Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens;
-  std::vector<Array> outs;  // loss, grads; reused
-  std::vector<Array> p, m, v;
-  run_phases(
-      o, lane,
-      [&] {
-        p = s.params;
-        m = zeros_like(p);
-        v = zeros_like(p);
-        for (size_t j = 0; j < p.size(); ++j) ins[j] = &p[j];
-        ins[p.size()] = &tokens;
-        ins[p.size() + 1] = &targets;
-      },
-      [&](int k) {
-        s.batches.fill(static_cast<uint64_t>(k), tokens, targets);
-        adamw.step(interp, ins, outs, 1, optim::adamw_scalars(o.adamw, k + 1), p, m, v);  // gradients after the loss
-        return outs[0].get(0);
-      });
+  host_adamw_lane(o, s, lane,
+                  [&](std::vector<Array>& p, std::vector<Array>& m, std::vector<Array>& v, Array& tokens,
+                      Array& targets, std::vector<Array>& outs, const optim::AdamWScalars& sc) {
+                    for (size_t j = 0; j < p.size(); ++j) ins[j] = &p[j];
+                    ins[p.size()] = &tokens;
+                    ins[p.size() + 1] = &targets;
+                    adamw.step(interp, ins, outs, 1, sc, p, m, v);  // gradients after the loss
+                  });
 }
 
 // [1f]: the with_adamw program (gradients and AdamW in one Program) in the
@@ -185,13 +174,16 @@ void lane_gpu_host_adamw(const Options& o, const Start& s, const Program& grad_p
   lane.device_bytes = exe.device_bytes();
   lane.kernels = exe.describe_launches();
   std::vector<Array> ins(grad_prog.inputs.size());
-  host_adamw_lane(o, s, lane, [&](std::vector<Array>& p, Array& tokens, Array& targets, std::vector<Array>& outs) {
-    // Every parameter goes up, every gradient comes down: that is this lane.
-    for (size_t j = 0; j < p.size(); ++j) ins[j] = p[j];
-    ins[p.size()] = tokens;
-    ins[p.size() + 1] = targets;
-    outs = exe.run(ins);
-  });
+  host_adamw_lane(o, s, lane,
+                  [&](std::vector<Array>& p, std::vector<Array>& m, std::vector<Array>& v, Array& tokens,
+                      Array& targets, std::vector<Array>& outs, const optim::AdamWScalars& sc) {
+                    // Every parameter goes up, every gradient comes down: that is this lane.
+                    for (size_t j = 0; j < p.size(); ++j) ins[j] = p[j];
+                    ins[p.size()] = tokens;
+                    ins[p.size() + 1] = targets;
+                    outs = exe.run(ins);
+                    optim::adamw_update(o.adamw, sc, p, outs.data() + 1, m, v);  // gradients after the loss
+                  });
 }
 
 void lane_gpu_fused(const Options& o, const Start& s, const Program& fused, Lane& lane) {
