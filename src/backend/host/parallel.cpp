@@ -94,13 +94,7 @@ class Pool {
     // A word of another generation (or a chunk another thread took) fails
     // the exchange: fn_ and ctx_ read above are then never used.
     if (!bg_word_.compare_exchange_strong(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire)) return true;
-    try {
-      f(ctx, static_cast<int>(i));
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mutex_);
-      if (!bg_error_) bg_error_ = std::current_exception();
-    }
-    bg_done_.fetch_add(1, std::memory_order_acq_rel);
+    run_one(f, ctx, static_cast<int>(i), bg_error_, bg_done_);
     return true;
   }
   // Every chunk of [0, n) released; runs them on the caller and the workers
@@ -151,6 +145,17 @@ class Pool {
   }
 
  private:
+  // f(ctx, i), keeping the first exception in `error`, then one more `done`.
+  void run_one(void (*f)(void*, int), void* ctx, int i, std::exception_ptr& error, std::atomic<int>& done) {
+    try {
+      f(ctx, i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      if (!error) error = std::current_exception();
+    }
+    done.fetch_add(1, std::memory_order_acq_rel);
+  }
+
   // Claims and runs parts of generation gen until none is left.
   void claim(uint64_t gen, void (*f)(void*, int), void* ctx, int parts) {
     uint64_t w = word_.load(std::memory_order_acquire);
@@ -159,13 +164,7 @@ class Pool {
       const uint64_t i = w & 0xffffffffu;
       if (i >= static_cast<uint64_t>(parts)) return;
       if (!word_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-      try {
-        f(ctx, static_cast<int>(i));
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex_);
-        if (!error_) error_ = std::current_exception();
-      }
-      done_.fetch_add(1, std::memory_order_acq_rel);
+      run_one(f, ctx, static_cast<int>(i), error_, done_);
       w = word_.load(std::memory_order_acquire);
     }
   }
