@@ -555,6 +555,28 @@ TEST(HostParallel, HostAdamWIsTheRunThenAdamWUpdate) {
   std::vector<Array> bad_m = m;
   bad_m[2] = Array({DType::f32, {3}});
   test::expect_error([&] { h.step(it, ins, out, 1, sc, p, bad_m, v); }, {"must have one type"});
+  test::expect_error([&] { h.step(it, ins, out, 1, sc, p, m, v, 2); }, {"finite_output 2 must be a scalar f32 output"});
+  test::expect_error([&] { h.step(it, ins, out, 1, sc, p, m, v, 99); }, {"finite_output 99"});
   EXPECT_TRUE(unchanged());
   test::expect_error([] { optim::HostAdamW bad(optim::AdamW{-1.0}); }, {"lr must be positive"});
+
+  // finite_output: a finite loss updates as without it; a NaN one (a NaN
+  // weight) updates nothing, even on two threads where chunks run early.
+  Threads two(2);
+  EXPECT_TRUE(h.step(it, ins, out, 1, sc, p, m, v, 0));
+  EXPECT_FALSE(p[3].bit_equal(p0[3]));
+  std::vector<Array> q = p0, qm = m, qv = v;
+  q[3].set(0, std::nan(""));
+  for (size_t j = 0; j < n; ++j) ins[j] = &q[j];
+  const std::vector<Array> q0 = q, qm0 = qm, qv0 = qv;
+  EXPECT_FALSE(h.step(it, ins, out, 1, sc, q, qm, qv, 0));
+  EXPECT_TRUE(std::isnan(out[0].get(0)));
+  for (size_t j = 0; j < n; ++j) {
+    EXPECT_TRUE(q[j].bit_equal(q0[j])) << s.names[j];
+    EXPECT_TRUE(qm[j].bit_equal(qm0[j])) << s.names[j];
+    EXPECT_TRUE(qv[j].bit_equal(qv0[j])) << s.names[j];
+  }
+  EXPECT_TRUE(h.step(it, ins, out, 1, sc, q, qm, qv));  // without it: NaN everywhere
+  EXPECT_TRUE(std::isnan(q[3].get(1)));
+  EXPECT_TRUE(std::isnan(q[n - 1].get(0)));
 }

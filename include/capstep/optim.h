@@ -66,12 +66,17 @@ void adamw_update(const AdamW& o, const AdamWScalars& s, std::vector<Array>& p, 
 // thread after the run. The parameters must be f32, m and v of their types
 // (Error otherwise, before anything runs); nothing is allocated per step
 // after the first. A run that throws may leave some parameters updated.
+// With finite_output >= 0 (a scalar f32 output made before the gradients:
+// the loss), no update starts before that output is final, and none is made
+// when it is not finite (NaN or infinite): step() then returns false, having
+// only run the interpreter, as a training loop that skips such a step wants.
 class HostAdamW {
  public:
   static constexpr int64_t kChunk = 2048;
   explicit HostAdamW(const AdamW& o);
-  void step(host::Interpreter& interp, const std::vector<const Array*>& inputs, std::vector<Array>& outputs,
-            int first_grad, const AdamWScalars& s, std::vector<Array>& p, std::vector<Array>& m, std::vector<Array>& v);
+  bool step(host::Interpreter& interp, const std::vector<const Array*>& inputs, std::vector<Array>& outputs,
+            int first_grad, const AdamWScalars& s, std::vector<Array>& p, std::vector<Array>& m, std::vector<Array>& v,
+            int finite_output = -1);
   // Of the last step's chunks, how many ran before the run ended (on idle
   // threads), and how many there were.
   int early_chunks() const { return early_; }
@@ -90,6 +95,9 @@ class HostAdamW {
   std::vector<Chunk> chunks_;  // in the order the parameters became ready
   int count_ = 0, early_ = 0;
   std::vector<char> grad_done_, param_done_;
+  std::vector<int> waiting_;  // parameters ready before finite_output was known
+  int finite_output_ = -1;
+  enum class Gate { open, waiting, shut } gate_ = Gate::open;
   std::vector<Array>*p_ = nullptr, *m_ = nullptr, *v_ = nullptr, *outputs_ = nullptr;
   int first_grad_ = 0;
   void* background_ = nullptr;  // host::Background of the step under way

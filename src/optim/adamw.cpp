@@ -138,6 +138,11 @@ void HostAdamW::run_chunk(void* self, int i) {
 }
 
 void HostAdamW::ready(int j) {
+  if (gate_ == Gate::shut) return;
+  if (gate_ == Gate::waiting) {
+    waiting_.push_back(j);  // within its capacity: no allocation
+    return;
+  }
   const size_t k = static_cast<size_t>(j);
   float* p = (*p_)[k].data<float>();
   float* m = (*m_)[k].data<float>();
@@ -149,11 +154,18 @@ void HostAdamW::ready(int j) {
   static_cast<host::Background*>(background_)->release(count_);
 }
 
-void HostAdamW::step(host::Interpreter& interp, const std::vector<const Array*>& inputs, std::vector<Array>& outputs,
+bool HostAdamW::step(host::Interpreter& interp, const std::vector<const Array*>& inputs, std::vector<Array>& outputs,
                      int first_grad, const AdamWScalars& s, std::vector<Array>& p, std::vector<Array>& m,
-                     std::vector<Array>& v) {
+                     std::vector<Array>& v, int finite_output) {
   const Program& prog = interp.program();
   const size_t n = p.size();
+  if (finite_output >= 0) {
+    if (static_cast<size_t>(finite_output) >= prog.outputs.size() ||
+        prog.output_type(finite_output) != Type{DType::f32, {}} ||
+        (finite_output >= first_grad && static_cast<size_t>(finite_output) < static_cast<size_t>(first_grad) + n))
+      throw Error("HostAdamW: finite_output " + std::to_string(finite_output) + " must be a scalar f32 output of program \"" +
+                  prog.name + "\" other than the gradients");
+  }
   if (m.size() != n || v.size() != n)
     throw Error("HostAdamW: " + std::to_string(n) + " parameters but " + std::to_string(m.size()) + " first and " +
                 std::to_string(v.size()) + " second moments");
@@ -176,6 +188,10 @@ void HostAdamW::step(host::Interpreter& interp, const std::vector<const Array*>&
   if (chunks_.size() < total) chunks_.resize(total);
   grad_done_.assign(n, 0);
   param_done_.assign(n, 0);
+  waiting_.clear();
+  waiting_.reserve(n);
+  finite_output_ = finite_output;
+  gate_ = finite_output >= 0 ? Gate::waiting : Gate::open;
   p_ = &p, m_ = &m, v_ = &v, outputs_ = &outputs;
   first_grad_ = first_grad;
   s_ = s;
@@ -184,6 +200,12 @@ void HostAdamW::step(host::Interpreter& interp, const std::vector<const Array*>&
   background_ = &bg;
   host::Interpreter::RunEvents ev;
   ev.output_ready = [this, n](int out) {
+    if (out == finite_output_) {
+      gate_ = std::isfinite((*outputs_)[static_cast<size_t>(out)].data<float>()[0]) ? Gate::open : Gate::shut;
+      if (gate_ == Gate::open)
+        for (int j : waiting_) ready(j);
+      return;
+    }
     const int j = out - first_grad_;
     if (j < 0 || static_cast<size_t>(j) >= n) return;
     grad_done_[static_cast<size_t>(j)] = 1;
@@ -196,11 +218,16 @@ void HostAdamW::step(host::Interpreter& interp, const std::vector<const Array*>&
   };
   interp.run(inputs, outputs, ev);
   background_ = nullptr;
+  if (gate_ == Gate::shut) {
+    bg.finish();
+    return false;
+  }
   if (static_cast<size_t>(count_) != total)
     throw Error("HostAdamW: internal: the run released " + std::to_string(count_) + " of " + std::to_string(total) +
                 " chunks");
   early_ = bg.done_so_far();
   bg.finish();
+  return true;
 }
 
 }  // namespace capstep::optim

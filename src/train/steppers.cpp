@@ -26,8 +26,10 @@ void copy_state(const std::vector<std::string>& names, const std::vector<Array>&
   }
 }
 
-// Lane 1: the gradient program in the interpreter, AdamW on the host. Inputs
-// point at the held parameters; outputs (loss, gradients) are reused.
+// Lane 1: the gradient program in the interpreter, AdamW on the host, each
+// parameter's update started on idle host threads as soon as the run has its
+// gradient (optim::HostAdamW), none when the loss is not finite. Inputs point
+// at the held parameters; outputs (loss, gradients) are reused.
 class HostStepper final : public Stepper {
  public:
   HostStepper(const Program& grad, const optim::AdamW& o, State s, float clip, Communicator* comm)
@@ -42,12 +44,10 @@ class HostStepper final : public Stepper {
     const size_t n = s_.params.size();
     ins_[n] = &tokens;
     ins_[n + 1] = &targets;
-    interp_.run(ins_, outs_);
-    const float loss = outs_[0].data<float>()[0];
+    // Gradients after the loss; no update when the loss is not finite.
+    adamw_.step(interp_, ins_, outs_, 1, sc, s_.params, s_.m, s_.v, 0);
     if (norm_out_ >= 0) norm_ = outs_[static_cast<size_t>(norm_out_)].data<float>()[0];
-    if (!std::isfinite(loss)) return loss;
-    optim::adamw_update(adamw_, sc, s_.params, outs_.data() + 1, s_.m, s_.v);  // gradients after the loss
-    return loss;
+    return outs_[0].data<float>()[0];
   }
   void state(Checkpoint& c) override {
     copy_state(s_.names, s_.params, c.params);
@@ -58,7 +58,7 @@ class HostStepper final : public Stepper {
 
  private:
   host::Interpreter interp_;
-  optim::AdamW adamw_;
+  optim::HostAdamW adamw_;
   State s_;
   std::vector<const Array*> ins_;
   std::vector<Array> outs_;
