@@ -552,6 +552,12 @@ TEST(HostParallel, HostAdamWIsTheRunThenAdamWUpdate) {
   std::vector<const Array*> swapped = ins;
   std::swap(swapped[0], swapped[1]);
   test::expect_error([&] { h.step(it, swapped, out, 1, sc, p, m, v); }, {"must be the parameter's Array p[0]"});
+  std::vector<const Array*> twice = ins;
+  twice[n] = &p[4];  // the tokens' place: a parameter the update writes while the run reads it
+  test::expect_error([&] { h.step(it, twice, out, 1, sc, p, m, v); }, {"input " + std::to_string(n), "is p[4]"});
+  twice[n] = &v[1];
+  test::expect_error([&] { h.step(it, twice, out, 1, sc, p, m, v); }, {"is v[1]"});
+  test::expect_error([&] { h.step(it, ins, p, 1, sc, p, m, v); }, {"outputs vector"});
   std::vector<Array> bad_m = m;
   bad_m[2] = Array({DType::f32, {3}});
   test::expect_error([&] { h.step(it, ins, out, 1, sc, p, bad_m, v); }, {"must have one type"});

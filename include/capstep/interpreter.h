@@ -81,8 +81,9 @@ class Interpreter {
   // no later step reads inputs[i] (at the start for an input nothing reads,
   // at the end for one passed through to an output). Each is called once per
   // index, in the order of the steps. After input_released(i) the caller may
-  // change inputs[i]'s values (unless that Array is also an output, which
-  // the run may still write); after output_ready(j) it may read outputs[j],
+  // change inputs[i]'s values, unless that Array is also an output (which the
+  // run may still write) or another input not yet released (the release is
+  // per input, not per Array); after output_ready(j) it may read outputs[j],
   // and work on it on other threads while the run goes on (lane 1 starts
   // each parameter's AdamW update on the host's idle threads this way:
   // optim::HostAdamW). Which step releases what is planned once, when the

@@ -173,6 +173,16 @@ bool HostAdamW::step(host::Interpreter& interp, const std::vector<const Array*>&
     throw Error("HostAdamW: " + std::to_string(n) + " parameters, their gradients from output " +
                 std::to_string(first_grad) + ", but program \"" + prog.name + "\" has " +
                 std::to_string(inputs.size()) + " inputs and " + std::to_string(prog.outputs.size()) + " outputs");
+  // The updated Arrays are written while the run goes on: none may be read
+  // by the run other than as its own parameter input, nor be an output.
+  if (&outputs == &p || &outputs == &m || &outputs == &v)
+    throw Error("HostAdamW: the outputs vector must not be the parameters' or the moments'");
+  for (size_t k = 0; k < inputs.size(); ++k)
+    for (size_t j = 0; j < n; ++j)
+      if ((k >= n && inputs[k] == &p[j]) || inputs[k] == &m[j] || inputs[k] == &v[j])
+        throw Error("HostAdamW: input " + std::to_string(k) + " (\"" + prog.inputs[k].name + "\") is " +
+                    (inputs[k] == &p[j] ? "p[" : inputs[k] == &m[j] ? "m[" : "v[") + std::to_string(j) +
+                    "], which the update writes while the run may still read it");
   size_t total = 0;
   for (size_t j = 0; j < n; ++j) {
     if (inputs[j] != &p[j])
