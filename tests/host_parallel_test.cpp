@@ -552,6 +552,9 @@ TEST(HostParallel, HostAdamWIsTheRunThenAdamWUpdate) {
   std::vector<const Array*> swapped = ins;
   std::swap(swapped[0], swapped[1]);
   test::expect_error([&] { h.step(it, swapped, out, 1, sc, p, m, v); }, {"must be the parameter's Array p[0]"});
+  std::vector<const Array*> longer = ins;
+  longer.push_back(&p[0]);
+  test::expect_error([&] { h.step(it, longer, out, 1, sc, p, m, v); }, {"inputs, got " + std::to_string(ins.size() + 1)});
   std::vector<const Array*> twice = ins;
   twice[n] = &p[4];  // the tokens' place: a parameter the update writes while the run reads it
   test::expect_error([&] { h.step(it, twice, out, 1, sc, p, m, v); }, {"input " + std::to_string(n), "is p[4]"});

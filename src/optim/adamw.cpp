@@ -169,6 +169,9 @@ bool HostAdamW::step(host::Interpreter& interp, const std::vector<const Array*>&
   if (m.size() != n || v.size() != n)
     throw Error("HostAdamW: " + std::to_string(n) + " parameters but " + std::to_string(m.size()) + " first and " +
                 std::to_string(v.size()) + " second moments");
+  if (inputs.size() != prog.inputs.size())
+    throw Error("HostAdamW: program \"" + prog.name + "\" has " + std::to_string(prog.inputs.size()) + " inputs, got " +
+                std::to_string(inputs.size()));
   if (first_grad < 0 || static_cast<size_t>(first_grad) + n > prog.outputs.size() || n > inputs.size())
     throw Error("HostAdamW: " + std::to_string(n) + " parameters, their gradients from output " +
                 std::to_string(first_grad) + ", but program \"" + prog.name + "\" has " +
