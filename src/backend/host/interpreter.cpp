@@ -1136,15 +1136,15 @@ void Interpreter::Impl::run(const std::vector<const Array*>& inputs, std::vector
     }
     for (int v : d.slots) sl[v] = dst;
   }
+  // With events: an output computed aside this run (its Array is an input)
+  // is final only once copied in, at the end.
+  auto ready_now = [&](int j) {
+    const int k = direct_of_output[static_cast<size_t>(j)];
+    return k < 0 || !direct[static_cast<size_t>(k)].in_fallback;
+  };
   if (!ev) {
     for (const Step& s : steps) s.fn(s, sl);
   } else {
-    // An output computed aside this run (its Array is an input) is final
-    // only once copied in, at the end.
-    auto ready_now = [&](int j) {
-      const int k = direct_of_output[static_cast<size_t>(j)];
-      return k < 0 || !direct[static_cast<size_t>(k)].in_fallback;
-    };
     if (ev->input_released)
       for (int i : released_at_start) ev->input_released(i);
     for (size_t k = 0; k < steps.size(); ++k) {
@@ -1194,7 +1194,7 @@ void Interpreter::Impl::run(const std::vector<const Array*>& inputs, std::vector
     for (int j : ready_at_end) ev->output_ready(j);
     for (const auto& after : ready_after)
       for (int j : after)
-        if (direct[static_cast<size_t>(direct_of_output[static_cast<size_t>(j)])].in_fallback) ev->output_ready(j);
+        if (!ready_now(j)) ev->output_ready(j);
   }
   if (ev->input_released)
     for (int i : released_at_end) ev->input_released(i);
