@@ -337,7 +337,7 @@ TEST(HostGemm, PanelsGiveTheWholeMatrixBits) {
   };
   for (const C c : {C{64, 128, 128, false, false}, C{64, 128, 256, false, false}, C{128, 256, 64, true, false},
                     C{64, 128, 128, false, true}, C{40, 100, 90, false, false}, C{21, 130, 45, false, true},
-                    C{96, 200, 64, true, true}}) {
+                    C{96, 200, 64, true, true}, C{8, 70, 45, false, true}, C{11, 100, 32, true, true}}) {
     SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + (c.ta ? " TA" : "") +
                  (c.tb ? " TB" : ""));
     const Shape ls = c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, rs = c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n};
@@ -374,6 +374,52 @@ TEST(HostGemm, PanelsGiveTheWholeMatrixBits) {
     }
   }
   host::set_host_threads(saved_threads);
+}
+
+// What makes the panels, the row parts and the whole matrix agree on every
+// kernel set (gemm.cpp, each_chain_piece): each element of an f32 GEMM that
+// libxsmm runs is one chain of fused multiply-adds over k in order. Swept over
+// every column count to 144 (two of libxsmm's AVX-512 remainders of 64), rows
+// where its AVX-512 kernels change their blocking (1 to 67), both layouts of
+// A, and a padded C, on the target libxsmm runs here (scripts/test runs this
+// test again with each target the CPU can run forced by LIBXSMM_TARGET).
+TEST(HostGemm, EveryLibxsmmGemmIsOneFmaChain) {
+  if (host::gemm_info().xsmm_isa.empty()) GTEST_SKIP() << "no libxsmm: " << host::gemm_info().xsmm;
+  struct Rows {
+    int64_t m, k;
+    bool ta;
+  };
+  int64_t gemms = 0, bad_gemms = 0;
+  for (const Rows r : {Rows{1, 128, false}, Rows{2, 45, true}, Rows{3, 16, false}, Rows{8, 3, true}, Rows{11, 64, false},
+                       Rows{12, 45, true}, Rows{21, 45, false}, Rows{67, 16, true}})
+    for (int64_t n = 1; n <= 144; ++n) {
+      const int64_t lda = r.ta ? r.m : r.k, ldc = n + 3;
+      std::vector<float> a(static_cast<size_t>(r.m * r.k)), b(static_cast<size_t>(r.k * n)),
+          c(static_cast<size_t>(r.m * ldc), -7.0f);
+      for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int64_t>(i * 37 % 101) - 50) / 51.0f;
+      for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int64_t>(i * 53 % 97) - 48) / 47.0f;
+      if (!host::gemm_prepare_f32(r.ta, false, r.m, n, r.k, lda, n, ldc)) continue;  // OpenBLAS's: not promised
+      const int64_t zero = 0;
+      host::gemm_batch(r.ta, false, r.m, n, r.k, a.data(), lda, &zero, b.data(), n, &zero, c.data(), nullptr, ldc, 1);
+      ++gemms;
+      int bad = 0;
+      for (int64_t i = 0; i < r.m; ++i)
+        for (int64_t j = 0; j < ldc; ++j) {
+          float want = -7.0f;  // C's padding is left alone
+          if (j < n) {
+            want = 0.0f;
+            for (int64_t q = 0; q < r.k; ++q)
+              want = std::fma(a[static_cast<size_t>(r.ta ? q * r.m + i : i * r.k + q)], b[static_cast<size_t>(q * n + j)], want);
+          }
+          const float got = c[static_cast<size_t>(i * ldc + j)];
+          if (got != want && bad++ < 2)
+            ADD_FAILURE() << r.m << "x" << n << "x" << r.k << (r.ta ? " TA" : "") << ": C[" << i << "][" << j
+                          << "] = " << got << ", the fma chain gives " << want;
+        }
+      bad_gemms += bad > 0;
+    }
+  EXPECT_EQ(bad_gemms, 0) << "of " << gemms << " GEMMs on " << host::gemm_info().xsmm;
+  EXPECT_GE(gemms, 1000) << "libxsmm took too few of the swept shapes to say anything";
 }
 
 namespace {

@@ -203,6 +203,7 @@ std::string xsmm_isa(int id) {
 
 struct Xsmm {
   bool usable = false;
+  bool avx512 = false;  // its kernels are AVX-512 ones: see each_chain_piece
   std::string arch, isa, about;
 };
 
@@ -217,6 +218,7 @@ const Xsmm& xsmm() {
     // Measured only against AVX2 and AVX-512 OpenBLAS kernels; below AVX2
     // OpenBLAS does all GEMMs.
     r.usable = id >= LIBXSMM_X86_AVX2;
+    r.avx512 = id >= LIBXSMM_X86_AVX512;
     const std::string name = std::string("libxsmm ") + LIBXSMM_VERSION;
     if (r.usable)
       r.about = name + " JIT, " + r.arch + " (" + r.isa + "), for GEMMs up to " + std::to_string(kSmallBytes / 1024) +
@@ -226,6 +228,45 @@ const Xsmm& xsmm() {
     return r;
   }();
   return x;
+}
+
+// Every f32 GEMM capstep hands to libxsmm computes each element of C as one
+// chain of fused multiply-adds over k in order, c = fma(a[i,k-1], b[k-1,j],
+// ... fma(a[i,0], b[0,j], 0)): then a GEMM gives the same bits whether it runs
+// whole, in column panels (DotPlan::panel) or in row parts, on any kernel set,
+// which is what makes fused and unfused steps agree bit for bit (the two can
+// plan one dot_general with B in different layouts, so one in panels).
+// libxsmm 1.17's AVX2 kernels are such chains for every shape. Its AVX-512
+// ones (skx, clx, cpx) are not where a block of C is one vector wide (at most
+// 16 columns) and has few accumulators: C's last n % 64 columns when n > 64
+// and n % 64 is 1 to 16, and a C of at most 16 columns and 2 to 11 rows.
+// There they keep several partial sums over k and add them at the end. So on
+// AVX-512 such a GEMM runs in pieces that are chains: the first n - n % 64
+// columns, then the rest; and a piece of at most 16 columns and 2 to 11 rows
+// one row at a time. HostGemm.EveryLibxsmmGemmIsOneFmaChain sweeps shapes on
+// whichever target libxsmm runs (scripts/test runs it on each).
+struct Piece {
+  int64_t row, rows, col, cols;
+};
+
+constexpr int kMaxPieces = 2 * 11;  // two column ranges, each at most 11 rows of one
+
+// Calls f(Piece) for each piece of an m x n C, in order (at most kMaxPieces);
+// stops at the first false and returns it.
+template <class F>
+bool each_chain_piece(int64_t m, int64_t n, F&& f) {
+  if (!xsmm().avx512) return f(Piece{0, m, 0, n});
+  const int64_t tail = n > 64 && n % 64 >= 1 && n % 64 <= 16 ? n % 64 : 0;
+  for (const auto& [col, cols] : {std::pair<int64_t, int64_t>{0, n - tail}, {n - tail, tail}}) {
+    if (cols == 0) continue;
+    if (cols <= 16 && m >= 2 && m <= 11) {
+      for (int64_t i = 0; i < m; ++i)
+        if (!f(Piece{i, 1, col, cols})) return false;
+    } else if (!f(Piece{0, m, col, cols})) {
+      return false;
+    }
+  }
+  return true;
 }
 
 bool small_enough(bool tb, int64_t m, int64_t n, int64_t k) {
@@ -320,7 +361,11 @@ void configure_gemm_threads() {
 bool gemm_prepare_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
   blas();
 #if CAPSTEP_HAVE_LIBXSMM
-  return small_enough(tb, m, n, k) && xsmm_kernel(ta, m, n, k, lda, ldb, ldc > 0 ? ldc : n) != nullptr;
+  if (!small_enough(tb, m, n, k)) return false;
+  if (ldc <= 0) ldc = n;
+  return each_chain_piece(m, n, [&](const Piece& p) {
+    return xsmm_kernel(ta, p.rows, p.cols, k, lda, ldb, ldc) != nullptr;
+  });
 #else
   (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)lda, (void)ldb, (void)ldc;
   return false;
@@ -350,10 +395,25 @@ void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* 
   if (ldc <= 0) ldc = n;
 #if CAPSTEP_HAVE_LIBXSMM
   if (small_enough(tb, m, n, k)) {
-    // One look-up in libxsmm's registry (tens of ns) per dot_general; the
-    // kernel was generated when the step was planned (gemm_prepare_f32).
-    if (const libxsmm_smmfunction f = xsmm_kernel(ta, m, n, k, lda, ldb, ldc)) {
-      for (int64_t i = 0; i < batch; ++i) f(b + b_off[i], a + a_off[i], c + (c_off ? c_off[i] : i * mn));
+    // One look-up in libxsmm's registry (tens of ns) per piece (one piece
+    // but for the shapes each_chain_piece splits); the kernels were generated
+    // when the step was planned (gemm_prepare_f32).
+    Piece piece[kMaxPieces];
+    libxsmm_smmfunction fn[kMaxPieces];
+    int pieces = 0;
+    const bool all = each_chain_piece(m, n, [&](const Piece& p) {
+      piece[pieces] = p;
+      fn[pieces] = xsmm_kernel(ta, p.rows, p.cols, k, lda, ldb, ldc);
+      return fn[pieces++] != nullptr;
+    });
+    if (all) {
+      for (int64_t i = 0; i < batch; ++i) {
+        const float *ai = a + a_off[i], *bi = b + b_off[i];
+        float* ci = c + (c_off ? c_off[i] : i * mn);
+        // A's row r starts at a + r * lda, or at a + r when A is stored transposed.
+        for (int q = 0; q < pieces; ++q)
+          fn[q](bi + piece[q].col, ai + (ta ? piece[q].row : piece[q].row * lda), ci + piece[q].row * ldc + piece[q].col);
+      }
       return;
     }
   }
