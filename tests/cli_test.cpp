@@ -824,6 +824,46 @@ TEST(Cli, FreshRunDoesNotOverwriteACheckpoint) {
   EXPECT_EQ(load_checkpoint(k9).step, 3u);
 }
 
+// Nothing written over what the run reads or over another output: --log,
+// --plot or --save naming the text, the resumed checkpoint or each other is a
+// usage error before the first step, and the file keeps its bytes. "-" is no
+// file name for them (only export --out - means standard output).
+TEST(Cli, OutputsDoNotReplaceInputsOrEachOther) {
+  NEED_BINARY();
+  TempDir d;
+  const std::string text = d.write("t.txt", std::string(data::builtin_corpus().substr(0, 3000)));
+  const std::string ckpt = d.file("c.st");
+  ASSERT_EQ(train_small({"--steps", "2", "--save", ckpt}).code, 0);
+  const std::string text_bytes = slurp(text), ckpt_bytes = slurp(ckpt);
+  fs::create_symlink(text, d.file("link.svg"));   // the text under a plot's name
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--text", text, "--log", text}, "--log: '" + text + "' is the text the run trains on"},
+      {{"--text", d.file("./t.txt"), "--log", text}, "--log: '" + text + "' is the text the run trains on"},
+      {{"--text", text, "--plot", d.file("link.svg")}, "--plot: '" + d.file("link.svg") + "' is the text the run"},
+      {{"--text", text, "--save", text, "--overwrite"}, "--save: '" + text + "' is the text the run trains on"},
+      {{"--resume", ckpt, "--log", ckpt}, "--log: '" + ckpt + "' is the checkpoint the run resumes"},
+      {{"--save", d.file("n.st"), "--log", d.file("n.st")}, "--log: '" + d.file("n.st") + "' is also the --save file"},
+      {{"--save", "-"}, "--save: '-' would be a file named '-'"},
+      {{"--log", "-"}, "--log: '-' would be a file named '-'"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = c.args;
+    args.insert(args.begin(), {"--steps", "3"});
+    const Outcome r = train_small(args);
+    EXPECT_EQ(r.code, 2) << c.message << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(slurp(text), text_bytes);
+  EXPECT_EQ(slurp(ckpt), ckpt_bytes);
+  EXPECT_FALSE(fs::exists(d.file("n.st")));
+  EXPECT_FALSE(fs::exists("-"));
+}
+
 // Item 2: SIGTERM and SIGHUP, like Ctrl-C: the step finishes, the checkpoint,
 // the log and the plot are written, the exit code is 128 + the signal.
 TEST(Cli, TermAndHupSaveTheCurrentStepAndExit128PlusTheSignal) {

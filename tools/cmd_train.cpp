@@ -165,6 +165,15 @@ void write_csv(const std::string& path, const std::vector<train::StepInfo>& step
 
 }  // namespace
 
+// Whether two paths name one file: the same absolute path, or (both
+// existing) the same inode, as through a link.
+static bool same_file(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return false;
+  if (train::absolute_path(a) == train::absolute_path(b)) return true;
+  std::error_code ec;
+  return std::filesystem::equivalent(a, b, ec) && !ec;
+}
+
 // A directory, or a name that ends in '/', is a wrong value (exit 2); a
 // directory that is missing or takes no new file is the machine's state
 // (exit 1).
@@ -175,6 +184,9 @@ void check_output(const char* option, const std::string& path) {
     throw UsageError(std::string(option) + ": '" + path + "' is a directory; give a file name");
   if (path.back() == '/')
     throw UsageError(std::string(option) + ": '" + path + "' names a directory; give a file name");
+  if (path == "-")
+    throw UsageError(std::string(option) + ": '-' would be a file named '-' (only export --out - writes to standard "
+                     "output); give a file name");
   try {
     check_writable(path);
   } catch (const Error& e) {
@@ -225,6 +237,22 @@ int run_train(TrainArgs a) {
     o.validate();
   } catch (const Error& e) {
     throw UsageError(e.what());
+  }
+  // Two outputs in one file, or an output written over the text or the
+  // checkpoint the run reads, would lose one of them.
+  const std::pair<const char*, const std::string*> outputs[] = {{"--save", &o.save_path}, {"--log", &a.log_csv},
+                                                                {"--plot", &a.plot}};
+  for (size_t i = 0; i < std::size(outputs); ++i) {
+    for (size_t j = 0; j < i; ++j)
+      if (same_file(*outputs[i].second, *outputs[j].second))
+        throw UsageError(std::string(outputs[i].first) + ": '" + *outputs[i].second + "' is also the " +
+                         outputs[j].first + " file; give each output its own file");
+    if (same_file(*outputs[i].second, o.text_path))
+      throw UsageError(std::string(outputs[i].first) + ": '" + *outputs[i].second +
+                       "' is the text the run trains on; give another file name");
+    if (i > 0 && same_file(*outputs[i].second, o.resume_path))
+      throw UsageError(std::string(outputs[i].first) + ": '" + *outputs[i].second +
+                       "' is the checkpoint the run resumes; give another file name");
   }
   // A fresh run must not replace a checkpoint at its first save: only the
   // run that continues it (--resume of the same file), or --overwrite.
