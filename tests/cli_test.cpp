@@ -1,7 +1,10 @@
 // The `capstep` command, run as a program: train on the built-in corpus, save,
 // log, plot, sample; every usage error's message and exit code 2; runtime
 // failures exit 1; a run killed with SIGKILL while saving leaves a loadable
-// checkpoint. The binary: see binary() below.
+// checkpoint. Issue 26: an existing checkpoint is not overwritten by a fresh
+// run; SIGTERM and SIGHUP save as Ctrl-C does; resume restores the settings
+// that change the math and finds its text; numbers and paths are checked when
+// parsed; export --out - and --no-progress. The binary: see binary() below.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>

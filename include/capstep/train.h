@@ -129,7 +129,7 @@ struct Options {
   std::function<void(const StepInfo&)> on_step;          // progress, each step
   std::function<void(const std::string&)> on_message;    // fallbacks, saves, stops
   // Asked after each step; true ends the run there, with a checkpoint of that
-  // step when save_path is set (Ctrl-C in `capstep train`).
+  // step when save_path is set (Ctrl-C, SIGTERM or SIGHUP in `capstep train`).
   std::function<bool()> should_stop;
 
   void validate() const;                 // Error naming the option out of range
@@ -192,7 +192,7 @@ struct TrainMeta {
   bool has_train = false;                // false for checkpoints without "train"
   uint64_t seed = 1;
   optim::AdamW adamw;
-  std::string text;                      // "builtin" or a path
+  std::string text;                      // "builtin", or the text file's absolute path (as typed in older checkpoints)
   bool has_schedule = false;             // false for checkpoints without the schedule keys
   LrSchedule schedule;
   int64_t steps = 0;                     // the end of the run that wrote it

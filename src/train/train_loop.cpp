@@ -118,8 +118,8 @@ Result train(const Options& o) {
   // from another directory finds it, and its fingerprint, so that a resumed
   // run can tell an edited text from the one it was trained on.
   const std::string text_name = o.text_path.empty() ? "builtin" : absolute_path(o.text_path);
-  const std::string text_hash = o.text_path.empty() ? "" : file_fingerprint(o.text_path);
   std::vector<int32_t> text = data::encode(o.text_path.empty() ? data::builtin_corpus() : data::read_text_file(o.text_path));
+  const std::string text_hash = o.text_path.empty() ? "" : file_fingerprint(o.text_path);
   if (static_cast<int64_t>(text.size()) <= o.model.seq)
     throw Error("text file '" + o.text_path + "' has " + std::to_string(text.size()) + " characters; a window of " +
                 std::to_string(o.model.seq) + " and its next-token targets need at least " +
