@@ -1135,6 +1135,10 @@ TEST(Cli, NumbersAndPathsAreCheckedWhenParsed) {
     EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << "capstep" << line << " trained";
   }
   EXPECT_EQ(run({"train", "--clip-grad-norm", "-1"}).err.find("1000000000000000019884624838656"), std::string::npos);
+  // A seed too: 010 is the seed 10 (the header line prints it).
+  const Outcome seed = train_small({"--steps", "1", "--seed", "010"});
+  ASSERT_EQ(seed.code, 0) << seed.err;
+  EXPECT_NE(seed.out.find("; seed 10; "), std::string::npos) << seed.out;
   // A decimal with leading zeros is decimal (CLI11 alone reads 010 as octal 8).
   const Outcome ten = train_small({"--steps", "010", "--log", d.file("ten.csv")});
   ASSERT_EQ(ten.code, 0) << ten.err;

@@ -19,13 +19,15 @@ namespace capstep::cli {
 namespace {
 
 // A seed: a decimal integer in [0, 2^64). CLI11's own conversion would wrap
-// "-1" to 2^64-1 and clamp 2^64 to it: silently another seed.
+// "-1" to 2^64-1 and clamp 2^64 to it, and read "010" as octal 8: silently
+// another seed. Used with transform(): the value is rewritten as plain decimal.
 const CLI::Validator kSeed(
     [](std::string& s) -> std::string {
       uint64_t v = 0;
       const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
       if (s.empty() || ec != std::errc() || end != s.data() + s.size())
         return "'" + s + "' is not an integer in [0, 18446744073709551615]";
+      s = std::to_string(v);
       return "";
     },
     "UINT64");
@@ -163,7 +165,7 @@ int main(int argc, char** argv) {
                     "validation share and text by default)")
       ->check(kNonEmpty)->check(CLI::ExistingFile);
   train->add_option("--seed", ta.opts.seed, "seed of the initial parameters and of the batch order")
-      ->capture_default_str()->check(kSeed)->each([&](const std::string&) { ta.seed_given = true; });
+      ->capture_default_str()->transform(kSeed)->each([&](const std::string&) { ta.seed_given = true; });
   train->add_option("--lr", ta.opts.adamw.lr, "AdamW learning rate")
       ->capture_default_str()->check(kPositiveFinite)->each([&](const std::string&) { ta.lr_given = true; });
   train->add_option("--warmup-steps", ta.opts.schedule.warmup_steps, "raise the lr linearly from 0 over the first W steps")
@@ -230,7 +232,7 @@ int main(int argc, char** argv) {
   sample->add_option("--tokens", sa.opts.tokens, "characters to generate")->capture_default_str()->transform(int_range(0, 1000000));
   sample->add_option("--temperature", sa.opts.temperature, "softmax temperature; 0 picks the most likely symbol")
       ->capture_default_str()->check(real_range(0.0, 100.0));
-  sample->add_option("--seed", sa.opts.seed, "seed of the sampler")->capture_default_str()->check(kSeed);
+  sample->add_option("--seed", sa.opts.seed, "seed of the sampler")->capture_default_str()->transform(kSeed);
   sample->add_option("--window", sa.opts.window, "tokens the model reads (default: its training --seq, at most --context)")
       ->transform(int_range(1, 65536));
   sample->callback([&] { action = [&] { return run_sample(sa); }; });
@@ -242,7 +244,7 @@ int main(int argc, char** argv) {
   bench->add_option("--steps", ba.opts.steps, "compared and timed steps per lane")->capture_default_str()->transform(int_range(1, 1000000));
   bench->add_option("--warmup", ba.opts.warmup, "untimed warm-up steps per lane")->capture_default_str()->transform(int_range(0, 1000));
   bench->add_option("--seed", ba.opts.seed, "seed of the initial parameters and the batch order")
-      ->capture_default_str()->check(kSeed);
+      ->capture_default_str()->transform(kSeed);
   bench->add_option("--text", ba.opts.text_path, "train on this text file instead of the built-in corpus")
       ->check(kNonEmpty)->check(CLI::ExistingFile);
   bench->add_flag("--no-tf32", no_tf32, "full f32 dots on the GPU (TF32 is the default)");
