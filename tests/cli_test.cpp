@@ -1,18 +1,24 @@
 // The `capstep` command, run as a program: train on the built-in corpus, save,
 // log, plot, sample; every usage error's message and exit code 2; runtime
 // failures exit 1; a run killed with SIGKILL while saving leaves a loadable
-// checkpoint. The binary: see binary() below.
+// checkpoint. Issue 26: an existing checkpoint is not overwritten by a fresh
+// run; SIGTERM and SIGHUP save as Ctrl-C does; resume restores the settings
+// that change the math and finds its text; numbers and paths are checked when
+// parsed; export --out - and --no-progress. The binary: see binary() below.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -407,7 +413,7 @@ TEST(Cli, UsageErrorsExitTwoWithTheirMessage) {
       {{"frob"}, "unknown subcommand 'frob'; the subcommands are train, sample, bench, show, export"},
       {{"train", "--bogus"}, "--bogus"},
       {{"train", "--lane", "tpu"}, "--lane: tpu not in {host,gpu,gpu-fused}"},
-      {{"train", "--steps", "0"}, "--steps: Value 0 not in range 1 to 100000000"},
+      {{"train", "--steps", "0"}, "--steps: '0' is not in [1, 100000000]"},
       {{"train", "--steps", "many"}, "--steps"},
       {{"train", "--lr", "-1"}, "--lr"},
       {{"train", "--lr", "inf"}, "--lr: 'inf' is not a positive finite number"},
@@ -421,14 +427,14 @@ TEST(Cli, UsageErrorsExitTwoWithTheirMessage) {
       {{"train", "--text", d.path.string()}, "--text: File is actually a directory"},
       {{"train", "--heads", "5"}, "d_model 128 is not a multiple of heads 5"},
       {{"train", "--seq", "300"}, "sequence length 300 must be in [1, context 256]"},
-      {{"train", "--layers", "0"}, "--layers: Value 0 not in range 1 to 256"},
+      {{"train", "--layers", "0"}, "--layers: '0' is not in [1, 256]"},
       {{"train", "--save-every", "5"}, "--save-every needs --save FILE"},
       {{"train", "--plot", d.file("loss.jpg")}, "must end in .svg or .png"},
       {{"train", "--text", d.file("missing.txt")}, "--text: File does not exist"},
       {{"train", "--resume", d.file("missing.safetensors")}, "--resume: File does not exist"},
       {{"sample"}, "--checkpoint is required"},
       {{"sample", "--checkpoint", d.file("missing")}, "--checkpoint: File does not exist"},
-      {{"sample", "--checkpoint", some_file, "--temperature", "-1"}, "--temperature: Value -1 not in range"},
+      {{"sample", "--checkpoint", some_file, "--temperature", "-1"}, "--temperature: '-1' is not in [0, 100]"},
       {{"sample", "--checkpoint", some_file, "--tokens", "-3"}, "--tokens"},
       {{"bench", "--steps", "0"}, "--steps"},
       {{"bench", "--lane", "host"}, "--lane"},
@@ -715,4 +721,519 @@ TEST(Cli, KilledDuringSavesLeavesALoadableCheckpoint) {
   std::printf("8 kills, %d inside a save (a temporary file left); checkpoint went from step %llu to %llu in %.1f s\n",
               killed_mid_save, static_cast<unsigned long long>(start), static_cast<unsigned long long>(step),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+// ---- issue 26: nothing lost, whatever the user types ------------------------
+
+namespace {
+
+// The small model of these tests: a step takes about a millisecond.
+const std::vector<std::string> kSmall = {"--lane", "host", "--d-model", "16", "--heads", "2", "--d-ff", "32",
+                                         "--batch", "2", "--seq", "8", "--val-fraction", "0"};
+
+Outcome train_small(std::vector<std::string> args) {
+  args.insert(args.begin(), "train");
+  args.insert(args.end(), kSmall.begin(), kSmall.end());
+  return run(args);
+}
+
+// Runs the commands eight at a time; their outcomes in the same order.
+std::vector<Outcome> run_all(const std::vector<std::vector<std::string>>& commands) {
+  TempDir io;
+  std::vector<Outcome> r(commands.size());
+  for (size_t first = 0; first < commands.size(); first += 8) {
+    const size_t end = std::min(commands.size(), first + 8);
+    std::vector<pid_t> pids;
+    for (size_t i = first; i < end; ++i)
+      pids.push_back(spawn(commands[i], io.file(std::to_string(i) + ".out"), io.file(std::to_string(i) + ".err")));
+    for (size_t i = first; i < end; ++i) {
+      int status = 0;
+      waitpid(pids[i - first], &status, 0);
+      r[i].code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      r[i].out = slurp(io.file(std::to_string(i) + ".out"));
+      r[i].err = slurp(io.file(std::to_string(i) + ".err"));
+    }
+  }
+  return r;
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// FNV-1a 64 of `bytes` as 16 hex digits: what the checkpoint's text_hash holds.
+std::string fnv1a64(const std::string& bytes) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+// The working directory, changed for one scope (gtest runs the tests of this
+// binary one after another).
+struct InDirectory {
+  fs::path before = fs::current_path();
+  explicit InDirectory(const fs::path& p) { fs::current_path(p); }
+  ~InDirectory() { fs::current_path(before); }
+};
+
+// The loss column of a CSV written by --log, as text (the host is
+// bit-reproducible, so runs compare exactly).
+std::vector<std::string> losses_of(const std::string& csv) {
+  std::vector<std::string> v;
+  for (const std::string& row : lines_of(slurp(csv))) {
+    const size_t a = row.find(','), b = row.find(',', a + 1);
+    if (row.rfind("step,", 0) != 0 && a != std::string::npos) v.push_back(row.substr(0, b));
+  }
+  return v;
+}
+
+}  // namespace
+
+// Item 1: a fresh run refuses, before its first step, to replace an existing
+// checkpoint; the file keeps its bytes. --overwrite replaces it; --resume of
+// the same file continues it; --resume of another file still may not replace it.
+TEST(Cli, FreshRunDoesNotOverwriteACheckpoint) {
+  NEED_BINARY();
+  TempDir d;
+  const std::string k9 = d.file("k9.st"), other = d.file("other.st");
+  ASSERT_EQ(train_small({"--steps", "4", "--save", k9}).code, 0);
+  ASSERT_EQ(train_small({"--steps", "2", "--save", other}).code, 0);
+  const std::string bytes = slurp(k9);
+  const Outcome fresh = train_small({"--steps", "100000", "--save", k9, "--save-every", "1"});
+  EXPECT_EQ(fresh.code, 2) << fresh.out << fresh.err;
+  EXPECT_NE(fresh.err.find("--save: '" + k9 + "' exists (a checkpoint at step 4); use --resume to continue it, or "
+                           "--overwrite to replace it"),
+            std::string::npos)
+      << fresh.err;
+  EXPECT_EQ(fresh.out.find("step 1/"), std::string::npos) << "trained before refusing:\n" << fresh.out;
+  EXPECT_EQ(slurp(k9), bytes) << "the checkpoint was changed";
+  // Continuing another checkpoint into this one replaces it: refused too.
+  const Outcome into = train_small({"--steps", "6", "--resume", other, "--save", k9});
+  EXPECT_EQ(into.code, 2) << into.out << into.err;
+  EXPECT_NE(into.err.find("use --resume to continue it, or --overwrite"), std::string::npos) << into.err;
+  EXPECT_EQ(slurp(k9), bytes);
+  // Any existing file, not only a checkpoint.
+  const std::string notes = d.write("notes.txt", "my notes\n");
+  const Outcome over_notes = train_small({"--steps", "2", "--save", notes});
+  EXPECT_EQ(over_notes.code, 2);
+  EXPECT_NE(over_notes.err.find("' exists (a file); use --resume"), std::string::npos) << over_notes.err;
+  EXPECT_EQ(slurp(notes), "my notes\n");
+  // Continuing it in place, and replacing it on purpose.
+  const Outcome resumed = train_small({"--steps", "6", "--resume", k9, "--save", k9});
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(load_checkpoint(k9).step, 6u);
+  const Outcome overwritten = train_small({"--steps", "3", "--save", k9, "--overwrite"});
+  ASSERT_EQ(overwritten.code, 0) << overwritten.err;
+  EXPECT_EQ(load_checkpoint(k9).step, 3u);
+}
+
+// Nothing written over what the run reads or over another output: --log,
+// --plot or --save naming the text, the resumed checkpoint or each other is a
+// usage error before the first step, and the file keeps its bytes. "-" is no
+// file name for them (only export --out - means standard output).
+TEST(Cli, OutputsDoNotReplaceInputsOrEachOther) {
+  NEED_BINARY();
+  TempDir d;
+  const std::string text = d.write("t.txt", std::string(data::builtin_corpus().substr(0, 3000)));
+  const std::string ckpt = d.file("c.st");
+  ASSERT_EQ(train_small({"--steps", "2", "--save", ckpt}).code, 0);
+  const std::string text_bytes = slurp(text), ckpt_bytes = slurp(ckpt);
+  fs::create_symlink(text, d.file("link.svg"));   // the text under a plot's name
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--text", text, "--log", text}, "--log: '" + text + "' is the text the run trains on"},
+      {{"--text", d.file("./t.txt"), "--log", text}, "--log: '" + text + "' is the text the run trains on"},
+      {{"--text", text, "--plot", d.file("link.svg")}, "--plot: '" + d.file("link.svg") + "' is the text the run"},
+      {{"--text", text, "--save", text, "--overwrite"}, "--save: '" + text + "' is the text the run trains on"},
+      {{"--resume", ckpt, "--log", ckpt}, "--log: '" + ckpt + "' is the checkpoint the run resumes"},
+      {{"--save", d.file("n.st"), "--log", d.file("n.st")}, "--log: '" + d.file("n.st") + "' is also the --save file"},
+      {{"--save", "-"}, "--save: '-' would be a file named '-'"},
+      {{"--log", "-"}, "--log: '-' would be a file named '-'"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = c.args;
+    args.insert(args.begin(), {"--steps", "3"});
+    const Outcome r = train_small(args);
+    EXPECT_EQ(r.code, 2) << c.message << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(slurp(text), text_bytes);
+  EXPECT_EQ(slurp(ckpt), ckpt_bytes);
+  EXPECT_FALSE(fs::exists(d.file("n.st")));
+  EXPECT_FALSE(fs::exists("-"));
+}
+
+// Item 2: SIGTERM and SIGHUP, like Ctrl-C: the step finishes, the checkpoint,
+// the log and the plot are written, the exit code is 128 + the signal.
+TEST(Cli, TermAndHupSaveTheCurrentStepAndExit128PlusTheSignal) {
+  NEED_BINARY();
+  for (int sig : {SIGTERM, SIGHUP}) {
+    TempDir d;
+    std::vector<std::string> args = {"train", "--steps", "100000000", "--save", d.file("t.st"), "--log", d.file("t.csv")};
+    args.insert(args.end(), kSmall.begin() + 2, kSmall.end());
+    const pid_t pid = spawn(args, d.file("out"), d.file("err"));
+    const bool started = wait_for_text(d.file("out"), "step 1/");
+    kill(pid, sig);
+    ASSERT_TRUE(started) << "no first step within 60 s";
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status)) << "signal " << sig << ": killed by signal " << WTERMSIG(status);
+    EXPECT_EQ(WEXITSTATUS(status), 128 + sig) << slurp(d.file("err"));
+    const size_t rows = lines_of(slurp(d.file("t.csv"))).size() - 1;
+    ASSERT_GT(rows, 0u);
+    Checkpoint c;
+    ASSERT_NO_THROW(c = load_checkpoint(d.file("t.st")));
+    EXPECT_EQ(c.step, rows);
+    EXPECT_NE(slurp(d.file("out")).find("stopped after step " + std::to_string(rows)), std::string::npos);
+    EXPECT_NE(slurp(d.file("err")).find(std::string(sig == SIGTERM ? "SIGTERM" : "SIGHUP") + ": stopped after step " +
+                                        std::to_string(rows)),
+              std::string::npos)
+        << slurp(d.file("err"));
+  }
+}
+
+// Item 2: a second signal stops at once. The first one's run is held in a
+// stand-in gnuplot ($CAPSTEP_GNUPLOT) that says it started and then waits;
+// the second SIGTERM then ends capstep by the signal's default action, after
+// the checkpoint and the log of the first were written.
+TEST(Cli, SecondSignalStopsAtOnce) {
+  NEED_BINARY();
+  TempDir d;
+  const std::string fake = d.file("gnuplot"), marker = d.file("gnuplot.pid");
+  std::ofstream(fake) << "#!/bin/sh\necho $$ > '" << marker << ".tmp'\nmv '" << marker << ".tmp' '" << marker
+                      << "'\nexec sleep 60\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  setenv("CAPSTEP_GNUPLOT", fake.c_str(), 1);
+  std::vector<std::string> args = {"train", "--steps", "100000000", "--save", d.file("s.st"), "--log", d.file("s.csv"),
+                                   "--plot", d.file("s.svg")};
+  args.insert(args.end(), kSmall.begin() + 2, kSmall.end());
+  const pid_t pid = spawn(args, d.file("out"), d.file("err"));
+  unsetenv("CAPSTEP_GNUPLOT");
+  const bool started = wait_for_text(d.file("out"), "step 1/");
+  kill(pid, SIGTERM);
+  bool plotting = false;
+  for (int i = 0; i < 60000 && started && !plotting; ++i) {
+    plotting = fs::exists(marker);
+    if (!plotting) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (plotting) kill(std::atoi(slurp(marker).c_str()), SIGKILL);   // the stand-in, left waiting
+  ASSERT_TRUE(started) << "no first step within 60 s";
+  ASSERT_TRUE(plotting) << "the stand-in gnuplot did not start within 60 s\n" << slurp(d.file("err"));
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exited " << WEXITSTATUS(status) << " instead of stopping at once";
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  const size_t rows = lines_of(slurp(d.file("s.csv"))).size() - 1;
+  ASSERT_GT(rows, 0u);
+  EXPECT_EQ(load_checkpoint(d.file("s.st")).step, rows);
+}
+
+// Item 4: the checkpoint records the text's absolute path and its FNV-1a 64;
+// a resumed run started elsewhere finds the text, says where the path came
+// from, warns when the text changed, and names the checkpoint when the text
+// is gone. A checkpoint from before the hash (a path as typed, no hash) loads.
+TEST(Cli, ResumeFindsTheTextAndTellsWhereItsPathCameFrom) {
+  NEED_BINARY();
+  TempDir d;
+  const std::string text(data::builtin_corpus().substr(0, 4000));
+  d.write("my.txt", text);
+  const std::string ckpt = d.file("run.st"), abs_text = d.file("my.txt");
+  {
+    InDirectory in(d.path);
+    const Outcome t = train_small({"--steps", "3", "--text", "my.txt", "--save", "run.st"});
+    ASSERT_EQ(t.code, 0) << t.out << t.err;
+  }
+  const std::string meta = load_checkpoint(ckpt).extra.at("train");
+  EXPECT_NE(meta.find("\"text\":\"" + abs_text + "\""), std::string::npos) << meta;
+  EXPECT_NE(meta.find("\"text_hash\":\"" + fnv1a64(text) + "\""), std::string::npos) << meta;
+  ASSERT_NE(fs::current_path(), d.path);
+
+  const std::string note = "note: the text path '" + abs_text + "' comes from the checkpoint; --text overrides it";
+  const Outcome same = run({"train", "--resume", ckpt, "--steps", "4", "--save", ckpt});
+  ASSERT_EQ(same.code, 0) << same.out << same.err;
+  EXPECT_NE(same.out.find(note), std::string::npos) << same.out;
+  EXPECT_EQ(same.out.find("warning"), std::string::npos) << same.out;
+
+  d.write("my.txt", text + "An edit.\n");
+  const Outcome edited = run({"train", "--resume", ckpt, "--steps", "5", "--save", ckpt});
+  ASSERT_EQ(edited.code, 0) << edited.out << edited.err;
+  EXPECT_NE(edited.out.find("warning: text file '" + abs_text + "' has changed since checkpoint '" + ckpt +
+                            "' was saved (fingerprint " + fnv1a64(text) + " then, " + fnv1a64(text + "An edit.\n") +
+                            " now)"),
+            std::string::npos)
+      << edited.out;
+
+  fs::rename(abs_text, d.file("moved.txt"));
+  const Outcome gone = run({"train", "--resume", ckpt, "--steps", "6", "--save", ckpt});
+  EXPECT_EQ(gone.code, 1) << gone.out << gone.err;
+  EXPECT_NE(gone.err.find("cannot read text file '" + abs_text + "': no such file; the path comes from checkpoint '" +
+                          ckpt + "'"),
+            std::string::npos)
+      << gone.err;
+  EXPECT_NE(gone.err.find("give --text FILE"), std::string::npos) << gone.err;
+  EXPECT_EQ(load_checkpoint(ckpt).step, 5u);
+  const Outcome moved = run({"train", "--resume", ckpt, "--steps", "6", "--save", ckpt, "--text", d.file("moved.txt")});
+  ASSERT_EQ(moved.code, 0) << moved.out << moved.err;
+  EXPECT_EQ(moved.out.find("comes from the checkpoint"), std::string::npos) << moved.out;
+  EXPECT_NE(moved.out.find("note: the checkpoint was trained on '" + abs_text + "'; continuing on '" +
+                           d.file("moved.txt") + "'"),
+            std::string::npos)
+      << moved.out;
+
+  // A checkpoint of before: the path as typed, and none of the newer keys.
+  Checkpoint old = load_checkpoint(ckpt);
+  old.extra["train"] = R"({"seed":1,"lr":0.001,"beta1":0.9,"beta2":0.999,"eps":1e-08,"weight_decay":0.01,)"
+                       R"("text":"my.txt"})";
+  save_checkpoint(d.file("old.st"), old);
+  const Outcome rel = run({"train", "--resume", d.file("old.st"), "--steps", "7"});
+  EXPECT_EQ(rel.code, 1) << rel.out << rel.err;
+  EXPECT_NE(rel.err.find("cannot read text file 'my.txt': no such file; the path comes from checkpoint '" +
+                         d.file("old.st") + "' (relative to the directory that run started in)"),
+            std::string::npos)
+      << rel.err;
+  const Outcome given = run({"train", "--resume", d.file("old.st"), "--steps", "7", "--text", d.file("moved.txt"),
+                             "--save", d.file("new.st")});
+  ASSERT_EQ(given.code, 0) << given.out << given.err;
+  EXPECT_EQ(load_checkpoint(d.file("new.st")).step, 7u);
+}
+
+// Item 6: precision, fused attention, clipping, the schedule and the held-out
+// share come back from the checkpoint: a bf16, fused-attention, clipped,
+// warmed-up run without validation stopped at step 3 and resumed without those
+// options has the losses of the whole run, bit for bit. Given again with
+// another value, each is used and noted.
+TEST(Cli, ResumeRestoresTheSettingsThatChangeTheMath) {
+  NEED_BINARY();
+  TempDir d;
+  const std::vector<std::string> math = {"--precision", "bf16", "--fused-attention", "--clip-grad-norm", "0.3",
+                                         "--warmup-steps", "5", "--lr", "0.004"};
+  std::vector<std::string> whole = {"--steps", "6", "--log", d.file("whole.csv")}, first = {"--steps", "3", "--save",
+                                                                                            d.file("c.st")};
+  whole.insert(whole.end(), math.begin(), math.end());
+  first.insert(first.end(), math.begin(), math.end());
+  ASSERT_EQ(train_small(whole).code, 0);
+  ASSERT_EQ(train_small(first).code, 0);
+  const std::string meta = load_checkpoint(d.file("c.st")).extra.at("train");
+  EXPECT_NE(meta.find("\"precision\":\"bf16\""), std::string::npos) << meta;
+  EXPECT_NE(meta.find("\"fused_attention\":true"), std::string::npos) << meta;
+
+  const Outcome rest = run({"train", "--resume", d.file("c.st"), "--steps", "6", "--log", d.file("rest.csv")});
+  ASSERT_EQ(rest.code, 0) << rest.out << rest.err;
+  EXPECT_NE(rest.out.find("lr 0.004, warmup 5 steps, gradients clipped to norm 0.3; precision bf16"), std::string::npos)
+      << rest.out;
+  EXPECT_NE(rest.out.find(", fused attention"), std::string::npos) << rest.out;
+  EXPECT_EQ(rest.out.find("note:"), std::string::npos) << rest.out;
+  EXPECT_EQ(rest.out.find("val loss"), std::string::npos) << "--val-fraction 0 was not restored\n" << rest.out;
+  const std::vector<std::string> a = losses_of(d.file("whole.csv")), b = losses_of(d.file("rest.csv"));
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) EXPECT_EQ(a[k + 3], b[k]) << "step,loss of the whole run vs the resumed one";
+
+  // Given again with other values: used, each with a note; the losses differ.
+  const Outcome changed = run({"train", "--resume", d.file("c.st"), "--steps", "6", "--precision", "f32",
+                               "--no-fused-attention", "--clip-grad-norm", "0.5", "--warmup-steps", "0", "--log",
+                               d.file("changed.csv")});
+  ASSERT_EQ(changed.code, 0) << changed.out << changed.err;
+  for (const char* n : {"note: the checkpoint was trained with --precision bf16; continuing with --precision f32 as given",
+                        "note: the checkpoint was trained with --fused-attention; continuing with --no-fused-attention "
+                        "as given",
+                        "note: the checkpoint was trained with --clip-grad-norm 0.3; continuing with --clip-grad-norm "
+                        "0.5 as given",
+                        "note: the checkpoint was trained with --warmup-steps 5; continuing with --warmup-steps 0 as "
+                        "given"})
+    EXPECT_NE(changed.out.find(n), std::string::npos) << n << "\n" << changed.out;
+  EXPECT_EQ(changed.out.find("; precision bf16 ("), std::string::npos) << changed.out;
+  EXPECT_EQ(changed.out.find("fused attention\n"), std::string::npos) << changed.out;
+  const std::vector<std::string> c = losses_of(d.file("changed.csv"));
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_NE(c[1], b[1]) << "another precision and clip gave the same loss";
+  // The same value given again: no note.
+  const Outcome again =
+      run({"train", "--resume", d.file("c.st"), "--steps", "6", "--precision", "bf16", "--val-fraction", "0"});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(again.out.find("note:"), std::string::npos) << again.out;
+}
+
+// The CLI's contract: every numeric option is checked when parsed, NaN and
+// the infinities included, with a readable range; integers are integers;
+// empty paths are refused; a directory for --out is exit 2.
+TEST(Cli, NumbersAndPathsAreCheckedWhenParsed) {
+  NEED_BINARY();
+  TempDir d;
+  const std::string ckpt = d.file("c.st");
+  ASSERT_EQ(train_small({"--steps", "1", "--save", ckpt}).code, 0);
+  // Every numeric option of every subcommand, after what it needs first.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> numeric = {
+      {{"train"}, "--steps"},          {{"train"}, "--save-every"},       {{"train"}, "--lr"},
+      {{"train"}, "--warmup-steps"},   {{"train"}, "--min-lr"},           {{"train"}, "--dp-timeout"},
+      {{"train"}, "--dp-bucket-mib"},  {{"train"}, "--clip-grad-norm"},   {{"train"}, "--val-fraction"},
+      {{"train"}, "--eval-every"},     {{"train"}, "--eval-batches"},     {{"train"}, "--print-every"},
+      {{"train"}, "--seed"},           {{"train"}, "--layers"},           {{"train"}, "--d-model"},
+      {{"train"}, "--heads"},          {{"train"}, "--context"},          {{"train"}, "--d-ff"},
+      {{"train"}, "--batch"},          {{"train"}, "--seq"},              {{"sample", "--checkpoint", ckpt}, "--tokens"},
+      {{"sample", "--checkpoint", ckpt}, "--temperature"},                {{"sample", "--checkpoint", ckpt}, "--seed"},
+      {{"sample", "--checkpoint", ckpt}, "--window"},                     {{"bench"}, "--steps"},
+      {{"bench"}, "--warmup"},         {{"bench"}, "--seed"},             {{"show"}, "--data-parallel"},
+      {{"show"}, "--layers"},          {{"export", "--out", d.file("x.mlir")}, "--data-parallel"},
+      {{"export", "--out", d.file("x.mlir")}, "--batch"},
+  };
+  // Each option: NaN, and one of the infinities (alternately) or a value past
+  // a double's range. The commands run side by side: they end at parsing.
+  const char* const large[] = {"inf", "-inf", "1e400"};
+  std::vector<std::vector<std::string>> commands;
+  for (size_t i = 0; i < numeric.size(); ++i)
+    for (const std::string& bad : {std::string("nan"), std::string(large[i % 3])}) {
+      commands.push_back(numeric[i].first);
+      commands.back().insert(commands.back().end(), {numeric[i].second, bad});
+    }
+  const std::vector<Outcome> outcomes = run_all(commands);
+  for (size_t i = 0; i < commands.size(); ++i) {
+    const std::string& option = commands[i][commands[i].size() - 2];
+    const std::string& bad = commands[i].back();
+    const Outcome& r = outcomes[i];
+    EXPECT_EQ(r.code, 2) << commands[i][0] << " " << option << " " << bad << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(option + ": '" + bad + "' is not"), std::string::npos)
+        << commands[i][0] << " " << option << " " << bad << "\n" << r.err;
+  }
+  EXPECT_FALSE(fs::exists(d.file("x.mlir")));
+
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"train", "--steps", "1e3"}, "--steps: '1e3' is not an integer; give a whole number in [1, 100000000]"},
+      {{"train", "--steps", "2.5"}, "--steps: '2.5' is not an integer"},
+      {{"train", "--steps", "0x10"}, "--steps: '0x10' is not an integer"},
+      {{"train", "--steps", "99999999999999999999"}, "--steps: '99999999999999999999' is not in [1, 100000000]"},
+      {{"train", "--clip-grad-norm", "-1"}, "--clip-grad-norm: '-1' is not in [0, 1e+30]"},
+      {{"train", "--dp-timeout", "nan"}, "--dp-timeout: 'nan' is not a finite number; give one in [0.1, 86400]"},
+      {{"train", "--dp-bucket-mib", "-inf"}, "--dp-bucket-mib: '-inf' is not a finite number; give one in [0, 1e+06]"},
+      {{"train", "--save", ""}, "--save: an empty path; give a file name"},
+      {{"train", "--log", ""}, "--log: an empty path"},
+      {{"train", "--plot", ""}, "--plot: an empty path"},
+      {{"train", "--text", ""}, "--text: an empty path"},
+      {{"train", "--resume", ""}, "--resume: an empty path"},
+      {{"sample", "--checkpoint", ""}, "--checkpoint: an empty path"},
+      {{"bench", "--text", ""}, "--text: an empty path"},
+      {{"export", "--out", ""}, "--out: an empty path"},
+      {{"export", "--out", d.path.string()}, "--out: '" + d.path.string() + "' is a directory; give a file name"},
+      {{"export", "--out", d.file("sub/")}, "--out: '" + d.file("sub/") + "' names a directory"},
+      {{"train", "--save", d.file("sub/")}, "--save: '" + d.file("sub/") + "' names a directory"},
+  };
+  for (const Case& c : cases) {
+    std::string line;
+    for (const std::string& a : c.args) line += " '" + a + "'";
+    const Outcome r = run(c.args);
+    EXPECT_EQ(r.code, 2) << "capstep" << line << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << "capstep" << line << "\nstderr: " << r.err;
+    EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << "capstep" << line << " trained";
+  }
+  EXPECT_EQ(run({"train", "--clip-grad-norm", "-1"}).err.find("1000000000000000019884624838656"), std::string::npos);
+  // A seed too: 010 is the seed 10 (the header line prints it).
+  const Outcome seed = train_small({"--steps", "1", "--seed", "010"});
+  ASSERT_EQ(seed.code, 0) << seed.err;
+  EXPECT_NE(seed.out.find("; seed 10; "), std::string::npos) << seed.out;
+  // A decimal with leading zeros is decimal (CLI11 alone reads 010 as octal 8).
+  const Outcome ten = train_small({"--steps", "010", "--log", d.file("ten.csv")});
+  ASSERT_EQ(ten.code, 0) << ten.err;
+  EXPECT_EQ(lines_of(slurp(d.file("ten.csv"))).size(), 11u);
+  // Nothing was saved anywhere by the refused runs.
+  EXPECT_EQ(std::distance(fs::directory_iterator(d.path), fs::directory_iterator()), 2) << "c.st and ten.csv only";
+}
+
+// export --out - writes the program to standard output (the summary to
+// standard error), the same bytes as --out FILE, and no file named '-'.
+TEST(Cli, ExportToStandardOutput) {
+  NEED_BINARY();
+  TempDir d;
+  InDirectory in(d.path);
+  const Outcome f = run({"export", "--layers", "1", "--out", d.file("f.mlir")});
+  ASSERT_EQ(f.code, 0) << f.err;
+  const Outcome s = run({"export", "--layers", "1", "--out", "-"});
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_EQ(s.out, slurp(d.file("f.mlir")));
+  EXPECT_EQ(s.out.rfind("module @capstep", 0), 0u);
+  EXPECT_NE(s.err.find("wrote standard output (" + std::to_string(s.out.size()) + " bytes)"), std::string::npos) << s.err;
+  EXPECT_FALSE(fs::exists(d.path / "-"));
+}
+
+// "the loss is NaN" once (on stderr, with the exit code 1), not also on stdout.
+TEST(Cli, NonFiniteLossIsReportedOnce) {
+  NEED_BINARY();
+  const Outcome r = train_small({"--steps", "50", "--lr", "1e10"});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_EQ(count_of(r.out + r.err, "training stopped"), 1u) << r.out << r.err;
+  EXPECT_NE(r.err.find("capstep train: step "), std::string::npos) << r.err;
+}
+
+namespace {
+
+// Runs capstep with its standard output on a pseudo-terminal (as mpirun gives
+// its ranks); returns what it wrote there, *code its exit code.
+std::string run_on_terminal(const std::vector<std::string>& args, int* code) {
+  const int master = posix_openpt(O_RDWR | O_NOCTTY);
+  if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0) throw std::runtime_error("no pseudo-terminal");
+  TempDir io;
+  const pid_t pid = spawn(args, ptsname(master), io.file("err"));
+  std::string got;
+  char buf[4096];
+  int status = 0;
+  bool done = false;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!done) {
+    pollfd p{master, POLLIN, 0};
+    if (poll(&p, 1, 10) > 0 && (p.revents & POLLIN)) {
+      const ssize_t n = read(master, buf, sizeof buf);
+      if (n > 0) {
+        got.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+    }
+    done = waitpid(pid, &status, WNOHANG) == pid;
+    if (!done && std::chrono::steady_clock::now() > end) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      done = true;
+    }
+  }
+  for (pollfd p{master, POLLIN, 0}; poll(&p, 1, 0) > 0 && (p.revents & POLLIN);) {
+    const ssize_t n = read(master, buf, sizeof buf);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  close(master);
+  *code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return got;
+}
+
+}  // namespace
+
+// On a terminal the bar redraws in place ("\r\e[K"); --no-progress gives the
+// plain log lines instead, as with a redirected output.
+TEST(Cli, NoProgressGivesPlainLinesOnATerminal) {
+  NEED_BINARY();
+  if (const int probe = posix_openpt(O_RDWR | O_NOCTTY); probe < 0) GTEST_SKIP() << "no pseudo-terminals here";
+  else close(probe);
+  std::vector<std::string> args = {"train", "--steps", "5"};
+  args.insert(args.end(), kSmall.begin(), kSmall.end());
+  int code = -1;
+  const std::string bar = run_on_terminal(args, &code);
+  ASSERT_EQ(code, 0) << bar;
+  EXPECT_NE(bar.find("\r\033[Kstep 5/5 ["), std::string::npos) << bar;
+  args.push_back("--no-progress");
+  const std::string plain = run_on_terminal(args, &code);
+  ASSERT_EQ(code, 0) << plain;
+  EXPECT_EQ(plain.find("\033[K"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("step 1/5  loss "), std::string::npos) << plain;
+  EXPECT_NE(plain.find("step 5/5  loss "), std::string::npos) << plain;
 }

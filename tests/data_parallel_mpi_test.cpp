@@ -11,6 +11,8 @@
 //     saying so; in both cases the last checkpoint still loads;
 //   - several ranks on a GPU lane: refused without NCCL in the build; with it
 //     and no GPU, the ranks fall back to the host lane.
+//   - under mpirun, whose ranks write to a pseudo-terminal, --no-progress
+//     keeps a redirected log free of the bar's redraws.
 // Skipped by name when capstep was built without MPI (CMake did not find it).
 #include <gtest/gtest.h>
 
@@ -361,4 +363,25 @@ TEST(DataParallelCli, ExportWritesTheStepWithAllReduce) {
   ASSERT_NE(at, std::string::npos);
   const std::string results = text.substr(text.rfind('\n', at) + 1, at - text.rfind('\n', at) - 1);
   EXPECT_EQ(std::count(results.begin(), results.end(), '%'), static_cast<long>(names.size()) + 1) << results;
+}
+
+// Issue 26: mpirun gives every rank a pseudo-terminal even when its own output
+// goes to a file, so the progress bar's "\r\e[K" redraws filled such logs.
+// --no-progress gives the plain log lines; without it rank 0 alone draws the
+// bar (the other ranks print nothing).
+TEST(DataParallelMpi, NoProgressKeepsARedirectedLogPlain) {
+  NEED_MPI();
+  const Outcome bar = run(2, {"--steps", "30", "--batch", "2", "--val-fraction", "0"});
+  ASSERT_EQ(bar.code, 0) << bar.err;
+  if (bar.out.find("\033[K") == std::string::npos)
+    GTEST_SKIP() << "this mpirun gives its ranks no terminal: no bar to turn off";
+  size_t headers = 0;
+  for (size_t at = bar.out.find("A 2-layer causal LM"); at != std::string::npos; at = bar.out.find("A 2-layer", at + 1))
+    ++headers;
+  EXPECT_EQ(headers, 1u) << "rank 1 printed too:\n" << bar.out;
+  const Outcome plain = run(2, {"--steps", "30", "--batch", "2", "--val-fraction", "0", "--no-progress"});
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("\033[K"), std::string::npos) << plain.out;
+  EXPECT_NE(plain.out.find("step 1/30  loss "), std::string::npos) << plain.out;
+  EXPECT_NE(plain.out.find("step 30/30  loss "), std::string::npos) << plain.out;
 }

@@ -58,16 +58,26 @@ int run_show(const ShowArgs& a) {
 
 int run_export(const ExportArgs& a) {
   if (a.program == "forward") throw UsageError("--program: export takes grad or fused");
+  // "-": the program on standard output and the summary on standard error, so
+  // that `capstep export --out - | tool` reads the program alone.
+  const bool to_stdout = a.out == "-";
+  if (!to_stdout) check_output("--out", a.out);
   const nn::LmConfig c = a.model.checked();
   const int replicas = a.data_parallel;
   const std::string text =
       to_stablehlo(model_program(c, a.program, a.precision, a.fused_attention, replicas), "capstep", std::max(replicas, 1));
-  write_file_atomically(a.out, text);
-  std::cout << "wrote " << a.out << " (" << text.size() << " bytes): the " << a.program
-            << (a.precision == optim::Precision::bf16 ? " bf16 mixed-precision" : "") << " program of \""
-            << c.describe() << "\" as StableHLO";
-  if (replicas > 0) std::cout << ", data-parallel over " << replicas << " replicas (batch " << c.batch << " each)";
-  std::cout << "\n";
+  if (to_stdout) {
+    std::cout << text << std::flush;
+    if (!std::cout) throw Error("--out -: cannot write to standard output");
+  } else {
+    write_file_atomically(a.out, text);
+  }
+  std::ostream& say = to_stdout ? std::cerr : std::cout;
+  say << "wrote " << (to_stdout ? "standard output" : a.out) << " (" << text.size() << " bytes): the " << a.program
+      << (a.precision == optim::Precision::bf16 ? " bf16 mixed-precision" : "") << " program of \"" << c.describe()
+      << "\" as StableHLO";
+  if (replicas > 0) say << ", data-parallel over " << replicas << " replicas (batch " << c.batch << " each)";
+  say << "\n";
   return kOk;
 }
 

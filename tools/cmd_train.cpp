@@ -23,9 +23,25 @@
 namespace capstep::cli {
 namespace {
 
+// "%g" of a number, for notes.
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
+// A setting the checkpoint records and the user gave again with another
+// value: the given value wins, and a note says so (never silently).
+void note_changed(const std::string& saved, const std::string& now) {
+  if (saved != now)
+    std::cout << "note: the checkpoint was trained with " << saved << "; continuing with " << now << " as given\n";
+}
+
 // With --resume the checkpoint says which model it is, and by default which
-// seed, AdamW settings, lr schedule, clipping limit and text it was trained
-// with: the continuation then matches an uninterrupted run.
+// seed, AdamW settings, lr schedule, clipping limit, precision, attention,
+// validation share and text it was trained with: the continuation then
+// matches an uninterrupted run. A different model is an error; another value
+// of any other setting given on the command line wins, with a note.
 void adopt_checkpoint(TrainArgs& a) {
   train::Options& o = a.opts;
   const train::TrainMeta meta = train::parse_meta(load_checkpoint(o.resume_path));
@@ -35,32 +51,88 @@ void adopt_checkpoint(TrainArgs& a) {
                      "\"; leave the model options out to continue it");
   o.model = meta.model;
   if (!meta.has_train) return;
-  if (!a.seed_given) o.seed = meta.seed;
+  if (a.seed_given) note_changed("--seed " + std::to_string(meta.seed), "--seed " + std::to_string(o.seed));
+  else o.seed = meta.seed;
   const double lr = o.adamw.lr;
   o.adamw = meta.adamw;
-  if (a.lr_given) o.adamw.lr = lr;
+  if (a.lr_given) {
+    o.adamw.lr = lr;
+    note_changed("--lr " + num(meta.adamw.lr), "--lr " + num(lr));
+  }
   if (meta.has_schedule) {
-    if (!a.schedule_given) o.schedule.kind = meta.schedule.kind;
-    if (!a.warmup_given) o.schedule.warmup_steps = meta.schedule.warmup_steps;
-    if (!a.min_lr_given) o.schedule.min_lr = meta.schedule.min_lr;
-    if (!a.clip_given) o.clip_grad_norm = meta.clip_grad_norm;
+    const char* saved_kind = train::schedule_name(meta.schedule.kind);
+    if (a.schedule_given)
+      note_changed(std::string("--schedule ") + saved_kind, std::string("--schedule ") + train::schedule_name(o.schedule.kind));
+    else o.schedule.kind = meta.schedule.kind;
+    if (a.warmup_given)
+      note_changed("--warmup-steps " + std::to_string(meta.schedule.warmup_steps),
+                   "--warmup-steps " + std::to_string(o.schedule.warmup_steps));
+    else o.schedule.warmup_steps = meta.schedule.warmup_steps;
+    if (a.min_lr_given) note_changed("--min-lr " + num(meta.schedule.min_lr), "--min-lr " + num(o.schedule.min_lr));
+    else o.schedule.min_lr = meta.schedule.min_lr;
+    if (a.clip_given)
+      note_changed("--clip-grad-norm " + num(meta.clip_grad_norm), "--clip-grad-norm " + num(o.clip_grad_norm));
+    else o.clip_grad_norm = meta.clip_grad_norm;
     if (o.schedule.kind == train::Schedule::cosine && meta.schedule.kind == train::Schedule::cosine &&
         o.steps != meta.steps)
       std::cout << "note: the checkpoint's cosine schedule ends at step " << meta.steps << "; it now ends at step "
                 << o.steps << " (--steps)\n";
   }
-  if (!a.text_given && meta.text != "builtin") o.text_path = meta.text;
-  if (a.text_given && meta.text != o.text_path)
+  if (meta.precision) {
+    const std::string saved = std::string("--precision ") + optim::precision_name(*meta.precision);
+    if (a.precision_given) note_changed(saved, std::string("--precision ") + optim::precision_name(o.precision));
+    else o.precision = *meta.precision;
+  }
+  if (meta.fused_attention) {
+    auto flag = [](bool on) { return std::string(on ? "--fused-attention" : "--no-fused-attention"); };
+    if (a.fused_attention_given) note_changed(flag(*meta.fused_attention), flag(o.fused_attention));
+    else o.fused_attention = *meta.fused_attention;
+  }
+  // The held-out share decides which tokens the training batches come from.
+  if (meta.val_fraction) {
+    if (a.val_fraction_given)
+      note_changed("--val-fraction " + num(*meta.val_fraction), "--val-fraction " + num(o.val_fraction));
+    else o.val_fraction = *meta.val_fraction;
+  }
+  // The text: the checkpoint's (an absolute path; older checkpoints hold it as
+  // typed, relative to the directory the run was started in) unless --text.
+  if (!a.text_given && meta.text != "builtin") {
+    o.text_path = meta.text;
+    std::cout << "note: the text path '" << meta.text << "' comes from the checkpoint; --text overrides it\n";
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(meta.text, ec)) {
+      const bool relative = std::filesystem::path(meta.text).is_relative();
+      throw Error("cannot read text file '" + meta.text + "': " +
+                  (std::filesystem::exists(meta.text, ec) ? "not a regular file" : "no such file") +
+                  "; the path comes from checkpoint '" + o.resume_path + "'" +
+                  (relative ? " (relative to the directory that run started in)" : "") +
+                  "; give --text FILE to train on it where it is now");
+    }
+  }
+  if (a.text_given && meta.text != train::absolute_path(o.text_path) && meta.text != o.text_path)
     std::cout << "note: the checkpoint was trained on " << (meta.text == "builtin" ? "the built-in corpus" : "'" + meta.text + "'")
               << "; continuing on '" << o.text_path << "'\n";
 }
 
-// Ctrl-C: finish the step, save it (with --save), write the log and the
-// plot, exit 130. A second Ctrl-C kills at once (the default action).
-volatile std::sig_atomic_t g_interrupted = 0;
-void on_sigint(int) {
-  g_interrupted = 1;
+// Ctrl-C, SIGTERM (schedulers, containers, kill) and SIGHUP (a closed
+// terminal): finish the step, save it (with --save), write the log and the
+// plot, exit 128 + the signal's number. A second one of them ends the process
+// at once (the default action, restored by the first).
+volatile std::sig_atomic_t g_signal = 0;
+void on_stop_signal(int sig) {
+  g_signal = sig;
   signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGHUP, SIG_DFL);
+}
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+  }
+  return "a signal";
 }
 
 // With --clip-grad-norm a last column, grad_norm: the norm before clipping.
@@ -91,22 +163,36 @@ void write_csv(const std::string& path, const std::vector<train::StepInfo>& step
   write_file_atomically(path, text);
 }
 
-// Before any training: a run must not end in a file that cannot be written.
-// A directory is a wrong value (exit 2); a directory that is missing or takes
-// no new file is the machine's state (exit 1).
+}  // namespace
+
+// Whether two paths name one file: the same absolute path, or (both
+// existing) the same inode, as through a link.
+static bool same_file(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return false;
+  if (train::absolute_path(a) == train::absolute_path(b)) return true;
+  std::error_code ec;
+  return std::filesystem::equivalent(a, b, ec) && !ec;
+}
+
+// A directory, or a name that ends in '/', is a wrong value (exit 2); a
+// directory that is missing or takes no new file is the machine's state
+// (exit 1).
 void check_output(const char* option, const std::string& path) {
   if (path.empty()) return;
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw UsageError(std::string(option) + ": '" + path + "' is a directory; give a file name");
+  if (path.back() == '/')
+    throw UsageError(std::string(option) + ": '" + path + "' names a directory; give a file name");
+  if (path == "-")
+    throw UsageError(std::string(option) + ": '-' would be a file named '-' (only export --out - writes to standard "
+                     "output); give a file name");
   try {
     check_writable(path);
   } catch (const Error& e) {
     throw Error(std::string(option) + ": " + e.what());
   }
 }
-
-}  // namespace
 
 int run_train(TrainArgs a) {
   train::Options& o = a.opts;
@@ -137,6 +223,10 @@ int run_train(TrainArgs a) {
     throw Error("--data-parallel needs MPI, and this capstep was built without it (Debian: apt-get install "
                 "libopenmpi-dev openmpi-bin, or run scripts/install-deps, then rebuild)");
 #endif
+  int rank = 0;
+#ifdef CAPSTEP_HAVE_MPI
+  if (comm) rank = comm->rank();
+#endif
   o.lane = train::parse_lane(a.lane);
   if (o.save_every > 0 && o.save_path.empty()) throw UsageError("--save-every needs --save FILE");
   if (!a.plot.empty() && plot_format(a.plot).empty())
@@ -148,6 +238,36 @@ int run_train(TrainArgs a) {
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
+  // Two outputs in one file, or an output written over the text or the
+  // checkpoint the run reads, would lose one of them.
+  const std::pair<const char*, const std::string*> outputs[] = {{"--save", &o.save_path}, {"--log", &a.log_csv},
+                                                                {"--plot", &a.plot}};
+  for (size_t i = 0; i < std::size(outputs); ++i) {
+    for (size_t j = 0; j < i; ++j)
+      if (same_file(*outputs[i].second, *outputs[j].second))
+        throw UsageError(std::string(outputs[i].first) + ": '" + *outputs[i].second + "' is also the " +
+                         outputs[j].first + " file; give each output its own file");
+    if (same_file(*outputs[i].second, o.text_path))
+      throw UsageError(std::string(outputs[i].first) + ": '" + *outputs[i].second +
+                       "' is the text the run trains on; give another file name");
+    if (i > 0 && same_file(*outputs[i].second, o.resume_path))
+      throw UsageError(std::string(outputs[i].first) + ": '" + *outputs[i].second +
+                       "' is the checkpoint the run resumes; give another file name");
+  }
+  // A fresh run must not replace a checkpoint at its first save: only the
+  // run that continues it (--resume of the same file), or --overwrite.
+  std::error_code ec;
+  if (!o.save_path.empty() && !a.overwrite && std::filesystem::exists(o.save_path, ec) &&
+      !std::filesystem::is_directory(o.save_path, ec) &&
+      (o.resume_path.empty() || !std::filesystem::equivalent(o.save_path, o.resume_path, ec))) {
+    std::string what = "a file";
+    try {
+      what = "a checkpoint at step " + std::to_string(load_checkpoint(o.save_path).step);
+    } catch (const std::exception&) {
+    }
+    throw UsageError("--save: '" + o.save_path + "' exists (" + what +
+                     "); use --resume to continue it, or --overwrite to replace it");
+  }
   // Fail before training, not after it, when a result cannot be written.
   check_output("--save", o.save_path);
   check_output("--log", a.log_csv);
@@ -155,7 +275,10 @@ int run_train(TrainArgs a) {
   if (!a.plot.empty() && find_gnuplot().empty())
     throw Error("--plot draws with gnuplot, which is not on PATH (Debian: apt-get install gnuplot-nox)");
 
-  const bool terminal = isatty(STDOUT_FILENO);
+  // The bar redraws in place with \r and "erase line": only on rank 0 and a
+  // terminal, and not with --no-progress (mpirun gives every rank a pty even
+  // when its own output goes to a file).
+  const bool terminal = !a.no_progress && rank == 0 && isatty(STDOUT_FILENO);
   Progress progress(stdout, terminal, a.print_every);
   std::vector<train::StepInfo> log;
   log.reserve(static_cast<size_t>(o.steps));
@@ -170,8 +293,8 @@ int run_train(TrainArgs a) {
     }
   };
   o.on_message = [&](const std::string& m) { progress.message(m); };
-  o.should_stop = [] { return g_interrupted != 0; };
-  signal(SIGINT, on_sigint);
+  o.should_stop = [] { return g_signal != 0; };
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, on_stop_signal);
 
   std::printf("%s\n", o.model.describe().c_str());
   std::printf("lane %s; text: %s; seed %llu; lr %g", train::lane_name(o.lane),
@@ -237,7 +360,12 @@ int run_train(TrainArgs a) {
     std::cerr << "capstep train: " << r.stopped << '\n';
     return kFailed;
   }
-  return r.interrupted ? 128 + SIGINT : kOk;
+  if (!r.interrupted) return kOk;
+  // A rank of a data-parallel run may stop because another rank got the signal.
+  const int sig = g_signal != 0 ? static_cast<int>(g_signal) : SIGINT;
+  if (g_signal != 0)
+    std::cerr << "capstep train: " << signal_name(sig) << ": stopped after step " << r.last_step << '\n';
+  return 128 + sig;
 }
 
 }  // namespace capstep::cli

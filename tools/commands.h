@@ -37,6 +37,9 @@ struct TrainArgs {
   std::string lane = "host";
   bool seed_given = false, lr_given = false, text_given = false;
   bool warmup_given = false, schedule_given = false, min_lr_given = false, clip_given = false;
+  bool precision_given = false, fused_attention_given = false, val_fraction_given = false;
+  bool overwrite = false;             // --overwrite: --save may replace an existing file
+  bool no_progress = false;           // --no-progress: plain log lines even on a terminal
   std::string log_csv;                // --log
   std::string plot;                   // --plot (.svg or .png)
   int64_t print_every = 0;            // plain log lines: 0 picks about twenty a run
@@ -71,6 +74,11 @@ struct ExportArgs {
   bool fused_attention = false;       // fuse_attention on the loss program
   int data_parallel = 0;              // --data-parallel N: the step with all_reduce, for N replicas (0: none)
 };
+
+// Before any work: an output file that cannot be written fails now, not
+// after a run. A directory where a file is needed is a UsageError; a missing
+// or read-only directory an Error, each naming `option`.
+void check_output(const char* option, const std::string& path);
 
 int run_train(TrainArgs a);
 int run_sample(const SampleArgs& a);

@@ -18,37 +18,16 @@
 namespace capstep::cli {
 namespace {
 
-void add_model_options(CLI::App* c, ModelArgs& m) {
-  nn::LmConfig& k = m.config;
-  auto mark = [&m](CLI::Option* o) { o->each([&m](const std::string&) { m.given = true; }); };
-  mark(c->add_option("--layers", k.n_layers, "transformer blocks")->capture_default_str()->check(CLI::Range(1, 256)));
-  mark(c->add_option("--d-model", k.d_model, "width of the residual stream")->capture_default_str()->check(CLI::Range(1, 16384)));
-  mark(c->add_option("--heads", k.n_heads, "attention heads (must divide --d-model)")->capture_default_str()->check(CLI::Range(1, 16384)));
-  mark(c->add_option("--context", k.context, "rows of the positional table: the longest sequence")
-           ->capture_default_str()->check(CLI::Range(1, 65536)));
-  mark(c->add_option("--d-ff", k.d_ff, "feed-forward width")->capture_default_str()->check(CLI::Range(1, 65536)));
-  mark(c->add_option("--batch", k.batch, "sequences per batch")->capture_default_str()->check(CLI::Range(1, 65536)));
-  mark(c->add_option("--seq", k.seq, "tokens per sequence (at most --context)")->capture_default_str()->check(CLI::Range(1, 65536)));
-}
-
-// --precision f32|bf16 (optim::Precision): bf16 runs the step from
-// optim::mixed_precision_bf16, on the host and GPU lanes.
-void add_precision_option(CLI::App* c, optim::Precision& p) {
-  c->add_option_function<std::string>(
-       "--precision", [&p](const std::string& s) { p = optim::parse_precision(s); },
-       "f32, or bf16: GEMM operands in bf16 with f32 accumulation, parameters, AdamW and reductions in f32 "
-       "(default f32)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
-}
-
 // A seed: a decimal integer in [0, 2^64). CLI11's own conversion would wrap
-// "-1" to 2^64-1 and clamp 2^64 to it: silently another seed.
+// "-1" to 2^64-1 and clamp 2^64 to it, and read "010" as octal 8: silently
+// another seed. Used with transform(): the value is rewritten as plain decimal.
 const CLI::Validator kSeed(
     [](std::string& s) -> std::string {
       uint64_t v = 0;
       const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
       if (s.empty() || ec != std::errc() || end != s.data() + s.size())
         return "'" + s + "' is not an integer in [0, 18446744073709551615]";
+      s = std::to_string(v);
       return "";
     },
     "UINT64");
@@ -63,6 +42,72 @@ const CLI::Validator kPositiveFinite(
       return "";
     },
     "POSITIVE");
+
+// A whole number in [lo, hi], written in decimal. CLI11's Range says "not in
+// range" for "1e3", and its conversion reads "010" as octal 8 and "0x10" as
+// 16; this validator rewrites the value as plain decimal before CLI11
+// converts it.
+CLI::Validator int_range(int64_t lo, int64_t hi) {
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& s) -> std::string {
+        const char* b = s.data() + (s.size() > 1 && s[0] == '+' ? 1 : 0);
+        int64_t v = 0;
+        const auto [end, ec] = std::from_chars(b, s.data() + s.size(), v);
+        if (s.empty() || end != s.data() + s.size() || ec == std::errc::invalid_argument)
+          return "'" + s + "' is not an integer; give a whole number in " + range;
+        if (ec == std::errc::result_out_of_range || v < lo || v > hi) return "'" + s + "' is not in " + range;
+        s = std::to_string(v);
+        return "";
+      },
+      range);
+}
+
+// A finite number in [lo, hi]: NaN and the infinities are refused (CLI11's
+// Range lets NaN through, every comparison with it being false), and the range
+// is printed as written ("[0, 1e+30]", not 31 digits and six decimals).
+CLI::Validator real_range(double lo, double hi) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "[%g, %g]", lo, hi);
+  const std::string range = buf;
+  return CLI::Validator(
+      [lo, hi, range](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || *end != '\0') return "'" + s + "' is not a number; give one in " + range;
+        if (!std::isfinite(v)) return "'" + s + "' is not a finite number; give one in " + range;
+        if (v < lo || v > hi) return "'" + s + "' is not in " + range;
+        return "";
+      },
+      range);
+}
+
+// A path option: an empty one would silently mean "none".
+const CLI::Validator kNonEmpty(
+    [](std::string& s) -> std::string { return s.empty() ? "an empty path; give a file name" : ""; }, "PATH");
+
+void add_model_options(CLI::App* c, ModelArgs& m) {
+  nn::LmConfig& k = m.config;
+  auto mark = [&m](CLI::Option* o) { o->each([&m](const std::string&) { m.given = true; }); };
+  mark(c->add_option("--layers", k.n_layers, "transformer blocks")->capture_default_str()->transform(int_range(1, 256)));
+  mark(c->add_option("--d-model", k.d_model, "width of the residual stream")->capture_default_str()->transform(int_range(1, 16384)));
+  mark(c->add_option("--heads", k.n_heads, "attention heads (must divide --d-model)")->capture_default_str()->transform(int_range(1, 16384)));
+  mark(c->add_option("--context", k.context, "rows of the positional table: the longest sequence")
+           ->capture_default_str()->transform(int_range(1, 65536)));
+  mark(c->add_option("--d-ff", k.d_ff, "feed-forward width")->capture_default_str()->transform(int_range(1, 65536)));
+  mark(c->add_option("--batch", k.batch, "sequences per batch")->capture_default_str()->transform(int_range(1, 65536)));
+  mark(c->add_option("--seq", k.seq, "tokens per sequence (at most --context)")->capture_default_str()->transform(int_range(1, 65536)));
+}
+
+// --precision f32|bf16 (optim::Precision): bf16 runs the step from
+// optim::mixed_precision_bf16, on the host and GPU lanes.
+CLI::Option* add_precision_option(CLI::App* c, optim::Precision& p) {
+  return c->add_option_function<std::string>(
+       "--precision", [&p](const std::string& s) { p = optim::parse_precision(s); },
+       "f32, or bf16: GEMM operands in bf16 with f32 accumulation, parameters, AdamW and reductions in f32 "
+       "(default f32)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+}
 
 const char* const kFusedAttentionHelp =
     "each layer's causal attention as one attention primitive (fuse_attention): fused forward and backward "
@@ -95,26 +140,36 @@ int main(int argc, char** argv) {
   TrainArgs ta;
   CLI::App* train = app.add_subcommand("train", "train the causal LM (the seed's model by default) on a text");
   train->add_option("--text", ta.opts.text_path, "train on this text file (default: the built-in corpus)")
-      ->check(CLI::ExistingFile)->each([&](const std::string&) { ta.text_given = true; });
+      ->check(kNonEmpty)->check(CLI::ExistingFile)->each([&](const std::string&) { ta.text_given = true; });
   train->add_option("--steps", ta.opts.steps, "train until this step count (a resumed run continues from its step)")
-      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+      ->capture_default_str()->transform(int_range(1, 100000000));
   train->add_option("--lane", ta.lane, "host, gpu (AdamW on the host) or gpu-fused (AdamW in the program)")
       ->capture_default_str()->check(CLI::IsMember({"host", "gpu", "gpu-fused"}));
   train->add_flag("--require-gpu", ta.opts.require_gpu, "fail (exit 1) instead of falling back to the host without a GPU");
   train->add_flag("!--no-tf32", ta.opts.tf32, "full f32 dots on the GPU (TF32 is the default)");
-  add_precision_option(train, ta.opts.precision);
-  train->add_flag("--fused-attention", ta.opts.fused_attention, kFusedAttentionHelp);
-  train->add_option("--save", ta.opts.save_path, "checkpoint file (safetensors), written atomically at the end");
+  CLI::Option* precision = add_precision_option(train, ta.opts.precision);
+  CLI::Option* fused_attention =
+      train->add_flag("--fused-attention,!--no-fused-attention", ta.opts.fused_attention,
+                      std::string(kFusedAttentionHelp) + " (--no-fused-attention: off, as by default, for a --resume)");
+  train->add_option("--save", ta.opts.save_path, "checkpoint file (safetensors), written atomically at the end")
+      ->check(kNonEmpty);
+  train->add_flag("--overwrite", ta.overwrite,
+                  "let --save replace an existing file (a fresh run refuses to, without --resume)");
+  train->add_flag("--no-progress", ta.no_progress,
+                  "no progress bar on a terminal: plain log lines, as when the output is a file (mpirun gives "
+                  "ranks a pty)");
   train->add_option("--save-every", ta.opts.save_every, "also save every K steps (needs --save)")
-      ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
-  train->add_option("--resume", ta.opts.resume_path, "continue from this checkpoint (its model, seed, lr, schedule and clipping by default)")
-      ->check(CLI::ExistingFile);
+      ->transform(int_range(1, 100000000));
+  train->add_option("--resume", ta.opts.resume_path,
+                    "continue from this checkpoint (its model, seed, lr, schedule, clipping, precision, attention, "
+                    "validation share and text by default)")
+      ->check(kNonEmpty)->check(CLI::ExistingFile);
   train->add_option("--seed", ta.opts.seed, "seed of the initial parameters and of the batch order")
-      ->capture_default_str()->check(kSeed)->each([&](const std::string&) { ta.seed_given = true; });
+      ->capture_default_str()->transform(kSeed)->each([&](const std::string&) { ta.seed_given = true; });
   train->add_option("--lr", ta.opts.adamw.lr, "AdamW learning rate")
       ->capture_default_str()->check(kPositiveFinite)->each([&](const std::string&) { ta.lr_given = true; });
   train->add_option("--warmup-steps", ta.opts.schedule.warmup_steps, "raise the lr linearly from 0 over the first W steps")
-      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{100000000}))
+      ->capture_default_str()->transform(int_range(0, 100000000))
       ->each([&](const std::string&) { ta.warmup_given = true; });
   train->add_option_function<std::string>(
            "--schedule",
@@ -125,14 +180,14 @@ int main(int argc, char** argv) {
            "lr after the warmup: constant, or cosine (down to --min-lr at the last step, --steps); default constant")
       ->check(CLI::IsMember({"constant", "cosine"}));
   train->add_option("--min-lr", ta.opts.schedule.min_lr, "the lr the cosine schedule ends at (at most --lr)")
-      ->capture_default_str()->check(CLI::Range(0.0, 1e30))
+      ->capture_default_str()->check(real_range(0.0, 1e30))
       ->each([&](const std::string&) { ta.min_lr_given = true; });
   train->add_flag("--data-parallel", ta.data_parallel,
                   "one replica per MPI rank (start with mpirun -np R): --batch is each rank's, the global batch R times "
                   "it; gradients and loss averaged by all_reduce; rank 0 prints and saves");
   train->add_option("--dp-timeout", ta.dp_timeout,
                     "with --data-parallel: seconds one all_reduce waits for the other ranks before stopping the run")
-      ->capture_default_str()->check(CLI::Range(0.1, 86400.0));
+      ->capture_default_str()->check(real_range(0.1, 86400.0));
   train->add_option_function<std::string>(
            "--dp-pack", [&](const std::string& s) { ta.opts.dp_pack = s == "on"; },
            "with --data-parallel: on: every gradient and the loss in one all-reduce message per step; off: one "
@@ -142,49 +197,56 @@ int main(int argc, char** argv) {
            "--dp-bucket-mib", [&](double m) { ta.opts.dp_bucket_bytes = static_cast<int64_t>(m * 1048576.0); },
            "with --data-parallel and --dp-pack on: pack the values into messages of at most this many MiB (a larger "
            "value alone; 0: one message); default 4")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(real_range(0.0, 1e6));
   train->add_option("--clip-grad-norm", ta.opts.clip_grad_norm,
                     "scale the gradients by min(1, C/norm), norm over all of them, inside the step (0: off)")
-      ->capture_default_str()->check(CLI::Range(0.0, 1e30))
+      ->capture_default_str()->check(real_range(0.0, 1e30))
       ->each([&](const std::string&) { ta.clip_given = true; });
   ta.opts.val_fraction = 0.1;   // the CLI holds out 10% as nanoGPT does; the library default is none
-  train->add_option("--val-fraction", ta.opts.val_fraction,
+  CLI::Option* val_fraction = train->add_option("--val-fraction", ta.opts.val_fraction,
                     "hold out the text's last fraction for a validation loss (0: none)")
-      ->capture_default_str()->check(CLI::Range(0.0, 0.99));
+      ->capture_default_str()->check(real_range(0.0, 0.99));
   train->add_option("--eval-every", ta.opts.eval_every, "validation loss every K steps (0: only at the end)")
-      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{100000000}));
+      ->capture_default_str()->transform(int_range(0, 100000000));
   train->add_option("--eval-batches", ta.opts.eval_batches, "fixed validation batches averaged per evaluation")
-      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{100000}));
-  train->add_option("--log", ta.log_csv, "write the loss and lr of every step to this CSV file");
-  train->add_option("--plot", ta.plot, "draw the loss curve into this .svg or .png file (with gnuplot)");
+      ->capture_default_str()->transform(int_range(1, 100000));
+  train->add_option("--log", ta.log_csv, "write the loss and lr of every step to this CSV file")->check(kNonEmpty);
+  train->add_option("--plot", ta.plot, "draw the loss curve into this .svg or .png file (with gnuplot)")
+      ->check(kNonEmpty);
   train->add_option("--print-every", ta.print_every, "without a terminal: a log line every N steps (default: about 20 a run)")
-      ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+      ->transform(int_range(1, 100000000));
   add_model_options(train, ta.model);
-  train->callback([&] { action = [&] { return run_train(ta); }; });
+  train->callback([&] {
+    ta.precision_given = precision->count() > 0;
+    ta.fused_attention_given = fused_attention->count() > 0;
+    ta.val_fraction_given = val_fraction->count() > 0;
+    action = [&] { return run_train(ta); };
+  });
 
   // ---- sample
   SampleArgs sa;
   CLI::App* sample = app.add_subcommand("sample", "generate text from a checkpoint, on the host");
   sample->add_option("--checkpoint", sa.opts.checkpoint, "a checkpoint written by `capstep train --save`")
-      ->required()->check(CLI::ExistingFile);
+      ->required()->check(kNonEmpty)->check(CLI::ExistingFile);
   sample->add_option("--prompt", sa.opts.prompt, "text to continue (default: the start of a paragraph)");
-  sample->add_option("--tokens", sa.opts.tokens, "characters to generate")->capture_default_str()->check(CLI::Range(0, 1000000));
+  sample->add_option("--tokens", sa.opts.tokens, "characters to generate")->capture_default_str()->transform(int_range(0, 1000000));
   sample->add_option("--temperature", sa.opts.temperature, "softmax temperature; 0 picks the most likely symbol")
-      ->capture_default_str()->check(CLI::Range(0.0, 100.0));
-  sample->add_option("--seed", sa.opts.seed, "seed of the sampler")->capture_default_str()->check(kSeed);
+      ->capture_default_str()->check(real_range(0.0, 100.0));
+  sample->add_option("--seed", sa.opts.seed, "seed of the sampler")->capture_default_str()->transform(kSeed);
   sample->add_option("--window", sa.opts.window, "tokens the model reads (default: its training --seq, at most --context)")
-      ->check(CLI::Range(1, 65536));
+      ->transform(int_range(1, 65536));
   sample->callback([&] { action = [&] { return run_sample(sa); }; });
 
   // ---- bench: the options of examples/training_step_on_device
   BenchArgs ba;
   bool no_tf32 = false;
   CLI::App* bench = app.add_subcommand("bench", "one training step of the seed's model, four ways, each timed");
-  bench->add_option("--steps", ba.opts.steps, "compared and timed steps per lane")->capture_default_str()->check(CLI::Range(1, 1000000));
-  bench->add_option("--warmup", ba.opts.warmup, "untimed warm-up steps per lane")->capture_default_str()->check(CLI::Range(0, 1000));
+  bench->add_option("--steps", ba.opts.steps, "compared and timed steps per lane")->capture_default_str()->transform(int_range(1, 1000000));
+  bench->add_option("--warmup", ba.opts.warmup, "untimed warm-up steps per lane")->capture_default_str()->transform(int_range(0, 1000));
   bench->add_option("--seed", ba.opts.seed, "seed of the initial parameters and the batch order")
-      ->capture_default_str()->check(kSeed);
-  bench->add_option("--text", ba.opts.text_path, "train on this text file instead of the built-in corpus")->check(CLI::ExistingFile);
+      ->capture_default_str()->transform(kSeed);
+  bench->add_option("--text", ba.opts.text_path, "train on this text file instead of the built-in corpus")
+      ->check(kNonEmpty)->check(CLI::ExistingFile);
   bench->add_flag("--no-tf32", no_tf32, "full f32 dots on the GPU (TF32 is the default)");
   bench->add_flag("--json", ba.json, "print one JSON object with every figure");
   add_precision_option(bench, ba.opts.precision);
@@ -218,7 +280,7 @@ int main(int argc, char** argv) {
   show->add_option("--data-parallel", sh.data_parallel,
                    "the data-parallel step for N replicas (grad or fused), then one line: how many all_reduce "
                    "equations and bytes each replica sends into them per step")
-      ->check(CLI::Range(1, 65536));
+      ->transform(int_range(1, 65536));
   add_model_options(show, sh.model);
   show->callback([&] { action = [&] { return run_show(sh); }; });
 
@@ -227,13 +289,13 @@ int main(int argc, char** argv) {
   CLI::App* exp = app.add_subcommand("export", "write a captured program as StableHLO text");
   exp->add_option("--program", ea.program, "grad (loss and gradients) or fused (with AdamW, parameters donated)")
       ->capture_default_str()->check(CLI::IsMember({"grad", "fused"}));
-  exp->add_option("--out", ea.out, "the .mlir file to write")->required();
+  exp->add_option("--out", ea.out, "the .mlir file to write; - writes to standard output")->required()->check(kNonEmpty);
   add_precision_option(exp, ea.precision);
   exp->add_flag("--fused-attention", ea.fused_attention, kFusedAttentionHelp);
   exp->add_option("--data-parallel", ea.data_parallel,
                   "the data-parallel step for N replicas: gradients and loss averaged by stablehlo.all_reduce, "
                   "mhlo.num_replicas = N")
-      ->check(CLI::Range(1, 65536));
+      ->transform(int_range(1, 65536));
   add_model_options(exp, ea.model);
   exp->callback([&] { action = [&] { return run_export(ea); }; });
 

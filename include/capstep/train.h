@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -128,7 +129,7 @@ struct Options {
   std::function<void(const StepInfo&)> on_step;          // progress, each step
   std::function<void(const std::string&)> on_message;    // fallbacks, saves, stops
   // Asked after each step; true ends the run there, with a checkpoint of that
-  // step when save_path is set (Ctrl-C in `capstep train`).
+  // step when save_path is set (Ctrl-C, SIGTERM or SIGHUP in `capstep train`).
   std::function<bool()> should_stop;
 
   void validate() const;                 // Error naming the option out of range
@@ -141,8 +142,9 @@ struct Result {
   std::vector<double> losses;            // one per step of this run (finite ones)
   double seconds = 0;                    // wall time of the steps (saves included)
   double tokens_per_s = 0;
-  // Set when a non-finite loss stopped training: "step 57: the loss is nan ...".
-  // The last good checkpoint (if any) is left untouched.
+  // Set when a non-finite loss stopped training: "step 57: the loss is NaN ...".
+  // The last good checkpoint (if any) is left untouched. Returned only, not
+  // also said through on_message (a caller prints it once, where errors go).
   std::string stopped;
   int64_t last_saved_step = -1;          // step of the last checkpoint written, -1 if none
   bool interrupted = false;              // should_stop ended the run early
@@ -170,11 +172,16 @@ Result train(const Options& o);
 // Beside the model config ("capstep.model_config", nn::LmConfig::to_json), a
 // training checkpoint carries one extra metadata key, "train": JSON
 // {"seed", "lr", "beta1", "beta2", "eps", "weight_decay", "text",
-//  "schedule", "warmup_steps", "min_lr", "steps", "clip_grad_norm"} (text:
-// "builtin" or the file's path; schedule "constant" or "cosine"; steps: the
-// run's end, the cosine's horizon), so a resumed run or a sampler can default
-// to what the checkpoint was trained with. Checkpoints written before the
-// schedule keys existed have none of the last five (TrainMeta::has_schedule).
+//  "schedule", "warmup_steps", "min_lr", "steps", "clip_grad_norm",
+//  "text_hash", "precision", "fused_attention", "val_fraction"} (text: "builtin" or the
+// file's absolute path, as given in checkpoints written before text_hash
+// existed; text_hash: file_fingerprint of the text, absent for the built-in
+// corpus; schedule "constant" or "cosine"; steps: the run's end, the cosine's
+// horizon; precision "f32" or "bf16"), so a resumed run or a sampler can
+// default to what the checkpoint was trained with. Checkpoints written before
+// the schedule keys existed have none of them (TrainMeta::has_schedule);
+// those written before the last four lack them (empty optionals). A key
+// added later is optional in the same way: older checkpoints still load.
 constexpr const char* kTrainMetadataKey = "train";
 // With a validation split, also "best_val_loss": the lowest validation loss
 // of the run up to the checkpoint (a decimal number, %.9g).
@@ -185,16 +192,28 @@ struct TrainMeta {
   bool has_train = false;                // false for checkpoints without "train"
   uint64_t seed = 1;
   optim::AdamW adamw;
-  std::string text;                      // "builtin" or a path
+  std::string text;                      // "builtin", or the text file's absolute path (as typed in older checkpoints)
   bool has_schedule = false;             // false for checkpoints without the schedule keys
   LrSchedule schedule;
   int64_t steps = 0;                     // the end of the run that wrote it
   double clip_grad_norm = 0;
   double best_val_loss = NAN;            // NaN when the checkpoint has none
+  std::optional<std::string> text_hash;  // file_fingerprint of the text file
+  std::optional<optim::Precision> precision;
+  std::optional<bool> fused_attention;
+  std::optional<double> val_fraction;    // the held-out share: which tokens the batches come from
 };
-// The "train" metadata of a run with options `o` on `text` ("builtin" or a path).
-std::string train_metadata(const Options& o, const std::string& text);
+// The "train" metadata of a run with options `o` on `text` ("builtin" or a
+// path) whose bytes have the fingerprint `text_hash` ("": none recorded).
+std::string train_metadata(const Options& o, const std::string& text, const std::string& text_hash = "");
 TrainMeta parse_meta(const Checkpoint& c);   // Error naming what is wrong
+// A cheap fingerprint of a file's bytes: FNV-1a 64 as 16 hex digits, read in
+// chunks (not a cryptographic hash: it tells an edited text from the one a
+// checkpoint was trained on). Error naming the file when it cannot be read.
+std::string file_fingerprint(const std::string& path);
+// `path` made absolute against the working directory (lexically normal; links
+// are kept): what a checkpoint records, so a run resumed elsewhere finds it.
+std::string absolute_path(const std::string& path);
 
 // Loads a checkpoint and checks every tensor against the model its config
 // describes; parameters come in lm_parameters order.

@@ -1,6 +1,9 @@
 // The training metadata a checkpoint carries beside the model config, so a
 // resumed run or a sampler knows the model and what it was trained with.
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -8,7 +11,7 @@
 
 namespace capstep::train {
 
-std::string train_metadata(const Options& o, const std::string& text) {
+std::string train_metadata(const Options& o, const std::string& text, const std::string& text_hash) {
   const optim::AdamW& a = o.adamw;
   nlohmann::json j = {{"seed", o.seed},
                       {"lr", a.lr},
@@ -21,8 +24,35 @@ std::string train_metadata(const Options& o, const std::string& text) {
                       {"warmup_steps", o.schedule.warmup_steps},
                       {"min_lr", o.schedule.min_lr},
                       {"steps", o.steps},
-                      {"clip_grad_norm", o.clip_grad_norm}};
+                      {"clip_grad_norm", o.clip_grad_norm},
+                      {"precision", optim::precision_name(o.precision)},
+                      {"fused_attention", o.fused_attention},
+                      {"val_fraction", o.val_fraction}};
+  if (!text_hash.empty()) j["text_hash"] = text_hash;
   return j.dump();
+}
+
+std::string file_fingerprint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot read text file '" + path + "'");
+  uint64_t h = 14695981039346656037ull;   // FNV-1a 64
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const std::streamsize n = in.gcount();
+    for (std::streamsize i = 0; i < n; ++i)
+      h = (h ^ static_cast<unsigned char>(buf[static_cast<size_t>(i)])) * 1099511628211ull;
+  }
+  if (in.bad()) throw Error("cannot read text file '" + path + "'");
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+std::string absolute_path(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::absolute(path, ec);
+  return ec ? path : p.lexically_normal().string();
 }
 
 TrainMeta parse_meta(const Checkpoint& c) {
@@ -54,6 +84,20 @@ TrainMeta parse_meta(const Checkpoint& c) {
       if (m.schedule.warmup_steps < 0 || m.steps < 1 || !(m.schedule.min_lr >= 0) || !(m.clip_grad_norm >= 0))
         throw Error("the checkpoint's \"train\" metadata has a schedule out of range: " + it->second);
       m.has_schedule = true;
+    }
+    // Keys newer than the schedule's: each optional, so older checkpoints load.
+    if (t.contains("text_hash")) m.text_hash = t.at("text_hash").get<std::string>();
+    if (t.contains("precision")) {
+      const std::string p = t.at("precision").get<std::string>();
+      if (p != "f32" && p != "bf16") throw Error("the checkpoint's \"train\" metadata has an unknown precision: " + p);
+      m.precision = optim::parse_precision(p);
+    }
+    if (t.contains("fused_attention")) m.fused_attention = t.at("fused_attention").get<bool>();
+    if (t.contains("val_fraction")) {
+      const double f = t.at("val_fraction").get<double>();
+      if (!(f >= 0 && f < 1))
+        throw Error("the checkpoint's \"train\" metadata has a val_fraction out of [0, 1): " + it->second);
+      m.val_fraction = f;
     }
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("the checkpoint's \"train\" metadata is malformed: ") + e.what());

@@ -38,7 +38,9 @@ std::string first_non_finite(const Checkpoint& c) {
 }
 
 // Where training starts: a checkpoint, or fresh parameters and zero moments.
-State start_state(const Options& o, const std::vector<nn::ParamSpec>& specs, uint64_t* step, uint64_t* position) {
+// On resume, *meta is the checkpoint's training metadata.
+State start_state(const Options& o, const std::vector<nn::ParamSpec>& specs, uint64_t* step, uint64_t* position,
+                  TrainMeta* meta_out) {
   State s;
   for (const nn::ParamSpec& p : specs) s.names.push_back(p.name);
   if (o.resume_path.empty()) {
@@ -63,6 +65,7 @@ State start_state(const Options& o, const std::vector<nn::ParamSpec>& specs, uin
   }
   *step = c.step;
   *position = c.data_position;
+  *meta_out = std::move(meta);
   return s;
 }
 
@@ -111,8 +114,12 @@ Result train(const Options& o) {
   // A run that cannot save its result must fail now, not after hours.
   if (!o.save_path.empty() && rank == 0) check_writable(o.save_path);
 
-  const std::string text_name = o.text_path.empty() ? "builtin" : o.text_path;
+  // The checkpoint records the text's absolute path, so that a run resumed
+  // from another directory finds it, and its fingerprint, so that a resumed
+  // run can tell an edited text from the one it was trained on.
+  const std::string text_name = o.text_path.empty() ? "builtin" : absolute_path(o.text_path);
   std::vector<int32_t> text = data::encode(o.text_path.empty() ? data::builtin_corpus() : data::read_text_file(o.text_path));
+  const std::string text_hash = o.text_path.empty() ? "" : file_fingerprint(o.text_path);
   if (static_cast<int64_t>(text.size()) <= o.model.seq)
     throw Error("text file '" + o.text_path + "' has " + std::to_string(text.size()) + " characters; a window of " +
                 std::to_string(o.model.seq) + " and its next-token targets need at least " +
@@ -152,13 +159,21 @@ Result train(const Options& o) {
   }
   const std::vector<nn::ParamSpec> specs = nn::lm_parameters(o.model);
   uint64_t done = 0, position = 0;
-  State state = start_state(o, specs, &done, &position);
+  TrainMeta resumed;
+  State state = start_state(o, specs, &done, &position, &resumed);
   if (static_cast<int64_t>(done) >= o.steps)
     throw Error("nothing to train: checkpoint '" + o.resume_path + "' is at step " + std::to_string(done) +
                 " and the run ends at step " + std::to_string(o.steps) + "; ask for more steps");
   batches.set_position(position);
   if (!o.resume_path.empty())
     say("resumed from '" + o.resume_path + "' at step " + std::to_string(done));
+  // The same file, other bytes: training goes on (the file may have been
+  // extended on purpose), but not without a word.
+  if (!o.resume_path.empty() && resumed.text_hash && !o.text_path.empty() && resumed.text == text_name &&
+      *resumed.text_hash != text_hash)
+    say("warning: text file '" + o.text_path + "' has changed since checkpoint '" + o.resume_path +
+        "' was saved (fingerprint " + *resumed.text_hash + " then, " + text_hash +
+        " now): the batches from here on are drawn from the new text");
 
   const Program loss = nn::lm_loss_program(o.model);
   Program grad =
@@ -193,10 +208,7 @@ Result train(const Options& o) {
 
   // Held across saves so that each save reuses the same host arrays.
   Checkpoint ckpt;
-  if (!o.resume_path.empty() && o.val_fraction > 0) {
-    const TrainMeta m = parse_meta(load_checkpoint(o.resume_path));
-    r.best_val_loss = m.best_val_loss;
-  }
+  if (!o.resume_path.empty() && o.val_fraction > 0) r.best_val_loss = resumed.best_val_loss;
   // Mean loss of the validation batches at the current parameters.
   std::vector<const Array*> fin;
   std::vector<Array> fout;
@@ -214,7 +226,7 @@ Result train(const Options& o) {
     return total / static_cast<double>(val_batches.size());
   };
   ckpt.model_config = o.model.to_json();
-  ckpt.extra[kTrainMetadataKey] = train_metadata(o, text_name);
+  ckpt.extra[kTrainMetadataKey] = train_metadata(o, text_name, text_hash);
   auto save = [&](int64_t step) -> bool {
     stepper->state(ckpt);
     const std::string bad = first_non_finite(ckpt);
@@ -334,7 +346,6 @@ Result train(const Options& o) {
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   r.tokens_per_s = r.seconds > 0 ? tokens_per_step * static_cast<double>(r.losses.size()) / r.seconds : 0;
-  if (!r.stopped.empty()) say(r.stopped);
   return r;
 }
 
