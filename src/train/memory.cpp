@@ -1,4 +1,4 @@
-// The host lane's memory check before the first step (memory.h).
+// The run's host-memory check before the first step (memory.h).
 #include "memory.h"
 
 #include <algorithm>
@@ -46,7 +46,7 @@ double mem_available(const std::string& proc) {
 }
 
 // "12.34 GiB", or "5.6 MiB" below a GiB.
-std::string gib(double bytes) {
+std::string size_text(double bytes) {
   char b[32];
   if (bytes < 1024.0 * 1024.0 * 1024.0) std::snprintf(b, sizeof b, "%.1f MiB", bytes / (1024.0 * 1024.0));
   else std::snprintf(b, sizeof b, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
@@ -67,8 +67,8 @@ void cgroup_room(fs::path dir, const fs::path& top, const char* limit_file, cons
       const double free = std::max(0.0, limit - usage + stat_value(dir / "memory.stat", inactive_key));
       if (room.bytes < 0 || free < room.bytes) {
         room.bytes = free;
-        room.source = "the memory cgroup's limit (" + (dir / limit_file).string() + ": " + gib(limit) + ", " +
-                      gib(usage) + " in use)";
+        room.source = "the memory cgroup's limit (" + (dir / limit_file).string() + ": " + size_text(limit) + ", " +
+                      size_text(usage) + " in use)";
       }
     }
     if (dir == top || !dir.has_parent_path() || dir.parent_path() == dir) break;
@@ -119,10 +119,10 @@ HostMemory plan_host_memory(const Options& o, bool step_on_host, const Program& 
 std::string memory_refusal(const HostMemory& need, const MemoryRoom& room, const Options& o) {
   const double more = static_cast<double>(need.still_needed());
   if (room.bytes < 0 || more <= room.bytes) return "";
-  auto g = [](size_t b) { return gib(static_cast<double>(b)); };
+  auto g = [](size_t b) { return size_text(static_cast<double>(b)); };
   std::ostringstream m;
-  m << "the run needs " << gib(more) << " of memory more than the " << g(need.state)
-    << " its parameters and AdamW moments hold, and " << gib(room.bytes) << " is available (" << room.source << "): ";
+  m << "the run needs " << size_text(more) << " of memory more than the " << g(need.state)
+    << " its parameters and AdamW moments hold, and " << size_text(room.bytes) << " is available (" << room.source << "): ";
   if (need.step.held() > 0)
     m << g(need.step.arena) << " of intermediate values of the step (the host interpreter's arena), "
       << g(need.step.statics) << " of its constants, " << g(need.step.outputs) << " for the gradients, "
