@@ -231,9 +231,9 @@ TEST(TraceValues, GeluRmsNormCrossEntropy) {
 
 // A label outside [0, classes) is the run-time error of the gather that the
 // targets pass through, naming the first bad position (PyTorch raises too);
-// before, the one-hot of such a label matched no class and labels
-// {0, 1, 7, 0, -1} gave a loss of 1.47 without a word. Valid labels give the
-// loss they gave before the gather was added, to the bit.
+// the one-hot alone would match no class, and labels {0, 1, 7, 0, -1} would
+// give a loss of 1.47 without a word. Valid labels give the loss of the
+// one-hot alone, to the bit.
 TEST(TraceValues, CrossEntropyRefusesALabelOutsideTheClasses) {
   Tracer tr;
   Tensor x = tr.input("logits", {DType::f32, {5, 3}});
@@ -264,7 +264,7 @@ TEST(TraceValues, CrossEntropyRefusesALabelOutsideTheClasses) {
       ce -= (xv[static_cast<size_t>(r * 3 + label[r])] - std::log(z)) / 5;
     }
     EXPECT_NEAR(good[0].get(0), ce, 1e-6);
-    // The f32 bits that the composite without the gather gave (0x402ac20a).
+    // The f32 bits of the composite without the gather (0x402ac20a).
     EXPECT_EQ(good[0].get(0), static_cast<double>(2.66809320449829101562f));
     EXPECT_EQ(error_of([&] { it.run({logits, Array::i32({5}, {0, 1, 7, 0, -1})}); }),
               "gather_rows: index 7 at position 2 [2] of the indices i32[5] (input \"targets\") is out of range "
