@@ -24,8 +24,11 @@
 #include <sstream>
 #include <thread>
 
+#include "capstep/autodiff.h"
 #include "capstep/checkpoint.h"
 #include "capstep/data.h"
+#include "capstep/interpreter.h"
+#include "capstep/nn.h"
 
 #include "process_util.h"
 #include "test_util.h"
@@ -500,6 +503,37 @@ TEST(Cli, RuntimeFailuresExitOne) {
   EXPECT_NE(r.err.find("capstep train: step "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("training stopped"), std::string::npos) << r.err;
   EXPECT_NO_THROW(load_checkpoint(d.file("c.safetensors")));
+}
+
+// A batch whose step needs more memory than any machine has (a small model,
+// 65536 sequences of 4096 tokens: tens of TiB of attention scores) is refused
+// before the first step with the figures, exit 1, and nothing is saved; the
+// figures are those of the Interpreter's plan.
+TEST(Cli, AStepLargerThanTheMemoryIsRefusedWithTheFigures) {
+  NEED_BINARY();
+  TempDir d;
+  const Outcome r = run({"train", "--steps", "1", "--layers", "1", "--d-model", "32", "--heads", "2", "--seq", "4096",
+                         "--context", "4096", "--batch", "65536", "--val-fraction", "0", "--save", d.file("c.st")});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("capstep train: error: the run needs "), std::string::npos) << r.err;
+  nn::LmConfig c;
+  c.n_layers = 1;
+  c.d_model = 32;
+  c.n_heads = 2;
+  c.seq = c.context = 4096;
+  c.batch = 65536;
+  std::vector<std::string> names;
+  for (const nn::ParamSpec& p : nn::lm_parameters(c)) names.push_back(p.name);
+  const host::MemoryPlan plan = host::plan_memory(value_and_grad(nn::lm_loss_program(c), names));
+  char arena[64];
+  std::snprintf(arena, sizeof arena, "%.2f GiB of intermediate values of the step",
+                static_cast<double>(plan.arena) / (1024.0 * 1024.0 * 1024.0));
+  EXPECT_GT(plan.arena, size_t{1} << 44);  // 16 TiB
+  EXPECT_NE(r.err.find(arena), std::string::npos) << arena << "\nin: " << r.err;
+  EXPECT_NE(r.err.find(" is available ("), std::string::npos) << r.err;  // MemAvailable, or a cgroup's room
+  EXPECT_NE(r.err.find("a smaller --batch (now 65536) or --seq (now 4096) needs less"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("step 1/1"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d.file("c.st")));
 }
 
 // --save, --log and --plot that cannot be written fail before the first

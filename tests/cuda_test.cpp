@@ -757,6 +757,32 @@ TEST_P(Cuda, GatherIndexOutOfRangeIsReportedWithPosition) {
   }
 }
 
+// cross_entropy's targets go through a gather: a label outside the classes is
+// the device's index error, naming the targets input and the position.
+TEST_P(Cuda, CrossEntropyLabelOutsideTheClassesIsReportedWithPosition) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  Tracer tr;
+  Tensor x = tr.input("logits", {DType::f32, {5, 3}});
+  Tensor t = tr.input("targets", {DType::i32, {5}});
+  cuda::Executable ex(tr.finish({{"loss", cross_entropy(x, t)}}));
+  std::mt19937 rng(26);
+  const Array logits = random_array(T(DType::f32, {5, 3}), rng);
+  const Array good = Array::i32({5}, {0, 1, 2, 0, 1});
+  const std::vector<Array> want = host::run(ex.program(), {logits, good});
+  EXPECT_NEAR(ex.run({logits, good})[0].get(0), want[0].get(0), 1e-6);
+  try {
+    ex.run({logits, Array::i32({5}, {0, 1, 7, 0, -1})});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("index 7 at position 2 [2] of the indices i32[5] (input \"targets\") is out of range [0, 3)"),
+              std::string::npos)
+        << m;
+  }
+  EXPECT_NO_THROW(ex.run({logits, good}));
+}
+
 TEST_P(Cuda, OutOfDeviceMemoryIsAClearError) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;

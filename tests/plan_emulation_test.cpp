@@ -656,6 +656,48 @@ TEST(PlanEmulation, GeneratedGatherReportsATokenOutsideTheTable) {
   EXPECT_EQ(err.value, 64);
 }
 
+// A target outside the vocabulary: cross_entropy's gather of the labels
+// (generated, in a loop kernel) reports it as the embedding's gather reports a
+// bad token, so the executor names the targets and the position.
+TEST(PlanEmulation, GeneratedGatherReportsATargetOutsideTheClasses) {
+  const nn::LmConfig c = small_config();
+  std::vector<std::string> names;
+  for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
+  const Program grad = value_and_grad(nn::lm_loss_program(c), names);
+  const plan::KernelPlan kp = plan::plan_kernels(grad);
+  for (const plan::Item& it : kp.items) EXPECT_NE(it.kind, plan::ItemKind::gather) << "a gather left to the library";
+  TempDir dir;
+  const HostKernels kernels(kp, dir.file("k"));
+  DeviceError err;
+  kernels.set_error_flag(&err);
+  HostPlanRunner run(kp, kernels);
+  const Program& p = kp.fused.program;
+  const std::vector<Array> params = nn::init_parameters(c, 5);
+  for (size_t i = 0; i < params.size(); ++i) run.upload(static_cast<int>(i), params[i]);
+  Array tokens({DType::i32, {c.batch, c.seq}}), targets = tokens;
+  run.upload(p.input_index("tokens"), tokens);
+  run.upload(p.input_index("targets"), targets);
+  run.step();
+  EXPECT_EQ(err.flag, 0);
+  targets.set(21, -1);
+  run.upload(p.input_index("targets"), targets);
+  run.step();
+  ASSERT_EQ(err.flag, 1);
+  const Eqn& e = p.eqns.at(static_cast<size_t>(err.eqn));
+  EXPECT_EQ(e.op, Op::gather_rows);
+  EXPECT_EQ(e.inputs.at(1), p.inputs.at(static_cast<size_t>(p.input_index("targets"))).value);
+  EXPECT_EQ(err.position, 21);
+  EXPECT_EQ(err.value, -1);
+  // What cuda::Executable then throws (the host's text, the same function).
+  EXPECT_EQ(index_error_text(p, err.eqn, err.position, err.value).rfind(
+                "gather_rows: index -1 at position 21 [" + std::to_string(21 / c.seq) + "," + std::to_string(21 % c.seq) +
+                    "] of the indices i32[" + std::to_string(c.batch) + "," +
+                    std::to_string(c.seq) + "] (input \"targets\") is out of range [0, " + std::to_string(c.vocab) + ")",
+                0),
+            0u)
+      << index_error_text(p, err.eqn, err.position, err.value);
+}
+
 TEST(PlanEmulation, FusedTrainingStepsMatchTheInterpreter) { check_training_steps(false); }
 
 // bf16 in the generated kernels, bit for bit against the interpreter where the

@@ -229,6 +229,64 @@ TEST(TraceValues, GeluRmsNormCrossEntropy) {
   EXPECT_NEAR(out[2].get(0), ce, 1e-14);
 }
 
+// A label outside [0, classes) is the run-time error of the gather that the
+// targets pass through, naming the first bad position (PyTorch raises too);
+// the one-hot alone would match no class, and labels {0, 1, 7, 0, -1} would
+// give a loss of 1.47 without a word. Valid labels give the loss of the
+// one-hot alone, to the bit.
+TEST(TraceValues, CrossEntropyRefusesALabelOutsideTheClasses) {
+  Tracer tr;
+  Tensor x = tr.input("logits", {DType::f32, {5, 3}});
+  Tensor t = tr.input("targets", {DType::i32, {5}});
+  Program p = tr.finish({{"loss", cross_entropy(x, t)}});
+  const std::vector<double> xv = {1.5, -0.25, 0.75, 2, 1, -1, 0.5, 0.5, 0, -3, 2.25, 1, 0, -0.5, 4};
+  Array logits({DType::f32, {5, 3}});
+  for (int64_t i = 0; i < logits.numel(); ++i) logits.set(i, xv[static_cast<size_t>(i)]);
+  // The index of the one gather is the targets input itself.
+  int gathers = 0;
+  for (const Eqn& e : p.eqns)
+    if (e.op == Op::gather_rows) {
+      ++gathers;
+      EXPECT_EQ(e.inputs.at(1), p.inputs.at(1).value);
+    }
+  EXPECT_EQ(gathers, 1);
+  for (bool fuse : {true, false}) {
+    host::InterpreterOptions o;
+    o.fuse = fuse;
+    host::Interpreter it(p, o);
+    const std::vector<Array> good = it.run({logits, Array::i32({5}, {0, 1, 2, 0, 1})});
+    // -mean of log_softmax at the labels, in double: 2.6680932...
+    const int label[5] = {0, 1, 2, 0, 1};
+    double ce = 0;
+    for (int r = 0; r < 5; ++r) {
+      double z = 0;
+      for (int c = 0; c < 3; ++c) z += std::exp(xv[static_cast<size_t>(r * 3 + c)]);
+      ce -= (xv[static_cast<size_t>(r * 3 + label[r])] - std::log(z)) / 5;
+    }
+    EXPECT_NEAR(good[0].get(0), ce, 1e-6);
+    // The f32 bits of the composite without the gather (0x402ac20a).
+    EXPECT_EQ(good[0].get(0), static_cast<double>(2.66809320449829101562f));
+    EXPECT_EQ(error_of([&] { it.run({logits, Array::i32({5}, {0, 1, 7, 0, -1})}); }),
+              "gather_rows: index 7 at position 2 [2] of the indices i32[5] (input \"targets\") is out of range "
+              "[0, 3) (equation 1: %3 = gather_rows(%2, %1) : i32[5])");
+    EXPECT_ERROR_HAS(it.run({logits, Array::i32({5}, {0, 1, 2, 0, -1})}), "index -1 at position 4 [4]");
+    EXPECT_ERROR_HAS(it.run({logits, Array::i32({5}, {3, 1, 2, 0, 1})}), "index 3 at position 0 [0]");
+  }
+}
+
+// Targets computed in the program (not an input): the gather checks them as
+// it runs, and says where in the [2, 3] targets the bad label is.
+TEST(TraceValues, CrossEntropyRefusesAComputedLabelOutsideTheClasses) {
+  Tracer tr;
+  Tensor x = tr.input("logits", {DType::f64, {2, 3, 4}});
+  Tensor t = tr.input("t", {DType::i32, {2, 3}});
+  Program p = tr.finish({{"loss", cross_entropy(x, t + tr.full({2, 3}, 1, DType::i32))}});
+  Array logits({DType::f64, {2, 3, 4}});
+  EXPECT_NO_THROW(host::run(p, {logits, Array::i32({2, 3}, {0, 1, 2, 2, 1, 0})}));
+  EXPECT_ERROR_HAS(host::run(p, {logits, Array::i32({2, 3}, {0, 1, 2, 2, 3, 0})}),
+                   "gather_rows: index 4 at position 4 [1,1] of the indices i32[2,3] is out of range [0, 4)");
+}
+
 TEST(TraceValues, CausalAttention) {
   // B=1, H=1, T=3, Dh=2, against a direct loop.
   Tracer tr;

@@ -47,6 +47,24 @@ struct InterpreterOptions {
   static InterpreterOptions defaults();
 };
 
+// The bytes a run of a program takes on the host, as the Interpreter plans
+// them: its own blocks, allocated when it is built, and the caller's Arrays.
+// (Not counted: the GEMM libraries' own buffers, and the block an in-place
+// run allocates on first need for an output it cannot write over its input.)
+struct MemoryPlan {
+  size_t arena = 0;    // intermediate values and GEMM packing, packed by lifetime (arena_bytes())
+  size_t statics = 0;  // constants and iotas, computed once
+  size_t tiles = 0;    // the fused groups' scratch tiles
+  size_t inputs = 0;   // the program's inputs (the caller's Arrays)
+  size_t outputs = 0;  // its outputs (the caller's Arrays)
+  size_t held() const { return arena + statics + tiles; }  // what the Interpreter allocates
+};
+
+// What Interpreter(p, o) would allocate, planned as its constructor plans it
+// (fusion, liveness, the arena's packing) without allocating any of it: for
+// refusing a step that will not fit in memory before the first run.
+MemoryPlan plan_memory(const Program& p, const InterpreterOptions& o = InterpreterOptions::defaults());
+
 class Interpreter {
  public:
   explicit Interpreter(Program p);  // InterpreterOptions::defaults()
@@ -108,6 +126,7 @@ class Interpreter {
 
   const Program& program() const;
   size_t arena_bytes() const;        // bytes of the planned intermediate arena
+  MemoryPlan memory() const;         // what this one allocated (plan_memory's figures)
   int fused_groups() const;          // groups run tile by tile (0 when unfused)
   int fused_equations() const;       // equations inside those groups
   // Of those groups, the ones that are one parameter's AdamW update as
@@ -127,6 +146,7 @@ class Interpreter {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  friend MemoryPlan plan_memory(const Program& p, const InterpreterOptions& o);
 };
 
 // One-shot convenience.

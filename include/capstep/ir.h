@@ -235,6 +235,12 @@ void verify(const Program& p);
 //   %5 = dot_general(%3, %4) {lhs_contract=[1], rhs_contract=[0]} : f32[4,64]
 std::string to_text(const Program& p);
 std::string eqn_text(const Program& p, const Eqn& e);
+// The run-time error of gather_rows or scatter_add_rows equation `eqn` of p
+// whose index array holds `value`, outside [0, rows of the table), at flat
+// `position`: the op, the value, the position and its coordinates, the index
+// array (and its input's name when it is a program input: cross_entropy's
+// targets), the range and the equation. Every backend reports this text.
+std::string index_error_text(const Program& p, int eqn, int64_t position, int64_t value);
 // Reads what to_text writes (round trip is exact, constants included).
 Program parse_text(const std::string& text);
 

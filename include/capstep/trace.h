@@ -128,6 +128,9 @@ Tensor gelu_tanh(const Tensor& x);
 // x * rsqrt(mean(x^2, -1) + eps) * gain
 Tensor rms_norm(const Tensor& x, const Tensor& gain, double eps = 1e-5);
 // Mean over positions of -log_softmax(logits)[target]; logits [..., V], targets i32[...].
+// A target outside [0, V) is an error at run time (the targets go through a
+// gather_rows, whose index error names the position); an exported program
+// clamps it instead (docs/stablehlo.md).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 // [T, T] additive mask: 0 on and below the diagonal, -1e9 above (dtype of the model).
 Tensor causal_mask(Tracer& tr, int64_t T, DType d = DType::f32);

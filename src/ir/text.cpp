@@ -42,6 +42,23 @@ std::string list(const std::vector<int64_t>& v) { return shape_str(v); }
 
 }  // namespace
 
+std::string index_error_text(const Program& p, int eqn, int64_t position, int64_t value) {
+  const Eqn& e = p.eqns.at(static_cast<size_t>(eqn));
+  const Type& it = p.type(e.inputs.at(1));
+  Shape coord(it.shape.size(), 0);
+  int64_t rest = position;
+  for (size_t a = it.shape.size(); a-- > 0;) {
+    coord[a] = it.shape[a] ? rest % it.shape[a] : 0;
+    rest = it.shape[a] ? rest / it.shape[a] : 0;
+  }
+  std::string of = "the indices " + it.str();
+  for (const NamedValue& in : p.inputs)
+    if (in.value == e.inputs[1]) of += " (input " + quote(in.name) + ")";
+  return std::string(op_name(e.op)) + ": index " + std::to_string(value) + " at position " + std::to_string(position) +
+         " " + shape_str(coord) + " of " + of + " is out of range [0, " + std::to_string(p.type(e.inputs[0]).shape.at(0)) +
+         ") (equation " + std::to_string(eqn) + ": " + eqn_text(p, e) + ")";
+}
+
 std::string eqn_text(const Program& p, const Eqn& e) {
   std::ostringstream o;
   o << '%' << e.out << " = " << op_name(e.op) << '(';

@@ -77,10 +77,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
                 ", got " + targets.type().str());
   Tracer& tr = *logits.tracer();
   const int64_t last = logits.rank() - 1;
-  // One-hot of the targets: iota along the classes == broadcast targets. It
+  // The targets pass through a gather of the class numbers 0..C-1 (each
+  // label gathers itself), so that a label outside [0, C) is the gather's
+  // index error at run time, naming its position, on every backend; a bare
+  // compare would match no class and drop that position from the loss.
+  Tensor labels = gather_rows(tr.iota({DType::i32, {s.back()}}, 0), targets);
+  // One-hot of the targets: iota along the classes == broadcast labels. It
   // depends on no float input, so autodiff sends nothing through it.
   Tensor classes = tr.iota({DType::i32, s}, last);
-  Tensor hit = compare(classes, unreduce(targets, s, {last}), Cmp::EQ);
+  Tensor hit = compare(classes, unreduce(labels, s, {last}), Cmp::EQ);
   Tensor onehot = convert(hit, logits.dtype());
   int64_t n = 1;
   for (int64_t v : pos) n *= v;

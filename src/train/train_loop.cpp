@@ -17,6 +17,7 @@
 #include "capstep/interpreter.h"
 #include "capstep/train.h"
 #include "backend/cuda/nccl.h"
+#include "memory.h"
 #include "stepper.h"
 
 namespace capstep::train {
@@ -139,7 +140,8 @@ Result train(const Options& o) {
   data::BatchStream batches(std::move(split.train), o.seed, o.model.batch * ranks, o.model.seq);
   // Validation: fixed batches, and the forward program on the host.
   std::unique_ptr<data::BatchStream> val;
-  std::unique_ptr<host::Interpreter> forward;
+  std::unique_ptr<host::Interpreter> forward;  // built after the memory check below
+  Program forward_program;
   std::vector<data::Batch> val_batches;
   if (o.val_fraction > 0) {
     // Data parallel: the global batches' rows, every rank all of them in
@@ -154,8 +156,7 @@ Result train(const Options& o) {
         val_batches.push_back(std::move(b));
       }
     const Program loss = nn::lm_loss_program(o.model);
-    forward = std::make_unique<host::Interpreter>(
-        optim::with_precision(o.fused_attention ? fuse_attention(loss) : loss, o.precision));
+    forward_program = optim::with_precision(o.fused_attention ? fuse_attention(loss) : loss, o.precision);
   }
   const std::vector<nn::ParamSpec> specs = nn::lm_parameters(o.model);
   uint64_t done = 0, position = 0;
@@ -198,6 +199,10 @@ Result train(const Options& o) {
         cuda::nccl_version());
   }
 #endif
+  // The run's host memory, planned, against the memory left (memory.h); only
+  // then the validation interpreter, whose constants may take gigabytes.
+  check_host_memory(o, r.lane_used == Lane::host, grad, o.val_fraction > 0 ? &forward_program : nullptr);
+  if (o.val_fraction > 0) forward = std::make_unique<host::Interpreter>(std::move(forward_program));
   std::unique_ptr<Stepper> stepper;
   if (r.lane_used == Lane::host) stepper = host_stepper(grad, o.adamw, std::move(state), clip, o.comm);
   else if (r.lane_used == Lane::gpu) stepper = gpu_stepper(grad, o.adamw, std::move(state), o.tf32, clip, nccl);

@@ -13,18 +13,6 @@
 #include "backend/cuda/executable_impl.h"
 
 namespace capstep::cuda {
-namespace {
-
-std::string coords(int64_t flat, const Shape& s) {
-  std::vector<int64_t> c(s.size());
-  for (size_t d = s.size(); d-- > 0;) {
-    c[d] = s[d] == 0 ? 0 : flat % s[d];
-    flat = s[d] == 0 ? 0 : flat / s[d];
-  }
-  return shape_str(c);
-}
-
-}  // namespace
 
 Executable::Impl::~Impl() {
   // Errors are ignored here: a destructor must not throw, and after a sticky
@@ -88,13 +76,7 @@ void Executable::Impl::check_device_error() {
              "(reading the device error flag)");
   CAPSTEP_CU(cudaStreamSynchronize(stream), "(waiting for the step)");
   if (h_err->flag == 0) return;
-  const Eqn& e = prog.eqns[static_cast<size_t>(h_err->eqn)];
-  const Type& idx = prog.type(e.inputs[1]);
-  const int64_t rows = prog.type(e.inputs[0]).shape[0];
-  throw Error(std::string(op_name(e.op)) + ": index " + std::to_string(h_err->value) + " at position " +
-              std::to_string(h_err->position) + " (coordinates " + coords(h_err->position, idx.shape) +
-              " of the index array " + idx.str() + ") is outside [0, " + std::to_string(rows) + ") in " +
-              eqn_what(h_err->eqn));
+  throw Error(index_error_text(prog, h_err->eqn, h_err->position, h_err->value));
 }
 
 Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {

@@ -427,9 +427,13 @@ struct Interpreter::Impl {
   int last_in_place = 0, last_via_copy = 0;  // the last run's Direct outputs whose Array was an input
   std::vector<char> output_is_direct;
   Block arena, statics, fallback, staging, tiles;
-  size_t arena_bytes = 0, fallback_bytes = 0, staging_bytes = 0;
+  size_t arena_bytes = 0, fallback_bytes = 0, staging_bytes = 0, static_bytes = 0, tile_bytes = 0;
 
-  Impl(Program p, const InterpreterOptions& opt);
+  // plan_only: the constructor stops once the sizes are known (plan_memory):
+  // nothing is allocated, no constant filled, no loop compiled, and the Impl
+  // cannot run.
+  Impl(Program p, const InterpreterOptions& opt, bool plan_only = false);
+  MemoryPlan memory() const;
   void run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs, const RunEvents* ev = nullptr);
   void check_inputs(const std::vector<const Array*>& inputs) const;
   // Output j's bytes from src into outputs[j], retyped if needed.
@@ -517,7 +521,7 @@ bool in_place_takes(const Program& ex, int b, int first, int x, const std::vecto
 
 }  // namespace
 
-Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::move(p)) {
+Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only) : prog(std::move(p)) {
   verify(prog);
   configure_blas_threads();
   const std::vector<int> pack_of = all_reduce_packs(prog);  // per equation of prog
@@ -887,17 +891,35 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
   }
   const ArenaPlan plan = pack_arena(lives);
   arena_bytes = plan.total;
-  arena = alloc_block(plan.total);
 
   // ---- statics: constants and iota, computed once.
-  size_t static_total = 0;
   std::vector<size_t> static_off(static_cast<size_t>(nv), 0);
   for (int v = 0; v < nv; ++v)
     if (where[static_cast<size_t>(v)] == Where::stat) {
-      static_off[static_cast<size_t>(v)] = static_total;
-      static_total += align_up(prog.type(v).bytes());
+      static_off[static_cast<size_t>(v)] = static_bytes;
+      static_bytes += align_up(prog.type(v).bytes());
     }
-  statics = alloc_block(static_total);
+
+  // ---- the fused groups' members and scratch tiles (one block: groups run
+  // one after another; a group's parts each have their own).
+  // Splat constants: a tile reads the first elements of the static array
+  // whatever its position (the same values), which stay in the cache.
+  std::vector<char> splat(static_cast<size_t>(nv), 0);
+  for (const Eqn& e : ex.eqns)
+    if (e.op == Op::constant && e.attrs.literal.size() == 1 && where[static_cast<size_t>(e.out)] == Where::stat)
+      splat[static_cast<size_t>(e.out)] = 1;
+  for (size_t k = 0; k < groups.size(); ++k) {
+    const plan::Group& g = *group_src[k];
+    const std::vector<Step> members(built.begin() + g.first, built.begin() + g.last + 1);
+    *groups[k] = build_fused_group(ex, g, members, root, def, tile_resident, splat, opt.tile_elems, host_threads(), opt.jit && !plan_only);
+    tile_bytes = std::max(tile_bytes, groups[k]->scratch_stride * static_cast<size_t>(groups[k]->parts));
+  }
+
+  // Every size is known: plan_memory() stops here, before allocating them.
+  if (plan_only) return;
+  arena = alloc_block(arena_bytes);
+  statics = alloc_block(static_bytes);
+  tiles = alloc_block(tile_bytes);
 
   // ---- slot addresses.
   slots.assign(static_cast<size_t>(nv) + scratch.size(), nullptr);
@@ -932,23 +954,6 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
       computed_outputs.push_back(static_cast<int>(j));
     }
   }
-
-  // ---- the fused groups' members and scratch tiles (one block: groups run
-  // one after another; a group's parts each have their own), then the Steps in order.
-  // Splat constants: a tile reads the first elements of the static array
-  // whatever its position (the same values), which stay in the cache.
-  std::vector<char> splat(static_cast<size_t>(nv), 0);
-  for (const Eqn& e : ex.eqns)
-    if (e.op == Op::constant && e.attrs.literal.size() == 1 && where[static_cast<size_t>(e.out)] == Where::stat)
-      splat[static_cast<size_t>(e.out)] = 1;
-  size_t tile_bytes = 0;
-  for (size_t k = 0; k < groups.size(); ++k) {
-    const plan::Group& g = *group_src[k];
-    const std::vector<Step> members(built.begin() + g.first, built.begin() + g.last + 1);
-    *groups[k] = build_fused_group(ex, g, members, root, def, tile_resident, splat, opt.tile_elems, host_threads(), opt.jit);
-    tile_bytes = std::max(tile_bytes, groups[k]->scratch_stride * static_cast<size_t>(groups[k]->parts));
-  }
-  tiles = alloc_block(tile_bytes);
 
   // ---- outputs that may be written in place of an input (Direct::takes_input):
   // of the input's type (run() writes in place only into an Array of the
@@ -985,9 +990,9 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt) : prog(std::mo
     }
   }
   for (auto& g : groups) g->scratch = static_cast<char*>(tiles.get());
-  // step_at[i]: the step that runs equation i (the members of a group: the
-  // group's; an equation that runs no step, such as an alias: the step
-  // before it, -1 before the first).
+  // ---- the Steps in order. step_at[i]: the step that runs equation i (the
+  // members of a group: the group's; an equation that runs no step, such as
+  // an alias: the step before it, -1 before the first).
   std::vector<int> step_at(static_cast<size_t>(ne), -1);
   for (int i = 0; i < ne; ++i) {
     const int g = in_group[static_cast<size_t>(i)];
@@ -1234,6 +1239,21 @@ void Interpreter::run(const std::vector<const Array*>& inputs, std::vector<Array
 void Interpreter::set_communicator(Communicator* c) { impl_->comm = c; }
 const Program& Interpreter::program() const { return impl_->prog; }
 size_t Interpreter::arena_bytes() const { return impl_->arena_bytes; }
+MemoryPlan Interpreter::memory() const { return impl_->memory(); }
+
+MemoryPlan Interpreter::Impl::memory() const {
+  MemoryPlan m;
+  m.arena = arena_bytes;
+  m.statics = static_bytes;
+  m.tiles = tile_bytes;
+  for (const NamedValue& in : prog.inputs) m.inputs += prog.type(in.value).bytes();
+  for (const NamedValue& out : prog.outputs) m.outputs += prog.type(out.value).bytes();
+  return m;
+}
+
+MemoryPlan plan_memory(const Program& p, const InterpreterOptions& o) {
+  return Interpreter::Impl(p, o, /*plan_only=*/true).memory();
+}
 int Interpreter::fused_groups() const { return static_cast<int>(impl_->groups.size()); }
 int Interpreter::fused_equations() const { return impl_->fused_eqns; }
 int Interpreter::adamw_groups() const {

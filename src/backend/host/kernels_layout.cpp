@@ -208,20 +208,7 @@ void k_scatter_add_rows_bf16(const Step& s, void* const* p) {
 }  // namespace
 
 void throw_index_error(const Step& s, int64_t position, int64_t value) {
-  const Program& p = *s.program;
-  const Eqn& e = p.eqns[static_cast<size_t>(s.eqn)];
-  const Type& it = p.type(e.inputs[1]);
-  // The position as coordinates in the index array.
-  Shape coord(it.shape.size(), 0);
-  int64_t rest = position;
-  for (size_t a = it.shape.size(); a-- > 0;) {
-    coord[a] = it.shape[a] ? rest % it.shape[a] : 0;
-    rest = it.shape[a] ? rest / it.shape[a] : 0;
-  }
-  throw Error(std::string(op_name(e.op)) + ": index " + std::to_string(value) + " at position " +
-              std::to_string(position) + " " + shape_str(coord) + " of the indices " + it.str() +
-              " is out of range [0, " + std::to_string(s.rows) + ") (equation " + std::to_string(s.eqn) +
-              ": " + eqn_text(p, e) + ")");
+  throw Error(index_error_text(*s.program, s.eqn, position, value));
 }
 
 StridedView plan_reduce(const Type& in, const std::vector<int64_t>& axes, const std::string& what) {

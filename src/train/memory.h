@@ -1,0 +1,54 @@
+// Before the first step: whether the run fits in the memory this process may
+// still take, from the Interpreter's own plans of the step and validation
+// programs (host::plan_memory: nothing allocated), so that a batch too large
+// for the machine is refused with the figures instead of growing until an
+// allocation fails or the kernel's OOM killer ends the process.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "capstep/interpreter.h"
+#include "capstep/ir.h"
+#include "capstep/train.h"
+
+namespace capstep::train {
+
+// The bytes this process may still take: MemAvailable of <proc>/meminfo, or
+// less where its memory cgroup (v2 memory.max, v1 memory.limit_in_bytes; its
+// own or an ancestor's) leaves less room under the limit. A cgroup's room is
+// its limit less its usage, the inactive file cache (which the kernel
+// reclaims first) counted as room.
+struct MemoryRoom {
+  double bytes = -1;   // < 0: unknown (no readable meminfo): no check
+  std::string source;  // where the figure comes from, for the message
+};
+MemoryRoom memory_room(const std::string& proc = "/proc", const std::string& cgroup_root = "/sys/fs/cgroup");
+
+// What a training run takes in host memory besides the text: the parameters
+// and both AdamW moments (held already when it is asked); the copy of them
+// that checkpoints and validation read (Stepper::state); on the host lane, the
+// step interpreter's blocks, its outputs (the loss and the gradients) and its
+// other inputs (the batch); and the validation interpreter's blocks. (A GPU
+// lane's step takes device memory, which cuda::Executable checks.)
+struct HostMemory {
+  size_t params = 0;              // the parameters' bytes
+  size_t state = 0;               // parameters and both moments: held already
+  size_t copy = 0;                // their copy for checkpoints and validation (0: neither)
+  host::MemoryPlan step;          // the step program's plan (zeros off the host lane)
+  host::MemoryPlan validation;    // the validation program's plan (zeros: none)
+  size_t batch() const { return step.inputs > params ? step.inputs - params : 0; }
+  size_t still_needed() const { return copy + step.held() + step.outputs + batch() + validation.held(); }
+};
+// grad: the step program, its first inputs the parameters (lm_parameters
+// order); validation: the forward program validation runs, or nullptr.
+HostMemory plan_host_memory(const Options& o, bool step_on_host, const Program& grad, const Program* validation);
+
+// "" when still_needed() fits in the room (or the room is unknown), else the
+// refusal: every figure, where the room's figure comes from, what to change.
+std::string memory_refusal(const HostMemory& need, const MemoryRoom& room, const Options& o);
+
+// Both, on this machine: throws Error with the refusal.
+void check_host_memory(const Options& o, bool step_on_host, const Program& grad, const Program* validation);
+
+}  // namespace capstep::train
