@@ -1,6 +1,7 @@
 // Tokenizer, built-in corpus, text files and the batch stream.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -99,6 +100,173 @@ TEST(Tokenizer, RejectsIdsOutsideTheVocabulary) {
   EXPECT_NE(m.find("[0, 64)"), std::string::npos) << m;
   EXPECT_NE(error_of([] { decode_id(-1); }).find("token id -1"), std::string::npos);
   EXPECT_EQ(decode_id(63), '~');
+}
+
+// ---- runtime tokenizers and compact ids ---------------------------------------------
+
+TEST(Tokenizer, CharKindMatchesTheFreeFunctionsAndStoresOneBytePerId) {
+  const Tokenizer t = Tokenizer::parse("char");
+  EXPECT_EQ(t.name(), "char");
+  EXPECT_EQ(t.vocab(), 64);
+  const std::string text = "caf\xC3\xA9 x=3\n\xE6\x97\xA5!" + builtin_corpus(kCorpusSeed, 5000);
+  TextStats s;
+  const TokenIds ids = t.encode(text, &s);
+  EXPECT_EQ(ids.to_vector(), encode(text));
+  EXPECT_EQ(ids.width(), 1u);
+  EXPECT_EQ(ids.bytes(), ids.size());
+  EXPECT_EQ(t.decode(ids), decode(encode(text)));
+  // 11 characters before the corpus; "é", "=", "3" and "日" are unknown.
+  EXPECT_EQ(s.characters, 5011u);
+  EXPECT_EQ(s.unknown, 4u);
+  EXPECT_EQ(s.first_unknown_offset, 3u);
+  EXPECT_EQ(s.first_unknown_line, 1u);
+  EXPECT_EQ(s.first_unknown_byte, 0xC3);
+}
+
+TEST(Tokenizer, ByteKindRoundTripsEveryByteSequence) {
+  const Tokenizer t = Tokenizer::parse("byte");
+  EXPECT_EQ(t.name(), "byte");
+  EXPECT_EQ(t.vocab(), 256);
+  std::string all;
+  for (int c = 0; c < 256; ++c) all.push_back(static_cast<char>(c));
+  // Invalid UTF-8 too: a stray continuation byte, a truncated and an overlong sequence.
+  const std::string text = all + "\x80\xC3\xE6\x97" "A\xC0\xAF" + std::string("\0\0", 2);
+  TextStats s;
+  const TokenIds ids = t.encode(text, &s);
+  ASSERT_EQ(ids.size(), text.size());
+  for (size_t i = 0; i < text.size(); ++i) ASSERT_EQ(ids[i], static_cast<unsigned char>(text[i])) << i;
+  EXPECT_EQ(t.decode(ids), text);
+  EXPECT_EQ(t.decode(ids.to_vector()), text);
+  EXPECT_EQ(s.characters, text.size());
+  EXPECT_EQ(s.unknown, 0u);
+  EXPECT_EQ(t.piece(0xE9), "\xE9");
+  EXPECT_NE(error_of([&] { t.decode(std::vector<int32_t>{65, 256}); }).find("token id 256 at position 1"),
+            std::string::npos);
+  const std::string m = error_of([] { Tokenizer::parse("bpe"); });
+  EXPECT_NE(m.find("unknown tokenizer 'bpe'; the tokenizers are char, byte"), std::string::npos) << m;
+  EXPECT_EQ(Tokenizer::names(), (std::vector<std::string>{"char", "byte"}));
+}
+
+TEST(TokenIds, UseTheNarrowestWidthAndKeepEveryValue) {
+  EXPECT_EQ(TokenIds(64).width(), 1u);
+  EXPECT_EQ(TokenIds(256).width(), 1u);
+  EXPECT_EQ(TokenIds(257).width(), 2u);
+  EXPECT_EQ(TokenIds(65536).width(), 2u);
+  EXPECT_EQ(TokenIds(65537).width(), 4u);
+  for (int64_t vocab : {2, 64, 256, 300, 65536, 100000}) {
+    std::vector<int32_t> v;
+    uint64_t seed = static_cast<uint64_t>(vocab);
+    for (int i = 0; i < 1000; ++i) v.push_back(static_cast<int32_t>(splitmix64(seed) % static_cast<uint64_t>(vocab)));
+    v.push_back(static_cast<int32_t>(vocab - 1));
+    const TokenIds ids(v, vocab);
+    EXPECT_EQ(ids.to_vector(), v) << vocab;
+    EXPECT_EQ(ids.bytes(), v.size() * ids.width()) << vocab;
+    EXPECT_EQ(ids.to_vector(10, 20), std::vector<int32_t>(v.begin() + 10, v.begin() + 20));
+    TokenIds pushed(vocab);
+    for (int32_t x : v) pushed.push_back(x);
+    EXPECT_TRUE(pushed == ids) << vocab;
+  }
+  std::string m = error_of([] { TokenIds({1, 2, 300}, 300); });
+  EXPECT_NE(m.find("token id 300 at position 2"), std::string::npos) << m;
+  m = error_of([] { TokenIds(64).push_back(-1); });
+  EXPECT_NE(m.find("token id -1 at position 0"), std::string::npos) << m;
+  m = error_of([] { TokenIds::from_bytes("\x01\x02\x40", 64); });
+  EXPECT_NE(m.find("token id 64 at position 2"), std::string::npos) << m;
+  m = error_of([] { TokenIds({1, 2, 3}, 4).to_vector(2, 5); });
+  EXPECT_NE(m.find("[2, 5) is not within the 3 ids"), std::string::npos) << m;
+  EXPECT_THROW(TokenIds(0), Error);
+}
+
+// ---- the share of unknown characters (issue 26, item 3) -------------------------------
+
+TEST(UnknownText, CountsAndDescribesTheShareWithThePosition) {
+  // 1001 characters, 4 unknown: '7', "é" (two bytes, one character), '9', '9'.
+  const std::string text = std::string(200, 'a') + "\n" + std::string(300, 'b') + "7" + std::string(496, 'c') +
+                           "\xC3\xA9" "99";
+  TextStats s;
+  const TokenIds ids = text_tokens(text, "text file 'a.txt'", Tokenizer(), false, &s);
+  EXPECT_EQ(ids.size(), 1001u);
+  EXPECT_EQ(s.characters, 1001u);
+  EXPECT_EQ(s.unknown, 4u);
+  EXPECT_NEAR(s.share(), 4.0 / 1001.0, 1e-15);
+  EXPECT_EQ(describe_unknown(s, "char"),
+            "4 of 1001 characters (0.40%) are outside the char tokenizer's 63 symbols and train as '~' "
+            "(the first, '7', at line 2, byte offset 501)");
+  // Names for the characters a person cannot see.
+  TextStats t;
+  Tokenizer().encode("ab\r\n", &t);
+  EXPECT_NE(describe_unknown(t, "char").find("(the first, a carriage return '\\r', at line 1, byte offset 2)"),
+            std::string::npos) << describe_unknown(t, "char");
+  Tokenizer().encode("Hi\n\nyou\t", &t);
+  EXPECT_NE(describe_unknown(t, "char").find("a tab, at line 3, byte offset 7"), std::string::npos);
+  Tokenizer().encode("a\xE2\x80\x99s", &t);
+  EXPECT_NE(describe_unknown(t, "char").find("a non-ASCII character (byte 0xE2)"), std::string::npos);
+  // A tiny share is never printed as 0.00%.
+  TextStats tiny;
+  tiny.characters = 1000000;
+  tiny.unknown = 1;
+  tiny.first_unknown_line = 1;
+  tiny.first_unknown_byte = '1';
+  EXPECT_NE(describe_unknown(tiny, "char").find("(0.0001%)"), std::string::npos) << describe_unknown(tiny, "char");
+}
+
+TEST(UnknownText, MoreThanOnePercentIsRefusedUnlessAllowed) {
+  // Exactly 1%: taken. One more unknown character: refused.
+  const std::string at_limit = std::string(990, 'a') + std::string(10, '1');
+  TextStats s;
+  EXPECT_EQ(text_tokens(at_limit, "text file 'ok.txt'", Tokenizer(), false, &s).size(), 1000u);
+  EXPECT_EQ(s.unknown, 10u);
+  const std::string code = "x[0] = 137 + y(0);\r\n";
+  std::string m;
+  try {
+    text_tokens(code, "text file 'code.txt'", Tokenizer(), false);
+    ADD_FAILURE() << "a text 60% unknown was taken";
+  } catch (const UnknownTextError& e) {
+    m = e.what();
+  }
+  // 20 characters: x, the two spaces, ';', '\n' and 'y' are known; 12 are not.
+  EXPECT_NE(m.find("text file 'code.txt': 12 of 20 characters (60.00%) are outside the char tokenizer's 63 symbols"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("(the first, '[', at line 1, byte offset 1)"), std::string::npos) << m;
+  EXPECT_NE(m.find("--tokenizer byte"), std::string::npos) << m;
+  EXPECT_NE(m.find("--allow-unknown"), std::string::npos) << m;
+  // Allowed: the same ids as the plain encoding, '~' where unknown.
+  const TokenIds allowed = text_tokens(code, "text file 'code.txt'", Tokenizer(), true, &s);
+  EXPECT_EQ(allowed.to_vector(), encode(code));
+  EXPECT_EQ(s.unknown, 12u);
+  // The byte tokenizer takes it, and binary data, whole.
+  const std::string binary("\x00\x01\xFF" "x[0]\r\n", 9);
+  EXPECT_EQ(Tokenizer(TokenizerKind::bytes).decode(text_tokens(binary, "b", Tokenizer(TokenizerKind::bytes), false)),
+            binary);
+  // Nothing known at all is refused even when unknown characters are allowed.
+  m = error_of([] { text_tokens("1234\t", "text file 'n.txt'", Tokenizer(), true); });
+  EXPECT_NE(m.find("text file 'n.txt' holds none of the char tokenizer's symbols"), std::string::npos) << m;
+}
+
+TEST(UnknownText, AFileIsReadOnceIntoOneBytePerCharacter) {
+  TempDir d;
+  std::string text;
+  while (text.size() < 1000000) text += builtin_corpus(kCorpusSeed, 100000);
+  text += "1";   // one unknown character
+  const std::string p = d.write("big.txt", text);
+  TextStats s;
+  const TokenIds ids = read_text_tokens(p, Tokenizer(), false, &s);
+  EXPECT_EQ(ids.size(), text.size());
+  EXPECT_EQ(ids.bytes(), text.size());
+  EXPECT_EQ(s.unknown, 1u);
+  EXPECT_EQ(s.first_unknown_offset, text.size() - 1);
+  EXPECT_EQ(s.first_unknown_line, 1u + static_cast<uint64_t>(std::count(text.begin(), text.end(), '\n')));
+  EXPECT_EQ(ids.to_vector(), encode(text));
+  // Errors name the file.
+  const std::string nul = d.write("nul.txt", std::string("The cat.\0", 9));
+  std::string m = error_of([&] { read_text_tokens(nul, Tokenizer(), false); });
+  EXPECT_NE(m.find("text file '" + nul + "' holds a NUL byte at offset 8"), std::string::npos) << m;
+  EXPECT_EQ(read_text_tokens(nul, Tokenizer(TokenizerKind::bytes), false).size(), 9u);
+  m = error_of([&] { read_text_tokens(d.file("missing.txt"), Tokenizer(), false); });
+  EXPECT_NE(m.find("missing.txt"), std::string::npos) << m;
+  const std::string empty = d.write("empty.txt", "");
+  m = error_of([&] { read_text_tokens(empty, Tokenizer(TokenizerKind::bytes), false); });
+  EXPECT_NE(m.find("text file '" + empty + "' is empty"), std::string::npos) << m;
 }
 
 // ---- corpus -----------------------------------------------------------------------
@@ -295,6 +463,37 @@ TEST(Batches, StartsCoverEveryWindowUniformly) {
   EXPECT_GT(hits[n - 17] + hits[n - 18] + hits[n - 19], 0);
   // Mean of a uniform start over [0, 983]: 491.5; std error ~ 2.
   EXPECT_NEAR(sum / draws, 491.5, 10.0);
+}
+
+TEST(Batches, OverSharedIdsMatchTheVectorStreamAndStayInTheirRange) {
+  const std::vector<int32_t> all = encode(builtin_corpus());
+  auto ids = std::make_shared<const TokenIds>(all, kVocabSize);
+  const size_t cut = split_point(all.size(), 0.1);
+  const TokenSplit split = split_tokens(all, 0.1);
+  ASSERT_EQ(split.train.size(), cut);
+  BatchStream shared_train(ids, 0, cut, 5), shared_val(ids, cut, all.size(), 5);
+  BatchStream train(split.train, 5), val(split.val, 5);
+  EXPECT_EQ(shared_train.size(), cut);
+  EXPECT_EQ(shared_val.size(), all.size() - cut);
+  EXPECT_EQ(shared_val.token(0), all[cut]);
+  for (uint64_t k = 0; k < 200; ++k) {
+    EXPECT_TRUE(shared_train.at(k).inputs.bit_equal(train.at(k).inputs)) << k;
+    EXPECT_TRUE(shared_train.at(k).targets.bit_equal(train.at(k).targets)) << k;
+    EXPECT_TRUE(shared_val.at(k).inputs.bit_equal(val.at(k).inputs)) << k;
+    EXPECT_TRUE(shared_val.at(k).targets.bit_equal(val.at(k).targets)) << k;
+  }
+  // Two-byte ids give the same batches as one-byte ids of the same values.
+  BatchStream wide(TokenIds(all, 1000), 5);
+  BatchStream narrow(TokenIds(all, 64), 5);
+  EXPECT_EQ(wide.vocab(), 1000);
+  for (uint64_t k = 0; k < 20; ++k) EXPECT_TRUE(wide.at(k).inputs.bit_equal(narrow.at(k).inputs)) << k;
+  // The byte tokenizer's ids: vocabulary 256.
+  std::vector<int32_t> bytes(100, 255);
+  EXPECT_NO_THROW(BatchStream(bytes, 1, 4, 16, 256));
+  EXPECT_NE(error_of([&] { BatchStream(bytes, 1); }).find("token id 255 at position 0"), std::string::npos);
+  const std::string m = error_of([&] { BatchStream(ids, cut, all.size() + 1, 5); });
+  EXPECT_NE(m.find("is not within the " + std::to_string(all.size()) + " tokens"), std::string::npos) << m;
+  EXPECT_NE(error_of([&] { BatchStream(ids, 10, 20, 5); }).find("need at least 17"), std::string::npos);
 }
 
 TEST(Batches, RejectBadTokensAndShapes) {

@@ -37,6 +37,7 @@ struct TrainArgs {
   std::string lane = "host";
   bool seed_given = false, lr_given = false, text_given = false;
   bool warmup_given = false, schedule_given = false, min_lr_given = false, clip_given = false;
+  bool tokenizer_given = false;
   std::string log_csv;                // --log
   std::string plot;                   // --plot (.svg or .png)
   int64_t print_every = 0;            // plain log lines: 0 picks about twenty a run

@@ -11,6 +11,7 @@
 #include <new>
 #include <set>
 
+#include "capstep/data.h"
 #include "capstep/ir.h"
 #include "capstep/version.h"
 #include "commands.h"
@@ -96,6 +97,18 @@ int main(int argc, char** argv) {
   CLI::App* train = app.add_subcommand("train", "train the causal LM (the seed's model by default) on a text");
   train->add_option("--text", ta.opts.text_path, "train on this text file (default: the built-in corpus)")
       ->check(CLI::ExistingFile)->each([&](const std::string&) { ta.text_given = true; });
+  train->add_option_function<std::string>(
+           "--tokenizer",
+           [&](const std::string& s) {
+             ta.opts.tokenizer = s;
+             ta.tokenizer_given = true;
+           },
+           "char: 63 symbols (letters, space, newline, ! \" ' , - . : ; ?) and '~' for anything else, the seed's "
+           "(default); byte: the 256 byte values, any file, nothing unknown; a resumed run keeps the checkpoint's")
+      ->check(CLI::IsMember({"char", "byte"}));
+  train->add_flag("--allow-unknown", ta.opts.allow_unknown,
+                  "train even when more than 1% of the text's characters are outside the tokenizer's symbols "
+                  "(they train as '~'; the share is printed either way)");
   train->add_option("--steps", ta.opts.steps, "train until this step count (a resumed run continues from its step)")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{100000000}));
   train->add_option("--lane", ta.lane, "host, gpu (AdamW on the host) or gpu-fused (AdamW in the program)")
@@ -255,6 +268,11 @@ int main(int argc, char** argv) {
     return action();
   } catch (const UsageError& e) {
     std::cerr << "capstep " << name << ": " << e.what() << "\nRun with --help for more information.\n";
+    return kUsage;
+  } catch (const capstep::data::UnknownTextError& e) {
+    // A text (or a prompt) the tokenizer would mostly replace: the user's
+    // choice of text or tokenizer, so a usage error.
+    std::cerr << "capstep " << name << ": " << e.what() << '\n';
     return kUsage;
   } catch (const std::bad_alloc&) {
     std::cerr << "capstep " << name << ": error: out of memory: the model or the batch is too large for this machine\n";

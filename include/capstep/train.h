@@ -106,6 +106,13 @@ struct Options {
   optim::Precision precision = optim::Precision::f32;
   bool fused_attention = false;          // fuse_attention (trace.h) on the loss program: the attention primitives
   std::string text_path;                 // empty: the built-in corpus
+  // data::Tokenizer::parse's name: "char" (the seed's, vocab 64) or "byte"
+  // (vocab 256); model.vocab must be the tokenizer's vocabulary.
+  std::string tokenizer = "char";
+  // A text with more than data::kMaxUnknownShare characters the tokenizer
+  // cannot represent is refused (data::UnknownTextError) unless this is set;
+  // any nonzero share is said through on_message.
+  bool allow_unknown = false;
   std::string save_path;                 // empty: no checkpoints
   int64_t save_every = 0;                // also save every K steps (0: only at the end)
   std::string resume_path;               // empty: start from init_parameters(seed)
@@ -170,11 +177,13 @@ Result train(const Options& o);
 // Beside the model config ("capstep.model_config", nn::LmConfig::to_json), a
 // training checkpoint carries one extra metadata key, "train": JSON
 // {"seed", "lr", "beta1", "beta2", "eps", "weight_decay", "text",
-//  "schedule", "warmup_steps", "min_lr", "steps", "clip_grad_norm"} (text:
-// "builtin" or the file's path; schedule "constant" or "cosine"; steps: the
-// run's end, the cosine's horizon), so a resumed run or a sampler can default
-// to what the checkpoint was trained with. Checkpoints written before the
-// schedule keys existed have none of the last five (TrainMeta::has_schedule).
+//  "schedule", "warmup_steps", "min_lr", "steps", "clip_grad_norm",
+//  "tokenizer"} (text: "builtin" or the file's path; schedule "constant" or
+// "cosine"; steps: the run's end, the cosine's horizon; tokenizer "char" or
+// "byte"), so a resumed run or a sampler can default to what the checkpoint
+// was trained with. Checkpoints written before the schedule keys existed have
+// none of the schedule's five (TrainMeta::has_schedule); one without
+// "tokenizer" was trained with the char tokenizer.
 constexpr const char* kTrainMetadataKey = "train";
 // With a validation split, also "best_val_loss": the lowest validation loss
 // of the run up to the checkpoint (a decimal number, %.9g).
@@ -190,6 +199,7 @@ struct TrainMeta {
   LrSchedule schedule;
   int64_t steps = 0;                     // the end of the run that wrote it
   double clip_grad_norm = 0;
+  std::string tokenizer = "char";        // the tokenizer's name; its vocabulary is model.vocab
   double best_val_loss = NAN;            // NaN when the checkpoint has none
 };
 // The "train" metadata of a run with options `o` on `text` ("builtin" or a path).
@@ -220,8 +230,11 @@ struct SampleOptions {
   std::function<void(char)> on_char;     // each character as it is produced
   void validate() const;
 };
-// The generated characters (without the prompt); every one is a symbol of
-// data::alphabet().
+// The tokenizer is the checkpoint's (TrainMeta::tokenizer). A prompt with a
+// character it cannot represent is refused (data::UnknownTextError naming
+// its position). The generated text (without the prompt): with the char
+// tokenizer every character is a symbol of data::alphabet(); with the byte
+// tokenizer it is bytes, possibly not valid UTF-8.
 std::string sample(const SampleOptions& o);
 
 }  // namespace capstep::train

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "capstep/data.h"
 #include "capstep/train.h"
 
 namespace capstep::train {
@@ -21,7 +22,8 @@ std::string train_metadata(const Options& o, const std::string& text) {
                       {"warmup_steps", o.schedule.warmup_steps},
                       {"min_lr", o.schedule.min_lr},
                       {"steps", o.steps},
-                      {"clip_grad_norm", o.clip_grad_norm}};
+                      {"clip_grad_norm", o.clip_grad_norm},
+                      {"tokenizer", o.tokenizer}};
   return j.dump();
 }
 
@@ -45,6 +47,11 @@ TrainMeta parse_meta(const Checkpoint& c) {
     m.adamw.eps = t.at("eps").get<double>();
     m.adamw.weight_decay = t.at("weight_decay").get<double>();
     m.text = t.at("text").get<std::string>();
+    if (t.contains("tokenizer")) m.tokenizer = t.at("tokenizer").get<std::string>();
+    const int64_t vocab = data::Tokenizer::parse(m.tokenizer).vocab();   // Error naming an unknown one
+    if (vocab != m.model.vocab)
+      throw Error("the checkpoint's model has a vocabulary of " + std::to_string(m.model.vocab) + " but its " +
+                  m.tokenizer + " tokenizer has " + std::to_string(vocab) + " symbols");
     if (t.contains("schedule")) {
       m.schedule.kind = parse_schedule(t.at("schedule").get<std::string>());
       m.schedule.warmup_steps = t.at("warmup_steps").get<int64_t>();
