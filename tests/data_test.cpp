@@ -17,6 +17,10 @@
 
 #include "capstep/data.h"
 
+#ifdef CAPSTEP_HAVE_SENTENCEPIECE
+#include <sentencepiece_processor.h>   // the reference encoder for capstep's subword ids
+#endif
+
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -144,7 +148,7 @@ TEST(Tokenizer, ByteKindRoundTripsEveryByteSequence) {
             std::string::npos);
   const std::string m = error_of([] { Tokenizer::parse("bpe"); });
   EXPECT_NE(m.find("unknown tokenizer 'bpe'; the tokenizers are char, byte"), std::string::npos) << m;
-  EXPECT_EQ(Tokenizer::names(), (std::vector<std::string>{"char", "byte"}));
+  EXPECT_EQ(Tokenizer::names(), (std::vector<std::string>{"char", "byte", "bpe:N", "unigram:N"}));
 }
 
 TEST(TokenIds, UseTheNarrowestWidthAndKeepEveryValue) {
@@ -176,6 +180,109 @@ TEST(TokenIds, UseTheNarrowestWidthAndKeepEveryValue) {
   EXPECT_NE(m.find("[2, 5) is not within the 3 ids"), std::string::npos) << m;
   EXPECT_THROW(TokenIds(0), Error);
 }
+
+// ---- subword tokenizers (SentencePiece) ----------------------------------------------
+
+namespace {
+// A text of prose, code, tabs, CRLF, non-ASCII and a NUL byte, over 1 MiB (so
+// encoding goes in more than one piece), fixed.
+std::string mixed_text() {
+  std::string t;
+  const std::string code = "for (int i = 0; i < 137; ++i) x[i] = y(i) * 2;\r\n\tif (z != 0) return \"caf\xC3\xA9\";\n";
+  const std::string corpus = builtin_corpus(kCorpusSeed, 200000);
+  for (int rep = 0; t.size() < (size_t{3} << 19); ++rep) {
+    t += corpus.substr(static_cast<size_t>(rep) * 5000 % 150000, 5000);
+    t += code;
+    t += "\xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80 na\xC3\xAFve \xCE\xBB" + std::to_string(rep) + "\n";
+  }
+  t += std::string("end\0", 4);
+  return t;
+}
+}  // namespace
+
+TEST(Subword, NamesAndSizesAreChecked) {
+  std::string m = error_of([] { Tokenizer::parse("bpe:299"); });
+  EXPECT_NE(m.find("tokenizer 'bpe:299': the size must be an integer in [300, 65536]"), std::string::npos) << m;
+  EXPECT_THROW(Tokenizer::parse("unigram:65537"), Error);
+  EXPECT_THROW(Tokenizer::parse("bpe:"), Error);
+  EXPECT_THROW(Tokenizer::parse("bpe:4k"), Error);
+  EXPECT_THROW(Tokenizer::parse("wordpiece:400"), Error);
+  if (!have_sentencepiece()) {
+    m = error_of([] { Tokenizer::parse("bpe:400"); });
+    EXPECT_NE(m.find("libsentencepiece-dev"), std::string::npos) << m;
+    GTEST_SKIP() << "built without SentencePiece";
+  }
+  const Tokenizer t = Tokenizer::parse("bpe:400");
+  EXPECT_EQ(t.name(), "bpe:400");
+  EXPECT_EQ(t.vocab(), 400);
+  EXPECT_FALSE(t.trained());
+  m = error_of([&] { t.encode("abc"); });
+  EXPECT_NE(m.find("the bpe:400 tokenizer is not trained yet"), std::string::npos) << m;
+  EXPECT_EQ(Tokenizer::parse("unigram:500").name(), "unigram:500");
+  EXPECT_TRUE(Tokenizer().trained());
+  EXPECT_EQ(Tokenizer().model(), "");
+}
+
+#ifdef CAPSTEP_HAVE_SENTENCEPIECE
+TEST(Subword, IdsAreSentencePiecesOwnAndRoundTripExactly) {
+  const std::string text = mixed_text();
+  for (const char* name : {"bpe:600", "unigram:500"}) {
+    SCOPED_TRACE(name);
+    const Tokenizer t = Tokenizer::parse(name).trained_on(text);
+    ASSERT_TRUE(t.trained());
+    TextStats s;
+    const TokenIds ids = t.encode(text, &s);
+    EXPECT_EQ(ids.width(), 2u);
+    EXPECT_EQ(s.unknown, 0u);
+    EXPECT_LT(ids.size(), text.size() / 2);   // subwords: fewer ids than bytes
+    // SentencePiece's own encoder, on the whole text at once.
+    sentencepiece::SentencePieceProcessor sp;
+    ASSERT_TRUE(sp.LoadFromSerializedProto(t.model()).ok());
+    EXPECT_EQ(sp.GetPieceSize(), t.vocab());
+    std::vector<int> own;
+    ASSERT_TRUE(sp.Encode(text, &own).ok());
+    const std::vector<int32_t> mine = ids.to_vector();
+    ASSERT_EQ(mine.size(), own.size());
+    EXPECT_TRUE(std::equal(mine.begin(), mine.end(), own.begin()));
+    // Exact round trip, through decode and through the pieces sample prints.
+    EXPECT_EQ(t.decode(ids), text);
+    std::string pieces;
+    for (int32_t id : mine) pieces += t.piece(id);
+    EXPECT_EQ(pieces, text);
+    // The model reloads to the same ids; training is deterministic.
+    const Tokenizer again = Tokenizer::from_model(name, t.model());
+    EXPECT_TRUE(again.encode(text) == ids);
+    EXPECT_EQ(Tokenizer::parse(name).trained_on(text).model(), t.model());
+    EXPECT_THROW(Tokenizer::from_model(std::string(name).substr(0, std::string(name).find(':')) + ":700", t.model()),
+                 Error);   // another size than the model's
+    EXPECT_THROW(Tokenizer::from_model(name, "not a model"), Error);
+  }
+}
+
+TEST(Subword, WhatDoesNotComeBackIsCountedAndRefused) {
+  const Tokenizer t = Tokenizer::parse("bpe:400").trained_on(mixed_text());
+  // A byte that is not UTF-8, and U+2581 (SentencePiece's sign for a space).
+  TextStats s;
+  const std::string bad = "ab\n\x80z \xE2\x96\x81y";
+  const TokenIds ids = t.encode(bad, &s);
+  EXPECT_EQ(s.characters, 8u);
+  EXPECT_EQ(s.unknown, 2u);
+  EXPECT_EQ(s.first_unknown_offset, 3u);
+  EXPECT_EQ(s.first_unknown_line, 2u);
+  EXPECT_EQ(t.decode(ids), "ab\n\xEF\xBF\xBDz  y");
+  EXPECT_EQ(describe_unknown(s, t.name()),
+            "2 of 8 characters (25.00%) do not come back through the bpe:400 tokenizer (bytes that are not UTF-8 "
+            "train as U+FFFD, U+2581 as a space) (the first, a non-ASCII character (byte 0x80), at line 2, byte "
+            "offset 3)");
+  const std::string m = error_of([&] { text_tokens(bad, "text file 'bad.txt'", t, false); });
+  EXPECT_NE(m.find("text file 'bad.txt': 2 of 8 characters (25.00%)"), std::string::npos) << m;
+  EXPECT_EQ(text_tokens(bad, "text file 'bad.txt'", t, true).to_vector(), ids.to_vector());
+  // A vocabulary the text cannot fill: SentencePiece's reason.
+  const std::string small = error_of([] { Tokenizer::parse("unigram:5000").trained_on("The cat naps.\n"); });
+  EXPECT_NE(small.find("cannot train the unigram:5000 tokenizer on the text: SentencePiece:"), std::string::npos)
+      << small;
+}
+#endif
 
 // ---- the share of unknown characters (issue 26, item 3) -------------------------------
 

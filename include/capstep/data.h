@@ -89,7 +89,8 @@ class TokenIds {
 // represent counts once in `unknown` (the char tokenizer encodes it as '~').
 // Characters are counted as the char tokenizer reads them (a multi-byte UTF-8
 // character is one; a byte 0x80-0xBF without a lead byte is one); the byte
-// tokenizer counts bytes and has no unknown ones.
+// tokenizer counts bytes and has no unknown ones; a subword tokenizer counts
+// UTF-8 characters (a byte that is not part of one counts as one).
 struct TextStats {
   uint64_t characters = 0;
   uint64_t unknown = 0;
@@ -107,34 +108,69 @@ struct TextStats {
 std::string describe_unknown(const TextStats& s, const std::string& tokenizer_name);
 
 // The tokenizers, chosen at run time (`capstep train --tokenizer`):
-//   char  the 64-symbol alphabet above; anything else is '~' (id 63), counted
-//         as unknown. The seed's model and the built-in corpus use it.
-//   byte  256 symbols: id = the byte's value. Any byte sequence (invalid UTF-8,
-//         NUL bytes included) encodes and decodes back exactly; nothing is
-//         ever unknown.
-enum class TokenizerKind { chars, bytes };
+//   char       the 64-symbol alphabet above; anything else is '~' (id 63),
+//              counted as unknown. The seed's model and the built-in corpus
+//              use it.
+//   byte       256 symbols: id = the byte's value. Any byte sequence (invalid
+//              UTF-8, NUL bytes included) encodes and decodes back exactly;
+//              nothing is ever unknown.
+//   bpe:N      subword tokenizers of N symbols (N in [kMinSubwordVocab,
+//   unigram:N  65536]), trained with SentencePiece on the user's text (at most
+//              its first kSubwordTrainingBytes, whole lines), byte fallback on:
+//              a character outside the pieces is encoded as its UTF-8 bytes,
+//              so valid UTF-8 round-trips exactly. Normalization is off
+//              (identity), no space is added or removed. Unknown (counted, as
+//              they do not come back): bytes that are not valid UTF-8, and
+//              U+2581 '▁', SentencePiece's own sign for a space. Needs a build
+//              with SentencePiece (have_sentencepiece()); Error otherwise.
+// A subword tokenizer is parsed untrained; trained_on() or from_model() give
+// one that encodes. Its model (SentencePiece's serialized ModelProto) is what
+// a checkpoint keeps. Copies share the trained model.
+enum class TokenizerKind { chars, bytes, bpe, unigram };
+constexpr int64_t kMinSubwordVocab = 300;   // the 256 byte pieces, <unk> and room for merges
+constexpr size_t kSubwordTrainingBytes = size_t{32} << 20;
+bool have_sentencepiece();
+
+struct SubwordModel;   // src/data/subword.cpp
 
 class Tokenizer {
  public:
-  explicit Tokenizer(TokenizerKind k = TokenizerKind::chars) : kind_(k) {}
-  // "char" or "byte"; Error naming the allowed names otherwise.
+  // char or byte; Error for a subword kind (it needs a size: parse "bpe:N").
+  explicit Tokenizer(TokenizerKind k = TokenizerKind::chars);
+  // "char", "byte", "bpe:N" or "unigram:N"; Error naming the allowed names
+  // otherwise, or N out of range, or a subword kind without SentencePiece.
   static Tokenizer parse(std::string_view name);
-  static std::vector<std::string> names();            // {"char", "byte"}
+  static std::vector<std::string> names();            // {"char", "byte", "bpe:N", "unigram:N"}
+  // A trained tokenizer of this name from its model (empty for char and byte);
+  // Error when the model does not load or has another size.
+  static Tokenizer from_model(std::string_view name, const std::string& model);
 
   TokenizerKind kind() const { return kind_; }
-  std::string name() const;                           // "char" or "byte"
-  int64_t vocab() const;                              // 64 or 256
-  // Encodes `text`, reusing its buffer for the ids (no second copy of a large
-  // text); *stats, when given, gets the counts of characters and unknown ones.
+  std::string name() const;                           // "char", "byte", "bpe:4000", ...
+  int64_t vocab() const { return vocab_; }            // 64, 256 or N
+  bool subword() const { return kind_ == TokenizerKind::bpe || kind_ == TokenizerKind::unigram; }
+  bool trained() const { return !subword() || model_ != nullptr; }
+  // A subword tokenizer trained on `text` (Error naming SentencePiece's reason,
+  // e.g. a vocabulary too large for the text); char and byte return themselves.
+  Tokenizer trained_on(std::string_view text) const;
+  // SentencePiece's serialized model; empty for char and byte.
+  std::string model() const;
+
+  // Encodes `text`, reusing its buffer for the ids when the ids are one byte
+  // each (no second copy of a large text); *stats, when given, gets the counts
+  // of characters and unknown ones. Error for an untrained subword tokenizer.
   TokenIds encode(std::string text, TextStats* stats = nullptr) const;
   // Error for an id outside the vocabulary, naming its position and value.
   std::string decode(const TokenIds& ids) const;
   std::string decode(const std::vector<int32_t>& ids) const;
-  // The text of one id: one character (char), one byte (byte).
+  // The text of one id: one character (char), one byte (byte), a piece with
+  // its spaces, or one byte of a character (a subword byte piece).
   std::string piece(int32_t id) const;
 
  private:
   TokenizerKind kind_;
+  int64_t vocab_;
+  std::shared_ptr<const SubwordModel> model_;
 };
 
 // The largest share of unknown characters a text may have before it is

@@ -37,8 +37,9 @@ TokenIds text_tokens(std::string text, const std::string& name, const Tokenizer&
   TokenIds ids = tok.encode(std::move(text), &s);
   if (stats) *stats = s;
   if (s.unknown == s.characters)
-    throw Error(name + " holds none of the " + tok.name() + " tokenizer's symbols (newline, space, letters, " +
-                "! \" ' , - . : ; ?): is it a binary file? (the byte tokenizer takes any bytes)");
+    throw Error(name + " holds none of the " + tok.name() + " tokenizer's symbols" +
+                (tok.kind() == TokenizerKind::chars ? " (newline, space, letters, ! \" ' , - . : ; ?)" : "") +
+                ": is it a binary file? (the byte tokenizer takes any bytes)");
   if (!allow_unknown && s.share() > kMaxUnknownShare)
     throw UnknownTextError(name + ": " + describe_unknown(s, tok.name()) + "; more than 1% unknown is refused: " +
                            "use the byte tokenizer (--tokenizer byte), which represents any text, or allow them " +

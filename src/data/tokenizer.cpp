@@ -1,11 +1,14 @@
 // The tokenizers documented in include/capstep/data.h: the 64-symbol character
-// tokenizer (the free functions and Tokenizer "char") and the 256-symbol byte
-// tokenizer (Tokenizer "byte"), with the compact TokenIds they produce.
+// tokenizer (the free functions and Tokenizer "char"), the 256-symbol byte
+// tokenizer (Tokenizer "byte") and the subword ones' front (their SentencePiece
+// side is subword.cpp), with the compact TokenIds they produce.
 #include <array>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 
 #include "capstep/data.h"
+#include "subword.h"
 
 namespace capstep::data {
 namespace {
@@ -144,20 +147,74 @@ void TokenIds::copy_to(size_t begin, size_t n, int32_t* out) const {
 
 // ---- Tokenizer ----------------------------------------------------------------------
 
+Tokenizer::Tokenizer(TokenizerKind k) : kind_(k), vocab_(k == TokenizerKind::chars ? kVocabSize : kByteVocab) {
+  if (subword()) throw Error("a subword tokenizer needs a size: parse \"bpe:N\" or \"unigram:N\"");
+}
+
 Tokenizer Tokenizer::parse(std::string_view name) {
   if (name == "char") return Tokenizer(TokenizerKind::chars);
   if (name == "byte") return Tokenizer(TokenizerKind::bytes);
-  throw Error("unknown tokenizer '" + std::string(name) + "'; the tokenizers are char, byte");
+  const size_t colon = name.find(':');
+  const std::string_view kind = name.substr(0, colon);
+  if (colon != std::string_view::npos && (kind == "bpe" || kind == "unigram")) {
+    const std::string_view n = name.substr(colon + 1);
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), v);
+    if (n.empty() || ec != std::errc() || end != n.data() + n.size() || v < kMinSubwordVocab || v > 65536)
+      throw Error("tokenizer '" + std::string(name) + "': the size must be an integer in [" +
+                  std::to_string(kMinSubwordVocab) + ", 65536]");
+    if (!have_sentencepiece()) subword_load("");   // the Error naming the package
+    Tokenizer t;
+    t.kind_ = kind == "bpe" ? TokenizerKind::bpe : TokenizerKind::unigram;
+    t.vocab_ = v;
+    return t;
+  }
+  throw Error("unknown tokenizer '" + std::string(name) + "'; the tokenizers are char, byte, bpe:N, unigram:N");
 }
 
-std::vector<std::string> Tokenizer::names() { return {"char", "byte"}; }
+std::vector<std::string> Tokenizer::names() { return {"char", "byte", "bpe:N", "unigram:N"}; }
 
-std::string Tokenizer::name() const { return kind_ == TokenizerKind::chars ? "char" : "byte"; }
+std::string Tokenizer::name() const {
+  switch (kind_) {
+    case TokenizerKind::chars: return "char";
+    case TokenizerKind::bytes: return "byte";
+    case TokenizerKind::bpe: return "bpe:" + std::to_string(vocab_);
+    case TokenizerKind::unigram: return "unigram:" + std::to_string(vocab_);
+  }
+  return "?";
+}
 
-int64_t Tokenizer::vocab() const { return kind_ == TokenizerKind::chars ? kVocabSize : kByteVocab; }
+Tokenizer Tokenizer::from_model(std::string_view name, const std::string& model) {
+  Tokenizer t = parse(name);
+  if (!t.subword()) {
+    if (!model.empty()) throw Error("the " + t.name() + " tokenizer has no model, but one was given");
+    return t;
+  }
+  if (model.empty()) throw Error("the " + t.name() + " tokenizer's model is missing");
+  t.model_ = subword_load(model);
+  if (subword_size(*t.model_) != t.vocab_)
+    throw Error("the " + t.name() + " tokenizer's model has " + std::to_string(subword_size(*t.model_)) + " pieces");
+  return t;
+}
+
+Tokenizer Tokenizer::trained_on(std::string_view text) const {
+  if (!subword()) return *this;
+  Tokenizer t = *this;
+  t.model_ = subword_train(kind_, vocab_, text);
+  return t;
+}
+
+std::string Tokenizer::model() const { return model_ ? subword_proto(*model_) : std::string(); }
 
 TokenIds Tokenizer::encode(std::string text, TextStats* stats) const {
   TextStats s;
+  if (subword()) {
+    if (!model_) throw Error("the " + name() + " tokenizer is not trained yet: train it on a text first");
+    TokenIds ids(vocab_);
+    subword_encode(*model_, text, ids, s);
+    if (stats) *stats = s;
+    return ids;
+  }
   if (kind_ == TokenizerKind::bytes) {
     s.characters = text.size();
     if (stats) *stats = s;
@@ -191,6 +248,7 @@ TokenIds Tokenizer::encode(std::string text, TextStats* stats) const {
 }
 
 std::string Tokenizer::decode(const TokenIds& ids) const {
+  if (subword()) return decode(ids.to_vector());
   if (ids.vocab() > vocab())
     throw Error("decode: ids of a vocabulary of " + std::to_string(ids.vocab()) + " for the " + name() +
                 " tokenizer's " + std::to_string(vocab()) + " symbols");
@@ -203,15 +261,26 @@ std::string Tokenizer::decode(const TokenIds& ids) const {
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab()) throw Error(id_error("decode", ids[i], i, vocab()));
+  if (subword()) {
+    if (!model_) throw Error("the " + name() + " tokenizer is not trained yet: it has nothing to decode with");
+    return subword_decode(*model_, ids);
+  }
   std::string out(ids.size(), '\0');
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= vocab()) throw Error(id_error("decode", ids[i], i, vocab()));
     out[i] = kind_ == TokenizerKind::chars ? kAlphabet[static_cast<size_t>(ids[i])] : static_cast<char>(ids[i]);
   }
   return out;
 }
 
-std::string Tokenizer::piece(int32_t id) const { return decode(std::vector<int32_t>{id}); }
+std::string Tokenizer::piece(int32_t id) const {
+  if (subword() && model_) {
+    if (id < 0 || id >= vocab_) throw Error(id_error("piece", id, 0, vocab_));
+    return subword_piece(*model_, id);
+  }
+  return decode(std::vector<int32_t>{id});
+}
 
 // ---- unknown characters ---------------------------------------------------------------
 
@@ -230,10 +299,15 @@ std::string describe_unknown(const TextStats& s, const std::string& tokenizer_na
     std::snprintf(b, sizeof b, c >= 0x80 ? "a non-ASCII character (byte 0x%02X)" : "a control character (byte 0x%02X)", c);
     what = b;
   }
-  return std::to_string(s.unknown) + " of " + std::to_string(s.characters) + " characters (" + share +
-         ") are outside the " + tokenizer_name + " tokenizer's " +
-         (tokenizer_name == "char" ? std::to_string(kVocabSize - 1) + " symbols and train as '~'" : "symbols") +
-         " (the first, " + what + ", at line " + std::to_string(s.first_unknown_line) + ", byte offset " +
+  const bool subword = tokenizer_name.rfind("bpe:", 0) == 0 || tokenizer_name.rfind("unigram:", 0) == 0;
+  const std::string outside =
+      tokenizer_name == "char" ? "are outside the char tokenizer's " + std::to_string(kVocabSize - 1) +
+                                     " symbols and train as '~'"
+      : subword ? "do not come back through the " + tokenizer_name +
+                      " tokenizer (bytes that are not UTF-8 train as U+FFFD, U+2581 as a space)"
+                : "are outside the " + tokenizer_name + " tokenizer's symbols";
+  return std::to_string(s.unknown) + " of " + std::to_string(s.characters) + " characters (" + share + ") " +
+         outside + " (the first, " + what + ", at line " + std::to_string(s.first_unknown_line) + ", byte offset " +
          std::to_string(s.first_unknown_offset) + ")";
 }
 
