@@ -30,13 +30,13 @@ using namespace capstep::data;
 
 // Counts heap allocations, to prove BatchStream::fill makes none.
 static std::atomic<long> g_allocations{0};
-void* operator new(size_t n) {
+[[gnu::noinline]] void* operator new(size_t n) {
   g_allocations++;
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
-// Out of line, so g++ does not pair an inlined free() with operator new and
-// warn (-Wmismatched-new-delete) at every delete in the file.
+// Out of line (and operator new too), so g++ does not pair an inlined free()
+// or malloc() with the other and warn (-Wmismatched-new-delete).
 [[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
 [[gnu::noinline]] void operator delete(void* p, size_t) noexcept { std::free(p); }
 
