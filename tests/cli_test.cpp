@@ -20,6 +20,7 @@
 
 #include "capstep/checkpoint.h"
 #include "capstep/data.h"
+#include "capstep/train.h"
 
 #include "process_util.h"
 #include "test_util.h"
@@ -577,6 +578,42 @@ TEST(Cli, ByteTokenizerTrainsAnyFileAndTheCheckpointKeepsIt) {
   r = run({"train", "--tokenizer", "bpe"});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--tokenizer"), std::string::npos) << r.err;
+}
+
+// Issue 27 item 1: a subword tokenizer is trained on the user's text, saved
+// in the checkpoint (the same model SentencePiece makes from the text again),
+// and used, not retrained, by resume and sample.
+TEST(Cli, SubwordTokenizerIsTrainedSavedAndUsedBySample) {
+  NEED_BINARY();
+  if (!data::have_sentencepiece()) GTEST_SKIP() << "built without SentencePiece";
+  TempDir d;
+  std::string text = data::builtin_corpus(data::kCorpusSeed, 50000);
+  for (int i = 0; i < 300; ++i)
+    text += "x[" + std::to_string(i) + "] = y(" + std::to_string(i * 7) + ");\r\n\tcaf\xC3\xA9\n";
+  const std::string path = d.write("t.txt", text);
+  Outcome r = run({"train", "--tokenizer", "bpe:400", "--text", path, "--steps", "2", "--save", d.file("s.st")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("; tokenizer bpe:400"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("training the bpe:400 tokenizer on text file '" + path + "' (SentencePiece)"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("do not come back"), std::string::npos) << r.out;
+  const Checkpoint c = load_checkpoint(d.file("s.st"));
+  EXPECT_NE(c.extra.at("train").find("\"tokenizer\":\"bpe:400\""), std::string::npos);
+  EXPECT_NE(c.model_config.find("\"vocab\":400"), std::string::npos) << c.model_config;
+  const std::string model = train::base64_decode(c.extra.at("tokenizer_model"));
+  EXPECT_EQ(model, data::Tokenizer::parse("bpe:400").trained_on(text).model());
+  // Resumed: the checkpoint's tokenizer, not a new one.
+  r = run({"train", "--resume", d.file("s.st"), "--steps", "3"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("training the"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("trained steps 3..3"), std::string::npos) << r.out;
+  r = run({"sample", "--checkpoint", d.file("s.st"), "--prompt", "x[0] = ", "--tokens", "5", "--temperature", "0"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("x[0] = ", 0), 0u) << r.out;
+  EXPECT_GT(r.out.size(), std::string("x[0] = \n").size()) << r.out;
+  r = run({"train", "--tokenizer", "unigram:65537"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("the size must be an integer in [300, 65536]"), std::string::npos) << r.err;
 }
 
 // --save, --log and --plot that cannot be written fail before the first

@@ -65,6 +65,18 @@ const CLI::Validator kPositiveFinite(
     },
     "POSITIVE");
 
+// A tokenizer name data::Tokenizer::parse takes (char, byte, bpe:N, unigram:N).
+const CLI::Validator kTokenizer(
+    [](std::string& s) -> std::string {
+      try {
+        capstep::data::Tokenizer::parse(s);
+      } catch (const capstep::Error& e) {
+        return e.what();
+      }
+      return "";
+    },
+    "TOKENIZER");
+
 const char* const kFusedAttentionHelp =
     "each layer's causal attention as one attention primitive (fuse_attention): fused forward and backward "
     "kernels on the GPU, the score matrix never stored; exported as plain StableHLO";
@@ -104,8 +116,10 @@ int main(int argc, char** argv) {
              ta.tokenizer_given = true;
            },
            "char: 63 symbols (letters, space, newline, ! \" ' , - . : ; ?) and '~' for anything else, the seed's "
-           "(default); byte: the 256 byte values, any file, nothing unknown; a resumed run keeps the checkpoint's")
-      ->check(CLI::IsMember({"char", "byte"}));
+           "(default); byte: the 256 byte values, any file, nothing unknown; bpe:N or unigram:N: N subword pieces "
+           "(300 to 65536) trained on the text with SentencePiece, byte fallback on; a resumed run keeps the "
+           "checkpoint's")
+      ->check(kTokenizer);
   train->add_flag("--allow-unknown", ta.opts.allow_unknown,
                   "train even when more than 1% of the text's characters are outside the tokenizer's symbols "
                   "(they train as '~'; the share is printed either way)");

@@ -208,6 +208,12 @@ std::string builtin_corpus(uint64_t seed = kCorpusSeed, size_t size = kCorpusSiz
 // but '~').
 std::string read_text_file(const std::string& path);
 
+// The bytes of a text file, unchecked but for what any tokenizer needs: Error
+// naming the path when it cannot be read, is not a regular file, is empty or
+// is larger than 1 GiB. (A subword tokenizer is trained on them before
+// text_tokens encodes them.)
+std::string read_text_bytes(const std::string& path);
+
 // A text file encoded with `tok`, read once and encoded in place (the peak is
 // about one byte per character of the file, not five). Errors as
 // read_text_file's where they apply to the tokenizer: empty, larger than 1 GiB,

@@ -34,6 +34,7 @@
 
 #include "capstep/checkpoint.h"
 #include "capstep/collective.h"
+#include "capstep/data.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 
@@ -106,8 +107,11 @@ struct Options {
   optim::Precision precision = optim::Precision::f32;
   bool fused_attention = false;          // fuse_attention (trace.h) on the loss program: the attention primitives
   std::string text_path;                 // empty: the built-in corpus
-  // data::Tokenizer::parse's name: "char" (the seed's, vocab 64) or "byte"
-  // (vocab 256); model.vocab must be the tokenizer's vocabulary.
+  // data::Tokenizer::parse's name: "char" (the seed's, vocab 64), "byte"
+  // (vocab 256), "bpe:N" or "unigram:N" (vocab N); model.vocab must be the
+  // tokenizer's vocabulary. A subword tokenizer is trained on the text before
+  // the first step (or, resuming, taken from the checkpoint, whose tokenizer
+  // must be this one) and saved in every checkpoint.
   std::string tokenizer = "char";
   // A text with more than data::kMaxUnknownShare characters the tokenizer
   // cannot represent is refused (data::UnknownTextError) unless this is set;
@@ -188,6 +192,10 @@ constexpr const char* kTrainMetadataKey = "train";
 // With a validation split, also "best_val_loss": the lowest validation loss
 // of the run up to the checkpoint (a decimal number, %.9g).
 constexpr const char* kBestValLossKey = "best_val_loss";
+// With a subword tokenizer, also "tokenizer_model": its SentencePiece model
+// (data::Tokenizer::model()) in base64, so sample and resume use the very
+// pieces the run trained with.
+constexpr const char* kTokenizerModelKey = "tokenizer_model";
 
 struct TrainMeta {
   nn::LmConfig model;
@@ -200,10 +208,16 @@ struct TrainMeta {
   int64_t steps = 0;                     // the end of the run that wrote it
   double clip_grad_norm = 0;
   std::string tokenizer = "char";        // the tokenizer's name; its vocabulary is model.vocab
+  std::string tokenizer_model;           // a subword tokenizer's model (decoded), else empty
   double best_val_loss = NAN;            // NaN when the checkpoint has none
 };
 // The "train" metadata of a run with options `o` on `text` ("builtin" or a path).
 std::string train_metadata(const Options& o, const std::string& text);
+// The checkpoint's tokenizer, trained (its model from kTokenizerModelKey);
+// Error naming what is missing or wrong.
+data::Tokenizer checkpoint_tokenizer(const TrainMeta& m);
+std::string base64_encode(const std::string& bytes);
+std::string base64_decode(const std::string& text);   // Error for a character outside base64
 TrainMeta parse_meta(const Checkpoint& c);   // Error naming what is wrong
 
 // Loads a checkpoint and checks every tensor against the model its config

@@ -47,6 +47,12 @@ TokenIds text_tokens(std::string text, const std::string& name, const Tokenizer&
   return ids;
 }
 
+std::string read_text_bytes(const std::string& path) {
+  std::string text = read_regular_file(path, "text file", kMaxTextBytes);
+  if (text.empty()) throw Error("text file '" + path + "' is empty: there is nothing to train on");
+  return text;
+}
+
 TokenIds read_text_tokens(const std::string& path, const Tokenizer& tok, bool allow_unknown, TextStats* stats) {
   return text_tokens(read_regular_file(path, "text file", kMaxTextBytes), "text file '" + path + "'", tok,
                      allow_unknown, stats);

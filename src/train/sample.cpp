@@ -40,7 +40,7 @@ std::string sample(const SampleOptions& o) {
   TrainMeta meta;
   Checkpoint c = load_model_checkpoint(o.checkpoint, &meta);
   const nn::LmConfig& m = meta.model;
-  const data::Tokenizer tokenizer = data::Tokenizer::parse(meta.tokenizer);
+  const data::Tokenizer tokenizer = checkpoint_tokenizer(meta);
   if (m.vocab != tokenizer.vocab())
     throw Error("checkpoint '" + o.checkpoint + "' has a vocabulary of " + std::to_string(m.vocab) + "; its " +
                 tokenizer.name() + " tokenizer has " + std::to_string(tokenizer.vocab()) + " symbols");

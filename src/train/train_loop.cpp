@@ -115,14 +115,32 @@ Result train(const Options& o) {
   const std::string which = o.text_path.empty() ? "the built-in corpus" : "text file '" + o.text_path + "'";
   // The text, read once and encoded in place: its ids, one byte each, are
   // the only copy held (the two parts below share them).
-  const data::Tokenizer tokenizer = data::Tokenizer::parse(o.tokenizer);
+  data::Tokenizer tokenizer = data::Tokenizer::parse(o.tokenizer);
+  if (tokenizer.subword() && !o.resume_path.empty()) {
+    // Resumed: the pieces the run trained with, never a new training.
+    const TrainMeta m = parse_meta(load_checkpoint(o.resume_path));
+    if (m.tokenizer != o.tokenizer)
+      throw Error("checkpoint '" + o.resume_path + "' was trained with the " + m.tokenizer + " tokenizer, not " +
+                  o.tokenizer);
+    tokenizer = checkpoint_tokenizer(m);
+  }
   data::TextStats stats;
-  auto text = std::make_shared<const data::TokenIds>(
-      o.text_path.empty() ? tokenizer.encode(data::builtin_corpus(), &stats)
-                          : data::read_text_tokens(o.text_path, tokenizer, o.allow_unknown, &stats));
+  std::shared_ptr<const data::TokenIds> text;
+  if (!tokenizer.trained()) {
+    std::string raw = o.text_path.empty() ? data::builtin_corpus() : data::read_text_bytes(o.text_path);
+    say("training the " + tokenizer.name() + " tokenizer on " + which + " (SentencePiece)");
+    tokenizer = tokenizer.trained_on(raw);
+    text = std::make_shared<const data::TokenIds>(
+        data::text_tokens(std::move(raw), which, tokenizer, o.allow_unknown, &stats));
+  } else {
+    text = std::make_shared<const data::TokenIds>(
+        o.text_path.empty() ? tokenizer.encode(data::builtin_corpus(), &stats)
+                            : data::read_text_tokens(o.text_path, tokenizer, o.allow_unknown, &stats));
+  }
   if (stats.unknown > 0) say(which + ": " + data::describe_unknown(stats, tokenizer.name()));
   const size_t cut = data::split_point(text->size(), o.val_fraction);
-  const char* unit = tokenizer.kind() == data::TokenizerKind::chars ? " characters" : " bytes";   // one token each
+  const char* unit = tokenizer.kind() == data::TokenizerKind::chars ? " characters"
+                     : tokenizer.kind() == data::TokenizerKind::bytes ? " bytes" : " tokens";
   auto need_tokens = [&](size_t n, const char* part) {
     if (static_cast<int64_t>(n) <= o.model.seq)
       throw Error(which + " has " + std::to_string(n) + unit + part + "; a window of " +
@@ -219,6 +237,7 @@ Result train(const Options& o) {
   };
   ckpt.model_config = o.model.to_json();
   ckpt.extra[kTrainMetadataKey] = train_metadata(o, text_name);
+  if (tokenizer.subword()) ckpt.extra[kTokenizerModelKey] = base64_encode(tokenizer.model());
   auto save = [&](int64_t step) -> bool {
     stepper->state(ckpt);
     const std::string bad = first_non_finite(ckpt);
