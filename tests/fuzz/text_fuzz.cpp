@@ -11,7 +11,11 @@
 //   - refusal follows the documented limit: UnknownTextError exactly when
 //     more than kMaxUnknownShare is unknown and not allowed;
 //   - reading the bytes from a file gives the same ids as from memory;
-//   - TokenIds of every width keep every id.
+//   - TokenIds of every width keep every id;
+//   - with SentencePiece in the build (CAPSTEP_HAVE_SENTENCEPIECE), a bpe
+//     tokenizer trained once on a fixed text: its ids are SentencePiece's own
+//     encoder's, valid UTF-8 comes back exactly, and what does not (bytes
+//     that are not UTF-8, U+2581) is counted as unknown.
 // A broken invariant is __builtin_trap(), which libFuzzer reports as a crash.
 #include <unistd.h>
 
@@ -23,6 +27,10 @@
 #include <string>
 
 #include "capstep/data.h"
+
+#ifdef CAPSTEP_HAVE_SENTENCEPIECE
+#include <sentencepiece_processor.h>
+#endif
 
 using namespace capstep;
 using namespace capstep::data;
@@ -59,7 +67,58 @@ bool reader(const std::string& text, const std::string& name, const Tokenizer& t
   return false;
 }
 
+#ifdef CAPSTEP_HAVE_SENTENCEPIECE
+// A bpe tokenizer trained once, and SentencePiece's own processor on its model.
+struct Subword {
+  Tokenizer tok;
+  sentencepiece::SentencePieceProcessor sp;
+};
+const Subword& subword() {
+  static const Subword* s = [] {
+    std::string text;
+    for (int i = 0; i < 400; ++i)
+      text += "The cat naps in the den " + std::to_string(i) + ". x[i] = y(i) * 2; caf\xC3\xA9 \xE6\x97\xA5 "
+              "na\xC3\xAFve, \"quoted\" (paren) {brace} tab\there\r\n";
+    auto* r = new Subword{Tokenizer::parse("bpe:350").trained_on(text), {}};
+    require(r->sp.LoadFromSerializedProto(r->tok.model()).ok());
+    return r;
+  }();
+  return *s;
+}
+
+// Characters that do not come back through SentencePiece, counted
+// independently of capstep's reading: bytes outside valid UTF-8 (by the
+// standard's table of well-formed sequences) and U+2581.
+uint64_t lost_characters(const std::string& t) {
+  uint64_t lost = 0;
+  for (size_t i = 0; i < t.size();) {
+    const auto b = [&](size_t k) { return i + k < t.size() ? static_cast<unsigned char>(t[i + k]) : 0x100u; };
+    const unsigned c = b(0);
+    size_t n = 0;
+    if (c < 0x80) n = 1;
+    else if (c >= 0xC2 && c <= 0xDF && b(1) >= 0x80 && b(1) <= 0xBF) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+      const unsigned lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+      if (b(1) >= lo && b(1) <= hi && b(2) >= 0x80 && b(2) <= 0xBF) n = 3;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      const unsigned lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+      if (b(1) >= lo && b(1) <= hi && b(2) >= 0x80 && b(2) <= 0xBF && b(3) >= 0x80 && b(3) <= 0xBF) n = 4;
+    }
+    if (n == 0 || (n == 3 && t.compare(i, 3, "\xE2\x96\x81") == 0)) ++lost;
+    i += n ? n : 1;
+  }
+  return lost;
+}
+#endif
+
 }  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+#ifdef CAPSTEP_HAVE_SENTENCEPIECE
+  subword();   // trained before the first input, not timed as one
+#endif
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
@@ -153,5 +212,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   require(two.to_vector() == two_bytes && four.to_vector() == four_bytes);
   const TokenIds sixteen(bids.to_vector(), 300);
   require(sixteen.width() == 2 && sixteen.to_vector() == bids.to_vector());
+
+#ifdef CAPSTEP_HAVE_SENTENCEPIECE
+  // ---- a subword tokenizer: SentencePiece's ids, exact where it can be
+  const Subword& sw = subword();
+  TextStats ss;
+  const TokenIds sids = sw.tok.encode(text, &ss);
+  std::vector<int> own;
+  require(sw.sp.Encode(text, &own).ok());
+  const std::vector<int32_t> mine = sids.to_vector();
+  require(mine.size() == own.size() && std::equal(mine.begin(), mine.end(), own.begin()));
+  require(ss.unknown == lost_characters(text));
+  const std::string back = sw.tok.decode(sids);
+  if (ss.unknown == 0) {
+    require(back == text);
+    std::string pieces;
+    for (int32_t id : mine) pieces += sw.tok.piece(id);
+    require(pieces == text);
+  }
+#endif
   return 0;
 }
