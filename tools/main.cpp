@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
   sample->add_option("--checkpoint", sa.opts.checkpoint, "a checkpoint written by `capstep train --save`")
       ->required()->check(CLI::ExistingFile);
   sample->add_option("--prompt", sa.opts.prompt, "text to continue (default: the start of a paragraph)");
-  sample->add_option("--tokens", sa.opts.tokens, "characters to generate")->capture_default_str()->check(CLI::Range(0, 1000000));
+  sample->add_option("--tokens", sa.opts.tokens, "tokens to generate (characters with the char tokenizer, bytes with byte)")->capture_default_str()->check(CLI::Range(0, 1000000));
   sample->add_option("--temperature", sa.opts.temperature, "softmax temperature; 0 picks the most likely symbol")
       ->capture_default_str()->check(CLI::Range(0.0, 100.0));
   sample->add_option("--seed", sa.opts.seed, "seed of the sampler")->capture_default_str()->check(kSeed);
