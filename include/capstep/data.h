@@ -103,8 +103,9 @@ struct TextStats {
 };
 
 // A text's unknown characters in words, for a person: "3 of 1200 characters
-// (0.25%) are outside the char tokenizer's 63 symbols (the first, '1', at
-// line 2, byte offset 57)".
+// (0.25%) are outside the char tokenizer's 63 symbols and train as '~' (the
+// first, '1', at line 2, byte offset 57)"; `tokenizer_name` is
+// Tokenizer::name().
 std::string describe_unknown(const TextStats& s, const std::string& tokenizer_name);
 
 // The tokenizers, chosen at run time (`capstep train --tokenizer`):
