@@ -285,8 +285,12 @@ int main(int argc, char** argv) {
     return kUsage;
   } catch (const capstep::data::UnknownTextError& e) {
     // A text (or a prompt) the tokenizer would mostly replace: the user's
-    // choice of text or tokenizer, so a usage error.
-    std::cerr << "capstep " << name << ": " << e.what() << '\n';
+    // choice of text or tokenizer, so a usage error, with the options that
+    // change it where there are some.
+    std::cerr << "capstep " << name << ": " << e.what();
+    if (name == "train") std::cerr << " (--tokenizer byte, or --allow-unknown)";
+    if (name == "bench") std::cerr << " (bench runs the seed's char model; `capstep train` has --tokenizer byte)";
+    std::cerr << '\n';
     return kUsage;
   } catch (const std::bad_alloc&) {
     std::cerr << "capstep " << name << ": error: out of memory: the model or the batch is too large for this machine\n";

@@ -179,7 +179,8 @@ class Tokenizer {
 constexpr double kMaxUnknownShare = 0.01;
 
 // Thrown when a text holds more than kMaxUnknownShare unknown characters and
-// they are not allowed; `capstep train` exits 2 for it.
+// they are not allowed; `capstep train` exits 2 for it, naming its options
+// (--tokenizer byte, --allow-unknown).
 class UnknownTextError : public Error {
  public:
   using Error::Error;

@@ -42,8 +42,7 @@ TokenIds text_tokens(std::string text, const std::string& name, const Tokenizer&
                 ": is it a binary file? (the byte tokenizer takes any bytes)");
   if (!allow_unknown && s.share() > kMaxUnknownShare)
     throw UnknownTextError(name + ": " + describe_unknown(s, tok.name()) + "; more than 1% unknown is refused: " +
-                           "use the byte tokenizer (--tokenizer byte), which represents any text, or allow them " +
-                           "(--allow-unknown)");
+                           "use the byte tokenizer, which represents any text, or allow unknown characters");
   return ids;
 }
 
