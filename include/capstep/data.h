@@ -90,7 +90,8 @@ class TokenIds {
 // Characters are counted as the char tokenizer reads them (a multi-byte UTF-8
 // character is one; a byte 0x80-0xBF without a lead byte is one); the byte
 // tokenizer counts bytes and has no unknown ones; a subword tokenizer counts
-// UTF-8 characters (a byte that is not part of one counts as one).
+// UTF-8 characters (a byte that is not part of one counts as one) and has no
+// unknown ones.
 struct TextStats {
   uint64_t characters = 0;
   uint64_t unknown = 0;
@@ -118,12 +119,14 @@ std::string describe_unknown(const TextStats& s, const std::string& tokenizer_na
 //   bpe:N      subword tokenizers of N symbols (N in [kMinSubwordVocab,
 //   unigram:N  65536]), trained with SentencePiece on the user's text (at most
 //              its first kSubwordTrainingBytes, whole lines), byte fallback on:
-//              a character outside the pieces is encoded as its UTF-8 bytes,
-//              so valid UTF-8 round-trips exactly. Normalization is off
-//              (identity), no space is added or removed. Unknown (counted, as
-//              they do not come back): bytes that are not valid UTF-8, and
-//              U+2581 '▁', SentencePiece's own sign for a space. Needs a build
-//              with SentencePiece (have_sentencepiece()); Error otherwise.
+//              a character outside the pieces is encoded as its UTF-8 bytes.
+//              Normalization is off (identity), no space is added or removed.
+//              What SentencePiece itself would not give back (bytes that are
+//              not valid UTF-8, and U+2581 '▁', its sign for a space) is
+//              encoded as byte pieces too, so any bytes round-trip exactly and
+//              nothing is unknown; elsewhere the ids are SentencePiece's own.
+//              Needs a build with SentencePiece (have_sentencepiece()); Error
+//              otherwise.
 // A subword tokenizer is parsed untrained; trained_on() or from_model() give
 // one that encodes. Its model (SentencePiece's serialized ModelProto) is what
 // a checkpoint keeps. Copies share the trained model.

@@ -5,6 +5,7 @@
 #include "subword.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #ifdef CAPSTEP_HAVE_SENTENCEPIECE
 #include <sentencepiece_processor.h>
@@ -18,6 +19,7 @@ namespace capstep::data {
 struct SubwordModel {
   sentencepiece::SentencePieceProcessor sp;
   std::string proto;
+  int byte_id[256] = {};   // the byte fallback's pieces "<0x00>".."<0xFF>"
 };
 
 bool have_sentencepiece() { return true; }
@@ -82,6 +84,20 @@ Error sp_error(const std::string& what, const sentencepiece::util::Status& s) {
   return Error(what + ": SentencePiece: " + s.ToString());
 }
 
+// Loads m->proto and finds the 256 byte pieces (a model without them, made
+// elsewhere without byte fallback, cannot give every text back: refused).
+void load(SubwordModel& m, const std::string& what) {
+  const auto st = m.sp.LoadFromSerializedProto(m.proto);
+  if (!st.ok()) throw sp_error(what, st);
+  for (int b = 0; b < 256; ++b) {
+    char piece[8];
+    std::snprintf(piece, sizeof piece, "<0x%02X>", b);
+    m.byte_id[b] = m.sp.PieceToId(piece);
+    if (!m.sp.IsByte(m.byte_id[b]))
+      throw Error(what + ": the model has no byte piece " + piece + " (it was made without byte fallback)");
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<const SubwordModel> subword_train(TokenizerKind kind, int64_t vocab, std::string_view text) {
@@ -115,16 +131,14 @@ std::shared_ptr<const SubwordModel> subword_train(TokenizerKind kind, int64_t vo
     throw sp_error("cannot train the " + std::string(kind == TokenizerKind::bpe ? "bpe:" : "unigram:") +
                        std::to_string(vocab) + " tokenizer on the text",
                    st);
-  const auto ld = m->sp.LoadFromSerializedProto(m->proto);
-  if (!ld.ok()) throw sp_error("the trained tokenizer does not load", ld);
+  load(*m, "the trained tokenizer does not load");
   return m;
 }
 
 std::shared_ptr<const SubwordModel> subword_load(const std::string& proto) {
   auto m = std::make_shared<SubwordModel>();
   m->proto = proto;
-  const auto st = m->sp.LoadFromSerializedProto(m->proto);
-  if (!st.ok()) throw sp_error("the tokenizer's model does not load", st);
+  load(*m, "the tokenizer's model does not load");
   return m;
 }
 
@@ -133,41 +147,48 @@ const std::string& subword_proto(const SubwordModel& m) { return m.proto; }
 int64_t subword_size(const SubwordModel& m) { return m.sp.GetPieceSize(); }
 
 void subword_encode(const SubwordModel& m, std::string_view text, TokenIds& out, TextStats& s) {
-  // Characters and unknown ones: what SentencePiece cannot give back.
-  uint64_t line = 1;
+  // SentencePiece encodes runs of valid UTF-8 without U+2581; what it could
+  // not give back (a byte that is not UTF-8 would come back as U+FFFD, U+2581
+  // as a space) goes in as its bytes' pieces. So every text comes back, and
+  // nothing is unknown.
+  std::vector<int> ids;
+  auto run = [&](size_t begin, size_t end) {
+    // In pieces of about 1 MiB ending at a newline: no piece spans a newline
+    // (training saw lines only, so '\n' is a byte piece of its own), so the
+    // ids are those of the whole run, without its ids as int twice over.
+    for (size_t at = begin; at < end;) {
+      size_t stop = std::min(end, at + (size_t{1} << 20));
+      if (stop < end) {
+        const size_t nl = text.substr(0, end).find('\n', stop);
+        stop = nl == std::string_view::npos ? end : nl + 1;
+      }
+      const auto st = m.sp.Encode(text.substr(at, stop - at), &ids);
+      if (!st.ok()) throw sp_error("cannot encode the text", st);
+      for (int id : ids) out.push_back(id);
+      at = stop;
+    }
+  };
+  size_t begin = 0;
   for (size_t i = 0; i < text.size();) {
     const size_t n = utf8_length(text, i);
-    const bool bad = n == 0 || (n == 3 && text.compare(i, 3, "\xE2\x96\x81") == 0);
-    if (bad && s.unknown++ == 0) {
-      s.first_unknown_offset = i;
-      s.first_unknown_line = line;
-      s.first_unknown_byte = static_cast<unsigned char>(text[i]);
-    }
-    if (text[i] == '\n') ++line;
     ++s.characters;
-    i += n ? n : 1;
-  }
-  // In pieces of about 1 MiB ending at a newline: no piece spans a newline
-  // (training saw lines only, so '\n' is a byte piece of its own), so the ids
-  // are those of the whole text, without its ids as int twice over.
-  std::vector<int> ids;
-  for (size_t at = 0; at < text.size();) {
-    size_t end = std::min(text.size(), at + (size_t{1} << 20));
-    if (end < text.size()) {
-      const size_t nl = text.find('\n', end);
-      end = nl == std::string_view::npos ? text.size() : nl + 1;
+    if (n != 0 && !(n == 3 && text.compare(i, 3, "\xE2\x96\x81") == 0)) {
+      i += n;
+      continue;
     }
-    const auto st = m.sp.Encode(text.substr(at, end - at), &ids);
-    if (!st.ok()) throw sp_error("cannot encode the text", st);
-    for (int id : ids) out.push_back(id);
-    at = end;
+    run(begin, i);
+    for (size_t k = 0; k < std::max<size_t>(n, 1); ++k) out.push_back(m.byte_id[static_cast<unsigned char>(text[i + k])]);
+    i += std::max<size_t>(n, 1);
+    begin = i;
   }
+  run(begin, text.size());
 }
 
 std::string subword_decode(const SubwordModel& m, const std::vector<int32_t>& ids) {
+  // The pieces' text in order, not SentencePiece's Decode: that one turns
+  // bytes that are not UTF-8 into U+FFFD; these give every byte back.
   std::string text;
-  const auto st = m.sp.Decode(std::vector<int>(ids.begin(), ids.end()), &text);
-  if (!st.ok()) throw sp_error("cannot decode the ids", st);
+  for (int32_t id : ids) text += subword_piece(m, id);
   return text;
 }
 

@@ -18,10 +18,10 @@ std::shared_ptr<const SubwordModel> subword_train(TokenizerKind kind, int64_t vo
 std::shared_ptr<const SubwordModel> subword_load(const std::string& proto);
 const std::string& subword_proto(const SubwordModel& m);
 int64_t subword_size(const SubwordModel& m);
-// Appends the ids of `text` to `out` and counts its characters and unknown
-// ones into `s` (the bytes that are not valid UTF-8, and U+2581).
+// Appends the ids of `text` to `out` and counts its characters into `s` (none
+// is unknown: what SentencePiece cannot give back goes in as byte pieces).
 void subword_encode(const SubwordModel& m, std::string_view text, TokenIds& out, TextStats& s);
-std::string subword_decode(const SubwordModel& m, const std::vector<int32_t>& ids);
+std::string subword_decode(const SubwordModel& m, const std::vector<int32_t>& ids);   // ids checked by the caller
 std::string subword_piece(const SubwordModel& m, int32_t id);
 
 }  // namespace capstep::data

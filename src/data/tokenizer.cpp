@@ -299,13 +299,10 @@ std::string describe_unknown(const TextStats& s, const std::string& tokenizer_na
     std::snprintf(b, sizeof b, c >= 0x80 ? "a non-ASCII character (byte 0x%02X)" : "a control character (byte 0x%02X)", c);
     what = b;
   }
-  const bool subword = tokenizer_name.rfind("bpe:", 0) == 0 || tokenizer_name.rfind("unigram:", 0) == 0;
   const std::string outside =
-      tokenizer_name == "char" ? "are outside the char tokenizer's " + std::to_string(kVocabSize - 1) +
-                                     " symbols and train as '~'"
-      : subword ? "do not come back through the " + tokenizer_name +
-                      " tokenizer (bytes that are not UTF-8 train as U+FFFD, U+2581 as a space)"
-                : "are outside the " + tokenizer_name + " tokenizer's symbols";
+      tokenizer_name == "char"
+          ? "are outside the char tokenizer's " + std::to_string(kVocabSize - 1) + " symbols and train as '~'"
+          : "are outside the " + tokenizer_name + " tokenizer's symbols";
   return std::to_string(s.unknown) + " of " + std::to_string(s.characters) + " characters (" + share + ") " +
          outside + " (the first, " + what + ", at line " + std::to_string(s.first_unknown_line) + ", byte offset " +
          std::to_string(s.first_unknown_offset) + ")";
