@@ -1,6 +1,7 @@
 // Tokenizer, built-in corpus, text files and the batch stream.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -16,6 +17,10 @@
 
 #include "capstep/data.h"
 
+#ifdef CAPSTEP_HAVE_SENTENCEPIECE
+#include <sentencepiece_processor.h>   // the reference encoder for capstep's subword ids
+#endif
+
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -25,13 +30,13 @@ using namespace capstep::data;
 
 // Counts heap allocations, to prove BatchStream::fill makes none.
 static std::atomic<long> g_allocations{0};
-void* operator new(size_t n) {
+[[gnu::noinline]] void* operator new(size_t n) {
   g_allocations++;
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
-// Out of line, so g++ does not pair an inlined free() with operator new and
-// warn (-Wmismatched-new-delete) at every delete in the file.
+// Out of line (and operator new too), so g++ does not pair an inlined free()
+// or malloc() with the other and warn (-Wmismatched-new-delete).
 [[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
 [[gnu::noinline]] void operator delete(void* p, size_t) noexcept { std::free(p); }
 
@@ -99,6 +104,278 @@ TEST(Tokenizer, RejectsIdsOutsideTheVocabulary) {
   EXPECT_NE(m.find("[0, 64)"), std::string::npos) << m;
   EXPECT_NE(error_of([] { decode_id(-1); }).find("token id -1"), std::string::npos);
   EXPECT_EQ(decode_id(63), '~');
+}
+
+// ---- runtime tokenizers and compact ids ---------------------------------------------
+
+TEST(Tokenizer, CharKindMatchesTheFreeFunctionsAndStoresOneBytePerId) {
+  const Tokenizer t = Tokenizer::parse("char");
+  EXPECT_EQ(t.name(), "char");
+  EXPECT_EQ(t.vocab(), 64);
+  const std::string text = "caf\xC3\xA9 x=3\n\xE6\x97\xA5!" + builtin_corpus(kCorpusSeed, 5000);
+  TextStats s;
+  const TokenIds ids = t.encode(text, &s);
+  EXPECT_EQ(ids.to_vector(), encode(text));
+  EXPECT_EQ(ids.width(), 1u);
+  EXPECT_EQ(ids.bytes(), ids.size());
+  EXPECT_EQ(t.decode(ids), decode(encode(text)));
+  // 11 characters before the corpus; "é", "=", "3" and "日" are unknown.
+  EXPECT_EQ(s.characters, 5011u);
+  EXPECT_EQ(s.unknown, 4u);
+  EXPECT_EQ(s.first_unknown_offset, 3u);
+  EXPECT_EQ(s.first_unknown_line, 1u);
+  EXPECT_EQ(s.first_unknown_byte, 0xC3);
+}
+
+TEST(Tokenizer, ByteKindRoundTripsEveryByteSequence) {
+  const Tokenizer t = Tokenizer::parse("byte");
+  EXPECT_EQ(t.name(), "byte");
+  EXPECT_EQ(t.vocab(), 256);
+  std::string all;
+  for (int c = 0; c < 256; ++c) all.push_back(static_cast<char>(c));
+  // Invalid UTF-8 too: a stray continuation byte, a truncated and an overlong sequence.
+  const std::string text = all + "\x80\xC3\xE6\x97" "A\xC0\xAF" + std::string("\0\0", 2);
+  TextStats s;
+  const TokenIds ids = t.encode(text, &s);
+  ASSERT_EQ(ids.size(), text.size());
+  for (size_t i = 0; i < text.size(); ++i) ASSERT_EQ(ids[i], static_cast<unsigned char>(text[i])) << i;
+  EXPECT_EQ(t.decode(ids), text);
+  EXPECT_EQ(t.decode(ids.to_vector()), text);
+  EXPECT_EQ(s.characters, text.size());
+  EXPECT_EQ(s.unknown, 0u);
+  EXPECT_EQ(t.piece(0xE9), "\xE9");
+  EXPECT_NE(error_of([&] { t.decode(std::vector<int32_t>{65, 256}); }).find("token id 256 at position 1"),
+            std::string::npos);
+  const std::string m = error_of([] { Tokenizer::parse("bpe"); });
+  EXPECT_NE(m.find("unknown tokenizer 'bpe'; the tokenizers are char, byte"), std::string::npos) << m;
+  EXPECT_EQ(Tokenizer::names(), (std::vector<std::string>{"char", "byte", "bpe:N", "unigram:N"}));
+}
+
+TEST(TokenIds, UseTheNarrowestWidthAndKeepEveryValue) {
+  EXPECT_EQ(TokenIds(64).width(), 1u);
+  EXPECT_EQ(TokenIds(256).width(), 1u);
+  EXPECT_EQ(TokenIds(257).width(), 2u);
+  EXPECT_EQ(TokenIds(65536).width(), 2u);
+  EXPECT_EQ(TokenIds(65537).width(), 4u);
+  for (int64_t vocab : {2, 64, 256, 300, 65536, 100000}) {
+    std::vector<int32_t> v;
+    uint64_t seed = static_cast<uint64_t>(vocab);
+    for (int i = 0; i < 1000; ++i) v.push_back(static_cast<int32_t>(splitmix64(seed) % static_cast<uint64_t>(vocab)));
+    v.push_back(static_cast<int32_t>(vocab - 1));
+    const TokenIds ids(v, vocab);
+    EXPECT_EQ(ids.to_vector(), v) << vocab;
+    EXPECT_EQ(ids.bytes(), v.size() * ids.width()) << vocab;
+    EXPECT_EQ(ids.to_vector(10, 20), std::vector<int32_t>(v.begin() + 10, v.begin() + 20));
+    TokenIds pushed(vocab);
+    for (int32_t x : v) pushed.push_back(x);
+    EXPECT_TRUE(pushed == ids) << vocab;
+  }
+  std::string m = error_of([] { TokenIds({1, 2, 300}, 300); });
+  EXPECT_NE(m.find("token id 300 at position 2"), std::string::npos) << m;
+  m = error_of([] { TokenIds(64).push_back(-1); });
+  EXPECT_NE(m.find("token id -1 at position 0"), std::string::npos) << m;
+  m = error_of([] { TokenIds::from_bytes("\x01\x02\x40", 64); });
+  EXPECT_NE(m.find("token id 64 at position 2"), std::string::npos) << m;
+  m = error_of([] { TokenIds({1, 2, 3}, 4).to_vector(2, 5); });
+  EXPECT_NE(m.find("[2, 5) is not within the 3 ids"), std::string::npos) << m;
+  EXPECT_THROW(TokenIds(0), Error);
+}
+
+// ---- subword tokenizers (SentencePiece) ----------------------------------------------
+
+namespace {
+// A text of prose, code, tabs, CRLF, non-ASCII and a NUL byte, over 1 MiB (so
+// encoding goes in more than one piece), fixed.
+std::string mixed_text() {
+  std::string t;
+  const std::string code = "for (int i = 0; i < 137; ++i) x[i] = y(i) * 2;\r\n\tif (z != 0) return \"caf\xC3\xA9\";\n";
+  const std::string corpus = builtin_corpus(kCorpusSeed, 200000);
+  for (int rep = 0; t.size() < (size_t{3} << 19); ++rep) {
+    t += corpus.substr(static_cast<size_t>(rep) * 5000 % 150000, 5000);
+    t += code;
+    t += "\xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80 na\xC3\xAFve \xCE\xBB" + std::to_string(rep) + "\n";
+  }
+  t += std::string("end\0", 4);
+  return t;
+}
+}  // namespace
+
+TEST(Subword, NamesAndSizesAreChecked) {
+  std::string m = error_of([] { Tokenizer::parse("bpe:299"); });
+  EXPECT_NE(m.find("tokenizer 'bpe:299': the size must be an integer in [300, 65536]"), std::string::npos) << m;
+  EXPECT_THROW(Tokenizer::parse("unigram:65537"), Error);
+  EXPECT_THROW(Tokenizer::parse("bpe:"), Error);
+  EXPECT_THROW(Tokenizer::parse("bpe:4k"), Error);
+  EXPECT_THROW(Tokenizer::parse("wordpiece:400"), Error);
+  if (!have_sentencepiece()) {
+    m = error_of([] { Tokenizer::parse("bpe:400"); });
+    EXPECT_NE(m.find("libsentencepiece-dev"), std::string::npos) << m;
+    GTEST_SKIP() << "built without SentencePiece";
+  }
+  const Tokenizer t = Tokenizer::parse("bpe:400");
+  EXPECT_EQ(t.name(), "bpe:400");
+  EXPECT_EQ(t.vocab(), 400);
+  EXPECT_FALSE(t.trained());
+  m = error_of([&] { t.encode("abc"); });
+  EXPECT_NE(m.find("the bpe:400 tokenizer is not trained yet"), std::string::npos) << m;
+  EXPECT_EQ(Tokenizer::parse("unigram:500").name(), "unigram:500");
+  EXPECT_TRUE(Tokenizer().trained());
+  EXPECT_EQ(Tokenizer().model(), "");
+}
+
+#ifdef CAPSTEP_HAVE_SENTENCEPIECE
+TEST(Subword, IdsAreSentencePiecesOwnAndRoundTripExactly) {
+  const std::string text = mixed_text();
+  for (const char* name : {"bpe:600", "unigram:500"}) {
+    SCOPED_TRACE(name);
+    const Tokenizer t = Tokenizer::parse(name).trained_on(text);
+    ASSERT_TRUE(t.trained());
+    TextStats s;
+    const TokenIds ids = t.encode(text, &s);
+    EXPECT_EQ(ids.width(), 2u);
+    EXPECT_EQ(s.unknown, 0u);
+    EXPECT_LT(ids.size(), text.size() / 2);   // subwords: fewer ids than bytes
+    // SentencePiece's own encoder, on the whole text at once.
+    sentencepiece::SentencePieceProcessor sp;
+    ASSERT_TRUE(sp.LoadFromSerializedProto(t.model()).ok());
+    EXPECT_EQ(sp.GetPieceSize(), t.vocab());
+    std::vector<int> own;
+    ASSERT_TRUE(sp.Encode(text, &own).ok());
+    const std::vector<int32_t> mine = ids.to_vector();
+    ASSERT_EQ(mine.size(), own.size());
+    EXPECT_TRUE(std::equal(mine.begin(), mine.end(), own.begin()));
+    // Exact round trip, through decode and through the pieces sample prints.
+    EXPECT_EQ(t.decode(ids), text);
+    std::string pieces;
+    for (int32_t id : mine) pieces += t.piece(id);
+    EXPECT_EQ(pieces, text);
+    // The model reloads to the same ids; training is deterministic.
+    const Tokenizer again = Tokenizer::from_model(name, t.model());
+    EXPECT_TRUE(again.encode(text) == ids);
+    EXPECT_EQ(Tokenizer::parse(name).trained_on(text).model(), t.model());
+    EXPECT_THROW(Tokenizer::from_model(std::string(name).substr(0, std::string(name).find(':')) + ":700", t.model()),
+                 Error);   // another size than the model's
+    EXPECT_THROW(Tokenizer::from_model(name, "not a model"), Error);
+  }
+}
+
+TEST(Subword, AnyBytesComeBackAndNothingIsUnknown) {
+  const Tokenizer t = Tokenizer::parse("bpe:400").trained_on(mixed_text());
+  // A byte that is not UTF-8, and U+2581 (SentencePiece's sign for a space,
+  // which its decoder gives back as a space): their bytes' pieces.
+  TextStats s;
+  const std::string odd = "ab\n\x80z \xE2\x96\x81y";
+  const TokenIds ids = t.encode(odd, &s);
+  EXPECT_EQ(s.characters, 8u);
+  EXPECT_EQ(s.unknown, 0u);
+  EXPECT_EQ(t.decode(ids), odd);
+  sentencepiece::SentencePieceProcessor sp;
+  ASSERT_TRUE(sp.LoadFromSerializedProto(t.model()).ok());
+  const std::vector<int32_t> v = ids.to_vector();
+  for (const char* piece : {"<0x80>", "<0xE2>", "<0x96>", "<0x81>"})
+    EXPECT_EQ(std::count(v.begin(), v.end(), sp.PieceToId(piece)), 1) << piece;
+  std::string all;
+  for (int c = 0; c < 256; ++c) all.push_back(static_cast<char>(c));
+  EXPECT_EQ(t.decode(t.encode(all + all)), all + all);
+  EXPECT_EQ(text_tokens(odd, "text file 'odd.txt'", t, false).to_vector(), v);
+  // A vocabulary the text cannot fill: SentencePiece's reason.
+  const std::string small = error_of([] { Tokenizer::parse("unigram:5000").trained_on("The cat naps.\n"); });
+  EXPECT_NE(small.find("cannot train the unigram:5000 tokenizer on the text: SentencePiece:"), std::string::npos)
+      << small;
+}
+#endif
+
+// ---- the share of unknown characters (issue 26, item 3) -------------------------------
+
+TEST(UnknownText, CountsAndDescribesTheShareWithThePosition) {
+  // 1001 characters, 4 unknown: '7', "é" (two bytes, one character), '9', '9'.
+  const std::string text = std::string(200, 'a') + "\n" + std::string(300, 'b') + "7" + std::string(496, 'c') +
+                           "\xC3\xA9" "99";
+  TextStats s;
+  const TokenIds ids = text_tokens(text, "text file 'a.txt'", Tokenizer(), false, &s);
+  EXPECT_EQ(ids.size(), 1001u);
+  EXPECT_EQ(s.characters, 1001u);
+  EXPECT_EQ(s.unknown, 4u);
+  EXPECT_NEAR(s.share(), 4.0 / 1001.0, 1e-15);
+  EXPECT_EQ(describe_unknown(s, "char"),
+            "4 of 1001 characters (0.40%) are outside the char tokenizer's 63 symbols and train as '~' "
+            "(the first, '7', at line 2, byte offset 501)");
+  // Names for the characters a person cannot see.
+  TextStats t;
+  Tokenizer().encode("ab\r\n", &t);
+  EXPECT_NE(describe_unknown(t, "char").find("(the first, a carriage return '\\r', at line 1, byte offset 2)"),
+            std::string::npos) << describe_unknown(t, "char");
+  Tokenizer().encode("Hi\n\nyou\t", &t);
+  EXPECT_NE(describe_unknown(t, "char").find("a tab, at line 3, byte offset 7"), std::string::npos);
+  Tokenizer().encode("a\xE2\x80\x99s", &t);
+  EXPECT_NE(describe_unknown(t, "char").find("a non-ASCII character (byte 0xE2)"), std::string::npos);
+  // A tiny share is never printed as 0.00%.
+  TextStats tiny;
+  tiny.characters = 1000000;
+  tiny.unknown = 1;
+  tiny.first_unknown_line = 1;
+  tiny.first_unknown_byte = '1';
+  EXPECT_NE(describe_unknown(tiny, "char").find("(0.0001%)"), std::string::npos) << describe_unknown(tiny, "char");
+}
+
+TEST(UnknownText, MoreThanOnePercentIsRefusedUnlessAllowed) {
+  // Exactly 1%: taken. One more unknown character: refused.
+  const std::string at_limit = std::string(990, 'a') + std::string(10, '1');
+  TextStats s;
+  EXPECT_EQ(text_tokens(at_limit, "text file 'ok.txt'", Tokenizer(), false, &s).size(), 1000u);
+  EXPECT_EQ(s.unknown, 10u);
+  const std::string code = "x[0] = 137 + y(0);\r\n";
+  std::string m;
+  try {
+    text_tokens(code, "text file 'code.txt'", Tokenizer(), false);
+    ADD_FAILURE() << "a text 60% unknown was taken";
+  } catch (const UnknownTextError& e) {
+    m = e.what();
+  }
+  // 20 characters: x, the two spaces, ';', '\n' and 'y' are known; 12 are not.
+  EXPECT_NE(m.find("text file 'code.txt': 12 of 20 characters (60.00%) are outside the char tokenizer's 63 symbols"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("(the first, '[', at line 1, byte offset 1)"), std::string::npos) << m;
+  EXPECT_NE(m.find("; more than 1% unknown is refused: use the byte tokenizer, which represents any text, or allow "
+                   "unknown characters"),
+            std::string::npos) << m;
+  // Allowed: the same ids as the plain encoding, '~' where unknown.
+  const TokenIds allowed = text_tokens(code, "text file 'code.txt'", Tokenizer(), true, &s);
+  EXPECT_EQ(allowed.to_vector(), encode(code));
+  EXPECT_EQ(s.unknown, 12u);
+  // The byte tokenizer takes it, and binary data, whole.
+  const std::string binary("\x00\x01\xFF" "x[0]\r\n", 9);
+  EXPECT_EQ(Tokenizer(TokenizerKind::bytes).decode(text_tokens(binary, "b", Tokenizer(TokenizerKind::bytes), false)),
+            binary);
+  // Nothing known at all is refused even when unknown characters are allowed.
+  m = error_of([] { text_tokens("1234\t", "text file 'n.txt'", Tokenizer(), true); });
+  EXPECT_NE(m.find("text file 'n.txt' holds none of the char tokenizer's symbols"), std::string::npos) << m;
+}
+
+TEST(UnknownText, AFileIsReadOnceIntoOneBytePerCharacter) {
+  TempDir d;
+  std::string text;
+  while (text.size() < 1000000) text += builtin_corpus(kCorpusSeed, 100000);
+  text += "1";   // one unknown character
+  const std::string p = d.write("big.txt", text);
+  TextStats s;
+  const TokenIds ids = read_text_tokens(p, Tokenizer(), false, &s);
+  EXPECT_EQ(ids.size(), text.size());
+  EXPECT_EQ(ids.bytes(), text.size());
+  EXPECT_EQ(s.unknown, 1u);
+  EXPECT_EQ(s.first_unknown_offset, text.size() - 1);
+  EXPECT_EQ(s.first_unknown_line, 1u + static_cast<uint64_t>(std::count(text.begin(), text.end(), '\n')));
+  EXPECT_EQ(ids.to_vector(), encode(text));
+  // Errors name the file.
+  const std::string nul = d.write("nul.txt", std::string("The cat.\0", 9));
+  std::string m = error_of([&] { read_text_tokens(nul, Tokenizer(), false); });
+  EXPECT_NE(m.find("text file '" + nul + "' holds a NUL byte at offset 8"), std::string::npos) << m;
+  EXPECT_EQ(read_text_tokens(nul, Tokenizer(TokenizerKind::bytes), false).size(), 9u);
+  m = error_of([&] { read_text_tokens(d.file("missing.txt"), Tokenizer(), false); });
+  EXPECT_NE(m.find("missing.txt"), std::string::npos) << m;
+  const std::string empty = d.write("empty.txt", "");
+  m = error_of([&] { read_text_tokens(empty, Tokenizer(TokenizerKind::bytes), false); });
+  EXPECT_NE(m.find("text file '" + empty + "' is empty"), std::string::npos) << m;
 }
 
 // ---- corpus -----------------------------------------------------------------------
@@ -295,6 +572,37 @@ TEST(Batches, StartsCoverEveryWindowUniformly) {
   EXPECT_GT(hits[n - 17] + hits[n - 18] + hits[n - 19], 0);
   // Mean of a uniform start over [0, 983]: 491.5; std error ~ 2.
   EXPECT_NEAR(sum / draws, 491.5, 10.0);
+}
+
+TEST(Batches, OverSharedIdsMatchTheVectorStreamAndStayInTheirRange) {
+  const std::vector<int32_t> all = encode(builtin_corpus());
+  auto ids = std::make_shared<const TokenIds>(all, kVocabSize);
+  const size_t cut = split_point(all.size(), 0.1);
+  const TokenSplit split = split_tokens(all, 0.1);
+  ASSERT_EQ(split.train.size(), cut);
+  BatchStream shared_train(ids, 0, cut, 5), shared_val(ids, cut, all.size(), 5);
+  BatchStream train(split.train, 5), val(split.val, 5);
+  EXPECT_EQ(shared_train.size(), cut);
+  EXPECT_EQ(shared_val.size(), all.size() - cut);
+  EXPECT_EQ(shared_val.token(0), all[cut]);
+  for (uint64_t k = 0; k < 200; ++k) {
+    EXPECT_TRUE(shared_train.at(k).inputs.bit_equal(train.at(k).inputs)) << k;
+    EXPECT_TRUE(shared_train.at(k).targets.bit_equal(train.at(k).targets)) << k;
+    EXPECT_TRUE(shared_val.at(k).inputs.bit_equal(val.at(k).inputs)) << k;
+    EXPECT_TRUE(shared_val.at(k).targets.bit_equal(val.at(k).targets)) << k;
+  }
+  // Two-byte ids give the same batches as one-byte ids of the same values.
+  BatchStream wide(TokenIds(all, 1000), 5);
+  BatchStream narrow(TokenIds(all, 64), 5);
+  EXPECT_EQ(wide.vocab(), 1000);
+  for (uint64_t k = 0; k < 20; ++k) EXPECT_TRUE(wide.at(k).inputs.bit_equal(narrow.at(k).inputs)) << k;
+  // The byte tokenizer's ids: vocabulary 256.
+  std::vector<int32_t> bytes(100, 255);
+  EXPECT_NO_THROW(BatchStream(bytes, 1, 4, 16, 256));
+  EXPECT_NE(error_of([&] { BatchStream(bytes, 1); }).find("token id 255 at position 0"), std::string::npos);
+  const std::string m = error_of([&] { BatchStream(ids, cut, all.size() + 1, 5); });
+  EXPECT_NE(m.find("is not within the " + std::to_string(all.size()) + " tokens"), std::string::npos) << m;
+  EXPECT_NE(error_of([&] { BatchStream(ids, 10, 20, 5); }).find("need at least 17"), std::string::npos);
 }
 
 TEST(Batches, RejectBadTokensAndShapes) {

@@ -45,6 +45,11 @@ void note_changed(const std::string& saved, const std::string& now) {
 void adopt_checkpoint(TrainArgs& a) {
   train::Options& o = a.opts;
   const train::TrainMeta meta = train::parse_meta(load_checkpoint(o.resume_path));
+  if (a.tokenizer_given && o.tokenizer != meta.tokenizer)
+    throw UsageError("--tokenizer: checkpoint '" + o.resume_path + "' was trained with the " + meta.tokenizer +
+                     " tokenizer, not " + o.tokenizer + "; leave --tokenizer out to continue it");
+  o.tokenizer = meta.tokenizer;
+  a.model.config.vocab = meta.model.vocab;   // the tokenizer's; not a model option the user gives
   if (a.model.given && a.model.checked().to_json() != meta.model.to_json())
     throw UsageError("--resume: checkpoint '" + o.resume_path + "' holds \"" + meta.model.describe() +
                      "\" but the model options ask for \"" + a.model.config.describe() +
@@ -232,7 +237,10 @@ int run_train(TrainArgs a) {
   if (!a.plot.empty() && plot_format(a.plot).empty())
     throw UsageError("--plot: '" + a.plot + "' must end in .svg or .png");
   if (!o.resume_path.empty()) adopt_checkpoint(a);
-  else o.model = a.model.checked();
+  else {
+    a.model.config.vocab = data::Tokenizer::parse(o.tokenizer).vocab();   // the model's vocabulary is the tokenizer's
+    o.model = a.model.checked();
+  }
   try {
     o.validate();
   } catch (const Error& e) {
@@ -300,6 +308,7 @@ int run_train(TrainArgs a) {
   std::printf("lane %s; text: %s; seed %llu; lr %g", train::lane_name(o.lane),
               o.text_path.empty() ? "the built-in corpus" : o.text_path.c_str(), static_cast<unsigned long long>(o.seed),
               o.adamw.lr);
+  if (o.tokenizer != "char") std::printf("; tokenizer %s", o.tokenizer.c_str());
   if (o.schedule.warmup_steps > 0) std::printf(", warmup %lld steps", static_cast<long long>(o.schedule.warmup_steps));
   if (o.schedule.kind == train::Schedule::cosine) std::printf(", cosine to %g at step %lld", o.schedule.min_lr,
                                                                static_cast<long long>(o.steps));

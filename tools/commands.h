@@ -40,6 +40,7 @@ struct TrainArgs {
   bool precision_given = false, fused_attention_given = false, val_fraction_given = false;
   bool overwrite = false;             // --overwrite: --save may replace an existing file
   bool no_progress = false;           // --no-progress: plain log lines even on a terminal
+  bool tokenizer_given = false;
   std::string log_csv;                // --log
   std::string plot;                   // --plot (.svg or .png)
   int64_t print_every = 0;            // plain log lines: 0 picks about twenty a run

@@ -11,6 +11,7 @@
 #include <new>
 #include <set>
 
+#include "capstep/data.h"
 #include "capstep/ir.h"
 #include "capstep/version.h"
 #include "commands.h"
@@ -109,6 +110,18 @@ CLI::Option* add_precision_option(CLI::App* c, optim::Precision& p) {
       ->check(CLI::IsMember({"f32", "bf16"}));
 }
 
+// A tokenizer name data::Tokenizer::parse takes (char, byte, bpe:N, unigram:N).
+const CLI::Validator kTokenizer(
+    [](std::string& s) -> std::string {
+      try {
+        capstep::data::Tokenizer::parse(s);
+      } catch (const capstep::Error& e) {
+        return e.what();
+      }
+      return "";
+    },
+    "TOKENIZER");
+
 const char* const kFusedAttentionHelp =
     "each layer's causal attention as one attention primitive (fuse_attention): fused forward and backward "
     "kernels on the GPU, the score matrix never stored; exported as plain StableHLO";
@@ -141,6 +154,20 @@ int main(int argc, char** argv) {
   CLI::App* train = app.add_subcommand("train", "train the causal LM (the seed's model by default) on a text");
   train->add_option("--text", ta.opts.text_path, "train on this text file (default: the built-in corpus)")
       ->check(kNonEmpty)->check(CLI::ExistingFile)->each([&](const std::string&) { ta.text_given = true; });
+  train->add_option_function<std::string>(
+           "--tokenizer",
+           [&](const std::string& s) {
+             ta.opts.tokenizer = s;
+             ta.tokenizer_given = true;
+           },
+           "char: 63 symbols (letters, space, newline, ! \" ' , - . : ; ?) and '~' for anything else, the seed's "
+           "(default); byte: the 256 byte values, any file, nothing unknown; bpe:N or unigram:N: N subword pieces "
+           "(300 to 65536) trained on the text with SentencePiece, byte fallback on; a resumed run keeps the "
+           "checkpoint's")
+      ->check(kTokenizer);
+  train->add_flag("--allow-unknown", ta.opts.allow_unknown,
+                  "train even when more than 1% of the text's characters are outside the tokenizer's symbols "
+                  "(they train as '~'; the share is printed either way)");
   train->add_option("--steps", ta.opts.steps, "train until this step count (a resumed run continues from its step)")
       ->capture_default_str()->transform(int_range(1, 100000000));
   train->add_option("--lane", ta.lane, "host, gpu (AdamW on the host) or gpu-fused (AdamW in the program)")
@@ -229,7 +256,8 @@ int main(int argc, char** argv) {
   sample->add_option("--checkpoint", sa.opts.checkpoint, "a checkpoint written by `capstep train --save`")
       ->required()->check(kNonEmpty)->check(CLI::ExistingFile);
   sample->add_option("--prompt", sa.opts.prompt, "text to continue (default: the start of a paragraph)");
-  sample->add_option("--tokens", sa.opts.tokens, "characters to generate")->capture_default_str()->transform(int_range(0, 1000000));
+  sample->add_option("--tokens", sa.opts.tokens, "tokens to generate (characters with the char tokenizer, bytes with byte)")
+      ->capture_default_str()->transform(int_range(0, 1000000));
   sample->add_option("--temperature", sa.opts.temperature, "softmax temperature; 0 picks the most likely symbol")
       ->capture_default_str()->check(real_range(0.0, 100.0));
   sample->add_option("--seed", sa.opts.seed, "seed of the sampler")->capture_default_str()->transform(kSeed);
@@ -317,6 +345,15 @@ int main(int argc, char** argv) {
     return action();
   } catch (const UsageError& e) {
     std::cerr << "capstep " << name << ": " << e.what() << "\nRun with --help for more information.\n";
+    return kUsage;
+  } catch (const capstep::data::UnknownTextError& e) {
+    // A text (or a prompt) the tokenizer would mostly replace: the user's
+    // choice of text or tokenizer, so a usage error, with the options that
+    // change it where there are some.
+    std::cerr << "capstep " << name << ": " << e.what();
+    if (name == "train") std::cerr << " (--tokenizer byte, or --allow-unknown)";
+    if (name == "bench") std::cerr << " (bench runs the seed's char model; `capstep train` has --tokenizer byte)";
+    std::cerr << '\n';
     return kUsage;
   } catch (const std::bad_alloc&) {
     std::cerr << "capstep " << name << ": error: out of memory: the model or the batch is too large for this machine\n";

@@ -1,9 +1,12 @@
-// The data layer: a 64-symbol character tokenizer, a built-in corpus the
-// project generates itself, text files, and a deterministic, resumable stream
-// of next-token batches.
+// The data layer: tokenizers (a 64-symbol character one and a 256-symbol byte
+// one), token ids stored one byte each where the vocabulary allows, a built-in
+// corpus the project generates itself, text files with the share of characters
+// a tokenizer cannot represent, and a deterministic, resumable stream of
+// next-token batches.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +47,148 @@ char decode_id(int32_t id);
 // ("batch inputs", "tokens of 'file.txt'") in the message.
 void check_token_ids(const int32_t* ids, size_t n, std::string_view what);
 
+// ---- token ids ------------------------------------------------------------------
+// A sequence of token ids of a vocabulary, each stored in the narrowest width
+// that holds every id of it: one byte for up to 256 symbols, two for up to
+// 65536, four beyond. A text of n characters under the char or the byte
+// tokenizer takes n bytes, not the 4n of a std::vector<int32_t>.
+class TokenIds {
+ public:
+  TokenIds() = default;                              // vocabulary 256, empty
+  explicit TokenIds(int64_t vocab);                  // empty; Error unless vocab in [1, 2^31)
+  // Throws Error for an id outside [0, vocab), naming its position and value.
+  TokenIds(const std::vector<int32_t>& ids, int64_t vocab);
+  // One id per byte of `bytes` (moved in, not copied); vocab <= 256. Error
+  // for a byte >= vocab, naming its position.
+  static TokenIds from_bytes(std::string bytes, int64_t vocab);
+
+  int64_t vocab() const { return vocab_; }
+  size_t size() const { return storage_.size() / width_; }
+  bool empty() const { return storage_.empty(); }
+  size_t width() const { return width_; }            // bytes per id: 1, 2 or 4
+  size_t bytes() const { return storage_.size(); }   // the ids' memory
+  int32_t operator[](size_t i) const;
+  void push_back(int32_t id);                        // Error outside [0, vocab)
+  void reserve(size_t n) { storage_.reserve(n * width_); }
+  // Ids [begin, end) as int32; Error when the range is not within [0, size()].
+  std::vector<int32_t> to_vector(size_t begin, size_t end) const;
+  std::vector<int32_t> to_vector() const { return to_vector(0, size()); }
+  // Ids [begin, begin + n) written to out as int32 (no allocation); the range
+  // must lie within the ids (unchecked: for the batch stream's inner loop).
+  void copy_to(size_t begin, size_t n, int32_t* out) const;
+  bool operator==(const TokenIds& o) const { return vocab_ == o.vocab_ && storage_ == o.storage_; }
+
+ private:
+  int64_t vocab_ = 256;
+  size_t width_ = 1;
+  std::string storage_;   // little-endian ids of width_ bytes each
+};
+
+// ---- tokenizers -------------------------------------------------------------------
+// What encoding a text left out: every character the tokenizer cannot
+// represent counts once in `unknown` (the char tokenizer encodes it as '~').
+// Characters are counted as the char tokenizer reads them (a multi-byte UTF-8
+// character is one; a byte 0x80-0xBF without a lead byte is one); the byte
+// tokenizer counts bytes and has no unknown ones; a subword tokenizer counts
+// UTF-8 characters (a byte that is not part of one counts as one) and has no
+// unknown ones.
+struct TextStats {
+  uint64_t characters = 0;
+  uint64_t unknown = 0;
+  // The first unknown character: its byte offset, its line (from 1) and its
+  // first byte. Valid when unknown > 0.
+  uint64_t first_unknown_offset = 0;
+  uint64_t first_unknown_line = 0;
+  unsigned char first_unknown_byte = 0;
+  double share() const { return characters ? static_cast<double>(unknown) / static_cast<double>(characters) : 0.0; }
+};
+
+// A text's unknown characters in words, for a person: "3 of 1200 characters
+// (0.25%) are outside the char tokenizer's 63 symbols and train as '~' (the
+// first, '1', at line 2, byte offset 57)"; `tokenizer_name` is
+// Tokenizer::name().
+std::string describe_unknown(const TextStats& s, const std::string& tokenizer_name);
+
+// The tokenizers, chosen at run time (`capstep train --tokenizer`):
+//   char       the 64-symbol alphabet above; anything else is '~' (id 63),
+//              counted as unknown. The seed's model and the built-in corpus
+//              use it.
+//   byte       256 symbols: id = the byte's value. Any byte sequence (invalid
+//              UTF-8, NUL bytes included) encodes and decodes back exactly;
+//              nothing is ever unknown.
+//   bpe:N      subword tokenizers of N symbols (N in [kMinSubwordVocab,
+//   unigram:N  65536]), trained with SentencePiece on the user's text (at most
+//              its first kSubwordTrainingBytes, whole lines), byte fallback on:
+//              a character outside the pieces is encoded as its UTF-8 bytes.
+//              Normalization is off (identity), no space is added or removed.
+//              What SentencePiece itself would not give back (bytes that are
+//              not valid UTF-8, and U+2581 '▁', its sign for a space) is
+//              encoded as byte pieces too, so any bytes round-trip exactly and
+//              nothing is unknown; elsewhere the ids are SentencePiece's own.
+//              Needs a build with SentencePiece (have_sentencepiece()); Error
+//              otherwise.
+// A subword tokenizer is parsed untrained; trained_on() or from_model() give
+// one that encodes. Its model (SentencePiece's serialized ModelProto) is what
+// a checkpoint keeps. Copies share the trained model.
+enum class TokenizerKind { chars, bytes, bpe, unigram };
+constexpr int64_t kMinSubwordVocab = 300;   // the 256 byte pieces, <unk> and room for merges
+constexpr size_t kSubwordTrainingBytes = size_t{32} << 20;
+bool have_sentencepiece();
+
+struct SubwordModel;   // src/data/subword.cpp
+
+class Tokenizer {
+ public:
+  // char or byte; Error for a subword kind (it needs a size: parse "bpe:N").
+  explicit Tokenizer(TokenizerKind k = TokenizerKind::chars);
+  // "char", "byte", "bpe:N" or "unigram:N"; Error naming the allowed names
+  // otherwise, or N out of range, or a subword kind without SentencePiece.
+  static Tokenizer parse(std::string_view name);
+  static std::vector<std::string> names();            // {"char", "byte", "bpe:N", "unigram:N"}
+  // A trained tokenizer of this name from its model (empty for char and byte);
+  // Error when the model does not load or has another size.
+  static Tokenizer from_model(std::string_view name, const std::string& model);
+
+  TokenizerKind kind() const { return kind_; }
+  std::string name() const;                           // "char", "byte", "bpe:4000", ...
+  int64_t vocab() const { return vocab_; }            // 64, 256 or N
+  bool subword() const { return kind_ == TokenizerKind::bpe || kind_ == TokenizerKind::unigram; }
+  bool trained() const { return !subword() || model_ != nullptr; }
+  // A subword tokenizer trained on `text` (Error naming SentencePiece's reason,
+  // e.g. a vocabulary too large for the text); char and byte return themselves.
+  Tokenizer trained_on(std::string_view text) const;
+  // SentencePiece's serialized model; empty for char and byte.
+  std::string model() const;
+
+  // Encodes `text`, reusing its buffer for the ids when the ids are one byte
+  // each (no second copy of a large text); *stats, when given, gets the counts
+  // of characters and unknown ones. Error for an untrained subword tokenizer.
+  TokenIds encode(std::string text, TextStats* stats = nullptr) const;
+  // Error for an id outside the vocabulary, naming its position and value.
+  std::string decode(const TokenIds& ids) const;
+  std::string decode(const std::vector<int32_t>& ids) const;
+  // The text of one id: one character (char), one byte (byte), a piece with
+  // its spaces, or one byte of a character (a subword byte piece).
+  std::string piece(int32_t id) const;
+
+ private:
+  TokenizerKind kind_;
+  int64_t vocab_;
+  std::shared_ptr<const SubwordModel> model_;
+};
+
+// The largest share of unknown characters a text may have before it is
+// refused (unless allowed): 1%. Above it the model would mostly learn '~'.
+constexpr double kMaxUnknownShare = 0.01;
+
+// Thrown when a text holds more than kMaxUnknownShare unknown characters and
+// they are not allowed; `capstep train` exits 2 for it, naming its options
+// (--tokenizer byte, --allow-unknown).
+class UnknownTextError : public Error {
+ public:
+  using Error::Error;
+};
+
 // ---- built-in corpus ----------------------------------------------------------
 // Templated English sentences from small word lists with a grammar (articles
 // agree with the next word, verbs with their subject, counts with plurals;
@@ -68,6 +213,27 @@ std::string builtin_corpus(uint64_t seed = kCorpusSeed, size_t size = kCorpusSiz
 // but '~').
 std::string read_text_file(const std::string& path);
 
+// The bytes of a text file, unchecked but for what any tokenizer needs: Error
+// naming the path when it cannot be read, is not a regular file, is empty or
+// is larger than 1 GiB. (A subword tokenizer is trained on them before
+// text_tokens encodes them.)
+std::string read_text_bytes(const std::string& path);
+
+// A text file encoded with `tok`, read once and encoded in place (the peak is
+// about one byte per character of the file, not five). Errors as
+// read_text_file's where they apply to the tokenizer: empty, larger than 1 GiB,
+// not a regular file; with the char tokenizer also a NUL byte and no known
+// symbol at all; the byte tokenizer takes any bytes. Throws UnknownTextError,
+// naming the file, the share and the first unknown character's position, when
+// more than kMaxUnknownShare of the characters are unknown and allow_unknown
+// is false. *stats, when given, gets the counts (to print a smaller share).
+TokenIds read_text_tokens(const std::string& path, const Tokenizer& tok, bool allow_unknown,
+                          TextStats* stats = nullptr);
+// The same checks on a text already in memory; `name` names it in errors
+// ("text file 'a.txt'", "the prompt").
+TokenIds text_tokens(std::string text, const std::string& name, const Tokenizer& tok, bool allow_unknown,
+                     TextStats* stats = nullptr);
+
 // ---- batches --------------------------------------------------------------------
 // inputs and targets are i32[batch, seq]: targets[b][t] = inputs[b][t+1] within
 // one window of seq+1 consecutive tokens.
@@ -83,9 +249,16 @@ struct Batch {
 // Every caller with the same tokens and seed sees the same sequence.
 class BatchStream {
  public:
-  // Throws Error if a token id is outside the vocabulary, batch or seq is not
+  // Throws Error if a token id is outside the vocabulary (the char
+  // tokenizer's 64 symbols unless `vocab` says otherwise), batch or seq is not
   // positive, or there are fewer than seq+1 tokens.
-  BatchStream(std::vector<int32_t> tokens, uint64_t seed, int64_t batch = 4, int64_t seq = 16);
+  BatchStream(const std::vector<int32_t>& tokens, uint64_t seed, int64_t batch = 4, int64_t seq = 16,
+              int64_t vocab = kVocabSize);
+  BatchStream(TokenIds tokens, uint64_t seed, int64_t batch = 4, int64_t seq = 16);
+  // Ids [begin, end) of shared ids: the training and validation parts of one
+  // text without a copy of either. Error when the range is not within the ids.
+  BatchStream(std::shared_ptr<const TokenIds> tokens, size_t begin, size_t end, uint64_t seed, int64_t batch = 4,
+              int64_t seq = 16);
 
   Batch next();                                  // batch at position(), then advance
   Batch at(uint64_t index) const;                // any batch, without moving
@@ -106,10 +279,20 @@ class BatchStream {
   uint64_t seed() const { return seed_; }
   int64_t batch() const { return batch_; }
   int64_t seq() const { return seq_; }
-  const std::vector<int32_t>& tokens() const { return tokens_; }
+  size_t size() const { return size_; }               // tokens in the stream
+  int64_t vocab() const { return tokens_->vocab(); }
+  int32_t token(size_t i) const { return (*tokens_)[begin_ + i]; }   // i < size(), unchecked
 
  private:
-  std::vector<int32_t> tokens_;
+  BatchStream(std::shared_ptr<const TokenIds> tokens, size_t begin, size_t end, uint64_t seed, int64_t batch,
+              int64_t seq, bool all);   // all: the whole of tokens
+  void check_sizes(size_t n) const;
+  // Window `start` of the stream: seq inputs and their next-token targets.
+  void copy_window(int64_t start, int32_t* in, int32_t* tg) const;
+
+  std::shared_ptr<const TokenIds> tokens_;
+  size_t begin_ = 0;
+  size_t size_ = 0;
   uint64_t seed_;
   int64_t batch_;
   int64_t seq_;
@@ -125,6 +308,8 @@ struct TokenSplit {
   std::vector<int32_t> train, val;
 };
 TokenSplit split_tokens(const std::vector<int32_t>& tokens, double val_fraction);
+// Where split_tokens cuts n tokens: n - floor(n * val_fraction).
+size_t split_point(size_t n, double val_fraction);
 
 // splitmix64: the one generator behind the corpus and the batch windows.
 uint64_t splitmix64(uint64_t& state);

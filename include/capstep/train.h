@@ -35,6 +35,7 @@
 
 #include "capstep/checkpoint.h"
 #include "capstep/collective.h"
+#include "capstep/data.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 
@@ -107,6 +108,16 @@ struct Options {
   optim::Precision precision = optim::Precision::f32;
   bool fused_attention = false;          // fuse_attention (trace.h) on the loss program: the attention primitives
   std::string text_path;                 // empty: the built-in corpus
+  // data::Tokenizer::parse's name: "char" (the seed's, vocab 64), "byte"
+  // (vocab 256), "bpe:N" or "unigram:N" (vocab N); model.vocab must be the
+  // tokenizer's vocabulary. A subword tokenizer is trained on the text before
+  // the first step (or, resuming, taken from the checkpoint, whose tokenizer
+  // must be this one) and saved in every checkpoint.
+  std::string tokenizer = "char";
+  // A text with more than data::kMaxUnknownShare characters the tokenizer
+  // cannot represent is refused (data::UnknownTextError) unless this is set;
+  // any nonzero share is said through on_message.
+  bool allow_unknown = false;
   std::string save_path;                 // empty: no checkpoints
   int64_t save_every = 0;                // also save every K steps (0: only at the end)
   std::string resume_path;               // empty: start from init_parameters(seed)
@@ -173,19 +184,25 @@ Result train(const Options& o);
 // training checkpoint carries one extra metadata key, "train": JSON
 // {"seed", "lr", "beta1", "beta2", "eps", "weight_decay", "text",
 //  "schedule", "warmup_steps", "min_lr", "steps", "clip_grad_norm",
-//  "text_hash", "precision", "fused_attention", "val_fraction"} (text: "builtin" or the
-// file's absolute path, as given in checkpoints written before text_hash
-// existed; text_hash: file_fingerprint of the text, absent for the built-in
-// corpus; schedule "constant" or "cosine"; steps: the run's end, the cosine's
-// horizon; precision "f32" or "bf16"), so a resumed run or a sampler can
+//  "text_hash", "precision", "fused_attention", "val_fraction", "tokenizer"}
+// (text: "builtin" or the file's absolute path, as given in checkpoints
+// written before text_hash existed; text_hash: file_fingerprint of the text,
+// absent for the built-in corpus; schedule "constant" or "cosine"; steps: the
+// run's end, the cosine's horizon; precision "f32" or "bf16"; tokenizer
+// "char", "byte", "bpe:N" or "unigram:N"), so a resumed run or a sampler can
 // default to what the checkpoint was trained with. Checkpoints written before
-// the schedule keys existed have none of them (TrainMeta::has_schedule);
-// those written before the last four lack them (empty optionals). A key
-// added later is optional in the same way: older checkpoints still load.
+// the schedule keys existed have none of them (TrainMeta::has_schedule); those
+// written before the next four lack them (empty optionals); one without
+// "tokenizer" was trained with the char tokenizer. A key added later is
+// optional in the same way: older checkpoints still load.
 constexpr const char* kTrainMetadataKey = "train";
 // With a validation split, also "best_val_loss": the lowest validation loss
 // of the run up to the checkpoint (a decimal number, %.9g).
 constexpr const char* kBestValLossKey = "best_val_loss";
+// With a subword tokenizer, also "tokenizer_model": its SentencePiece model
+// (data::Tokenizer::model()) in base64, so sample and resume use the very
+// pieces the run trained with.
+constexpr const char* kTokenizerModelKey = "tokenizer_model";
 
 struct TrainMeta {
   nn::LmConfig model;
@@ -197,6 +214,8 @@ struct TrainMeta {
   LrSchedule schedule;
   int64_t steps = 0;                     // the end of the run that wrote it
   double clip_grad_norm = 0;
+  std::string tokenizer = "char";        // the tokenizer's name; its vocabulary is model.vocab
+  std::string tokenizer_model;           // a subword tokenizer's model (decoded), else empty
   double best_val_loss = NAN;            // NaN when the checkpoint has none
   std::optional<std::string> text_hash;  // file_fingerprint of the text file
   std::optional<optim::Precision> precision;
@@ -206,6 +225,11 @@ struct TrainMeta {
 // The "train" metadata of a run with options `o` on `text` ("builtin" or a
 // path) whose bytes have the fingerprint `text_hash` ("": none recorded).
 std::string train_metadata(const Options& o, const std::string& text, const std::string& text_hash = "");
+// The checkpoint's tokenizer, trained (its model from kTokenizerModelKey);
+// Error naming what is missing or wrong.
+data::Tokenizer checkpoint_tokenizer(const TrainMeta& m);
+std::string base64_encode(const std::string& bytes);
+std::string base64_decode(const std::string& text);   // Error for a character outside base64
 TrainMeta parse_meta(const Checkpoint& c);   // Error naming what is wrong
 // A cheap fingerprint of a file's bytes: FNV-1a 64 as 16 hex digits, read in
 // chunks (not a cryptographic hash: it tells an edited text from the one a
@@ -239,8 +263,11 @@ struct SampleOptions {
   std::function<void(char)> on_char;     // each character as it is produced
   void validate() const;
 };
-// The generated characters (without the prompt); every one is a symbol of
-// data::alphabet().
+// The tokenizer is the checkpoint's (TrainMeta::tokenizer). A prompt with a
+// character it cannot represent is refused (data::UnknownTextError naming
+// its position). The generated text (without the prompt): with the char
+// tokenizer every character is a symbol of data::alphabet(); with the byte
+// tokenizer it is bytes, possibly not valid UTF-8.
 std::string sample(const SampleOptions& o);
 
 }  // namespace capstep::train

@@ -10,16 +10,44 @@ uint64_t splitmix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-BatchStream::BatchStream(std::vector<int32_t> tokens, uint64_t seed, int64_t batch, int64_t seq)
+BatchStream::BatchStream(const std::vector<int32_t>& tokens, uint64_t seed, int64_t batch, int64_t seq, int64_t vocab)
+    : seed_(seed), batch_(batch), seq_(seq) {
+  check_sizes(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= vocab)
+      throw Error("batch stream tokens: token id " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
+                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  tokens_ = std::make_shared<const TokenIds>(tokens, vocab);
+  size_ = tokens.size();
+}
+
+BatchStream::BatchStream(TokenIds tokens, uint64_t seed, int64_t batch, int64_t seq)
+    : BatchStream(std::make_shared<const TokenIds>(std::move(tokens)), 0, 0, seed, batch, seq, true) {}
+
+BatchStream::BatchStream(std::shared_ptr<const TokenIds> tokens, size_t begin, size_t end, uint64_t seed,
+                         int64_t batch, int64_t seq)
+    : BatchStream(std::move(tokens), begin, end, seed, batch, seq, false) {}
+
+BatchStream::BatchStream(std::shared_ptr<const TokenIds> tokens, size_t begin, size_t end, uint64_t seed,
+                         int64_t batch, int64_t seq, bool all)
     : tokens_(std::move(tokens)), seed_(seed), batch_(batch), seq_(seq) {
+  if (tokens_ && all) end = tokens_->size();
+  if (!tokens_ || begin > end || end > tokens_->size())
+    throw Error("batch stream: the range [" + std::to_string(begin) + ", " + std::to_string(end) +
+                ") is not within the " + std::to_string(tokens_ ? tokens_->size() : 0) + " tokens");
+  begin_ = begin;
+  size_ = end - begin;
+  check_sizes(size_);
+}
+
+void BatchStream::check_sizes(size_t n) const {
   if (batch_ <= 0 || seq_ <= 0)
     throw Error("batch stream: batch size and sequence length must be positive, got " + std::to_string(batch_) +
                 " x " + std::to_string(seq_));
-  if (static_cast<int64_t>(tokens_.size()) < seq_ + 1)
-    throw Error("batch stream: " + std::to_string(tokens_.size()) + " tokens are too few for a window of " +
+  if (static_cast<int64_t>(n) < seq_ + 1)
+    throw Error("batch stream: " + std::to_string(n) + " tokens are too few for a window of " +
                 std::to_string(seq_) + " inputs and their next-token targets (need at least " +
                 std::to_string(seq_ + 1) + ")");
-  check_token_ids(tokens_.data(), tokens_.size(), "batch stream tokens");
 }
 
 int64_t BatchStream::window_start(uint64_t index, int64_t row) const {
@@ -30,8 +58,14 @@ int64_t BatchStream::window_start(uint64_t index, int64_t row) const {
   s = splitmix64(s) ^ static_cast<uint64_t>(row);
   const uint64_t r = splitmix64(s);
   // Uniform over the starts of full windows: [0, n - seq - 1].
-  const uint64_t count = tokens_.size() - static_cast<uint64_t>(seq_);
+  const uint64_t count = size_ - static_cast<uint64_t>(seq_);
   return static_cast<int64_t>((static_cast<unsigned __int128>(r) * count) >> 64);
+}
+
+void BatchStream::copy_window(int64_t start, int32_t* in, int32_t* tg) const {
+  const size_t at = begin_ + static_cast<size_t>(start);
+  tokens_->copy_to(at, static_cast<size_t>(seq_), in);
+  tokens_->copy_to(at + 1, static_cast<size_t>(seq_), tg);
 }
 
 void BatchStream::fill_rows(uint64_t index, int64_t first_row, Array& inputs, Array& targets) const {
@@ -46,11 +80,7 @@ void BatchStream::fill_rows(uint64_t index, int64_t first_row, Array& inputs, Ar
   int32_t* in = inputs.data<int32_t>();
   int32_t* tg = targets.data<int32_t>();
   for (int64_t b = 0; b < rows; ++b) {
-    const int32_t* w = tokens_.data() + window_start(index, first_row + b);
-    for (int64_t t = 0; t < seq_; ++t) {
-      in[b * seq_ + t] = w[t];
-      tg[b * seq_ + t] = w[t + 1];
-    }
+    copy_window(window_start(index, first_row + b), in + b * seq_, tg + b * seq_);
   }
 }
 
@@ -66,11 +96,7 @@ void BatchStream::fill(uint64_t index, Array& inputs, Array& targets) const {
   int32_t* in = inputs.data<int32_t>();
   int32_t* tg = targets.data<int32_t>();
   for (int64_t b = 0; b < batch_; ++b) {
-    const int32_t* w = tokens_.data() + window_start(index, b);
-    for (int64_t t = 0; t < seq_; ++t) {
-      in[b * seq_ + t] = w[t];
-      tg[b * seq_ + t] = w[t + 1];
-    }
+    copy_window(window_start(index, b), in + b * seq_, tg + b * seq_);
   }
 }
 

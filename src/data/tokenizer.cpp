@@ -1,7 +1,14 @@
-// The 64-symbol character tokenizer documented in include/capstep/data.h.
+// The tokenizers documented in include/capstep/data.h: the 64-symbol character
+// tokenizer (the free functions and Tokenizer "char"), the 256-symbol byte
+// tokenizer (Tokenizer "byte") and the subword ones' front (their SentencePiece
+// side is subword.cpp), with the compact TokenIds they produce.
 #include <array>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
 
 #include "capstep/data.h"
+#include "subword.h"
 
 namespace capstep::data {
 namespace {
@@ -22,7 +29,33 @@ constexpr std::array<int32_t, 256> make_table() {
 }
 constexpr std::array<int32_t, 256> kTable = make_table();
 
+constexpr int64_t kByteVocab = 256;
+
+// The char tokenizer's reading of UTF-8: calls emit(id, offset) once per
+// character. Continuation bytes (10xxxxxx) after a lead byte belong to the
+// character whose lead byte already produced one unknown id; a stray one
+// (Latin-1 text, say) is a character of its own.
+template <class Emit>
+void char_ids(std::string_view text, Emit&& emit) {
+  bool in_character = false;   // inside a multi-byte UTF-8 character
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if ((c & 0xC0) == 0x80 && in_character) continue;
+    in_character = c >= 0xC0;
+    emit(kTable[c], i);
+  }
+}
+
+std::string id_error(std::string_view what, int64_t id, size_t position, int64_t vocab) {
+  return std::string(what) + ": token id " + std::to_string(id) + " at position " + std::to_string(position) +
+         " is outside the vocabulary [0, " + std::to_string(vocab) + ")";
+}
+
+size_t width_of(int64_t vocab) { return vocab <= 256 ? 1 : vocab <= 65536 ? 2 : 4; }
+
 }  // namespace
+
+// ---- the char tokenizer's free functions --------------------------------------
 
 std::string_view alphabet() { return kAlphabet; }
 
@@ -31,23 +64,13 @@ int32_t encode_char(unsigned char c) { return kTable[c]; }
 std::vector<int32_t> encode(std::string_view text) {
   std::vector<int32_t> ids;
   ids.reserve(text.size());
-  bool in_character = false;   // inside a multi-byte UTF-8 character
-  for (unsigned char c : text) {
-    // UTF-8 continuation bytes (10xxxxxx) after a lead byte belong to the
-    // character whose lead byte already produced one unknown id. A stray one
-    // (Latin-1 text, say) is a character of its own.
-    if ((c & 0xC0) == 0x80 && in_character) continue;
-    in_character = c >= 0xC0;
-    ids.push_back(kTable[c]);
-  }
+  char_ids(text, [&](int32_t id, size_t) { ids.push_back(id); });
   return ids;
 }
 
 void check_token_ids(const int32_t* ids, size_t n, std::string_view what) {
   for (size_t i = 0; i < n; ++i)
-    if (ids[i] < 0 || ids[i] >= kVocabSize)
-      throw Error(std::string(what) + ": token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
-                  " is outside the vocabulary [0, " + std::to_string(kVocabSize) + ")");
+    if (ids[i] < 0 || ids[i] >= kVocabSize) throw Error(id_error(what, ids[i], i, kVocabSize));
 }
 
 char decode_id(int32_t id) {
@@ -60,6 +83,229 @@ std::string decode(const std::vector<int32_t>& ids) {
   std::string out(ids.size(), '\0');
   for (size_t i = 0; i < ids.size(); ++i) out[i] = kAlphabet[static_cast<size_t>(ids[i])];
   return out;
+}
+
+// ---- TokenIds -------------------------------------------------------------------
+
+TokenIds::TokenIds(int64_t vocab) : vocab_(vocab), width_(width_of(vocab)) {
+  if (vocab < 1 || vocab > INT32_MAX)
+    throw Error("token ids: the vocabulary must have 1 to 2147483647 symbols, got " + std::to_string(vocab));
+}
+
+TokenIds::TokenIds(const std::vector<int32_t>& ids, int64_t vocab) : TokenIds(vocab) {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab_) throw Error(id_error("token ids", ids[i], i, vocab_));
+  storage_.resize(ids.size() * width_);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const uint32_t v = static_cast<uint32_t>(ids[i]);
+    for (size_t b = 0; b < width_; ++b) storage_[i * width_ + b] = static_cast<char>((v >> (8 * b)) & 0xFF);
+  }
+}
+
+TokenIds TokenIds::from_bytes(std::string bytes, int64_t vocab) {
+  TokenIds t(vocab);
+  if (t.width_ != 1)
+    throw Error("token ids: one byte per id holds a vocabulary of at most 256, not " + std::to_string(vocab));
+  if (vocab < 256)
+    for (size_t i = 0; i < bytes.size(); ++i)
+      if (static_cast<unsigned char>(bytes[i]) >= vocab)
+        throw Error(id_error("token ids", static_cast<unsigned char>(bytes[i]), i, vocab));
+  t.storage_ = std::move(bytes);
+  return t;
+}
+
+int32_t TokenIds::operator[](size_t i) const {
+  if (width_ == 1) return static_cast<unsigned char>(storage_[i]);
+  uint32_t v = 0;
+  for (size_t b = 0; b < width_; ++b) v |= static_cast<uint32_t>(static_cast<unsigned char>(storage_[i * width_ + b])) << (8 * b);
+  return static_cast<int32_t>(v);
+}
+
+void TokenIds::push_back(int32_t id) {
+  if (id < 0 || id >= vocab_) throw Error(id_error("token ids", id, size(), vocab_));
+  const uint32_t v = static_cast<uint32_t>(id);
+  for (size_t b = 0; b < width_; ++b) storage_.push_back(static_cast<char>((v >> (8 * b)) & 0xFF));
+}
+
+std::vector<int32_t> TokenIds::to_vector(size_t begin, size_t end) const {
+  if (begin > end || end > size())
+    throw Error("token ids: range [" + std::to_string(begin) + ", " + std::to_string(end) + ") is not within the " +
+                std::to_string(size()) + " ids");
+  std::vector<int32_t> out(end - begin);
+  copy_to(begin, out.size(), out.data());
+  return out;
+}
+
+void TokenIds::copy_to(size_t begin, size_t n, int32_t* out) const {
+  if (width_ == 1) {
+    const unsigned char* p = reinterpret_cast<const unsigned char*>(storage_.data()) + begin;
+    for (size_t i = 0; i < n; ++i) out[i] = p[i];
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) out[i] = (*this)[begin + i];
+}
+
+// ---- Tokenizer ----------------------------------------------------------------------
+
+Tokenizer::Tokenizer(TokenizerKind k) : kind_(k), vocab_(k == TokenizerKind::chars ? kVocabSize : kByteVocab) {
+  if (subword()) throw Error("a subword tokenizer needs a size: parse \"bpe:N\" or \"unigram:N\"");
+}
+
+Tokenizer Tokenizer::parse(std::string_view name) {
+  if (name == "char") return Tokenizer(TokenizerKind::chars);
+  if (name == "byte") return Tokenizer(TokenizerKind::bytes);
+  const size_t colon = name.find(':');
+  const std::string_view kind = name.substr(0, colon);
+  if (colon != std::string_view::npos && (kind == "bpe" || kind == "unigram")) {
+    const std::string_view n = name.substr(colon + 1);
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), v);
+    if (n.empty() || ec != std::errc() || end != n.data() + n.size() || v < kMinSubwordVocab || v > 65536)
+      throw Error("tokenizer '" + std::string(name) + "': the size must be an integer in [" +
+                  std::to_string(kMinSubwordVocab) + ", 65536]");
+    if (!have_sentencepiece()) subword_load("");   // the Error naming the package
+    Tokenizer t;
+    t.kind_ = kind == "bpe" ? TokenizerKind::bpe : TokenizerKind::unigram;
+    t.vocab_ = v;
+    return t;
+  }
+  throw Error("unknown tokenizer '" + std::string(name) + "'; the tokenizers are char, byte, bpe:N, unigram:N");
+}
+
+std::vector<std::string> Tokenizer::names() { return {"char", "byte", "bpe:N", "unigram:N"}; }
+
+std::string Tokenizer::name() const {
+  switch (kind_) {
+    case TokenizerKind::chars: return "char";
+    case TokenizerKind::bytes: return "byte";
+    case TokenizerKind::bpe: return "bpe:" + std::to_string(vocab_);
+    case TokenizerKind::unigram: return "unigram:" + std::to_string(vocab_);
+  }
+  return "?";
+}
+
+Tokenizer Tokenizer::from_model(std::string_view name, const std::string& model) {
+  Tokenizer t = parse(name);
+  if (!t.subword()) {
+    if (!model.empty()) throw Error("the " + t.name() + " tokenizer has no model, but one was given");
+    return t;
+  }
+  if (model.empty()) throw Error("the " + t.name() + " tokenizer's model is missing");
+  t.model_ = subword_load(model);
+  if (subword_size(*t.model_) != t.vocab_)
+    throw Error("the " + t.name() + " tokenizer's model has " + std::to_string(subword_size(*t.model_)) + " pieces");
+  return t;
+}
+
+Tokenizer Tokenizer::trained_on(std::string_view text) const {
+  if (!subword()) return *this;
+  Tokenizer t = *this;
+  t.model_ = subword_train(kind_, vocab_, text);
+  return t;
+}
+
+std::string Tokenizer::model() const { return model_ ? subword_proto(*model_) : std::string(); }
+
+TokenIds Tokenizer::encode(std::string text, TextStats* stats) const {
+  TextStats s;
+  if (subword()) {
+    if (!model_) throw Error("the " + name() + " tokenizer is not trained yet: train it on a text first");
+    TokenIds ids(vocab_);
+    subword_encode(*model_, text, ids, s);
+    if (stats) *stats = s;
+    return ids;
+  }
+  if (kind_ == TokenizerKind::bytes) {
+    s.characters = text.size();
+    if (stats) *stats = s;
+    return TokenIds::from_bytes(std::move(text), kByteVocab);
+  }
+  // In place: a character's id goes to index j <= its first byte's index i
+  // (a character is at least one byte), so a byte is read before it is
+  // overwritten.
+  size_t j = 0;
+  uint64_t lines_before = 0;   // newlines before the first unknown character
+  char_ids(text, [&](int32_t id, size_t i) {
+    if (id == kUnknownId) {
+      if (s.unknown++ == 0) {
+        s.first_unknown_offset = i;
+        s.first_unknown_line = lines_before + 1;
+        s.first_unknown_byte = static_cast<unsigned char>(text[i]);
+      }
+    } else if (id == 0 && s.unknown == 0) {
+      ++lines_before;
+    }
+    text[j++] = static_cast<char>(id);
+  });
+  s.characters = j;
+  // Multi-byte characters made the ids shorter than the text: give the rest
+  // back when it is worth a copy of the ids.
+  const size_t bytes = text.size();
+  text.resize(j);
+  if (j < bytes - bytes / 8) text.shrink_to_fit();
+  if (stats) *stats = s;
+  return TokenIds::from_bytes(std::move(text), kVocabSize);
+}
+
+std::string Tokenizer::decode(const TokenIds& ids) const {
+  if (subword()) return decode(ids.to_vector());
+  if (ids.vocab() > vocab())
+    throw Error("decode: ids of a vocabulary of " + std::to_string(ids.vocab()) + " for the " + name() +
+                " tokenizer's " + std::to_string(vocab()) + " symbols");
+  std::string out(ids.size(), '\0');
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
+    out[i] = kind_ == TokenizerKind::chars ? kAlphabet[static_cast<size_t>(id)] : static_cast<char>(id);
+  }
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab()) throw Error(id_error("decode", ids[i], i, vocab()));
+  if (subword()) {
+    if (!model_) throw Error("the " + name() + " tokenizer is not trained yet: it has nothing to decode with");
+    return subword_decode(*model_, ids);
+  }
+  std::string out(ids.size(), '\0');
+  for (size_t i = 0; i < ids.size(); ++i) {
+    out[i] = kind_ == TokenizerKind::chars ? kAlphabet[static_cast<size_t>(ids[i])] : static_cast<char>(ids[i]);
+  }
+  return out;
+}
+
+std::string Tokenizer::piece(int32_t id) const {
+  if (subword() && model_) {
+    if (id < 0 || id >= vocab_) throw Error(id_error("piece", id, 0, vocab_));
+    return subword_piece(*model_, id);
+  }
+  return decode(std::vector<int32_t>{id});
+}
+
+// ---- unknown characters ---------------------------------------------------------------
+
+std::string describe_unknown(const TextStats& s, const std::string& tokenizer_name) {
+  char share[32];
+  const double pct = 100.0 * s.share();
+  // Never "0.00%" for a share that is not zero.
+  std::snprintf(share, sizeof share, pct > 0 && pct < 0.01 ? "%.2g%%" : "%.2f%%", pct);
+  std::string what;
+  const unsigned char c = s.first_unknown_byte;
+  if (c == '\t') what = "a tab";
+  else if (c == '\r') what = "a carriage return '\\r'";
+  else if (c >= 0x20 && c < 0x7F) what = std::string("'") + static_cast<char>(c) + "'";
+  else {
+    char b[48];
+    std::snprintf(b, sizeof b, c >= 0x80 ? "a non-ASCII character (byte 0x%02X)" : "a control character (byte 0x%02X)", c);
+    what = b;
+  }
+  const std::string outside =
+      tokenizer_name == "char"
+          ? "are outside the char tokenizer's " + std::to_string(kVocabSize - 1) + " symbols and train as '~'"
+          : "are outside the " + tokenizer_name + " tokenizer's symbols";
+  return std::to_string(s.unknown) + " of " + std::to_string(s.characters) + " characters (" + share + ") " +
+         outside + " (the first, " + what + ", at line " + std::to_string(s.first_unknown_line) + ", byte offset " +
+         std::to_string(s.first_unknown_offset) + ")";
 }
 
 }  // namespace capstep::data

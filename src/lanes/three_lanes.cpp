@@ -38,8 +38,12 @@ struct Start {
 };
 
 Start make_start(const Options& o) {
-  std::string text = o.text_path.empty() ? data::builtin_corpus() : data::read_text_file(o.text_path);
-  Start s{{}, nn::init_parameters(o.model, o.seed), data::BatchStream(data::encode(text), o.seed, o.model.batch, o.model.seq)};
+  // The seed's char tokenizer; a text it would mostly replace by '~' is
+  // refused as in `capstep train`.
+  const data::Tokenizer chars;
+  data::TokenIds ids = o.text_path.empty() ? chars.encode(data::builtin_corpus())
+                                           : data::read_text_tokens(o.text_path, chars, /*allow_unknown=*/false);
+  Start s{{}, nn::init_parameters(o.model, o.seed), data::BatchStream(std::move(ids), o.seed, o.model.batch, o.model.seq)};
   for (const nn::ParamSpec& p : nn::lm_parameters(o.model)) s.names.push_back(p.name);
   return s;
 }

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "capstep/data.h"
 #include "capstep/train.h"
 
 namespace capstep::train {
@@ -27,7 +28,8 @@ std::string train_metadata(const Options& o, const std::string& text, const std:
                       {"clip_grad_norm", o.clip_grad_norm},
                       {"precision", optim::precision_name(o.precision)},
                       {"fused_attention", o.fused_attention},
-                      {"val_fraction", o.val_fraction}};
+                      {"val_fraction", o.val_fraction},
+                      {"tokenizer", o.tokenizer}};
   if (!text_hash.empty()) j["text_hash"] = text_hash;
   return j.dump();
 }
@@ -64,6 +66,13 @@ TrainMeta parse_meta(const Checkpoint& c) {
     m.best_val_loss = std::strtod(b->second.c_str(), &end);
     if (b->second.empty() || *end != 0) throw Error("the checkpoint's \"best_val_loss\" is not a number: " + b->second);
   }
+  if (auto t = c.extra.find(kTokenizerModelKey); t != c.extra.end()) {
+    try {
+      m.tokenizer_model = base64_decode(t->second);
+    } catch (const Error& e) {
+      throw Error(std::string("the checkpoint's \"tokenizer_model\" is malformed: ") + e.what());
+    }
+  }
   auto it = c.extra.find(kTrainMetadataKey);
   if (it == c.extra.end()) return m;
   try {
@@ -75,6 +84,11 @@ TrainMeta parse_meta(const Checkpoint& c) {
     m.adamw.eps = t.at("eps").get<double>();
     m.adamw.weight_decay = t.at("weight_decay").get<double>();
     m.text = t.at("text").get<std::string>();
+    if (t.contains("tokenizer")) m.tokenizer = t.at("tokenizer").get<std::string>();
+    const int64_t vocab = data::Tokenizer::parse(m.tokenizer).vocab();   // Error naming an unknown one
+    if (vocab != m.model.vocab)
+      throw Error("the checkpoint's model has a vocabulary of " + std::to_string(m.model.vocab) + " but its " +
+                  m.tokenizer + " tokenizer has " + std::to_string(vocab) + " symbols");
     if (t.contains("schedule")) {
       m.schedule.kind = parse_schedule(t.at("schedule").get<std::string>());
       m.schedule.warmup_steps = t.at("warmup_steps").get<int64_t>();
@@ -105,6 +119,64 @@ TrainMeta parse_meta(const Checkpoint& c) {
   m.adamw.validate();
   m.has_train = true;
   return m;
+}
+
+data::Tokenizer checkpoint_tokenizer(const TrainMeta& m) {
+  try {
+    return data::Tokenizer::from_model(m.tokenizer, m.tokenizer_model);
+  } catch (const Error& e) {
+    throw Error(std::string("the checkpoint's tokenizer: ") + e.what());
+  }
+}
+
+std::string base64_encode(const std::string& bytes) {
+  static const char* const k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t v = static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
+    if (i + 1 < bytes.size()) v |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
+    if (i + 2 < bytes.size()) v |= static_cast<unsigned char>(bytes[i + 2]);
+    out += k[(v >> 18) & 63];
+    out += k[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? k[(v >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? k[v & 63] : '=';
+  }
+  return out;
+}
+
+std::string base64_decode(const std::string& text) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  if (text.size() % 4 != 0) throw Error("base64 of " + std::to_string(text.size()) + " characters, not a multiple of 4");
+  std::string out;
+  out.reserve(text.size() / 4 * 3);
+  for (size_t i = 0; i < text.size(); i += 4) {
+    uint32_t v = 0;
+    int pad = 0;
+    for (size_t k = 0; k < 4; ++k) {
+      const char c = text[i + k];
+      const bool last = i + 4 == text.size();
+      if (c == '=' && last && k >= 2 && (k == 3 || text[i + 3] == '=')) {
+        ++pad;
+        v <<= 6;
+        continue;
+      }
+      const int d = value(c);
+      if (d < 0 || pad) throw Error("not base64: character " + std::to_string(i + k));
+      v = (v << 6) | static_cast<uint32_t>(d);
+    }
+    out += static_cast<char>((v >> 16) & 0xFF);
+    if (pad < 2) out += static_cast<char>((v >> 8) & 0xFF);
+    if (pad < 1) out += static_cast<char>(v & 0xFF);
+  }
+  return out;
 }
 
 Checkpoint load_model_checkpoint(const std::string& path, TrainMeta* meta) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "capstep/data.h"
 #include "capstep/train.h"
 
 namespace capstep::train {
@@ -55,8 +56,10 @@ Lane parse_lane(const std::string& s) {
 void Options::validate() const {
   model.validate();
   adamw.validate();
-  if (model.vocab != 64)
-    throw Error("the model's vocabulary must be the tokenizer's 64 symbols, got " + std::to_string(model.vocab));
+  const int64_t vocab = data::Tokenizer::parse(tokenizer).vocab();
+  if (model.vocab != vocab)
+    throw Error("the model's vocabulary must be the " + tokenizer + " tokenizer's " + std::to_string(vocab) +
+                " symbols, got " + std::to_string(model.vocab));
   if (steps < 1 || steps > 100000000) throw Error("steps must be in [1, 100000000], got " + std::to_string(steps));
   if (save_every < 0) throw Error("save-every must be >= 0 (0: only at the end), got " + std::to_string(save_every));
   if (schedule.warmup_steps < 0 || schedule.warmup_steps > 100000000)

@@ -40,9 +40,10 @@ std::string sample(const SampleOptions& o) {
   TrainMeta meta;
   Checkpoint c = load_model_checkpoint(o.checkpoint, &meta);
   const nn::LmConfig& m = meta.model;
-  if (m.vocab != data::kVocabSize)
-    throw Error("checkpoint '" + o.checkpoint + "' has a vocabulary of " + std::to_string(m.vocab) +
-                "; the tokenizer has " + std::to_string(data::kVocabSize) + " symbols");
+  const data::Tokenizer tokenizer = checkpoint_tokenizer(meta);
+  if (m.vocab != tokenizer.vocab())
+    throw Error("checkpoint '" + o.checkpoint + "' has a vocabulary of " + std::to_string(m.vocab) + "; its " +
+                tokenizer.name() + " tokenizer has " + std::to_string(tokenizer.vocab()) + " symbols");
   const int64_t window = o.window == 0 ? m.seq : o.window;
   if (window > m.context)
     throw Error("window " + std::to_string(window) + " is longer than the model's context " + std::to_string(m.context));
@@ -54,7 +55,13 @@ std::string sample(const SampleOptions& o) {
   ins.push_back(&tokens);
   std::vector<Array> outs;
 
-  std::vector<int32_t> text = data::encode(o.prompt.empty() ? std::string("\n") : o.prompt);
+  // A prompt character the tokenizer cannot represent is refused: the model
+  // would read '~' in its place.
+  data::TextStats unknown;
+  std::vector<int32_t> text = tokenizer.encode(o.prompt.empty() ? std::string("\n") : o.prompt, &unknown).to_vector();
+  if (unknown.unknown > 0)
+    throw data::UnknownTextError("the prompt: " + data::describe_unknown(unknown, tokenizer.name()) +
+                                 "; the checkpoint's model was trained without them");
   std::string result;
   result.reserve(static_cast<size_t>(o.tokens));
   uint64_t rng = o.seed;
@@ -68,9 +75,10 @@ std::string sample(const SampleOptions& o) {
     const float* logits = outs[0].data<float>() + (len - 1) * m.vocab;
     const int32_t id = draw(logits, m.vocab, o.temperature, rng, probs);
     text.push_back(id);
-    const char ch = data::decode_id(id);
-    result.push_back(ch);
-    if (o.on_char) o.on_char(ch);
+    for (const char ch : tokenizer.piece(id)) {
+      result.push_back(ch);
+      if (o.on_char) o.on_char(ch);
+    }
   }
   return result;
 }

@@ -116,28 +116,51 @@ Result train(const Options& o) {
   if (!o.save_path.empty() && rank == 0) check_writable(o.save_path);
 
   // The checkpoint records the text's absolute path, so that a run resumed
-  // from another directory finds it, and its fingerprint, so that a resumed
-  // run can tell an edited text from the one it was trained on.
+  // from another directory finds it, and its fingerprint (below, once the
+  // text has been read), so that a resumed run can tell an edited text from
+  // the one it was trained on.
   const std::string text_name = o.text_path.empty() ? "builtin" : absolute_path(o.text_path);
-  std::vector<int32_t> text = data::encode(o.text_path.empty() ? data::builtin_corpus() : data::read_text_file(o.text_path));
-  const std::string text_hash = o.text_path.empty() ? "" : file_fingerprint(o.text_path);
-  if (static_cast<int64_t>(text.size()) <= o.model.seq)
-    throw Error("text file '" + o.text_path + "' has " + std::to_string(text.size()) + " characters; a window of " +
-                std::to_string(o.model.seq) + " and its next-token targets need at least " +
-                std::to_string(o.model.seq + 1));
-  data::TokenSplit split = data::split_tokens(text, o.val_fraction);
-  text.clear();
   const std::string which = o.text_path.empty() ? "the built-in corpus" : "text file '" + o.text_path + "'";
-  auto need_tokens = [&](const std::vector<int32_t>& t, const char* part) {
-    if (static_cast<int64_t>(t.size()) <= o.model.seq)
-      throw Error(which + " has " + std::to_string(t.size()) + " characters" + part + "; a window of " +
+  // The text, read once and encoded in place: its ids, one byte each, are
+  // the only copy held (the two parts below share them).
+  data::Tokenizer tokenizer = data::Tokenizer::parse(o.tokenizer);
+  if (tokenizer.subword() && !o.resume_path.empty()) {
+    // Resumed: the pieces the run trained with, never a new training.
+    const TrainMeta m = parse_meta(load_checkpoint(o.resume_path));
+    if (m.tokenizer != o.tokenizer)
+      throw Error("checkpoint '" + o.resume_path + "' was trained with the " + m.tokenizer + " tokenizer, not " +
+                  o.tokenizer);
+    tokenizer = checkpoint_tokenizer(m);
+  }
+  data::TextStats stats;
+  std::shared_ptr<const data::TokenIds> text;
+  if (!tokenizer.trained()) {
+    std::string raw = o.text_path.empty() ? data::builtin_corpus() : data::read_text_bytes(o.text_path);
+    say("training the " + tokenizer.name() + " tokenizer on " + which + " (SentencePiece)");
+    tokenizer = tokenizer.trained_on(raw);
+    text = std::make_shared<const data::TokenIds>(
+        data::text_tokens(std::move(raw), which, tokenizer, o.allow_unknown, &stats));
+  } else {
+    text = std::make_shared<const data::TokenIds>(
+        o.text_path.empty() ? tokenizer.encode(data::builtin_corpus(), &stats)
+                            : data::read_text_tokens(o.text_path, tokenizer, o.allow_unknown, &stats));
+  }
+  if (stats.unknown > 0) say(which + ": " + data::describe_unknown(stats, tokenizer.name()));
+  const std::string text_hash = o.text_path.empty() ? "" : file_fingerprint(o.text_path);  // read in chunks
+  const size_t cut = data::split_point(text->size(), o.val_fraction);
+  const char* unit = tokenizer.kind() == data::TokenizerKind::chars ? " characters"
+                     : tokenizer.kind() == data::TokenizerKind::bytes ? " bytes" : " tokens";
+  auto need_tokens = [&](size_t n, const char* part) {
+    if (static_cast<int64_t>(n) <= o.model.seq)
+      throw Error(which + " has " + std::to_string(n) + unit + part + "; a window of " +
                   std::to_string(o.model.seq) + " and its next-token targets need at least " +
                   std::to_string(o.model.seq + 1));
   };
-  need_tokens(split.train, o.val_fraction > 0 ? " for training" : "");
-  if (o.val_fraction > 0) need_tokens(split.val, " in its validation part (--val-fraction)");
+  need_tokens(text->size(), "");
+  need_tokens(cut, o.val_fraction > 0 ? " for training" : "");
+  if (o.val_fraction > 0) need_tokens(text->size() - cut, " in its validation part (--val-fraction)");
   // The stream of global batches; this rank's rows of each (all of them alone).
-  data::BatchStream batches(std::move(split.train), o.seed, o.model.batch * ranks, o.model.seq);
+  data::BatchStream batches(text, 0, cut, o.seed, o.model.batch * ranks, o.model.seq);
   // Validation: fixed batches, and the forward program on the host.
   std::unique_ptr<data::BatchStream> val;
   std::unique_ptr<host::Interpreter> forward;  // built after the memory check below
@@ -147,7 +170,7 @@ Result train(const Options& o) {
     // Data parallel: the global batches' rows, every rank all of them in
     // chunks of the local batch (the mean of the equal chunks' means is the
     // global batches' mean), so the figure does not depend on the rank count.
-    val = std::make_unique<data::BatchStream>(std::move(split.val), o.seed, o.model.batch * ranks, o.model.seq);
+    val = std::make_unique<data::BatchStream>(text, cut, text->size(), o.seed, o.model.batch * ranks, o.model.seq);
     for (int64_t k = 0; k < o.eval_batches; ++k)
       for (int c = 0; c < ranks; ++c) {
         const Type t{DType::i32, {o.model.batch, o.model.seq}};
@@ -232,6 +255,7 @@ Result train(const Options& o) {
   };
   ckpt.model_config = o.model.to_json();
   ckpt.extra[kTrainMetadataKey] = train_metadata(o, text_name, text_hash);
+  if (tokenizer.subword()) ckpt.extra[kTokenizerModelKey] = base64_encode(tokenizer.model());
   auto save = [&](int64_t step) -> bool {
     stepper->state(ckpt);
     const std::string bad = first_non_finite(ckpt);

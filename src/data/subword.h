@@ -1,0 +1,27 @@
+// The subword tokenizers' SentencePiece side (src/data/subword.cpp), behind
+// data::Tokenizer: the one file that includes SentencePiece's headers.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "capstep/data.h"
+
+namespace capstep::data {
+
+// A model of `vocab` pieces trained on `text`'s lines (at most
+// kSubwordTrainingBytes of them); Error with SentencePiece's reason.
+std::shared_ptr<const SubwordModel> subword_train(TokenizerKind kind, int64_t vocab, std::string_view text);
+// A model from its serialized proto; Error when it does not load.
+std::shared_ptr<const SubwordModel> subword_load(const std::string& proto);
+const std::string& subword_proto(const SubwordModel& m);
+int64_t subword_size(const SubwordModel& m);
+// Appends the ids of `text` to `out` and counts its characters into `s` (none
+// is unknown: what SentencePiece cannot give back goes in as byte pieces).
+void subword_encode(const SubwordModel& m, std::string_view text, TokenIds& out, TextStats& s);
+std::string subword_decode(const SubwordModel& m, const std::vector<int32_t>& ids);   // ids checked by the caller
+std::string subword_piece(const SubwordModel& m, int32_t id);
+
+}  // namespace capstep::data
