@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 
@@ -626,68 +627,70 @@ TEST(PlanEmulation, GeneratedScatterSumsInIndexOrderAndReportsBadIndices) {
   EXPECT_EQ(err.value, 6);
 }
 
+// The seed model's gradient step on the plan's generated kernels, run in the
+// host emulation with the device's error flag: what a bad index reports.
+struct SeedGradOnThePlan {
+  nn::LmConfig c = small_config();
+  plan::KernelPlan kp;
+  TempDir dir;
+  std::unique_ptr<HostKernels> kernels;
+  std::unique_ptr<HostPlanRunner> run;
+  DeviceError err;
+  Array tokens, targets;
+
+  SeedGradOnThePlan() {
+    std::vector<std::string> names;
+    for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
+    kp = plan::plan_kernels(value_and_grad(nn::lm_loss_program(c), names));
+    for (const plan::Item& it : kp.items) EXPECT_NE(it.kind, plan::ItemKind::gather) << "a gather left to the library";
+    kernels = std::make_unique<HostKernels>(kp, dir.file("k"));
+    kernels->set_error_flag(&err);
+    run = std::make_unique<HostPlanRunner>(kp, *kernels);
+    const std::vector<Array> params = nn::init_parameters(c, 5);
+    for (size_t i = 0; i < params.size(); ++i) run->upload(static_cast<int>(i), params[i]);
+    tokens = Array({DType::i32, {c.batch, c.seq}});
+    targets = tokens;
+  }
+  const Program& program() const { return kp.fused.program; }
+  // One step on `tokens` and `targets`; the flag as it is after it.
+  int step() {
+    run->upload(program().input_index("tokens"), tokens);
+    run->upload(program().input_index("targets"), targets);
+    run->step();
+    return err.flag;
+  }
+  // The flagged equation is the gather of `input`, at `position`, of `value`.
+  void expect_gather_of(const std::string& input, int64_t position, int64_t value) const {
+    const Program& p = program();
+    const Eqn& e = p.eqns.at(static_cast<size_t>(err.eqn));
+    EXPECT_EQ(e.op, Op::gather_rows);
+    EXPECT_EQ(e.inputs.at(1), p.inputs.at(static_cast<size_t>(p.input_index(input))).value);
+    EXPECT_EQ(err.position, position);
+    EXPECT_EQ(err.value, value);
+  }
+};
+
 // A token outside the vocabulary: the generated gather (the embedding, fused
 // into a loop kernel) reports its equation, position and value.
 TEST(PlanEmulation, GeneratedGatherReportsATokenOutsideTheTable) {
-  const nn::LmConfig c = small_config();
-  std::vector<std::string> names;
-  for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
-  const Program grad = value_and_grad(nn::lm_loss_program(c), names);
-  const plan::KernelPlan kp = plan::plan_kernels(grad);
-  for (const plan::Item& it : kp.items) EXPECT_NE(it.kind, plan::ItemKind::gather) << "a gather left to the library";
-  TempDir dir;
-  const HostKernels kernels(kp, dir.file("k"));
-  DeviceError err;
-  kernels.set_error_flag(&err);
-  HostPlanRunner run(kp, kernels);
-  const Program& p = kp.fused.program;
-  const std::vector<Array> params = nn::init_parameters(c, 5);
-  for (size_t i = 0; i < params.size(); ++i) run.upload(static_cast<int>(i), params[i]);
-  Array tokens({DType::i32, {c.batch, c.seq}}), targets = tokens;
-  tokens.set(13, 64);  // vocabulary 0..63
-  run.upload(p.input_index("tokens"), tokens);
-  run.upload(p.input_index("targets"), targets);
-  run.step();
-  ASSERT_EQ(err.flag, 1);
-  const Eqn& e = p.eqns.at(static_cast<size_t>(err.eqn));
-  EXPECT_EQ(e.op, Op::gather_rows);
-  EXPECT_EQ(e.inputs.at(1), p.inputs.at(static_cast<size_t>(p.input_index("tokens"))).value);
-  EXPECT_EQ(err.position, 13);
-  EXPECT_EQ(err.value, 64);
+  SeedGradOnThePlan s;
+  s.tokens.set(13, 64);  // vocabulary 0..63
+  ASSERT_EQ(s.step(), 1);
+  s.expect_gather_of("tokens", 13, 64);
 }
 
 // A target outside the vocabulary: cross_entropy's gather of the labels
 // (generated, in a loop kernel) reports it as the embedding's gather reports a
 // bad token, so the executor names the targets and the position.
 TEST(PlanEmulation, GeneratedGatherReportsATargetOutsideTheClasses) {
-  const nn::LmConfig c = small_config();
-  std::vector<std::string> names;
-  for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
-  const Program grad = value_and_grad(nn::lm_loss_program(c), names);
-  const plan::KernelPlan kp = plan::plan_kernels(grad);
-  for (const plan::Item& it : kp.items) EXPECT_NE(it.kind, plan::ItemKind::gather) << "a gather left to the library";
-  TempDir dir;
-  const HostKernels kernels(kp, dir.file("k"));
-  DeviceError err;
-  kernels.set_error_flag(&err);
-  HostPlanRunner run(kp, kernels);
-  const Program& p = kp.fused.program;
-  const std::vector<Array> params = nn::init_parameters(c, 5);
-  for (size_t i = 0; i < params.size(); ++i) run.upload(static_cast<int>(i), params[i]);
-  Array tokens({DType::i32, {c.batch, c.seq}}), targets = tokens;
-  run.upload(p.input_index("tokens"), tokens);
-  run.upload(p.input_index("targets"), targets);
-  run.step();
-  EXPECT_EQ(err.flag, 0);
-  targets.set(21, -1);
-  run.upload(p.input_index("targets"), targets);
-  run.step();
-  ASSERT_EQ(err.flag, 1);
-  const Eqn& e = p.eqns.at(static_cast<size_t>(err.eqn));
-  EXPECT_EQ(e.op, Op::gather_rows);
-  EXPECT_EQ(e.inputs.at(1), p.inputs.at(static_cast<size_t>(p.input_index("targets"))).value);
-  EXPECT_EQ(err.position, 21);
-  EXPECT_EQ(err.value, -1);
+  SeedGradOnThePlan s;
+  const nn::LmConfig& c = s.c;
+  const Program& p = s.program();
+  DeviceError& err = s.err;
+  EXPECT_EQ(s.step(), 0);
+  s.targets.set(21, -1);
+  ASSERT_EQ(s.step(), 1);
+  s.expect_gather_of("targets", 21, -1);
   // What cuda::Executable then throws (the host's text, the same function).
   EXPECT_EQ(index_error_text(p, err.eqn, err.position, err.value).rfind(
                 "gather_rows: index -1 at position 21 [" + std::to_string(21 / c.seq) + "," + std::to_string(21 % c.seq) +
