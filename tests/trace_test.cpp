@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <string>
 
 #include "capstep/interpreter.h"
 #include "capstep/trace.h"
@@ -313,3 +314,38 @@ TEST(TraceValues, CausalAttention) {
 }
 
 }  // namespace
+
+// A Tensor outlives its Tracer only as a handle: any use is an Error naming
+// the cause, not a read of freed memory (AddressSanitizer runs this too).
+TEST(Trace, ATensorUsedAfterItsTracerIsGoneIsAnError) {
+  Tensor x, y;
+  {
+    Tracer tr;
+    x = tr.input("x", {DType::f32, {2, 3}});
+    y = x * 2.0;
+    EXPECT_EQ(y.shape(), (Shape{2, 3}));
+  }
+  EXPECT_TRUE(x.valid());
+  const std::string after = "is used after the Tracer that recorded it was destroyed";
+  EXPECT_NE(error_of([&] { (void)x.shape(); }).find("Tensor %0 " + after), std::string::npos);
+  EXPECT_NE(error_of([&] { (void)(x + y); }).find(after), std::string::npos);
+  EXPECT_NE(error_of([&] { (void)sum(y, {0}); }).find(after), std::string::npos);
+  // A new Tracer at the same address does not revive them.
+  Tracer other;
+  EXPECT_NE(error_of([&] { other.finish({{"y", y}}); }).find(after), std::string::npos);
+}
+
+// finish() copies the record: a second call, after more ops, gives another
+// program of the same inputs, and the first is unchanged.
+TEST(Trace, ASecondFinishGivesAnotherProgramOfTheSameRecord) {
+  Tracer tr;
+  Tensor x = tr.input("x", {DType::f32, {2}});
+  const Program first = tr.finish({{"y", x * x}});
+  const Program second = tr.finish({{"y", x}, {"z", exp(x)}});
+  EXPECT_EQ(first.outputs.size(), 1u);
+  EXPECT_EQ(first.eqns.size(), 1u);  // the multiply
+  ASSERT_EQ(second.outputs.size(), 2u);
+  EXPECT_EQ(second.eqns.size(), 2u);  // the multiply, then the exp
+  EXPECT_EQ(second.outputs[1].name, "z");
+  EXPECT_EQ(second.inputs.size(), first.inputs.size());
+}

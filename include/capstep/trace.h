@@ -21,12 +21,15 @@ namespace capstep {
 
 class Tracer;
 
+// A handle to a value recorded by a Tracer. It is usable only while that
+// Tracer lives: a Tensor whose Tracer is gone throws Error when used, rather
+// than reading freed memory.
 class Tensor {
  public:
   Tensor() = default;
-  Tensor(Tracer* t, int id) : tracer_(t), id_(id) {}
+  Tensor(Tracer* t, int id);
 
-  Tracer* tracer() const { return tracer_; }
+  Tracer* tracer() const;  // Error when the Tracer no longer exists
   int id() const { return id_; }
   bool valid() const { return tracer_ != nullptr; }
   // By value: the program's type table grows (and moves) as ops are recorded,
@@ -39,6 +42,7 @@ class Tensor {
 
  private:
   Tracer* tracer_ = nullptr;
+  std::weak_ptr<const bool> alive_;  // expires with the Tracer
   int id_ = -1;
 };
 
@@ -57,14 +61,19 @@ class Tracer {
   Tensor full(const Shape& s, double v, DType d = DType::f32) { return constant({d, s}, {v}); }
   Tensor iota(const Type& t, int64_t axis);
 
-  // Hands over the recorded program with these outputs (in order).
+  // Returns the program recorded so far with these outputs (in order). The
+  // Tracer keeps its record: a later call (after more ops, or with other
+  // outputs) returns another program of the same inputs, which is how one
+  // trace gives several programs.
   Program finish(const std::vector<std::pair<std::string, Tensor>>& outputs);
   // The program as recorded so far (for transforms that keep tracing into it).
   Program& program() { return prog_; }
   const Program& program() const { return prog_; }
 
  private:
+  friend class Tensor;
   Program prog_;
+  std::shared_ptr<const bool> alive_ = std::make_shared<const bool>(true);  // Tensors hold it weakly
 };
 
 // ---- elementwise (NumPy broadcasting) --------------------------------------

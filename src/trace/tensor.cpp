@@ -5,9 +5,21 @@
 
 namespace capstep {
 
+Tensor::Tensor(Tracer* t, int id) : tracer_(t), id_(id) {
+  if (t != nullptr) alive_ = t->alive_;
+}
+
+Tracer* Tensor::tracer() const {
+  if (tracer_ != nullptr && alive_.expired())
+    throw Error("Tensor %" + std::to_string(id_) +
+                " is used after the Tracer that recorded it was destroyed: a Tensor is valid only while its "
+                "Tracer lives");
+  return tracer_;
+}
+
 Type Tensor::type() const {
   if (!valid()) throw Error("Tensor: use of an empty (default-constructed) Tensor");
-  return tracer_->program().type(id_);
+  return tracer()->program().type(id_);
 }
 
 int64_t Tensor::dim(int axis) const {
