@@ -13,7 +13,10 @@
 #include <filesystem>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "capstep/autodiff.h"
+#include "capstep/data.h"
 #include "capstep/hf.h"
 #include "capstep/interpreter.h"
 #include "capstep/nn.h"
@@ -193,4 +196,24 @@ TEST(HuggingFace, RefusesMissingUnexpectedAndMisshapenTensors) {
   std::vector<NamedArray> bad = t;
   bad.back().array = Array({DType::f32, {32, 96}});
   refuses(bad, "tensor 'lm_head.weight' is [32, 96] but config.json makes it [96, 32]");
+}
+
+// tokenizer.json: capstep's ids for every byte (GPT-2's byte-level alphabet)
+// and every char symbol; a subword tokenizer is refused.
+TEST(HuggingFace, TokenizerJsonHasCapstepsIds) {
+  const nlohmann::json b = nlohmann::json::parse(nn::hf_tokenizer_json("byte"));
+  const nlohmann::json& v = b["model"]["vocab"];
+  EXPECT_EQ(v.size(), 256u);
+  EXPECT_EQ(v["A"], 65);
+  EXPECT_EQ(v["\u0120"], 32);    // space: 256 + its rank among the unprintable bytes
+  EXPECT_EQ(v["\u0100"], 0);     // NUL
+  EXPECT_EQ(v["\u00ff"], 255);
+  EXPECT_EQ(b["pre_tokenizer"]["type"], "ByteLevel");
+  EXPECT_TRUE(b["model"]["merges"].empty());
+  const nlohmann::json c = nlohmann::json::parse(nn::hf_tokenizer_json("char"));
+  const data::Tokenizer chars(data::TokenizerKind::chars);
+  for (const std::string s : {"a", "Z", " ", "\n", "?", "~"})
+    EXPECT_EQ(c["model"]["vocab"][s].get<int64_t>(), chars.encode(s)[0]) << s;
+  EXPECT_EQ(c["model"]["unk_token"], "~");
+  EXPECT_THROW(nn::hf_tokenizer_json("bpe:400"), Error);
 }

@@ -52,8 +52,16 @@ struct HfModel {
   std::vector<Array> params;        // lm_parameters order
   std::string tokenizer;            // config.json's "capstep_tokenizer", or empty
 };
+// tokenizer.json (the `tokenizers` library's format, which transformers'
+// AutoTokenizer reads) for capstep's "char" or "byte" tokenizer: a BPE model
+// without merges, so every character (char, unknown ones as '~') or byte
+// (byte, GPT-2's byte-level alphabet) is one token with capstep's id. Error
+// for a subword tokenizer.
+std::string hf_tokenizer_json(const std::string& tokenizer);
+
 // Writes DIR/config.json and DIR/model.safetensors (atomically, each),
-// creating DIR if needed.
+// creating DIR if needed; for the char and byte tokenizers also
+// tokenizer.json and tokenizer_config.json.
 void write_hf_dir(const std::string& dir, const LmConfig& c, const std::vector<Array>& params,
                   const std::string& tokenizer = "");
 // Error naming the file and what is wrong.

@@ -2,6 +2,8 @@
 // table of pieces per configuration drives both directions.
 #include "capstep/hf.h"
 
+#include "capstep/data.h"
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -348,6 +350,68 @@ LmConfig config_from_hf(const std::string& text) {
   return c;
 }
 
+namespace {
+
+// UTF-8 of one code point.
+std::string utf8(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string hf_tokenizer_json(const std::string& name) {
+  nlohmann::json vocab = nlohmann::json::object();
+  nlohmann::json j = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
+                      {"added_tokens", nlohmann::json::array()}, {"normalizer", nullptr}, {"post_processor", nullptr}};
+  nlohmann::json model = {{"type", "BPE"},          {"dropout", nullptr},       {"unk_token", nullptr},
+                          {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
+                          {"fuse_unk", false},      {"byte_fallback", false},   {"ignore_merges", false},
+                          {"merges", nlohmann::json::array()}};
+  if (name == "byte") {
+    // GPT-2's byte-level alphabet (bytes_to_unicode): printable bytes stand
+    // for themselves, the others for 256 + their rank. No merges: every byte
+    // is its own token, id = the byte's value, as capstep's byte tokenizer.
+    std::vector<uint32_t> cp(256, 0);
+    uint32_t n = 0;
+    for (uint32_t b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      cp[b] = printable ? b : 256 + n++;
+    }
+    for (uint32_t b = 0; b < 256; ++b) vocab[utf8(cp[b])] = b;
+    const nlohmann::json byte_level = {
+        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}};
+    j["pre_tokenizer"] = byte_level;
+    j["decoder"] = byte_level;
+  } else if (name == "char") {
+    // One token per character, '~' for any other (as capstep's char tokenizer);
+    // no pre-tokenizer, so the text is one word split into its characters.
+    const data::Tokenizer t(data::TokenizerKind::chars);
+    for (int32_t id = 0; id < t.vocab(); ++id) {
+      const std::string p = t.piece(id);
+      if (!p.empty() && !vocab.contains(p)) vocab[p] = id;
+    }
+    model["unk_token"] = "~";
+    j["pre_tokenizer"] = nullptr;
+    j["decoder"] = {{"type", "Fuse"}};
+  } else {
+    throw Error("no tokenizer.json for the " + name + " tokenizer: only char and byte are written");
+  }
+  model["vocab"] = vocab;
+  j["model"] = model;
+  return j.dump(1) + "\n";
+}
+
 void write_hf_dir(const std::string& dir, const LmConfig& c, const std::vector<Array>& params,
                   const std::string& tokenizer) {
   const std::vector<NamedArray> tensors = to_hf_tensors(c, params);
@@ -357,6 +421,13 @@ void write_hf_dir(const std::string& dir, const LmConfig& c, const std::vector<A
   const std::string extra = tokenizer.empty() ? "" : nlohmann::json{{"capstep_tokenizer", tokenizer}}.dump();
   write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
   write_file_atomically(dir + "/config.json", hf_config_json(c, extra));
+  if (tokenizer == "char" || tokenizer == "byte") {
+    write_file_atomically(dir + "/tokenizer.json", hf_tokenizer_json(tokenizer));
+    const nlohmann::json tc = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                               {"model_max_length", c.context},
+                               {"clean_up_tokenization_spaces", false}};
+    write_file_atomically(dir + "/tokenizer_config.json", tc.dump(2) + "\n");
+  }
 }
 
 HfModel read_hf_dir(const std::string& dir) {
