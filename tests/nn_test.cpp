@@ -10,6 +10,8 @@
 #include "capstep/data.h"
 #include "capstep/interpreter.h"
 #include "capstep/nn.h"
+#include "capstep/stablehlo.h"
+#include "capstep/trace.h"
 
 using namespace capstep;
 
@@ -306,5 +308,34 @@ TEST(CausalLm, PresetSizesOfTheLadder) {
     EXPECT_NE(std::string(e.what()).find("unknown model size 'gpt3': the sizes are seed, middle and gpt2-small"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// GPT-2 and Llama through the transforms the seed's model goes through: the
+// fused attention primitives (grouped-query attention included) give the
+// same loss and gradients, and the StableHLO export reads back to a program
+// with the same results (the rotary tables and the rotation as constants).
+TEST(CausalLm, Gpt2AndLlamaFuseAttentionAndRoundTripStableHlo) {
+  for (nn::Arch a : {nn::Arch::gpt2, nn::Arch::llama}) {
+    const nn::LmConfig c = small(a);
+    std::vector<std::string> names;
+    for (const auto& p : nn::lm_parameters(c)) names.push_back(p.name);
+    data::BatchStream bs(data::encode(data::builtin_corpus()), 4, c.batch, c.seq);
+    data::Batch b = bs.next();
+    std::vector<Array> in = nn::init_parameters(c, 4);
+    in.push_back(b.inputs);
+    in.push_back(b.targets);
+    const Program loss = nn::lm_loss_program(c);
+    const Program fused = fuse_attention(loss);
+    EXPECT_TRUE(has_attention(fused)) << nn::arch_name(a);
+    const std::vector<Array> plain = host::run(value_and_grad(loss, names), in);
+    const std::vector<Array> with = host::run(value_and_grad(fused, names), in);
+    ASSERT_EQ(plain.size(), with.size());
+    for (size_t i = 0; i < plain.size(); ++i)
+      for (int64_t k = 0; k < plain[i].numel(); ++k)
+        ASSERT_NEAR(plain[i].get(k), with[i].get(k), 1e-6 + 1e-5 * std::fabs(plain[i].get(k)))
+            << nn::arch_name(a) << " output " << i << "[" << k << "]";
+    const Program back = from_stablehlo(to_stablehlo(loss));
+    EXPECT_TRUE(host::run(back, in)[0].bit_equal(plain[0])) << nn::arch_name(a);
   }
 }
