@@ -164,8 +164,10 @@ TEST(HuggingFace, RefusesWhatCapstepCannotRepresent) {
   };
   refuses(gpt2, "activation_function", "\"relu\"", "field 'activation_function' is \"relu\"");
   refuses(gpt2, "tie_word_embeddings", "false", "field 'tie_word_embeddings' is false");
+  refuses(gpt2, "activation_function", "5", "field 'activation_function' is not a string");
+  refuses(gpt2, "n_embd", "32.5", "field 'n_embd' is not an integer");
   refuses(gpt2, "scale_attn_by_inverse_layer_idx", "true", "field 'scale_attn_by_inverse_layer_idx'");
-  refuses(llama, "hidden_act", "\"gelu\"", "field 'hidden_act' is \"gelu\"");
+  refuses(llama, "hidden_act", "\"gelu\"", "field 'hidden_act' is \"gelu\"; capstep's Llama MLP is SwiGLU (silu)");
   refuses(llama, "attention_bias", "true", "field 'attention_bias' is true");
   refuses(llama, "mlp_bias", "true", "field 'mlp_bias'");
   refuses(llama, "tie_word_embeddings", "true", "field 'tie_word_embeddings' is true");

@@ -287,7 +287,7 @@ LmConfig config_from_hf(const std::string& text) {
   // A field capstep's model has one value of: absent (transformers' default) or that value.
   auto must = [&](const char* k, const nlohmann::json& want, const std::string& why) {
     if (j.contains(k) && !j[k].is_null() && j[k] != want)
-      throw Error(std::string("config.json: field '") + k + "' is " + j[k].dump() + "; capstep " + why);
+      throw Error(std::string("config.json: field '") + k + "' is " + j[k].dump() + "; capstep" + why);
   };
   const std::string type = j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
   LmConfig c;
@@ -300,14 +300,16 @@ LmConfig config_from_hf(const std::string& text) {
     c.n_heads = integer("n_head");
     c.d_ff = j.contains("n_inner") && !j["n_inner"].is_null() ? integer("n_inner") : 4 * c.d_model;
     c.norm_eps = number("layer_norm_epsilon", 1e-5);
+    if (j.contains("activation_function") && !j["activation_function"].is_string())
+      throw Error("config.json: field 'activation_function' is not a string");
     const std::string act = j.contains("activation_function") ? j["activation_function"].get<std::string>() : "gelu_new";
     if (act != "gelu_new" && act != "gelu_pytorch_tanh")
       throw Error("config.json: field 'activation_function' is \"" + act +
                   "\"; capstep's GPT-2 has GELU in its tanh form (gelu_new, gelu_pytorch_tanh)");
-    must("scale_attn_weights", true, "scales the attention scores by 1/sqrt(head width)");
-    must("scale_attn_by_inverse_layer_idx", false, "does not scale the attention by layer");
-    must("add_cross_attention", false, "has no cross-attention");
-    must("tie_word_embeddings", true, "ties GPT-2's head to the token embedding");
+    must("scale_attn_weights", true, " scales the attention scores by 1/sqrt(head width)");
+    must("scale_attn_by_inverse_layer_idx", false, " does not scale the attention by layer");
+    must("add_cross_attention", false, " has no cross-attention");
+    must("tie_word_embeddings", true, " ties GPT-2's head to the token embedding");
   } else if (type == "llama") {
     c.arch = Arch::llama;
     c.vocab = integer("vocab_size");
@@ -325,9 +327,12 @@ LmConfig config_from_hf(const std::string& text) {
       if (r.contains("rope_type") && r["rope_type"] != "default")
         throw Error("config.json: field 'rope_parameters.rope_type' is " + r["rope_type"].dump() +
                     "; capstep's rotary embedding is the default one");
-      if (r.contains("rope_theta")) c.rope_theta = r["rope_theta"].get<double>();
+      if (r.contains("rope_theta")) {
+        if (!r["rope_theta"].is_number()) throw Error("config.json: field 'rope_parameters.rope_theta' is not a number");
+        c.rope_theta = r["rope_theta"].get<double>();
+      }
     }
-    must("rope_scaling", nullptr, "has no rope scaling");
+    must("rope_scaling", nullptr, " has no rope scaling");
     must("hidden_act", "silu", "'s Llama MLP is SwiGLU (silu)");
     must("attention_bias", false, "'s Llama has no attention biases");
     must("mlp_bias", false, "'s Llama has no MLP biases");
