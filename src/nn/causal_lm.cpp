@@ -166,8 +166,8 @@ namespace {
 
 // x * sigmoid(x), with the sigmoid as (1 + tanh(x/2)) / 2: the form
 // 1 / (1 + exp(-x)) overflows to inf below x = -88 in f32 and its VJP then
-// gives inf / inf = NaN; tanh saturates instead. (A silu composite in trace.h
-// may replace it.)
+// gives inf / inf = NaN; tanh saturates instead. The model's own, as trace.h
+// has no silu composite.
 Tensor silu(const Tensor& x) { return x * ((tanh(x * 0.5) + 1.0) * 0.5); }
 
 // LayerNorm over the last axis as torch.nn.LayerNorm: the biased variance.
