@@ -1,5 +1,7 @@
-// The seed's model: its exact parameters, its start, and its gradient against
-// float64 finite differences.
+// The models of nn.h: the seed's exact parameters, its start, and its gradient
+// against float64 finite differences; GPT-2 and Llama as configurations of the
+// same builder: their parameters, their refusals, their gradients. (Their
+// numbers against transformers: hf_test.cpp.)
 #include <cmath>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,6 +10,8 @@
 #include "capstep/data.h"
 #include "capstep/interpreter.h"
 #include "capstep/nn.h"
+#include "capstep/stablehlo.h"
+#include "capstep/trace.h"
 
 using namespace capstep;
 
@@ -89,10 +93,11 @@ TEST(CausalLm, InitialLossIsNearLn64) {
   EXPECT_NEAR(out[0].get(0), std::log(64.0), 0.15);
 }
 
+namespace {
+
 // The full model in float64: the interpreter's gradient against central finite
-// differences on 20 sampled parameter coordinates.
-TEST(CausalLm, GradientMatchesFiniteDifferencesInFloat64) {
-  nn::LmConfig c;
+// differences on `samples` sampled parameter coordinates.
+void check_gradient_against_finite_differences(const nn::LmConfig& c, int samples) {
   const Program loss = nn::lm_loss_program(c, DType::f64);
   std::vector<std::string> names;
   for (const auto& p : nn::lm_parameters(c, DType::f64)) names.push_back(p.name);
@@ -102,18 +107,20 @@ TEST(CausalLm, GradientMatchesFiniteDifferencesInFloat64) {
   data::BatchStream bs(data::encode(data::builtin_corpus()), 3, c.batch, c.seq);
   data::Batch b = bs.next();
   std::vector<Array> in = nn::init_parameters(c, 3, DType::f64);
-  // Larger than the default init so that every coordinate matters.
+  // Larger than the default init so that every coordinate matters; biases
+  // (zeros) get values of their own.
+  uint64_t st = 12345;
   for (auto& a : in)
-    for (int64_t i = 0; i < a.numel(); ++i) a.set(i, a.get(i) * 5.0);
+    for (int64_t i = 0; i < a.numel(); ++i)
+      a.set(i, a.get(i) == 0.0 ? 0.1 * (static_cast<double>(data::splitmix64(st) % 1000) / 500.0 - 1.0) : a.get(i) * 5.0);
   in.push_back(b.inputs);
   in.push_back(b.targets);
   std::vector<Array> g = grad.run(in);
 
-  uint64_t st = 12345;
-  for (int k = 0; k < 20; ++k) {
+  for (int k = 0; k < samples; ++k) {
     size_t pi = data::splitmix64(st) % names.size();
     int64_t ci = static_cast<int64_t>(data::splitmix64(st) % static_cast<uint64_t>(in[pi].numel()));
-    if (pi == 1) ci %= c.seq * c.d_model;  // rows of pos_emb the batch uses
+    if (names[pi] == "pos_emb") ci %= c.seq * c.d_model;  // rows of pos_emb the batch uses
     // Four-point central stencil: truncation error O(h^4), so the 1e-6 bound
     // measures the gradient, not the stencil (two points at h = 1e-5 leave
     // errors near 4e-6 on curved coordinates).
@@ -125,9 +132,161 @@ TEST(CausalLm, GradientMatchesFiniteDifferencesInFloat64) {
     double fd = (8 * (f(x0 + h) - f(x0 - h)) - (f(x0 + 2 * h) - f(x0 - 2 * h))) / (12 * h);
     in[pi].set(ci, x0);
     double an = g[1 + pi].get(ci);
+    // A key bias adds one number to every score of a softmax row: its
+    // gradient is zero, and the stencil measures rounding alone.
+    if (names[pi].size() > 3 && names[pi].compare(names[pi].size() - 3, 3, ".bk") == 0) {
+      EXPECT_LT(std::fabs(an), 1e-12) << names[pi] << "[" << ci << "]";
+      continue;
+    }
     double rel = std::fabs(fd - an) / std::max({std::fabs(fd), std::fabs(an), 1e-8});
-    EXPECT_LT(rel, 1e-6) << names[pi] << "[" << ci << "]: analytic " << an << " finite-diff " << fd;
+    EXPECT_LT(rel, 1e-6) << nn::arch_name(c.arch) << " " << names[pi] << "[" << ci << "]: analytic " << an
+                         << " finite-diff " << fd;
   }
+}
+
+// A small model of each architecture, for the checks that run every program.
+nn::LmConfig small(nn::Arch a) {
+  nn::LmConfig c;
+  c.arch = a;
+  c.d_model = 32, c.n_heads = 4, c.d_ff = 48, c.context = 16, c.batch = 2, c.seq = 8;
+  if (a == nn::Arch::llama) c.n_kv_heads = 2;
+  return c;
+}
+
+}  // namespace
+
+TEST(CausalLm, GradientMatchesFiniteDifferencesInFloat64) {
+  check_gradient_against_finite_differences(nn::LmConfig{}, 20);
+}
+
+TEST(CausalLm, Gpt2AndLlamaGradientsMatchFiniteDifferencesInFloat64) {
+  check_gradient_against_finite_differences(small(nn::Arch::gpt2), 30);
+  check_gradient_against_finite_differences(small(nn::Arch::llama), 30);
+}
+
+// GPT-2 and Llama of the seed's widths: every parameter's name and shape, and
+// the counts they add up to.
+TEST(CausalLm, Gpt2AndLlamaParameters) {
+  const int64_t V = 64, D = 128, F = 256, P = 256;
+  nn::LmConfig g;
+  g.arch = nn::Arch::gpt2;
+  std::vector<std::pair<std::string, Shape>> want = {{"tok_emb", {V, D}}, {"pos_emb", {P, D}}};
+  for (int l = 0; l < 2; ++l) {
+    std::string b = "blocks." + std::to_string(l) + ".";
+    want.push_back({b + "attn_norm", {D}});
+    want.push_back({b + "attn_norm_bias", {D}});
+    for (const char* w : {"q", "k", "v", "o"}) {
+      want.push_back({b + "attn.w" + w, {D, D}});
+      want.push_back({b + "attn.b" + w, {D}});
+    }
+    want.push_back({b + "mlp_norm", {D}});
+    want.push_back({b + "mlp_norm_bias", {D}});
+    want.push_back({b + "mlp.w1", {D, F}});
+    want.push_back({b + "mlp.b1", {F}});
+    want.push_back({b + "mlp.w2", {F, D}});
+    want.push_back({b + "mlp.b2", {D}});
+  }
+  want.push_back({"final_norm", {D}});
+  want.push_back({"final_norm_bias", {D}});
+  auto check = [](const nn::LmConfig& c, const std::vector<std::pair<std::string, Shape>>& w) {
+    std::vector<nn::ParamSpec> ps = nn::lm_parameters(c);
+    ASSERT_EQ(ps.size(), w.size()) << nn::arch_name(c.arch);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      EXPECT_EQ(ps[i].name, w[i].first);
+      EXPECT_EQ(ps[i].type, (Type{DType::f32, w[i].second})) << ps[i].name;
+      EXPECT_EQ(ps[i].is_bias, ps[i].name.find("bias") != std::string::npos ||
+                                   ps[i].name.find(".b") != std::string::npos)
+          << ps[i].name;
+    }
+  };
+  check(g, want);
+  // 311,936 - head (8,192) + 2 layers x (2 norm biases 256 + 4 x 128 + 256 + 128) + final bias 128
+  EXPECT_EQ(nn::count_parameters(g), 311936 - 8192 + 2 * (256 + 512 + 384) + 128);
+
+  nn::LmConfig m;
+  m.arch = nn::Arch::llama;
+  m.n_kv_heads = 2;   // head width 32: k and v are [128, 64]
+  want = {{"tok_emb", {V, D}}};
+  for (int l = 0; l < 2; ++l) {
+    std::string b = "blocks." + std::to_string(l) + ".";
+    want.push_back({b + "attn_norm", {D}});
+    want.push_back({b + "attn.wq", {D, D}});
+    want.push_back({b + "attn.wk", {D, 64}});
+    want.push_back({b + "attn.wv", {D, 64}});
+    want.push_back({b + "attn.wo", {D, D}});
+    want.push_back({b + "mlp_norm", {D}});
+    want.push_back({b + "mlp.w_gate", {D, F}});
+    want.push_back({b + "mlp.w_up", {D, F}});
+    want.push_back({b + "mlp.w_down", {F, D}});
+  }
+  want.push_back({"final_norm", {D}});
+  want.push_back({"head", {D, V}});
+  check(m, want);
+  // 311,936 - positions (32,768) - 2 layers x (k and v halved: 16,384) + 2 x gate (32,768): by
+  // coincidence the seed's count again.
+  EXPECT_EQ(nn::count_parameters(m), 311936 - 32768 - 2 * 16384 + 2 * 32768);
+  EXPECT_EQ(m.describe(), "A 2-layer Llama causal LM, dModel 128, 311936 parameters; batch 4 \u00d7 16 tokens.");
+}
+
+// The configuration's JSON keeps the architecture; the seed's has no "arch"
+// key (checkpoints written before architectures existed read as seed).
+TEST(CausalLm, ArchitectureInTheConfigJson) {
+  EXPECT_EQ(nn::LmConfig{}.to_json().find("arch"), std::string::npos);
+  nn::LmConfig m = small(nn::Arch::llama);
+  m.rope_theta = 500000;
+  const nn::LmConfig back = nn::LmConfig::from_json(m.to_json());
+  EXPECT_EQ(back.arch, nn::Arch::llama);
+  EXPECT_EQ(back.n_kv_heads, 2);
+  EXPECT_EQ(back.rope_theta, 500000);
+  EXPECT_EQ(back.to_json(), m.to_json());
+  EXPECT_EQ(nn::LmConfig::from_json(small(nn::Arch::gpt2).to_json()).arch, nn::Arch::gpt2);
+  EXPECT_THROW(nn::parse_arch("gpt3"), Error);
+}
+
+TEST(CausalLm, ArchitecturesRefuseWhatTheyCannotTake) {
+  auto refuses = [](const nn::LmConfig& c, const std::string& why) {
+    try {
+      c.validate();
+      ADD_FAILURE() << "no error; expected: " << why;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(why));
+    }
+  };
+  nn::LmConfig c = small(nn::Arch::gpt2);
+  c.n_kv_heads = 2;
+  refuses(c, "kv_heads applies to the llama architecture, not gpt2");
+  c = nn::LmConfig{};
+  c.rope_theta = 500;
+  refuses(c, "rope_theta applies to the llama architecture, not seed");
+  c = small(nn::Arch::llama);
+  c.n_kv_heads = 3;
+  refuses(c, "kv_heads 3 must divide heads 4");
+  c = small(nn::Arch::llama);
+  c.d_model = 36, c.n_heads = 4, c.n_kv_heads = 0;   // head width 9
+  refuses(c, "even head width, got d_model / heads = 9");
+}
+
+// Llama sees positions only through the rotary embedding, whose rotation at
+// position 0 is the identity: a one-token sequence's logits do not depend on
+// rope_theta, a two-token sequence's second logits do.
+TEST(CausalLm, LlamaRotaryIsTheIdentityAtPositionZero) {
+  nn::LmConfig c = small(nn::Arch::llama);
+  std::vector<Array> in = nn::init_parameters(c, 5);
+  Array tok({DType::i32, {1, 1}});
+  tok.set(0, 7.0);
+  in.push_back(tok);
+  Array a = host::run(nn::lm_logits_program(c, 1), in)[0];
+  c.rope_theta = 77;
+  Array b = host::run(nn::lm_logits_program(c, 1), in)[0];
+  EXPECT_TRUE(a.bit_equal(b));
+  // And at position 1 it matters.
+  Array tok2({DType::i32, {1, 2}});
+  tok2.set(0, 7.0), tok2.set(1, 9.0);
+  in.back() = tok2;
+  Array x = host::run(nn::lm_logits_program(c, 2), in)[0];
+  c.rope_theta = 10000;
+  Array y = host::run(nn::lm_logits_program(c, 2), in)[0];
+  EXPECT_NE(x.get(c.vocab + 3), y.get(c.vocab + 3));
 }
 
 // The benchmark's size ladder: the same parameter counts as the peers in
@@ -149,5 +308,34 @@ TEST(CausalLm, PresetSizesOfTheLadder) {
     EXPECT_NE(std::string(e.what()).find("unknown model size 'gpt3': the sizes are seed, middle and gpt2-small"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// GPT-2 and Llama through the transforms the seed's model goes through: the
+// fused attention primitives (grouped-query attention included) give the
+// same loss and gradients, and the StableHLO export reads back to a program
+// with the same results (the rotary tables and the rotation as constants).
+TEST(CausalLm, Gpt2AndLlamaFuseAttentionAndRoundTripStableHlo) {
+  for (nn::Arch a : {nn::Arch::gpt2, nn::Arch::llama}) {
+    const nn::LmConfig c = small(a);
+    std::vector<std::string> names;
+    for (const auto& p : nn::lm_parameters(c)) names.push_back(p.name);
+    data::BatchStream bs(data::encode(data::builtin_corpus()), 4, c.batch, c.seq);
+    data::Batch b = bs.next();
+    std::vector<Array> in = nn::init_parameters(c, 4);
+    in.push_back(b.inputs);
+    in.push_back(b.targets);
+    const Program loss = nn::lm_loss_program(c);
+    const Program fused = fuse_attention(loss);
+    EXPECT_TRUE(has_attention(fused)) << nn::arch_name(a);
+    const std::vector<Array> plain = host::run(value_and_grad(loss, names), in);
+    const std::vector<Array> with = host::run(value_and_grad(fused, names), in);
+    ASSERT_EQ(plain.size(), with.size());
+    for (size_t i = 0; i < plain.size(); ++i)
+      for (int64_t k = 0; k < plain[i].numel(); ++k)
+        ASSERT_NEAR(plain[i].get(k), with[i].get(k), 1e-6 + 1e-5 * std::fabs(plain[i].get(k)))
+            << nn::arch_name(a) << " output " << i << "[" << k << "]";
+    const Program back = from_stablehlo(to_stablehlo(loss));
+    EXPECT_TRUE(host::run(back, in)[0].bit_equal(plain[0])) << nn::arch_name(a);
   }
 }

@@ -447,6 +447,25 @@ void expect_plan_matches_interpreter(const nn::LmConfig& c, const Program& prog,
       const Array got = run.output(static_cast<int>(o));
       const std::string& name = p.outputs[o].name;
       const bool param = name.size() > 4 && name.compare(name.size() - 4, 4, ".new") == 0 && name.rfind("adamw.", 0) != 0;
+      // GPT-2's key bias adds one number to every score of a softmax row: its
+      // gradient is zero but for rounding, which differs with the order of
+      // the sums, and AdamW scales that noise up to steps of +-lr. So: the
+      // gradient tiny in both, the parameter within 2 lr, the moments unchecked.
+      if (name.find(".attn.bk") != std::string::npos) {
+        double g = 0, w = 0, step_diff = 0;
+        for (int64_t k = 0; k < got.numel(); ++k) {
+          g = std::max(g, std::fabs(got.get(k)));
+          w = std::max(w, std::fabs(want[o].get(k)));
+          step_diff = std::max(step_diff, std::fabs(got.get(k) - want[o].get(k)));
+        }
+        if (name.rfind("grad.", 0) == 0) {
+          EXPECT_LT(g, 1e-6) << "step " << s << " output " << name;
+          EXPECT_LT(w, 1e-6) << "step " << s << " output " << name;
+        } else if (param) {
+          EXPECT_LE(step_diff, 2 * opt->lr * (1 + 1e-6)) << "step " << s << " output " << name;
+        }
+        continue;
+      }
       if (!param) {
         // loss, gradients, moments: sums in another order (double, then rounded), rounding only
         const double d = norm_diff(got, want[o]);
@@ -471,8 +490,10 @@ void expect_plan_matches_interpreter(const nn::LmConfig& c, const Program& prog,
 // gradient program) through the plan on the host, against the interpreter.
 // fused_attention: the loss program through fuse_attention (the attention
 // kernels run too).
-void check_training_steps(bool fused_attention) {
-  const nn::LmConfig c = small_config();
+void check_training_steps(bool fused_attention, nn::Arch arch = nn::Arch::seed) {
+  nn::LmConfig c = small_config();
+  c.arch = arch;
+  if (arch == nn::Arch::llama) c.n_heads = 4, c.n_kv_heads = 2;   // head width 8, grouped-query attention
   std::vector<std::string> names;
   for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
   const optim::AdamW opt;
@@ -909,6 +930,17 @@ TEST(PlanEmulation, Bf16MixedPrecisionTrainingStepsMatchTheInterpreter) {
 }
 
 TEST(PlanEmulation, FusedAttentionTrainingStepsMatchTheInterpreter) { check_training_steps(true); }
+
+// GPT-2 (biases, LayerNorm, the tied head) and Llama (rotary constants, the
+// rotation's product, grouped-query attention, SwiGLU; with and without the
+// attention primitives) through the same plan.
+TEST(PlanEmulation, Gpt2AndLlamaTrainingStepsMatchTheInterpreter) {
+  const std::pair<nn::Arch, bool> cases[] = {{nn::Arch::gpt2, false}, {nn::Arch::llama, false}, {nn::Arch::llama, true}};
+  for (const auto& [a, fused_attention] : cases) {
+    SCOPED_TRACE(std::string(nn::arch_name(a)) + (fused_attention ? ", fused attention" : ""));
+    check_training_steps(fused_attention, a);
+  }
+}
 
 // The attention kernels alone, against the host reference: several query and
 // key tiles (T above R, not a multiple of it), every register width, f32 and

@@ -211,6 +211,20 @@ TEST(StablehloXla, TinyFusedTrainingStepWithFusedAttention) {
   check_with_xla(c);
 }
 
+// GPT-2 (biases, LayerNorm, the tied head) and Llama (the rotary tables and
+// rotation as constants, grouped-query attention with one key/value head,
+// SwiGLU): their fused training steps, exported, agree with the host too.
+TEST(StablehloXla, TinyGpt2AndLlamaFusedTrainingSteps) {
+  REQUIRE_JAX();
+  nn::LmConfig g = tiny_lm();
+  g.arch = nn::Arch::gpt2;
+  check_with_xla(fused_step_case(g, "tiny_gpt2_step"));
+  nn::LmConfig l = tiny_lm();
+  l.arch = nn::Arch::llama;
+  l.n_kv_heads = 1;
+  check_with_xla(fused_step_case(l, "tiny_llama_step", 0, true));
+}
+
 // The check: the seed's full fused training step, exported, compiled
 // by XLA, run on the same inputs; loss, params', m', v' within 1e-5 relative of
 // the host interpreter, and params/m/v donated.

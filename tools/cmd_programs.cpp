@@ -1,10 +1,14 @@
 // `capstep show` and `capstep export`: the captured programs of the model, as
-// capstep's own text or as StableHLO.
+// capstep's own text or as StableHLO; `capstep export-hf`: a checkpoint's
+// model in the Hugging Face layout.
 #include <algorithm>
 #include <iostream>
 
 #include "backend/plan/kernel_plan.h"
+#include <filesystem>
+
 #include "capstep/autodiff.h"
+#include "capstep/hf.h"
 #include "capstep/safetensors.h"
 #include "capstep/stablehlo.h"
 #include "capstep/trace.h"
@@ -78,6 +82,31 @@ int run_export(const ExportArgs& a) {
       << "\" as StableHLO";
   if (replicas > 0) say << ", data-parallel over " << replicas << " replicas (batch " << c.batch << " each)";
   say << "\n";
+  return kOk;
+}
+
+int run_export_hf(const ExportHfArgs& a) {
+  std::error_code ec;
+  if (std::filesystem::exists(a.out, ec) && !std::filesystem::is_directory(a.out, ec))
+    throw UsageError("--out: '" + a.out + "' is a file; give a directory");
+  train::TrainMeta meta;
+  const Checkpoint c = train::load_model_checkpoint(a.checkpoint, &meta);
+  if (meta.model.arch == nn::Arch::seed)
+    throw UsageError("--checkpoint: '" + a.checkpoint +
+                     "' holds the seed architecture (learned positions with RMSNorm and an untied head), which has no "
+                     "transformers counterpart; train with --arch gpt2 or --arch llama to export");
+  std::vector<Array> params;
+  for (const NamedArray& p : c.params) params.push_back(p.array);
+  // The char and byte tokenizers are named in config.json ("capstep_tokenizer")
+  // for `capstep train --init-from`; a subword tokenizer's pieces are not carried.
+  const bool subword = meta.tokenizer != "char" && meta.tokenizer != "byte";
+  nn::write_hf_dir(a.out, meta.model, params, subword ? "" : meta.tokenizer);
+  std::cout << "wrote " << a.out << "/config.json and " << a.out << "/model.safetensors: \"" << meta.model.describe()
+            << "\" as transformers' " << (meta.model.arch == nn::Arch::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM")
+            << " at step " << c.step << "\n";
+  if (subword)
+    std::cout << "note: the " << meta.tokenizer << " tokenizer is not written; give --tokenizer to a run started from "
+              << a.out << "\n";
   return kOk;
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "capstep/data.h"
+#include "capstep/hf.h"
 #include "commands.h"
 #ifdef CAPSTEP_HAVE_MPI
 #include "dist/mpi_communicator.h"
@@ -236,8 +237,29 @@ int run_train(TrainArgs a) {
   if (o.save_every > 0 && o.save_path.empty()) throw UsageError("--save-every needs --save FILE");
   if (!a.plot.empty() && plot_format(a.plot).empty())
     throw UsageError("--plot: '" + a.plot + "' must end in .svg or .png");
-  if (!o.resume_path.empty()) adopt_checkpoint(a);
-  else {
+  if (!a.init_from.empty()) {
+    if (!o.resume_path.empty())
+      throw UsageError("--init-from starts a run from a model's weights and --resume continues a checkpoint: give one");
+    if (a.model.shape_given)
+      throw UsageError("--init-from: the architecture and sizes come from '" + a.init_from +
+                       "/config.json'; leave out --arch, --layers, --d-model, --heads, --kv-heads, --rope-theta, "
+                       "--context and --d-ff (--batch and --seq apply)");
+    const nn::HfModel m = nn::read_hf_dir(a.init_from);
+    if (!a.tokenizer_given && !m.tokenizer.empty()) o.tokenizer = m.tokenizer;
+    const int64_t vocab = data::Tokenizer::parse(o.tokenizer).vocab();
+    if (vocab != m.config.vocab)
+      throw UsageError("--init-from: '" + a.init_from + "/config.json' has vocab_size " + std::to_string(m.config.vocab) +
+                       " but the " + o.tokenizer + " tokenizer has " + std::to_string(vocab) +
+                       " symbols; give --tokenizer with as many (byte: 256, char: 64, bpe:N or unigram:N: N)");
+    nn::LmConfig c = m.config;
+    c.batch = a.model.config.batch;
+    c.seq = a.model.config.seq;
+    a.model.config = c;
+    o.model = a.model.checked();
+    o.init_from = a.init_from;
+  } else if (!o.resume_path.empty()) {
+    adopt_checkpoint(a);
+  } else {
     a.model.config.vocab = data::Tokenizer::parse(o.tokenizer).vocab();   // the model's vocabulary is the tokenizer's
     o.model = a.model.checked();
   }
@@ -305,6 +327,7 @@ int run_train(TrainArgs a) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, on_stop_signal);
 
   std::printf("%s\n", o.model.describe().c_str());
+  if (!o.init_from.empty()) std::printf("weights from '%s'\n", o.init_from.c_str());
   std::printf("lane %s; text: %s; seed %llu; lr %g", train::lane_name(o.lane),
               o.text_path.empty() ? "the built-in corpus" : o.text_path.c_str(), static_cast<unsigned long long>(o.seed),
               o.adamw.lr);

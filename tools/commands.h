@@ -28,7 +28,11 @@ struct UsageError : std::runtime_error {
 struct ModelArgs {
   nn::LmConfig config;
   bool given = false;
-  nn::LmConfig checked() const;   // validate(), as a UsageError
+  bool shape_given = false;       // an option other than --batch and --seq
+  bool kv_heads_given = false, rope_theta_given = false;
+  // validate(), as a UsageError; --kv-heads and --rope-theta without --arch
+  // llama are refused by name.
+  nn::LmConfig checked() const;
 };
 
 struct TrainArgs {
@@ -41,6 +45,7 @@ struct TrainArgs {
   bool overwrite = false;             // --overwrite: --save may replace an existing file
   bool no_progress = false;           // --no-progress: plain log lines even on a terminal
   bool tokenizer_given = false;
+  std::string init_from;              // --init-from DIR (train::Options::init_from)
   std::string log_csv;                // --log
   std::string plot;                   // --plot (.svg or .png)
   int64_t print_every = 0;            // plain log lines: 0 picks about twenty a run
@@ -76,6 +81,11 @@ struct ExportArgs {
   int data_parallel = 0;              // --data-parallel N: the step with all_reduce, for N replicas (0: none)
 };
 
+struct ExportHfArgs {
+  std::string checkpoint;             // --checkpoint
+  std::string out;                    // --out DIR
+};
+
 // Before any work: an output file that cannot be written fails now, not
 // after a run. A directory where a file is needed is a UsageError; a missing
 // or read-only directory an Error, each naming `option`.
@@ -86,5 +96,6 @@ int run_sample(const SampleArgs& a);
 int run_bench(const BenchArgs& a);
 int run_show(const ShowArgs& a);
 int run_export(const ExportArgs& a);
+int run_export_hf(const ExportHfArgs& a);
 
 }  // namespace capstep::cli

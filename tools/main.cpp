@@ -90,12 +90,23 @@ const CLI::Validator kNonEmpty(
 void add_model_options(CLI::App* c, ModelArgs& m) {
   nn::LmConfig& k = m.config;
   auto mark = [&m](CLI::Option* o) { o->each([&m](const std::string&) { m.given = true; }); };
-  mark(c->add_option("--layers", k.n_layers, "transformer blocks")->capture_default_str()->transform(int_range(1, 256)));
-  mark(c->add_option("--d-model", k.d_model, "width of the residual stream")->capture_default_str()->transform(int_range(1, 16384)));
-  mark(c->add_option("--heads", k.n_heads, "attention heads (must divide --d-model)")->capture_default_str()->transform(int_range(1, 16384)));
-  mark(c->add_option("--context", k.context, "rows of the positional table: the longest sequence")
+  auto shape = [&m](CLI::Option* o) { o->each([&m](const std::string&) { m.given = m.shape_given = true; }); };
+  shape(c->add_option_function<std::string>(
+             "--arch", [&k](const std::string& s) { k.arch = nn::parse_arch(s); },
+             "seed (the seed's model, default), gpt2 (LayerNorm with bias, biases, learned positions, tanh-GELU, "
+             "tied head) or llama (RMSNorm, rotary positions, SwiGLU, grouped-query attention, untied head)")
+            ->check(CLI::IsMember({"seed", "gpt2", "llama"})));
+  shape(c->add_option("--layers", k.n_layers, "transformer blocks")->capture_default_str()->transform(int_range(1, 256)));
+  shape(c->add_option("--d-model", k.d_model, "width of the residual stream")->capture_default_str()->transform(int_range(1, 16384)));
+  shape(c->add_option("--heads", k.n_heads, "attention heads (must divide --d-model)")->capture_default_str()->transform(int_range(1, 16384)));
+  shape(c->add_option("--kv-heads", k.n_kv_heads, "--arch llama: key/value heads, dividing --heads (default: --heads)")
+            ->transform(int_range(1, 16384))->each([&m](const std::string&) { m.kv_heads_given = true; }));
+  shape(c->add_option("--rope-theta", k.rope_theta, "--arch llama: the rotary embedding's base")
+            ->capture_default_str()->check(real_range(1.0, 1e12))
+            ->each([&m](const std::string&) { m.rope_theta_given = true; }));
+  shape(c->add_option("--context", k.context, "rows of the positional table: the longest sequence")
            ->capture_default_str()->transform(int_range(1, 65536)));
-  mark(c->add_option("--d-ff", k.d_ff, "feed-forward width")->capture_default_str()->transform(int_range(1, 65536)));
+  shape(c->add_option("--d-ff", k.d_ff, "feed-forward width")->capture_default_str()->transform(int_range(1, 65536)));
   mark(c->add_option("--batch", k.batch, "sequences per batch")->capture_default_str()->transform(int_range(1, 65536)));
   mark(c->add_option("--seq", k.seq, "tokens per sequence (at most --context)")->capture_default_str()->transform(int_range(1, 65536)));
 }
@@ -129,6 +140,10 @@ const char* const kFusedAttentionHelp =
 }  // namespace
 
 nn::LmConfig ModelArgs::checked() const {
+  const std::string arch = std::string("--arch ") + nn::arch_name(config.arch);
+  if (kv_heads_given && config.arch != nn::Arch::llama) throw UsageError("--kv-heads applies to --arch llama, not " + arch);
+  if (rope_theta_given && config.arch != nn::Arch::llama)
+    throw UsageError("--rope-theta applies to --arch llama, not " + arch);
   try {
     config.validate();
   } catch (const Error& e) {
@@ -191,6 +206,12 @@ int main(int argc, char** argv) {
                     "continue from this checkpoint (its model, seed, lr, schedule, clipping, precision, attention, "
                     "validation share and text by default)")
       ->check(kNonEmpty)->check(CLI::ExistingFile);
+  train->add_option("--init-from", ta.init_from,
+                    "start from the weights of this directory in the Hugging Face layout (config.json and "
+                    "model.safetensors, from transformers or `capstep export-hf`); architecture and sizes come from "
+                    "its config.json (--batch and --seq apply), the tokenizer from --tokenizer or the directory's "
+                    "capstep_tokenizer")
+      ->check(kNonEmpty)->check(CLI::ExistingDirectory);
   train->add_option("--seed", ta.opts.seed, "seed of the initial parameters and of the batch order")
       ->capture_default_str()->transform(kSeed)->each([&](const std::string&) { ta.seed_given = true; });
   train->add_option("--lr", ta.opts.adamw.lr, "AdamW learning rate")
@@ -289,7 +310,13 @@ int main(int argc, char** argv) {
            "the model of the benchmark's size ladder: seed (default), middle (8 layers, d_model 512, batch 8 x 256) "
            "or gpt2-small (12 layers, d_model 768, batch 8 x 512)")
       ->check(CLI::IsMember(capstep::nn::LmConfig::preset_names()));
+  std::string bench_arch = "seed";
+  bench->add_option("--arch", bench_arch,
+                    "the architecture of the model (its sizes from --size): seed (default), gpt2 or llama "
+                    "(key/value heads = heads, rope_theta 10000)")
+      ->check(CLI::IsMember({"seed", "gpt2", "llama"}));
   bench->callback([&] {
+    ba.opts.model.arch = capstep::nn::parse_arch(bench_arch);
     ba.opts.tf32 = !no_tf32;
     action = [&] { return run_bench(ba); };
   });
@@ -327,10 +354,20 @@ int main(int argc, char** argv) {
   add_model_options(exp, ea.model);
   exp->callback([&] { action = [&] { return run_export(ea); }; });
 
+  // ---- export-hf
+  ExportHfArgs eh;
+  CLI::App* exp_hf = app.add_subcommand(
+      "export-hf", "write a checkpoint's model in the Hugging Face layout (config.json, model.safetensors) for transformers");
+  exp_hf->add_option("--checkpoint", eh.checkpoint, "a checkpoint of --arch gpt2 or llama written by `capstep train --save`")
+      ->required()->check(kNonEmpty)->check(CLI::ExistingFile);
+  exp_hf->add_option("--out", eh.out, "the directory to write (made if missing; its config.json and model.safetensors replaced)")
+      ->required()->check(kNonEmpty);
+  exp_hf->callback([&] { action = [&] { return run_export_hf(eh); }; });
+
   // CLI11 would call a misspelt subcommand "an extra argument"; name it instead.
-  const std::set<std::string> known = {"train", "sample", "bench", "show", "export"};
+  const std::set<std::string> known = {"train", "sample", "bench", "show", "export", "export-hf"};
   if (argc > 1 && argv[1][0] != '-' && !known.count(argv[1])) {
-    std::cerr << "capstep: unknown subcommand '" << argv[1] << "'; the subcommands are train, sample, bench, show, export\n"
+    std::cerr << "capstep: unknown subcommand '" << argv[1] << "'; the subcommands are train, sample, bench, show, export, export-hf\n"
               << "Run with --help for more information.\n";
     return kUsage;
   }

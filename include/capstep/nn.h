@@ -1,10 +1,21 @@
-// The seed's causal language model, written with the capture front end.
+// Causal language models written with the capture front end: one builder,
+// three architectures (LmConfig::arch), all pre-norm decoder stacks with
+// next-token cross-entropy, mean over the B x T positions. Every weight matrix
+// is stored [in, out] (the activations multiply it from the left).
 //
-// Token embedding [V, D] and learned positions [P, D] (rows 0..T-1 gathered
-// with an iota), L pre-norm blocks (RMSNorm, causal multi-head attention with
-// q/k/v/o [D, D] and no biases, RMSNorm, feed-forward D -> F -> D with GELU in
-// its tanh form), a final RMSNorm, an untied head [D, V]; next-token
-// cross-entropy, mean over the B x T positions.
+//   seed   the seed's model: token embedding [V, D] and learned positions
+//          [P, D] (rows 0..T-1 gathered with an iota), L blocks (RMSNorm,
+//          causal multi-head attention with q/k/v/o [D, D] and no biases,
+//          RMSNorm, feed-forward D -> F -> D with GELU in its tanh form), a
+//          final RMSNorm, an untied head [D, V].
+//   gpt2   GPT-2 (transformers' GPT2LMHeadModel): as seed but LayerNorm with
+//          gain and bias, biases on q/k/v/o and both feed-forward matrices,
+//          and the head tied to the token embedding (logits = h tok_emb^T).
+//   llama  Llama (transformers' LlamaForCausalLM): RMSNorm, no positional
+//          table but rotary embeddings on q and k (rotate-half, rope_theta),
+//          grouped-query attention (n_kv_heads key/value heads, each shared by
+//          n_heads / n_kv_heads query heads), a SwiGLU feed-forward
+//          down(silu(x gate) * (x up)), no biases, an untied head.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +27,12 @@
 
 namespace capstep::nn {
 
+enum class Arch { seed, gpt2, llama };
+const char* arch_name(Arch a);                  // "seed", "gpt2", "llama"
+Arch parse_arch(const std::string& s);          // Error naming the architectures
+
 struct LmConfig {
+  Arch arch = Arch::seed;
   int64_t vocab = 64;
   int64_t d_model = 128;
   int64_t n_layers = 2;
@@ -26,11 +42,18 @@ struct LmConfig {
   int64_t batch = 4;
   int64_t seq = 16;
   double norm_eps = 1e-5;
+  // llama only (validate() refuses other values for seed and gpt2):
+  int64_t n_kv_heads = 0;      // key/value heads, dividing n_heads; 0: n_heads
+  double rope_theta = 10000;   // the rotary base
+
+  int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
 
   // Throws Error with the reason when the combination is invalid.
   void validate() const;
   std::string describe() const;   // "A 2-layer causal LM, dModel 128, 311936 parameters; batch 4 x 16 tokens."
-  std::string to_json() const;    // for checkpoint metadata
+  // For checkpoint metadata. A seed model's JSON has no "arch" key (as
+  // before architectures existed); from_json reads a missing one as seed.
+  std::string to_json() const;
   static LmConfig from_json(const std::string& s);
   // The benchmark's size ladder (issue 11), vocab 64 throughout:
   //   "seed": the defaults above (311,936 parameters, batch 4 x 16);
@@ -45,7 +68,8 @@ struct LmConfig {
 struct ParamSpec {
   std::string name;               // "blocks.0.attn.wq"
   Type type;
-  bool is_gain = false;           // RMSNorm gains: initialised to ones
+  bool is_gain = false;           // norm gains: initialised to ones
+  bool is_bias = false;           // biases (gpt2): initialised to zeros
 };
 
 // Every parameter, in the order the programs take them; d is f32 or f64
@@ -61,7 +85,8 @@ Program lm_loss_program(const LmConfig& c, DType d = DType::f32);
 Program lm_logits_program(const LmConfig& c, int64_t t, DType d = DType::f32);
 
 // Deterministic initial parameters: normal(0, 0.02) for matrices and embeddings
-// (SplitMix64 + Box-Muller, the same on every platform), ones for gains.
+// (SplitMix64 + Box-Muller, the same on every platform), ones for gains,
+// zeros for biases (which draw nothing from the generator).
 std::vector<Array> init_parameters(const LmConfig& c, uint64_t seed, DType d = DType::f32);
 
 }  // namespace capstep::nn

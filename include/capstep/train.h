@@ -121,6 +121,12 @@ struct Options {
   std::string save_path;                 // empty: no checkpoints
   int64_t save_every = 0;                // also save every K steps (0: only at the end)
   std::string resume_path;               // empty: start from init_parameters(seed)
+  // A directory in the Hugging Face layout (hf.h: config.json and
+  // model.safetensors, from transformers or `capstep export-hf`): training
+  // starts from its weights, with fresh AdamW moments at step 0. Its
+  // config.json must describe `model` but for batch and seq (Error otherwise).
+  // Not with resume_path.
+  std::string init_from;
   // Data parallelism (issue 14): with a communicator of R replicas (ranks),
   // every rank runs this same loop; model.batch is the local batch and the
   // global batch is R x model.batch. Batch k of the stream is drawn with the

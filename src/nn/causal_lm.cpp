@@ -1,4 +1,5 @@
-// The seed's causal LM as capture code: one function builds the graph, the two
+// The causal LMs as capture code: one function builds the graph of every
+// architecture (the differences are a few switches on LmConfig::arch), the two
 // program builders only differ in their inputs and outputs.
 #include <cmath>
 #include <sstream>
@@ -9,6 +10,21 @@
 #include "capstep/trace.h"
 
 namespace capstep::nn {
+
+const char* arch_name(Arch a) {
+  switch (a) {
+    case Arch::seed: return "seed";
+    case Arch::gpt2: return "gpt2";
+    case Arch::llama: return "llama";
+  }
+  return "?";
+}
+
+Arch parse_arch(const std::string& s) {
+  for (Arch a : {Arch::seed, Arch::gpt2, Arch::llama})
+    if (s == arch_name(a)) return a;
+  throw Error("unknown architecture '" + s + "': the architectures are seed, gpt2 and llama");
+}
 
 void LmConfig::validate() const {
   auto need = [](bool ok, const std::string& why) {
@@ -26,6 +42,17 @@ void LmConfig::validate() const {
                                        std::to_string(context) + "]");
   need(batch >= 1 && batch <= 65536, "batch must be in [1, 65536], got " + std::to_string(batch));
   need(norm_eps > 0 && std::isfinite(norm_eps), "norm eps must be positive");
+  if (arch != Arch::llama) {
+    need(n_kv_heads == 0 || n_kv_heads == n_heads,
+         std::string("kv_heads applies to the llama architecture, not ") + arch_name(arch));
+    need(rope_theta == 10000, std::string("rope_theta applies to the llama architecture, not ") + arch_name(arch));
+    return;
+  }
+  need(n_kv_heads >= 0 && kv_heads() <= n_heads && n_heads % kv_heads() == 0,
+       "kv_heads " + std::to_string(kv_heads()) + " must divide heads " + std::to_string(n_heads));
+  need((d_model / n_heads) % 2 == 0, "the rotary embedding needs an even head width, got d_model / heads = " +
+                                         std::to_string(d_model / n_heads));
+  need(rope_theta > 1 && std::isfinite(rope_theta), "rope_theta must be a finite number above 1");
 }
 
 const std::vector<std::string>& LmConfig::preset_names() {
@@ -49,7 +76,8 @@ LmConfig LmConfig::preset(const std::string& size) {
 
 std::string LmConfig::describe() const {
   std::ostringstream o;
-  o << "A " << n_layers << "-layer causal LM, dModel " << d_model << ", " << count_parameters(*this)
+  o << "A " << n_layers << "-layer " << (arch == Arch::gpt2 ? "GPT-2 " : arch == Arch::llama ? "Llama " : "")
+    << "causal LM, dModel " << d_model << ", " << count_parameters(*this)
     << " parameters; batch " << batch << " \u00d7 " << seq << " tokens.";
   return o.str();
 }
@@ -58,6 +86,11 @@ std::string LmConfig::to_json() const {
   nlohmann::json j = {{"vocab", vocab}, {"d_model", d_model}, {"n_layers", n_layers}, {"n_heads", n_heads},
                       {"d_ff", d_ff},   {"context", context}, {"batch", batch},       {"seq", seq},
                       {"norm_eps", norm_eps}};
+  if (arch != Arch::seed) j["arch"] = arch_name(arch);
+  if (arch == Arch::llama) {
+    j["n_kv_heads"] = kv_heads();
+    j["rope_theta"] = rope_theta;
+  }
   return j.dump();
 }
 
@@ -74,6 +107,9 @@ LmConfig LmConfig::from_json(const std::string& s) {
     c.batch = j.at("batch").get<int64_t>();
     c.seq = j.at("seq").get<int64_t>();
     c.norm_eps = j.at("norm_eps").get<double>();
+    if (j.contains("arch")) c.arch = parse_arch(j.at("arch").get<std::string>());
+    if (j.contains("n_kv_heads")) c.n_kv_heads = j.at("n_kv_heads").get<int64_t>();
+    if (j.contains("rope_theta")) c.rope_theta = j.at("rope_theta").get<double>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("model configuration JSON: ") + e.what());
   }
@@ -84,20 +120,39 @@ LmConfig LmConfig::from_json(const std::string& s) {
 std::vector<ParamSpec> lm_parameters(const LmConfig& c, DType d) {
   c.validate();
   if (!is_float(d)) throw Error(std::string("the model's parameters are f32 or f64, not ") + dtype_name(d));
-  const int64_t D = c.d_model;
+  const int64_t D = c.d_model, Dkv = c.kv_heads() * (D / c.n_heads);
+  const bool gpt2 = c.arch == Arch::gpt2, llama = c.arch == Arch::llama;
   std::vector<ParamSpec> ps;
+  auto gain = [&](const std::string& n, int64_t w) {
+    ps.push_back({n, {d, {w}}, true});
+    if (gpt2) ps.push_back({n + "_bias", {d, {w}}, false, true});
+  };
+  // A matrix [in, out], then (gpt2) its bias [out].
+  auto linear = [&](const std::string& n, const std::string& bias, int64_t in, int64_t out) {
+    ps.push_back({n, {d, {in, out}}});
+    if (gpt2) ps.push_back({bias, {d, {out}}, false, true});
+  };
   ps.push_back({"tok_emb", {d, {c.vocab, D}}});
-  ps.push_back({"pos_emb", {d, {c.context, D}}});
+  if (!llama) ps.push_back({"pos_emb", {d, {c.context, D}}});
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string b = "blocks." + std::to_string(l) + ".";
-    ps.push_back({b + "attn_norm", {d, {D}}, true});
-    for (const char* w : {"wq", "wk", "wv", "wo"}) ps.push_back({b + "attn." + w, {d, {D, D}}});
-    ps.push_back({b + "mlp_norm", {d, {D}}, true});
-    ps.push_back({b + "mlp.w1", {d, {D, c.d_ff}}});
-    ps.push_back({b + "mlp.w2", {d, {c.d_ff, D}}});
+    gain(b + "attn_norm", D);
+    linear(b + "attn.wq", b + "attn.bq", D, D);
+    linear(b + "attn.wk", b + "attn.bk", D, Dkv);
+    linear(b + "attn.wv", b + "attn.bv", D, Dkv);
+    linear(b + "attn.wo", b + "attn.bo", D, D);
+    gain(b + "mlp_norm", D);
+    if (llama) {
+      ps.push_back({b + "mlp.w_gate", {d, {D, c.d_ff}}});
+      ps.push_back({b + "mlp.w_up", {d, {D, c.d_ff}}});
+      ps.push_back({b + "mlp.w_down", {d, {c.d_ff, D}}});
+    } else {
+      linear(b + "mlp.w1", b + "mlp.b1", D, c.d_ff);
+      linear(b + "mlp.w2", b + "mlp.b2", c.d_ff, D);
+    }
   }
-  ps.push_back({"final_norm", {d, {D}}, true});
-  ps.push_back({"head", {d, {D, c.vocab}}});
+  gain("final_norm", D);
+  if (!gpt2) ps.push_back({"head", {d, {D, c.vocab}}});   // gpt2's head is tok_emb, transposed
   return ps;
 }
 
@@ -109,25 +164,132 @@ int64_t count_parameters(const LmConfig& c) {
 
 namespace {
 
+// x * sigmoid(x), with the sigmoid as (1 + tanh(x/2)) / 2: the form
+// 1 / (1 + exp(-x)) overflows to inf below x = -88 in f32 and its VJP then
+// gives inf / inf = NaN; tanh saturates instead. The model's own, as trace.h
+// has no silu composite.
+Tensor silu(const Tensor& x) { return x * ((tanh(x * 0.5) + 1.0) * 0.5); }
+
+// LayerNorm over the last axis as torch.nn.LayerNorm: the biased variance.
+Tensor layer_norm(const Tensor& x, const Tensor& gain, const Tensor& bias, double eps) {
+  Tensor xc = x - mean(x, {-1}, true);
+  return xc * rsqrt(mean(xc * xc, {-1}, true) + eps) * gain + bias;
+}
+
+// The rotary tables [T, Dh] as transformers' LlamaRotaryEmbedding computes
+// them, in f32: inv_freq[i] = 1 / theta^(2i / Dh) (the exponent and the
+// power in f32), angle = t * inv_freq[i] (one f32 product), repeated for both
+// halves (emb = cat(freqs, freqs)); cos and sin of the f32 angle. Constants
+// of the captured program: the model reads positions 0..T-1 only.
+void rope_tables(int64_t T, int64_t Dh, double theta, std::vector<double>& cos_t, std::vector<double>& sin_t) {
+  const int64_t half = Dh / 2;
+  cos_t.assign(static_cast<size_t>(T * Dh), 0.0);
+  sin_t.assign(static_cast<size_t>(T * Dh), 0.0);
+  for (int64_t i = 0; i < half; ++i) {
+    const float e = static_cast<float>(2 * i) / static_cast<float>(Dh);
+    const float inv = 1.0f / powf(static_cast<float>(theta), e);
+    for (int64_t t = 0; t < T; ++t) {
+      const float a = static_cast<float>(t) * inv;
+      const double c = cosf(a), s = sinf(a);
+      for (int64_t j : {i, i + half}) {
+        cos_t[static_cast<size_t>(t * Dh + j)] = c;
+        sin_t[static_cast<size_t>(t * Dh + j)] = s;
+      }
+    }
+  }
+}
+
 // The model body: tokens i32[B, T] -> logits [B, T, V].
 Tensor logits_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, const Tensor& tokens) {
-  const int64_t B = tokens.dim(0), T = tokens.dim(1), D = c.d_model, H = c.n_heads, Dh = D / H;
+  const int64_t B = tokens.dim(0), T = tokens.dim(1), D = c.d_model, H = c.n_heads, Dh = D / H, KV = c.kv_heads();
+  const bool gpt2 = c.arch == Arch::gpt2, llama = c.arch == Arch::llama;
+  const DType d = params.at(0).dtype();
   size_t k = 0;
   auto next = [&]() { return params.at(k++); };
-  Tensor tok_emb = next(), pos_emb = next();
-  Tensor positions = tr.iota({DType::i32, {T}}, 0);
-  Tensor x = gather_rows(tok_emb, tokens) + gather_rows(pos_emb, positions);  // [B,T,D] + [T,D]
-  auto heads = [&](const Tensor& t) { return transpose(reshape(t, {B, T, H, Dh}), {0, 2, 1, 3}); };
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    Tensor g1 = next(), wq = next(), wk = next(), wv = next(), wo = next();
-    Tensor h = rms_norm(x, g1, c.norm_eps);
-    Tensor att = causal_attention(heads(matmul(h, wq)), heads(matmul(h, wk)), heads(matmul(h, wv)));
-    x = x + matmul(reshape(transpose(att, {0, 2, 1, 3}), {B, T, D}), wo);
-    Tensor g2 = next(), w1 = next(), w2 = next();
-    x = x + matmul(gelu_tanh(matmul(rms_norm(x, g2, c.norm_eps), w1)), w2);
+  auto norm = [&](const Tensor& x) {
+    Tensor g = next();
+    if (gpt2) return layer_norm(x, g, next(), c.norm_eps);
+    return rms_norm(x, g, c.norm_eps);
+  };
+  // A weight matrix and (gpt2) its bias, taken in lm_parameters order.
+  struct Linear {
+    Tensor w, b;
+  };
+  auto take_linear = [&]() {
+    Linear f;
+    f.w = next();
+    if (gpt2) f.b = next();
+    return f;
+  };
+  auto apply = [&](const Tensor& x, const Linear& f) {
+    Tensor y = matmul(x, f.w);
+    return gpt2 ? y + f.b : y;
+  };
+  // The equations are recorded in the order the seed's model always recorded
+  // them (its program text and kernel plan stay as they were): the positional
+  // rows before the token rows, v's projection before k's before q's.
+  Tensor tok_emb = next();
+  Tensor x;
+  if (llama) {
+    x = gather_rows(tok_emb, tokens);
+  } else {
+    Tensor pos_emb = next();
+    Tensor pos = gather_rows(pos_emb, tr.iota({DType::i32, {T}}, 0));
+    x = gather_rows(tok_emb, tokens) + pos;   // [B,T,D] + [T,D]
   }
-  Tensor gf = next(), head = next();
-  return matmul(rms_norm(x, gf, c.norm_eps), head);
+  auto heads = [&](const Tensor& t, int64_t n) { return transpose(reshape(t, {B, T, n, Dh}), {0, 2, 1, 3}); };
+
+  // Rotary embedding: x * cos + rotate_half(x) * sin, rotate_half(x) =
+  // [-x2, x1] for the halves x1, x2 of the head's Dh. Written as x R with a
+  // constant signed permutation R [Dh, Dh] (a dot_general, since the
+  // primitives have no slice or concatenate): each output is one +-x term
+  // plus zeros, so the product is exact.
+  Tensor rope_cos, rope_sin, rope_r;
+  if (llama) {
+    std::vector<double> ct, st;
+    rope_tables(T, Dh, c.rope_theta, ct, st);
+    rope_cos = tr.constant({d, {T, Dh}}, std::move(ct));
+    rope_sin = tr.constant({d, {T, Dh}}, std::move(st));
+    const int64_t half = Dh / 2;
+    std::vector<double> r(static_cast<size_t>(Dh * Dh), 0.0);
+    for (int64_t i = 0; i < half; ++i) {
+      r[static_cast<size_t>((i + half) * Dh + i)] = -1.0;   // out[i] = -x[i + half]
+      r[static_cast<size_t>(i * Dh + i + half)] = 1.0;      // out[i + half] = x[i]
+    }
+    rope_r = tr.constant({d, {Dh, Dh}}, std::move(r));
+  }
+  auto rope = [&](const Tensor& t) { return t * rope_cos + matmul(t, rope_r) * rope_sin; };
+  // [B, KV, T, Dh] -> [B, H, T, Dh]: query head h reads key/value head h / (H / KV).
+  auto repeat_kv = [&](const Tensor& t) {
+    if (KV == H) return t;
+    return reshape(broadcast_in_dim(t, {B, KV, H / KV, T, Dh}, {0, 1, 3, 4}), {B, H, T, Dh});
+  };
+
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    Tensor h = norm(x);
+    const Linear fq = take_linear(), fk = take_linear(), fv = take_linear(), fo = take_linear();
+    Tensor v = heads(apply(h, fv), KV);
+    Tensor kk = heads(apply(h, fk), KV);
+    Tensor q = heads(apply(h, fq), H);
+    if (llama) {
+      kk = rope(kk);
+      q = rope(q);
+    }
+    Tensor att = causal_attention(q, repeat_kv(kk), repeat_kv(v));
+    x = x + apply(reshape(transpose(att, {0, 2, 1, 3}), {B, T, D}), fo);
+    h = norm(x);
+    if (llama) {
+      Tensor wg = next(), wu = next(), wd = next();
+      Tensor up = matmul(h, wu);
+      x = x + matmul(silu(matmul(h, wg)) * up, wd);
+    } else {
+      const Linear f1 = take_linear(), f2 = take_linear();
+      x = x + apply(gelu_tanh(apply(h, f1)), f2);
+    }
+  }
+  Tensor hf = norm(x);
+  if (gpt2) return matmul(hf, transpose(tok_emb, {1, 0}));
+  return matmul(hf, next());
 }
 
 std::vector<Tensor> param_inputs(Tracer& tr, const LmConfig& c, DType d) {
@@ -181,6 +343,8 @@ std::vector<Array> init_parameters(const LmConfig& c, uint64_t seed, DType d) {
     const int64_t n = a.numel();
     if (p.is_gain) {
       for (int64_t i = 0; i < n; ++i) a.set(i, 1.0);
+    } else if (p.is_bias) {
+      // Array's storage starts zeroed.
     } else {
       for (int64_t i = 0; i < n; i += 2) {  // Box-Muller: two normals per pair of uniforms
         double r = std::sqrt(-2.0 * std::log(uniform01(state)));

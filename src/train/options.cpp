@@ -74,6 +74,8 @@ void Options::validate() const {
   if (eval_batches < 1 || eval_batches > 100000)
     throw Error("eval-batches must be in [1, 100000], got " + std::to_string(eval_batches));
   if (save_every > 0 && save_path.empty()) throw Error("save-every needs a checkpoint path to save to");
+  if (!init_from.empty() && !resume_path.empty())
+    throw Error("init-from starts a run from a model's weights and resume continues a checkpoint: give one");
 }
 
 void SampleOptions::validate() const {

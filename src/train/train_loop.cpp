@@ -14,6 +14,7 @@
 #include "capstep/trace.h"
 #include "capstep/cuda.h"
 #include "capstep/data.h"
+#include "capstep/hf.h"
 #include "capstep/interpreter.h"
 #include "capstep/train.h"
 #include "backend/cuda/nccl.h"
@@ -45,7 +46,17 @@ State start_state(const Options& o, const std::vector<nn::ParamSpec>& specs, uin
   State s;
   for (const nn::ParamSpec& p : specs) s.names.push_back(p.name);
   if (o.resume_path.empty()) {
-    s.params = nn::init_parameters(o.model, o.seed);
+    if (o.init_from.empty()) {
+      s.params = nn::init_parameters(o.model, o.seed);
+    } else {
+      nn::HfModel m = nn::read_hf_dir(o.init_from);
+      nn::LmConfig want = o.model;
+      want.batch = m.config.batch, want.seq = m.config.seq;
+      if (m.config.to_json() != want.to_json())
+        throw Error("'" + o.init_from + "' holds a different model (" + m.config.describe() + ") than the one asked for (" +
+                    o.model.describe() + ")");
+      s.params = std::move(m.params);
+    }
     for (const Array& a : s.params) {
       s.m.emplace_back(a.type());
       s.v.emplace_back(a.type());

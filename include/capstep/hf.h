@@ -1,0 +1,70 @@
+// Models in the Hugging Face layout (transformers' GPT2LMHeadModel and
+// LlamaForCausalLM), both ways: capstep's parameters under transformers'
+// names and layouts with a config.json, and back.
+//
+//   gpt2   transformer.wte.weight [V, D] (tok_emb; the head is tied to it and
+//          is not written), transformer.wpe.weight [P, D], per layer
+//          transformer.h.L.ln_1 / ln_2 .weight .bias, attn.c_attn.weight
+//          [D, 3D] (Conv1D: [in, out]; wq | wk | wv side by side) and .bias
+//          [3D], attn.c_proj, mlp.c_fc, mlp.c_proj (.weight [in, out], .bias),
+//          transformer.ln_f.weight .bias.
+//   llama  model.embed_tokens.weight [V, D], per layer model.layers.L.
+//          input_layernorm.weight, self_attn.{q,k,v,o}_proj.weight and
+//          mlp.{gate,up,down}_proj.weight (nn.Linear: [out, in], so capstep's
+//          [in, out] matrices transposed), post_attention_layernorm.weight,
+//          model.norm.weight, lm_head.weight [V, D].
+//
+// The seed's architecture has no transformers counterpart: an Error.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "capstep/array.h"
+#include "capstep/nn.h"
+#include "capstep/safetensors.h"
+
+namespace capstep::nn {
+
+// capstep's parameters (lm_parameters order, f32) as transformers' tensors,
+// in lm_parameters order of their first piece.
+std::vector<NamedArray> to_hf_tensors(const LmConfig& c, const std::vector<Array>& params);
+// The inverse: every tensor transformers' model has must be there with its
+// shape, in f32; any other is an Error naming it (but for the causal-mask
+// buffers "*.attn.bias" and "*.attn.masked_bias" of older GPT-2 files, and a
+// GPT-2 "lm_head.weight" equal to the token embedding, which are skipped).
+std::vector<Array> params_from_hf(const LmConfig& c, const std::vector<NamedArray>& tensors);
+
+// config.json for `c` (architectures, model_type and every field that
+// transformers' config class of the architecture reads for this model).
+// `extra` (a JSON object, may be empty) is merged in: capstep writes
+// "capstep_tokenizer" there.
+std::string hf_config_json(const LmConfig& c, const std::string& extra = "");
+// The model of a config.json: Error naming the field for anything capstep
+// cannot represent (another model_type, an activation, biases Llama does not
+// have, rope scaling, untied GPT-2 or tied Llama embeddings, ...). batch and
+// seq are LmConfig's defaults (seq at most the context).
+LmConfig config_from_hf(const std::string& json);
+
+// A directory as save_pretrained writes it: config.json and model.safetensors.
+struct HfModel {
+  LmConfig config;
+  std::vector<Array> params;        // lm_parameters order
+  std::string tokenizer;            // config.json's "capstep_tokenizer", or empty
+};
+// tokenizer.json (the `tokenizers` library's format, which transformers'
+// AutoTokenizer reads) for capstep's "char" or "byte" tokenizer: a BPE model
+// without merges, so every character (char, unknown ones as '~') or byte
+// (byte, GPT-2's byte-level alphabet) is one token with capstep's id. Error
+// for a subword tokenizer.
+std::string hf_tokenizer_json(const std::string& tokenizer);
+
+// Writes DIR/config.json and DIR/model.safetensors (atomically, each),
+// creating DIR if needed; for the char and byte tokenizers also
+// tokenizer.json and tokenizer_config.json.
+void write_hf_dir(const std::string& dir, const LmConfig& c, const std::vector<Array>& params,
+                  const std::string& tokenizer = "");
+// Error naming the file and what is wrong.
+HfModel read_hf_dir(const std::string& dir);
+
+}  // namespace capstep::nn

@@ -1,0 +1,462 @@
+// capstep's models in transformers' names and layouts, and back (hf.h): one
+// table of pieces per configuration drives both directions.
+#include "capstep/hf.h"
+
+#include "capstep/data.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace capstep::nn {
+namespace {
+
+// How one capstep parameter sits in one transformers tensor.
+enum class How {
+  copy,        // the same layout
+  transpose,   // capstep [in, out], transformers [out, in] (nn.Linear)
+  columns,     // part `part` of `parts` column blocks side by side (GPT-2's c_attn.weight)
+  segment      // part `part` of `parts` pieces end to end (GPT-2's c_attn.bias)
+};
+struct Piece {
+  size_t param;            // index in lm_parameters
+  std::string hf;          // transformers' name
+  How how = How::copy;
+  int part = 0, parts = 1;
+};
+struct HfTensor {
+  std::string name;
+  Shape shape;
+};
+
+void require_hf_arch(const LmConfig& c) {
+  if (c.arch == Arch::seed)
+    throw Error("the seed architecture (learned positions with RMSNorm and an untied head) has no transformers "
+                "counterpart; train with --arch gpt2 or --arch llama to export or import");
+}
+
+// The pieces of every parameter, and transformers' tensors in the order of
+// their first piece.
+void layout(const LmConfig& c, std::vector<Piece>& pieces, std::vector<HfTensor>& tensors) {
+  require_hf_arch(c);
+  const std::vector<ParamSpec> ps = lm_parameters(c);
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < ps.size(); ++i) index[ps[i].name] = i;
+  std::map<std::string, bool> seen;
+  auto add = [&](const std::string& ours, const std::string& hf, How how, int part = 0, int parts = 1) {
+    const size_t i = index.at(ours);
+    pieces.push_back({i, hf, how, part, parts});
+    if (seen[hf]) return;
+    seen[hf] = true;
+    Shape s = ps[i].type.shape;
+    if (how == How::transpose) std::swap(s[0], s[1]);
+    if (how == How::columns) s[1] *= parts;
+    if (how == How::segment) s[0] *= parts;
+    tensors.push_back({hf, s});
+  };
+  if (c.arch == Arch::gpt2) {
+    add("tok_emb", "transformer.wte.weight", How::copy);
+    add("pos_emb", "transformer.wpe.weight", How::copy);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const std::string b = "blocks." + std::to_string(l) + ".", h = "transformer.h." + std::to_string(l) + ".";
+      add(b + "attn_norm", h + "ln_1.weight", How::copy);
+      add(b + "attn_norm_bias", h + "ln_1.bias", How::copy);
+      const char* qkv[] = {"q", "k", "v"};
+      for (int j = 0; j < 3; ++j) add(b + "attn.w" + qkv[j], h + "attn.c_attn.weight", How::columns, j, 3);
+      for (int j = 0; j < 3; ++j) add(b + "attn.b" + qkv[j], h + "attn.c_attn.bias", How::segment, j, 3);
+      add(b + "attn.wo", h + "attn.c_proj.weight", How::copy);
+      add(b + "attn.bo", h + "attn.c_proj.bias", How::copy);
+      add(b + "mlp_norm", h + "ln_2.weight", How::copy);
+      add(b + "mlp_norm_bias", h + "ln_2.bias", How::copy);
+      add(b + "mlp.w1", h + "mlp.c_fc.weight", How::copy);
+      add(b + "mlp.b1", h + "mlp.c_fc.bias", How::copy);
+      add(b + "mlp.w2", h + "mlp.c_proj.weight", How::copy);
+      add(b + "mlp.b2", h + "mlp.c_proj.bias", How::copy);
+    }
+    add("final_norm", "transformer.ln_f.weight", How::copy);
+    add("final_norm_bias", "transformer.ln_f.bias", How::copy);
+    return;
+  }
+  add("tok_emb", "model.embed_tokens.weight", How::copy);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blocks." + std::to_string(l) + ".", h = "model.layers." + std::to_string(l) + ".";
+    add(b + "attn_norm", h + "input_layernorm.weight", How::copy);
+    for (const char* w : {"q", "k", "v", "o"})
+      add(b + "attn.w" + w, h + "self_attn." + w + "_proj.weight", How::transpose);
+    add(b + "mlp_norm", h + "post_attention_layernorm.weight", How::copy);
+    add(b + "mlp.w_gate", h + "mlp.gate_proj.weight", How::transpose);
+    add(b + "mlp.w_up", h + "mlp.up_proj.weight", How::transpose);
+    add(b + "mlp.w_down", h + "mlp.down_proj.weight", How::transpose);
+  }
+  add("final_norm", "model.norm.weight", How::copy);
+  add("head", "lm_head.weight", How::transpose);
+}
+
+// Element (ours index i) <-> (transformers index) for one piece; calls
+// f(ours_index, hf_index) for every element of the parameter.
+template <class F>
+void each_element(const Piece& p, const Shape& ours, const Shape& hf, F f) {
+  const int64_t n = ours.empty() ? 1 : [&] {
+    int64_t k = 1;
+    for (int64_t d : ours) k *= d;
+    return k;
+  }();
+  switch (p.how) {
+    case How::copy:
+      for (int64_t i = 0; i < n; ++i) f(i, i);
+      return;
+    case How::transpose: {
+      const int64_t in = ours[0], out = ours[1];
+      for (int64_t r = 0; r < in; ++r)
+        for (int64_t k = 0; k < out; ++k) f(r * out + k, k * in + r);
+      return;
+    }
+    case How::columns: {
+      const int64_t rows = ours[0], w = ours[1], W = hf[1];
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < w; ++k) f(r * w + k, r * W + p.part * w + k);
+      return;
+    }
+    case How::segment:
+      for (int64_t i = 0; i < n; ++i) f(i, p.part * n + i);
+      return;
+  }
+}
+
+std::string shape_text(const Shape& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+}  // namespace
+
+std::vector<NamedArray> to_hf_tensors(const LmConfig& c, const std::vector<Array>& params) {
+  std::vector<Piece> pieces;
+  std::vector<HfTensor> hf;
+  layout(c, pieces, hf);
+  const std::vector<ParamSpec> ps = lm_parameters(c);
+  if (params.size() != ps.size())
+    throw Error("to_hf_tensors: " + std::to_string(params.size()) + " parameters for a model of " +
+                std::to_string(ps.size()));
+  std::vector<NamedArray> out;
+  std::map<std::string, size_t> at;
+  for (const HfTensor& t : hf) {
+    at[t.name] = out.size();
+    out.push_back({t.name, Array(Type{DType::f32, t.shape})});
+  }
+  for (const Piece& p : pieces) {
+    const Array src = params[p.param].dtype() == DType::f32 ? params[p.param] : params[p.param].converted(DType::f32);
+    if (src.shape() != ps[p.param].type.shape)
+      throw Error("to_hf_tensors: parameter " + ps[p.param].name + " is " + shape_text(src.shape()) + ", not " +
+                  shape_text(ps[p.param].type.shape));
+    Array& dst = out[at[p.hf]].array;
+    const float* s = src.data<float>();
+    float* d = dst.data<float>();
+    each_element(p, src.shape(), dst.shape(), [&](int64_t i, int64_t j) { d[j] = s[i]; });
+  }
+  return out;
+}
+
+std::vector<Array> params_from_hf(const LmConfig& c, const std::vector<NamedArray>& tensors) {
+  std::vector<Piece> pieces;
+  std::vector<HfTensor> hf;
+  layout(c, pieces, hf);
+  std::map<std::string, const Array*> by_name;
+  for (const NamedArray& t : tensors) by_name[t.name] = &t.array;
+  std::map<std::string, Shape> want;
+  for (const HfTensor& t : hf) want[t.name] = t.shape;
+  for (const auto& [name, a] : by_name) {
+    if (want.count(name)) continue;
+    auto ends = [&](const std::string& s) { return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0; };
+    // Causal-mask buffers that older GPT-2 files carry: not parameters.
+    if (c.arch == Arch::gpt2 && (ends(".attn.bias") || ends(".attn.masked_bias"))) continue;
+    if (c.arch == Arch::gpt2 && name == "lm_head.weight" && by_name.count("transformer.wte.weight") &&
+        by_name.at("transformer.wte.weight")->bit_equal(*a))
+      continue;
+    throw Error("unexpected tensor '" + name + "': transformers' " +
+                (c.arch == Arch::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM") + " of this config.json has no such "
+                "parameter" + (name == "lm_head.weight" ? " (GPT-2's head is the token embedding, tie_word_embeddings)" : ""));
+  }
+  for (const HfTensor& t : hf) {
+    auto it = by_name.find(t.name);
+    if (it == by_name.end()) throw Error("missing tensor '" + t.name + "' " + shape_text(t.shape));
+    if (it->second->dtype() != DType::f32)
+      throw Error("tensor '" + t.name + "' is " + dtype_name(it->second->dtype()) + "; capstep reads F32 weights");
+    if (it->second->shape() != t.shape)
+      throw Error("tensor '" + t.name + "' is " + shape_text(it->second->shape()) + " but config.json makes it " +
+                  shape_text(t.shape));
+  }
+  std::vector<Array> out;
+  for (const ParamSpec& p : lm_parameters(c)) out.emplace_back(p.type);
+  for (const Piece& p : pieces) {
+    const Array& src = *by_name.at(p.hf);
+    Array& dst = out[p.param];
+    const float* s = src.data<float>();
+    float* d = dst.data<float>();
+    each_element(p, dst.shape(), src.shape(), [&](int64_t i, int64_t j) { d[i] = s[j]; });
+  }
+  return out;
+}
+
+std::string hf_config_json(const LmConfig& c, const std::string& extra) {
+  require_hf_arch(c);
+  c.validate();
+  nlohmann::json j;
+  if (c.arch == Arch::gpt2) {
+    j = {{"architectures", {"GPT2LMHeadModel"}},
+         {"model_type", "gpt2"},
+         {"vocab_size", c.vocab},
+         {"n_positions", c.context},
+         {"n_embd", c.d_model},
+         {"n_layer", c.n_layers},
+         {"n_head", c.n_heads},
+         {"n_inner", c.d_ff},
+         {"activation_function", "gelu_new"},
+         {"layer_norm_epsilon", c.norm_eps},
+         {"resid_pdrop", 0.0},
+         {"embd_pdrop", 0.0},
+         {"attn_pdrop", 0.0},
+         {"scale_attn_weights", true},
+         {"scale_attn_by_inverse_layer_idx", false},
+         {"reorder_and_upcast_attn", false},
+         {"add_cross_attention", false},
+         {"tie_word_embeddings", true},
+         {"bos_token_id", 0},
+         {"eos_token_id", 0},
+         {"initializer_range", 0.02},
+         {"use_cache", true},
+         {"torch_dtype", "float32"}};
+  } else {
+    // rope_theta both at the top (transformers 4) and in rope_parameters (5).
+    j = {{"architectures", {"LlamaForCausalLM"}},
+         {"model_type", "llama"},
+         {"vocab_size", c.vocab},
+         {"hidden_size", c.d_model},
+         {"intermediate_size", c.d_ff},
+         {"num_hidden_layers", c.n_layers},
+         {"num_attention_heads", c.n_heads},
+         {"num_key_value_heads", c.kv_heads()},
+         {"head_dim", c.d_model / c.n_heads},
+         {"max_position_embeddings", c.context},
+         {"rms_norm_eps", c.norm_eps},
+         {"rope_theta", c.rope_theta},
+         {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", c.rope_theta}}},
+         {"hidden_act", "silu"},
+         {"attention_bias", false},
+         {"attention_dropout", 0.0},
+         {"mlp_bias", false},
+         {"tie_word_embeddings", false},
+         {"pretraining_tp", 1},
+         {"bos_token_id", 0},
+         {"eos_token_id", 0},
+         {"initializer_range", 0.02},
+         {"use_cache", true},
+         {"torch_dtype", "float32"}};
+  }
+  if (!extra.empty()) j.update(nlohmann::json::parse(extra));
+  return j.dump(2) + "\n";
+}
+
+LmConfig config_from_hf(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("config.json is not JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw Error("config.json is not a JSON object");
+  auto field = [&](const char* k) -> const nlohmann::json& {
+    if (!j.contains(k) || j[k].is_null()) throw Error(std::string("config.json: field '") + k + "' is missing");
+    return j[k];
+  };
+  auto integer = [&](const char* k) {
+    const nlohmann::json& v = field(k);
+    if (!v.is_number_integer()) throw Error(std::string("config.json: field '") + k + "' is not an integer");
+    return v.get<int64_t>();
+  };
+  auto number = [&](const char* k, double dflt) {
+    if (!j.contains(k) || j[k].is_null()) return dflt;
+    if (!j[k].is_number()) throw Error(std::string("config.json: field '") + k + "' is not a number");
+    return j[k].get<double>();
+  };
+  // A field capstep's model has one value of: absent (transformers' default) or that value.
+  auto must = [&](const char* k, const nlohmann::json& want, const std::string& why) {
+    if (j.contains(k) && !j[k].is_null() && j[k] != want)
+      throw Error(std::string("config.json: field '") + k + "' is " + j[k].dump() + "; capstep" + why);
+  };
+  const std::string type = j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
+  LmConfig c;
+  if (type == "gpt2") {
+    c.arch = Arch::gpt2;
+    c.vocab = integer("vocab_size");
+    c.context = integer("n_positions");
+    c.d_model = integer("n_embd");
+    c.n_layers = integer("n_layer");
+    c.n_heads = integer("n_head");
+    c.d_ff = j.contains("n_inner") && !j["n_inner"].is_null() ? integer("n_inner") : 4 * c.d_model;
+    c.norm_eps = number("layer_norm_epsilon", 1e-5);
+    if (j.contains("activation_function") && !j["activation_function"].is_string())
+      throw Error("config.json: field 'activation_function' is not a string");
+    const std::string act = j.contains("activation_function") ? j["activation_function"].get<std::string>() : "gelu_new";
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+      throw Error("config.json: field 'activation_function' is \"" + act +
+                  "\"; capstep's GPT-2 has GELU in its tanh form (gelu_new, gelu_pytorch_tanh)");
+    must("scale_attn_weights", true, " scales the attention scores by 1/sqrt(head width)");
+    must("scale_attn_by_inverse_layer_idx", false, " does not scale the attention by layer");
+    must("add_cross_attention", false, " has no cross-attention");
+    must("tie_word_embeddings", true, " ties GPT-2's head to the token embedding");
+  } else if (type == "llama") {
+    c.arch = Arch::llama;
+    c.vocab = integer("vocab_size");
+    c.d_model = integer("hidden_size");
+    c.d_ff = integer("intermediate_size");
+    c.n_layers = integer("num_hidden_layers");
+    c.n_heads = integer("num_attention_heads");
+    c.n_kv_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
+                       ? integer("num_key_value_heads") : c.n_heads;
+    c.context = integer("max_position_embeddings");
+    c.norm_eps = number("rms_norm_eps", 1e-6);
+    c.rope_theta = number("rope_theta", 10000);
+    if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+      const nlohmann::json& r = j["rope_parameters"];
+      if (r.contains("rope_type") && r["rope_type"] != "default")
+        throw Error("config.json: field 'rope_parameters.rope_type' is " + r["rope_type"].dump() +
+                    "; capstep's rotary embedding is the default one");
+      if (r.contains("rope_theta")) {
+        if (!r["rope_theta"].is_number()) throw Error("config.json: field 'rope_parameters.rope_theta' is not a number");
+        c.rope_theta = r["rope_theta"].get<double>();
+      }
+    }
+    must("rope_scaling", nullptr, " has no rope scaling");
+    must("hidden_act", "silu", "'s Llama MLP is SwiGLU (silu)");
+    must("attention_bias", false, "'s Llama has no attention biases");
+    must("mlp_bias", false, "'s Llama has no MLP biases");
+    must("tie_word_embeddings", false, "'s Llama has an untied head");
+    if (j.contains("head_dim") && !j["head_dim"].is_null() && c.n_heads > 0 &&
+        integer("head_dim") != c.d_model / c.n_heads)
+      throw Error("config.json: field 'head_dim' is " + j["head_dim"].dump() +
+                  "; capstep's head width is hidden_size / num_attention_heads = " +
+                  std::to_string(c.d_model / c.n_heads));
+  } else {
+    throw Error("config.json: field 'model_type' is " + (j.contains("model_type") ? j["model_type"].dump() : "missing") +
+                "; capstep reads gpt2 and llama");
+  }
+  c.seq = std::min<int64_t>(c.seq, c.context);
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(std::string("config.json: ") + e.what());
+  }
+  return c;
+}
+
+namespace {
+
+// UTF-8 of one code point.
+std::string utf8(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string hf_tokenizer_json(const std::string& name) {
+  nlohmann::json vocab = nlohmann::json::object();
+  nlohmann::json j = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
+                      {"added_tokens", nlohmann::json::array()}, {"normalizer", nullptr}, {"post_processor", nullptr}};
+  nlohmann::json model = {{"type", "BPE"},          {"dropout", nullptr},       {"unk_token", nullptr},
+                          {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
+                          {"fuse_unk", false},      {"byte_fallback", false},   {"ignore_merges", false},
+                          {"merges", nlohmann::json::array()}};
+  if (name == "byte") {
+    // GPT-2's byte-level alphabet (bytes_to_unicode): printable bytes stand
+    // for themselves, the others for 256 + their rank. No merges: every byte
+    // is its own token, id = the byte's value, as capstep's byte tokenizer.
+    std::vector<uint32_t> cp(256, 0);
+    uint32_t n = 0;
+    for (uint32_t b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      cp[b] = printable ? b : 256 + n++;
+    }
+    for (uint32_t b = 0; b < 256; ++b) vocab[utf8(cp[b])] = b;
+    const nlohmann::json byte_level = {
+        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}};
+    j["pre_tokenizer"] = byte_level;
+    j["decoder"] = byte_level;
+  } else if (name == "char") {
+    // One token per character, '~' for any other (as capstep's char tokenizer);
+    // no pre-tokenizer, so the text is one word split into its characters.
+    const data::Tokenizer t(data::TokenizerKind::chars);
+    for (int32_t id = 0; id < t.vocab(); ++id) {
+      const std::string p = t.piece(id);
+      if (!p.empty() && !vocab.contains(p)) vocab[p] = id;
+    }
+    model["unk_token"] = "~";
+    j["pre_tokenizer"] = nullptr;
+    j["decoder"] = {{"type", "Fuse"}};
+  } else {
+    throw Error("no tokenizer.json for the " + name + " tokenizer: only char and byte are written");
+  }
+  model["vocab"] = vocab;
+  j["model"] = model;
+  return j.dump(1) + "\n";
+}
+
+void write_hf_dir(const std::string& dir, const LmConfig& c, const std::vector<Array>& params,
+                  const std::string& tokenizer) {
+  const std::vector<NamedArray> tensors = to_hf_tensors(c, params);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error("cannot create directory '" + dir + "': " + ec.message());
+  const std::string extra = tokenizer.empty() ? "" : nlohmann::json{{"capstep_tokenizer", tokenizer}}.dump();
+  write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  write_file_atomically(dir + "/config.json", hf_config_json(c, extra));
+  if (tokenizer == "char" || tokenizer == "byte") {
+    write_file_atomically(dir + "/tokenizer.json", hf_tokenizer_json(tokenizer));
+    const nlohmann::json tc = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                               {"model_max_length", c.context},
+                               {"clean_up_tokenization_spaces", false}};
+    write_file_atomically(dir + "/tokenizer_config.json", tc.dump(2) + "\n");
+  }
+}
+
+HfModel read_hf_dir(const std::string& dir) {
+  const std::string cfg = dir + "/config.json", weights = dir + "/model.safetensors";
+  std::ifstream f(cfg, std::ios::binary);
+  if (!f) throw Error("cannot read '" + cfg + "'" + (std::filesystem::exists(dir) ? "" : ": no such directory"));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  HfModel m;
+  try {
+    m.config = config_from_hf(ss.str());
+    const nlohmann::json j = nlohmann::json::parse(ss.str());
+    if (j.contains("capstep_tokenizer") && j["capstep_tokenizer"].is_string())
+      m.tokenizer = j["capstep_tokenizer"].get<std::string>();
+  } catch (const Error& e) {
+    throw Error("'" + cfg + "': " + e.what());
+  }
+  const SafetensorsFile file = read_safetensors(weights);
+  try {
+    m.params = params_from_hf(m.config, file.tensors);
+  } catch (const Error& e) {
+    throw Error("'" + weights + "': " + e.what());
+  }
+  return m;
+}
+
+}  // namespace capstep::nn

@@ -1,0 +1,221 @@
+// GPT-2 and Llama against transformers (issue 27): tests/golden/hf/{gpt2,llama}
+// hold a tiny model of each made by transformers from a config with random
+// weights (config.json, model.safetensors) and golden.safetensors with a
+// batch, the logits, the loss and every gradient (scripts/make-hf-goldens
+// wrote them; no Python runs here). capstep imports each model, matches the
+// loss within 1e-6 relative and every logit and gradient within 1e-5, and
+// exports the same tensors under the same names.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "capstep/autodiff.h"
+#include "capstep/data.h"
+#include "capstep/hf.h"
+#include "capstep/interpreter.h"
+#include "capstep/nn.h"
+#include "capstep/safetensors.h"
+#include "test_util.h"
+
+using namespace capstep;
+using capstep::test::TempDir;
+
+namespace {
+
+std::string golden_dir(const std::string& arch) {
+  const char* s = std::getenv("CAPSTEP_SOURCE_DIR");
+  const std::string root = s ? s : std::filesystem::path(__FILE__).parent_path().parent_path().string();
+  return root + "/tests/golden/hf/" + arch;
+}
+
+double max_abs_diff(const Array& a, const Array& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  double m = 0;
+  for (int64_t i = 0; i < std::min(a.numel(), b.numel()); ++i) m = std::max(m, std::fabs(a.get(i) - b.get(i)));
+  return m;
+}
+
+// The model's loss, logits and gradients on the golden batch, compared.
+void check_against_transformers(const std::string& arch) {
+  const std::string dir = golden_dir(arch);
+  nn::HfModel m = nn::read_hf_dir(dir);
+  const SafetensorsFile golden = read_safetensors(dir + "/golden.safetensors");
+  const Array& tokens = *golden.find("tokens");
+  const Array& targets = *golden.find("targets");
+  nn::LmConfig c = m.config;
+  c.batch = tokens.shape()[0];
+  c.seq = tokens.shape()[1];
+
+  // Loss and gradients.
+  std::vector<std::string> names;
+  for (const nn::ParamSpec& p : nn::lm_parameters(c)) names.push_back(p.name);
+  std::vector<Array> in = m.params;
+  in.push_back(tokens);
+  in.push_back(targets);
+  const std::vector<Array> out = host::run(value_and_grad(nn::lm_loss_program(c), names), in);
+  const double want_loss = golden.find("loss")->get(0), loss = out[0].get(0);
+  EXPECT_LT(std::fabs(loss - want_loss) / std::fabs(want_loss), 1e-6) << arch << ": loss " << loss << ", transformers' "
+                                                                        << want_loss;
+  std::printf("%s: loss %.9g, transformers' %.9g\n", arch.c_str(), loss, want_loss);
+  const std::vector<Array> grads(out.begin() + 1, out.end());
+  size_t compared = 0;
+  double worst = 0;
+  for (const NamedArray& g : nn::to_hf_tensors(c, grads)) {
+    const Array* want = golden.find("grad." + g.name);
+    ASSERT_NE(want, nullptr) << "transformers has no gradient for " << g.name;
+    const double d = max_abs_diff(g.array, *want);
+    EXPECT_LE(d, 1e-5) << arch << ": gradient of " << g.name;
+    worst = std::max(worst, d);
+    ++compared;
+  }
+  size_t golden_grads = 0;
+  for (const NamedArray& t : golden.tensors) golden_grads += t.name.rfind("grad.", 0) == 0;
+  EXPECT_EQ(compared, golden_grads) << arch << ": every parameter of transformers' model has its gradient";
+  std::printf("%s: %zu gradients, largest difference %.3g\n", arch.c_str(), compared, worst);
+
+  // Logits, one sequence at a time (the logits program reads one).
+  const Array& want_logits = *golden.find("logits");
+  const int64_t T = c.seq, V = c.vocab;
+  double worst_logit = 0;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    Array row({DType::i32, {1, T}});
+    for (int64_t t = 0; t < T; ++t) row.set(t, tokens.get(b * T + t));
+    std::vector<Array> li = m.params;
+    li.push_back(row);
+    const Array logits = host::run(nn::lm_logits_program(c, T), li)[0];
+    for (int64_t i = 0; i < T * V; ++i)
+      worst_logit = std::max(worst_logit, std::fabs(logits.get(i) - want_logits.get(b * T * V + i)));
+  }
+  EXPECT_LE(worst_logit, 1e-5) << arch << ": logits";
+  std::printf("%s: logits, largest difference %.3g\n", arch.c_str(), worst_logit);
+}
+
+// Export gives back transformers' file: the same names, shapes and bits.
+void check_export_round_trip(const std::string& arch) {
+  const std::string dir = golden_dir(arch);
+  const nn::HfModel m = nn::read_hf_dir(dir);
+  const SafetensorsFile original = read_safetensors(dir + "/model.safetensors");
+  const std::vector<NamedArray> back = nn::to_hf_tensors(m.config, m.params);
+  ASSERT_EQ(back.size(), original.tensors.size()) << arch;
+  for (const NamedArray& t : back) {
+    const Array* o = original.find(t.name);
+    ASSERT_NE(o, nullptr) << arch << ": capstep writes " << t.name << ", which transformers' file does not have";
+    EXPECT_TRUE(t.array.bit_equal(*o)) << arch << ": " << t.name;
+  }
+  // Through a directory: config.json and model.safetensors read back to the same model.
+  TempDir tmp;
+  nn::write_hf_dir(tmp.file("out"), m.config, m.params, "byte");
+  const nn::HfModel again = nn::read_hf_dir(tmp.file("out"));
+  EXPECT_EQ(again.config.to_json(), m.config.to_json());
+  EXPECT_EQ(again.tokenizer, "byte");
+  ASSERT_EQ(again.params.size(), m.params.size());
+  for (size_t i = 0; i < m.params.size(); ++i) EXPECT_TRUE(again.params[i].bit_equal(m.params[i])) << i;
+}
+
+}  // namespace
+
+TEST(HuggingFace, Gpt2MatchesTransformers) { check_against_transformers("gpt2"); }
+TEST(HuggingFace, LlamaMatchesTransformers) { check_against_transformers("llama"); }
+TEST(HuggingFace, Gpt2ExportGivesBackTransformersTensors) { check_export_round_trip("gpt2"); }
+TEST(HuggingFace, LlamaExportGivesBackTransformersTensors) { check_export_round_trip("llama"); }
+
+TEST(HuggingFace, ConfigFieldsRead) {
+  const nn::LmConfig g = nn::read_hf_dir(golden_dir("gpt2")).config;
+  EXPECT_EQ(g.arch, nn::Arch::gpt2);
+  EXPECT_EQ(g.vocab, 96);
+  EXPECT_EQ(g.d_model, 32);
+  EXPECT_EQ(g.d_ff, 64);
+  EXPECT_EQ(g.context, 32);
+  const nn::LmConfig l = nn::read_hf_dir(golden_dir("llama")).config;
+  EXPECT_EQ(l.arch, nn::Arch::llama);
+  EXPECT_EQ(l.n_heads, 4);
+  EXPECT_EQ(l.kv_heads(), 2);
+  EXPECT_EQ(l.rope_theta, 500.0);
+  EXPECT_EQ(l.norm_eps, 1e-6);
+  EXPECT_EQ(l.d_ff, 80);
+}
+
+// What capstep cannot represent is an Error naming the field.
+TEST(HuggingFace, RefusesWhatCapstepCannotRepresent) {
+  const std::string gpt2 = capstep::test::slurp(golden_dir("gpt2") + "/config.json");
+  const std::string llama = capstep::test::slurp(golden_dir("llama") + "/config.json");
+  auto refuses = [](const std::string& base, const std::string& key, const std::string& value, const std::string& why) {
+    std::string text = base;
+    const std::string k = "\"" + key + "\":";
+    const size_t at = text.find(k);
+    if (at == std::string::npos) {
+      text.insert(text.find('{') + 1, k + value + ",");
+    } else {
+      const size_t v = at + k.size(), end = text.find_first_of(",\n}", v);
+      text.replace(v, end - v, " " + value);
+    }
+    try {
+      nn::config_from_hf(text);
+      ADD_FAILURE() << key << " = " << value << ": no error";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(why)) << key;
+    }
+  };
+  refuses(gpt2, "activation_function", "\"relu\"", "field 'activation_function' is \"relu\"");
+  refuses(gpt2, "tie_word_embeddings", "false", "field 'tie_word_embeddings' is false");
+  refuses(gpt2, "activation_function", "5", "field 'activation_function' is not a string");
+  refuses(gpt2, "n_embd", "32.5", "field 'n_embd' is not an integer");
+  refuses(gpt2, "scale_attn_by_inverse_layer_idx", "true", "field 'scale_attn_by_inverse_layer_idx'");
+  refuses(llama, "hidden_act", "\"gelu\"", "field 'hidden_act' is \"gelu\"; capstep's Llama MLP is SwiGLU (silu)");
+  refuses(llama, "attention_bias", "true", "field 'attention_bias' is true");
+  refuses(llama, "mlp_bias", "true", "field 'mlp_bias'");
+  refuses(llama, "tie_word_embeddings", "true", "field 'tie_word_embeddings' is true");
+  refuses(llama, "rope_scaling", "{\"rope_type\": \"linear\", \"factor\": 2.0}", "field 'rope_scaling'");
+  refuses(llama, "head_dim", "16", "field 'head_dim' is 16");
+  refuses(llama, "num_key_value_heads", "3", "kv_heads 3 must divide heads 4");
+  refuses(llama, "model_type", "\"mistral\"", "field 'model_type' is \"mistral\"");
+  refuses(llama, "vocab_size", "null", "field 'vocab_size' is missing");
+  EXPECT_THROW(nn::hf_config_json(nn::LmConfig{}), Error);   // the seed has no transformers counterpart
+}
+
+TEST(HuggingFace, RefusesMissingUnexpectedAndMisshapenTensors) {
+  const nn::HfModel m = nn::read_hf_dir(golden_dir("llama"));
+  std::vector<NamedArray> t = nn::to_hf_tensors(m.config, m.params);
+  auto refuses = [&](const std::vector<NamedArray>& ts, const std::string& why) {
+    try {
+      nn::params_from_hf(m.config, ts);
+      ADD_FAILURE() << "no error; expected " << why;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(why));
+    }
+  };
+  std::vector<NamedArray> fewer(t.begin() + 1, t.end());
+  refuses(fewer, "missing tensor 'model.embed_tokens.weight' [96, 32]");
+  std::vector<NamedArray> more = t;
+  more.push_back({"model.layers.0.self_attn.q_proj.bias", Array({DType::f32, {32}})});
+  refuses(more, "unexpected tensor 'model.layers.0.self_attn.q_proj.bias'");
+  std::vector<NamedArray> bad = t;
+  bad.back().array = Array({DType::f32, {32, 96}});
+  refuses(bad, "tensor 'lm_head.weight' is [32, 96] but config.json makes it [96, 32]");
+}
+
+// tokenizer.json: capstep's ids for every byte (GPT-2's byte-level alphabet)
+// and every char symbol; a subword tokenizer is refused.
+TEST(HuggingFace, TokenizerJsonHasCapstepsIds) {
+  const nlohmann::json b = nlohmann::json::parse(nn::hf_tokenizer_json("byte"));
+  const nlohmann::json& v = b["model"]["vocab"];
+  EXPECT_EQ(v.size(), 256u);
+  EXPECT_EQ(v["A"], 65);
+  EXPECT_EQ(v["\u0120"], 32);    // space: 256 + its rank among the unprintable bytes
+  EXPECT_EQ(v["\u0100"], 0);     // NUL
+  EXPECT_EQ(v["\u00ff"], 255);
+  EXPECT_EQ(b["pre_tokenizer"]["type"], "ByteLevel");
+  EXPECT_TRUE(b["model"]["merges"].empty());
+  const nlohmann::json c = nlohmann::json::parse(nn::hf_tokenizer_json("char"));
+  const data::Tokenizer chars(data::TokenizerKind::chars);
+  for (const std::string s : {"a", "Z", " ", "\n", "?", "~"})
+    EXPECT_EQ(c["model"]["vocab"][s].get<int64_t>(), chars.encode(s)[0]) << s;
+  EXPECT_EQ(c["model"]["unk_token"], "~");
+  EXPECT_THROW(nn::hf_tokenizer_json("bpe:400"), Error);
+}
