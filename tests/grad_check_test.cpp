@@ -179,6 +179,72 @@ TEST(GradCheck, Transpose) {
   }
 }
 
+// slice, pad and concatenate are linear: x * x before them makes the loss
+// depend on x nonlinearly, so that a cotangent put in the wrong place shows.
+bool has_op(const Program& p, Op op) {
+  for (const Eqn& e : p.eqns)
+    if (e.op == op) return true;
+  return false;
+}
+
+TEST(GradCheck, Slice) {
+  std::mt19937 rng(31);
+  struct Case {
+    std::vector<int64_t> starts, limits, strides;
+  };
+  // stride 1; strides 2 and 3 (the VJP spreads the cotangent); an empty slice
+  const std::vector<Case> cases = {{{0, 1, 1}, {2, 3, 4}, {}},
+                                   {{1, 0, 0}, {2, 3, 2}, {}},
+                                   {{0, 0, 1}, {2, 3, 4}, {1, 2, 2}},
+                                   {{0, 1, 0}, {2, 3, 4}, {2, 1, 3}},
+                                   {{0, 2, 0}, {2, 2, 4}, {}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(shape_name(c.starts) + shape_name(c.limits) + shape_name(c.strides));
+    Tracer tr;
+    Tensor x = tr.input("x", {f64, {2, 3, 4}});
+    Tensor y = slice(x * x, c.starts, c.limits, c.strides);
+    Program p = tr.finish({{"loss", sum(y * y) + weighted_sum(tr, x, rng)}});
+    ASSERT_TRUE(has_op(p, Op::slice));
+    EXPECT_TRUE(has_op(value_and_grad(p, {"x"}), Op::pad)) << "the VJP of slice is a pad";
+    expect_close_grads(p, {random_array(rng, {f64, {2, 3, 4}})}, {"x"});
+  }
+}
+
+TEST(GradCheck, Pad) {
+  std::mt19937 rng(32);
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases = {
+      {{1, 0, 2}, {0, 3, 1}}, {{0, 0, 0}, {1, 0, 0}}, {{2, 1, 1}, {2, 1, 1}}};
+  for (const auto& [lo, hi] : cases) {
+    SCOPED_TRACE(shape_name(lo) + shape_name(hi));
+    Tracer tr;
+    Tensor x = tr.input("x", {f64, {2, 3, 4}});
+    Tensor y = pad(x * x, lo, hi);
+    Program p = tr.finish({{"loss", weighted_sum(tr, y, rng)}});
+    ASSERT_TRUE(has_op(p, Op::pad));
+    EXPECT_TRUE(has_op(value_and_grad(p, {"x"}), Op::slice)) << "the VJP of pad is a slice";
+    expect_close_grads(p, {random_array(rng, {f64, {2, 3, 4}})}, {"x"});
+  }
+}
+
+TEST(GradCheck, Concatenate) {
+  std::mt19937 rng(33);
+  for (int64_t axis : {0, 1, 2, -1}) {
+    SCOPED_TRACE("axis " + std::to_string(axis));
+    Tracer tr;
+    const int64_t a = axis < 0 ? 2 : axis;
+    Shape sa = {2, 3, 4}, sb = {2, 3, 4}, sc = {2, 3, 4};
+    sb[static_cast<size_t>(a)] = 1;
+    sc[static_cast<size_t>(a)] = 0;  // an empty operand takes no room
+    Tensor x = tr.input("x", {f64, sa});
+    Tensor y = tr.input("y", {f64, sb});
+    Tensor z = tr.input("z", {f64, sc});
+    Tensor c = concatenate({x * x, tanh(y), z, x}, axis);
+    Program p = tr.finish({{"loss", weighted_sum(tr, c, rng)}});
+    expect_close_grads(p, {random_array(rng, {f64, sa}), random_array(rng, {f64, sb}), random_array(rng, {f64, sc})},
+                       {"x", "y"});
+  }
+}
+
 // ---- contractions -------------------------------------------------------------------
 
 // The fused attention primitive: its VJP (three attention_grad equations)
@@ -548,6 +614,9 @@ const char* grad_test_of(Op op) {
     case Op::attention: return "Attention";
     case Op::attention_grad: return "AttentionGradHasNoVjp";
     case Op::all_reduce: return "AllReduce";
+    case Op::slice: return "Slice";
+    case Op::pad: return "Pad";
+    case Op::concatenate: return "Concatenate";
   }
   return nullptr;
 }

@@ -313,3 +313,33 @@ TEST(TraceValues, CausalAttention) {
 }
 
 }  // namespace
+
+namespace {
+
+// slice, concatenate and pad record one equation each, and nothing for the
+// identity; their errors name the equation (op and operand types).
+TEST(Trace, SliceConcatenatePad) {
+  Tracer tr;
+  Tensor x = tr.input("x", {DType::f32, {4, 6}});
+  Tensor y = tr.input("y", {DType::f32, {4, 2}});
+  EXPECT_EQ(slice(x, {0, 0}, {4, 6}).id(), x.id());
+  EXPECT_EQ(concatenate({x}, 1).id(), x.id());
+  EXPECT_EQ(pad(x, {0, 0}, {0, 0}).id(), x.id());
+  const size_t before = tr.program().eqns.size();
+  Tensor s = slice(x, {1, 0}, {3, 6}, {1, 2});
+  Tensor c = concatenate({x, y, x}, -1);
+  Tensor p = pad(y, {1, 0}, {0, 3});
+  EXPECT_EQ(tr.program().eqns.size(), before + 3);
+  EXPECT_EQ(s.shape(), (Shape{2, 3}));
+  EXPECT_EQ(c.shape(), (Shape{4, 14}));
+  EXPECT_EQ(p.shape(), (Shape{5, 5}));
+  EXPECT_EQ(defining(tr.program(), c).attrs.axis, 1);
+  EXPECT_EQ(defining(tr.program(), s).attrs.strides, (std::vector<int64_t>{1, 2}));
+  EXPECT_ERROR_HAS(slice(x, {0, 5}, {4, 7}), "slice(f32[4,6]): axis 1: start 5 and limit 7 must satisfy");
+  EXPECT_ERROR_HAS(concatenate({x, y}, 0), "concatenate(f32[4,6], f32[4,2]): operand 1 is f32[4,2]: axis 1 differs");
+  EXPECT_ERROR_HAS(pad(x, {0, -1}, {0, 0}), "pad(f32[4,6]): axis 1: low -1 and high 0 must be >= 0");
+  EXPECT_ERROR_HAS(concatenate({}, 0), "concatenate: needs at least one operand");
+  EXPECT_ERROR_HAS(concatenate({x}, 2), "concatenate");  // the axis is checked with one operand too
+}
+
+}  // namespace

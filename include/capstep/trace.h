@@ -98,6 +98,17 @@ Tensor broadcast_in_dim(const Tensor& a, const Shape& shape, const std::vector<i
 Tensor reshape(const Tensor& a, const Shape& shape);   // one -1 allowed
 Tensor transpose(const Tensor& a, const std::vector<int64_t>& perm);
 Tensor swap_last2(const Tensor& a);
+// a[starts : limits : strides] along every axis (Op::slice): one entry per
+// axis, 0 <= start <= limit <= size; strides empty means 1 everywhere. The
+// whole of `a` records nothing.
+Tensor slice(const Tensor& a, const std::vector<int64_t>& starts, const std::vector<int64_t>& limits,
+             const std::vector<int64_t>& strides = {});
+// The operands one after the other along `axis` (negative counts from the
+// end; Op::concatenate, any number of operands). One operand records nothing.
+Tensor concatenate(const std::vector<Tensor>& parts, int64_t axis);
+// `a` with lows[d] zeros before and highs[d] zeros after it along each axis d
+// (Op::pad; all >= 0). No padding records nothing.
+Tensor pad(const Tensor& a, const std::vector<int64_t>& lows, const std::vector<int64_t>& highs);
 
 // ---- contractions and reductions ------------------------------------------------
 struct DotDims {
