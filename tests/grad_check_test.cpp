@@ -476,6 +476,25 @@ TEST(GradCheck, NoGradStopsTheGradient) {
 }
 
 TEST(GradCheck, Gelu) { check_unary([](const Tensor& x) { return gelu_tanh(x); }, -3, 3); }
+TEST(GradCheck, Sigmoid) { check_unary([](const Tensor& x) { return sigmoid(x); }, -4, 4); }
+TEST(GradCheck, Silu) { check_unary([](const Tensor& x) { return silu(x); }, -4, 4); }
+
+// Far below the clamp (x < -80) SiLU and its gradient stay finite: exp(-x)
+// alone would be infinite there, and the VJP of exp a NaN.
+TEST(GradCheck, SiluIsFiniteFarBelowZero) {
+  for (DType d : {DType::f32, DType::f64}) {
+    Tracer tr;
+    Tensor x = tr.input("x", {d, {4}});
+    Program p = value_and_grad(tr.finish({{"loss", sum(silu(x))}}), {"x"});
+    const std::vector<Array> out = host::run(p, {Array::from_doubles({d, {4}}, {-1000.0, -100.0, 0.0, 30.0})});
+    const std::vector<double> g = out[1].to_doubles();
+    for (double v : g) EXPECT_TRUE(std::isfinite(v)) << dtype_name(d);
+    EXPECT_LT(std::fabs(g[0]), 1e-34);  // 1 / (1 + exp(80)), the clamp's
+    EXPECT_EQ(g[2], 0.5);  // d/dx x sigmoid(x) at 0 = sigmoid(0) = 1/2
+    EXPECT_NEAR(g[3], 1.0, 1e-11);
+    EXPECT_NEAR(out[0].get(0), 30.0 / (1.0 + std::exp(-30.0)), 1e-5);
+  }
+}
 
 TEST(GradCheck, RmsNorm) {
   std::mt19937 rng(18);
