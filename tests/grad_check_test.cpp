@@ -197,7 +197,8 @@ TEST(GradCheck, Slice) {
                                    {{1, 0, 0}, {2, 3, 2}, {}},
                                    {{0, 0, 1}, {2, 3, 4}, {1, 2, 2}},
                                    {{0, 1, 0}, {2, 3, 4}, {2, 1, 3}},
-                                   {{0, 2, 0}, {2, 2, 4}, {}}};
+                                   {{0, 2, 0}, {2, 2, 4}, {}},
+                                   {{1, 0, 0}, {2, 3, 4}, {1000000, 2, 1}}};  // one element along axis 0
   for (const Case& c : cases) {
     SCOPED_TRACE(shape_name(c.starts) + shape_name(c.limits) + shape_name(c.strides));
     Tracer tr;

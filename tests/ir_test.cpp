@@ -2,6 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "capstep/ir.h"
 
 #include "test_util.h"
@@ -77,6 +79,9 @@ TEST(Ir, SlicePadConcatenateShapeRules) {
   s.limits = {1, 0};
   s.starts = {1, 0};
   EXPECT_EQ(infer_type(Op::slice, {f32({4, 7})}, s), f32({0, 0}));
+  s.limits = {4, 7};
+  s.strides = {2, std::numeric_limits<int64_t>::max()};  // one element per stride beyond the axis
+  EXPECT_EQ(infer_type(Op::slice, {f32({4, 7})}, s), f32({2, 1}));
   Attrs p;
   p.lows = {0, 2};
   p.highs = {1, 3};

@@ -38,7 +38,7 @@ Tensor unslice(Tensor g, const Type& operand, const Attrs& a) {
   for (size_t d = 0; d < r; ++d) {
     const int64_t n = g.shape()[d], st = a.strides[d];
     int64_t span = n;  // elements from the first read to the last, inclusive
-    if (st > 1 && n > 0) {
+    if (st > 1 && n > 1) {  // (one element needs no spreading, whatever the stride)
       const Shape gs = g.shape();
       Shape split;  // g's shape with an axis of 1 after d
       for (size_t k = 0; k < r; ++k) {

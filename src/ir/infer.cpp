@@ -212,7 +212,7 @@ Type infer_type(Op op, const std::vector<Type>& ts, const Attrs& at) {
           fail(op, ts, "axis " + std::to_string(d) + ": start " + std::to_string(b) + " and limit " + std::to_string(e) +
                            " must satisfy 0 <= start <= limit <= " + std::to_string(a.shape[d]));
         if (st < 1) fail(op, ts, "axis " + std::to_string(d) + ": stride " + std::to_string(st) + " must be at least 1");
-        out.shape.push_back((e - b + st - 1) / st);
+        out.shape.push_back(e == b ? 0 : 1 + (e - b - 1) / st);  // ceil, without overflow for any stride
       }
       return out;
     }

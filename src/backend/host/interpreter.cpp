@@ -735,7 +735,9 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
         const std::vector<int64_t> is = row_major_strides(in.shape);
         std::vector<int64_t> stride(is.size());
         for (size_t d = 0; d < is.size(); ++d) {
-          stride[d] = is[d] * e.attrs.strides[d];
+          // (an axis of one element is never stepped: its stride, however
+          // large, is not multiplied out)
+          stride[d] = t.shape[d] > 1 ? is[d] * e.attrs.strides[d] : 0;
           s.offset += e.attrs.starts[d] * is[d];
         }
         s.view = make_view(t.shape, stride, what);

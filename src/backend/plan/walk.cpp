@@ -68,7 +68,7 @@ OffsetWalk slice_walk(const Shape& in, const Shape& out, const std::vector<int64
   std::vector<int64_t> st(in.size());
   OffsetWalk r;
   for (size_t d = 0; d < in.size(); ++d) {
-    st[d] = is[d] * strides[d];
+    st[d] = out[d] > 1 ? is[d] * strides[d] : 0;  // (a huge stride on an axis of one element is never taken)
     r.offset += starts[d] * is[d];
   }
   r.walk = make_walk(out, st, what);
