@@ -31,8 +31,9 @@ Tensor unbroadcast(const Tensor& g, const Type operand, const std::vector<int64_
 // elsewhere. A stride s > 1 along an axis first spreads g's n elements s
 // apart there (each followed by s - 1 zeros: a new axis of 1 padded to s and
 // merged, then the trailing zeros cut), so that the one pad leaves every
-// element at start + k * s.
-Tensor unslice(Tensor g, const Type& operand, const Attrs& a) {
+// element at start + k * s. The operand's type comes by value: emitting
+// grows the program's type table, which p.type() refers into.
+Tensor unslice(Tensor g, const Type operand, const Attrs& a) {
   const size_t r = operand.shape.size();
   std::vector<int64_t> lows(r), highs(r);
   for (size_t d = 0; d < r; ++d) {
