@@ -22,6 +22,7 @@
 #include "capstep/autodiff.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
+#include "capstep/trace.h"
 
 #ifdef CAPSTEP_HAVE_CUDA
 #include "backend/cuda/nvrtc.h"
@@ -179,6 +180,30 @@ TEST(CudaCodegen, NvrtcCompilesEverySeedKernelForSm90) {
     }
     for (const plan::KernelSource& k : ks) EXPECT_NE(text.find(".entry " + k.name), std::string::npos) << k.name;
   }
+#endif
+}
+
+// Rotate-half (slices, a concatenate) with its gradient (pads): those run as
+// library kernels (kernels_layout.cu, compiled with the build); the fused
+// groups before and after them are generated and must compile.
+TEST(CudaCodegen, NvrtcCompilesTheKernelsAroundRotateHalf) {
+  Tracer tr;
+  Tensor x = tr.input("x", f32({2, 3, 6, 8}));
+  Tensor cs = tr.input("cos", f32({6, 8}));
+  Tensor sn = tr.input("sin", f32({6, 8}));
+  Tensor r = x * cs + concatenate({-slice(x, {0, 0, 0, 4}, {2, 3, 6, 8}), slice(x, {0, 0, 0, 0}, {2, 3, 6, 4})}, -1) * sn;
+  const Program p = value_and_grad(tr.finish({{"loss", sum(tanh(r) * r)}}), {"x"});
+  const plan::KernelPlan kp = plan::plan_kernels(p);
+  ASSERT_FALSE(kp.sources.empty());
+  int library = 0;  // the slices, the concatenate's two stores, the pads' fills and stores
+  for (const plan::Item& it : kp.items) library += it.kind == plan::ItemKind::strided || it.kind == plan::ItemKind::fill;
+  EXPECT_GE(library, 6) << kp.describe();
+#ifndef CAPSTEP_HAVE_CUDA
+  GTEST_SKIP() << "built without the CUDA toolkit (no NVRTC)";
+#else
+  cuda::NvrtcResult r2;
+  ASSERT_NO_THROW(r2 = cuda::nvrtc_compile(plan::kernel_module_source(kp.sources), "sm_90", "rotate-half"));
+  EXPECT_GT(r2.image.size(), 1000u);
 #endif
 }
 

@@ -228,6 +228,45 @@ TEST_P(Cuda, BroadcastReshapeTranspose) {
   }
 }
 
+// slice (strides too), pad, concatenate (three operands, one empty) in
+// every dtype, and rotate-half's gradient between fused groups: the device
+// gives the interpreter's values exactly (moves and zeros only, and the
+// elementwise ops around them are the same IEEE operations).
+TEST_P(Cuda, SlicePadConcatenate) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+  std::mt19937 rng(16);
+  for (DType d : {DType::f32, DType::f64, DType::bf16, DType::i32, DType::i1}) {
+    const std::string dn = dtype_name(d);
+    Attrs s;
+    s.starts = {1, 2, 3};
+    s.limits = {3, 37, 50};
+    s.strides = {1, 3, 2};
+    check_program(one_op(Op::slice, {T(d, kBatched)}, s), {random_array(T(d, kBatched), rng, -9, 9)}, 0.0, false,
+                  "slice " + dn);
+    Attrs pd;
+    pd.lows = {0, 3, 1};
+    pd.highs = {2, 0, 5};
+    check_program(one_op(Op::pad, {T(d, kBatched)}, pd), {random_array(T(d, kBatched), rng, -9, 9)}, 0.0, false,
+                  "pad " + dn);
+    Attrs c;
+    c.axis = 2;
+    const std::vector<Type> parts = {T(d, {3, 37, 5}), T(d, {3, 37, 0}), T(d, kBatched)};
+    check_program(one_op(Op::concatenate, parts, c),
+                  {random_array(parts[0], rng, -9, 9), Array(parts[1]), random_array(parts[2], rng, -9, 9)}, 0.0, false,
+                  "concatenate " + dn);
+  }
+  Tracer tr;
+  Tensor x = tr.input("x", T(DType::f32, {2, 3, 37, 16}));
+  Tensor cs = tr.input("cos", T(DType::f32, {37, 16}));
+  Tensor sn = tr.input("sin", T(DType::f32, {37, 16}));
+  Tensor r = x * cs + rotate_half(x) * sn;
+  const Program g = value_and_grad(tr.finish({{"loss", sum(pad(r * r, {0, 0, 1, 0}, {0, 0, 0, 2}))}}), {"x"});
+  check_program(g, {random_array(T(DType::f32, {2, 3, 37, 16}), rng, -2, 2), random_array(T(DType::f32, {37, 16}), rng, -1, 1),
+                    random_array(T(DType::f32, {37, 16}), rng, -1, 1)},
+                1e-5, true, "rotate-half gradient");
+}
+
 TEST_P(Cuda, ConstantAndIota) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;

@@ -689,6 +689,68 @@ TEST(Walks, BroadcastAndTransposeMatchTheInterpreter) {
   }
 }
 
+// slice: out[i] = in[offset + walk_offset(w, i)] (k::strided_copy from the
+// offset); pad: zeros, then out[offset + walk_offset(w, i)] = in[i]
+// (k::strided_store); concatenate: the same store for each operand at its
+// start along the axis. As the CUDA executor launches them (compile.cpp).
+TEST(Walks, SlicePadConcatenateMatchTheInterpreter) {
+  const Shape s = {3, 4, 5};
+  const Type t = {DType::i32, s};
+  const Array in = numbered(t);
+  struct SliceCase {
+    std::vector<int64_t> starts, limits, strides;
+  };
+  for (const SliceCase& c : {SliceCase{{0, 1, 2}, {3, 3, 5}, {1, 1, 1}}, SliceCase{{1, 0, 0}, {3, 4, 5}, {2, 3, 2}},
+                             SliceCase{{0, 0, 4}, {3, 4, 5}, {1, 1, 1}}}) {
+    Program p;
+    int x = p.add_input("x", t);
+    Attrs a;
+    a.starts = c.starts;
+    a.limits = c.limits;
+    a.strides = c.strides;
+    p.add_output("y", p.add_eqn(Op::slice, {x}, a));
+    const Array want = host::run(p, {in})[0];
+    const plan::OffsetWalk w = plan::slice_walk(s, want.type().shape, c.starts, c.strides, "test");
+    Array got(want.type());
+    for (int64_t i = 0; i < got.numel(); ++i) got.set(i, in.get(w.offset + plan::walk_offset(w.walk, i)));
+    EXPECT_TRUE(got.bit_equal(want)) << "slice " << shape_str(c.starts) << shape_str(c.limits) << shape_str(c.strides);
+  }
+  for (const auto& [lo, hi] : {std::pair<std::vector<int64_t>, std::vector<int64_t>>{{1, 0, 2}, {0, 2, 1}},
+                               std::pair<std::vector<int64_t>, std::vector<int64_t>>{{0, 3, 0}, {2, 0, 0}}}) {
+    Program p;
+    int x = p.add_input("x", t);
+    Attrs a;
+    a.lows = lo;
+    a.highs = hi;
+    p.add_output("y", p.add_eqn(Op::pad, {x}, a));
+    const Array want = host::run(p, {in})[0];
+    const plan::OffsetWalk w = plan::embed_walk(s, want.type().shape, lo, "test");
+    Array got(want.type());  // zeros
+    for (int64_t i = 0; i < in.numel(); ++i) got.set(w.offset + plan::walk_offset(w.walk, i), in.get(i));
+    EXPECT_TRUE(got.bit_equal(want)) << "pad " << shape_str(lo) << shape_str(hi);
+  }
+  for (int64_t axis = 0; axis < 3; ++axis) {
+    Shape s2 = s;
+    s2[static_cast<size_t>(axis)] = 2;
+    const Type t2 = {DType::i32, s2};
+    const Array in2 = numbered(t2);
+    Program p;
+    int x = p.add_input("x", t), y = p.add_input("y", t2);
+    Attrs a;
+    a.axis = axis;
+    p.add_output("c", p.add_eqn(Op::concatenate, {y, x, y}, a));
+    const Array want = host::run(p, {in, in2})[0];
+    Array got(want.type());
+    std::vector<int64_t> at(3, 0);
+    for (const Array* part : {&in2, &in, &in2}) {
+      const plan::OffsetWalk w = plan::embed_walk(part->type().shape, want.type().shape, at, "test");
+      for (int64_t i = 0; i < part->numel(); ++i) got.set(w.offset + plan::walk_offset(w.walk, i), part->get(i));
+      at[static_cast<size_t>(axis)] += part->type().shape[static_cast<size_t>(axis)];
+    }
+    EXPECT_TRUE(got.bit_equal(want)) << "concatenate along " << axis;
+  }
+}
+
 TEST(Walks, ReduceOverAnyAxesMatchesTheInterpreter) {
   const Shape s = {3, 5, 4, 2};
   const Type t = {DType::i32, s};

@@ -179,6 +179,73 @@ TEST(GradCheck, Transpose) {
   }
 }
 
+// slice, pad and concatenate are linear: x * x before them makes the loss
+// depend on x nonlinearly, so that a cotangent put in the wrong place shows.
+bool has_op(const Program& p, Op op) {
+  for (const Eqn& e : p.eqns)
+    if (e.op == op) return true;
+  return false;
+}
+
+TEST(GradCheck, Slice) {
+  std::mt19937 rng(31);
+  struct Case {
+    std::vector<int64_t> starts, limits, strides;
+  };
+  // stride 1; strides 2 and 3 (the VJP spreads the cotangent); an empty slice
+  const std::vector<Case> cases = {{{0, 1, 1}, {2, 3, 4}, {}},
+                                   {{1, 0, 0}, {2, 3, 2}, {}},
+                                   {{0, 0, 1}, {2, 3, 4}, {1, 2, 2}},
+                                   {{0, 1, 0}, {2, 3, 4}, {2, 1, 3}},
+                                   {{0, 2, 0}, {2, 2, 4}, {}},
+                                   {{1, 0, 0}, {2, 3, 4}, {1000000, 2, 1}}};  // one element along axis 0
+  for (const Case& c : cases) {
+    SCOPED_TRACE(shape_name(c.starts) + shape_name(c.limits) + shape_name(c.strides));
+    Tracer tr;
+    Tensor x = tr.input("x", {f64, {2, 3, 4}});
+    Tensor y = slice(x * x, c.starts, c.limits, c.strides);
+    Program p = tr.finish({{"loss", sum(y * y) + weighted_sum(tr, x, rng)}});
+    ASSERT_TRUE(has_op(p, Op::slice));
+    EXPECT_TRUE(has_op(value_and_grad(p, {"x"}), Op::pad)) << "the VJP of slice is a pad";
+    expect_close_grads(p, {random_array(rng, {f64, {2, 3, 4}})}, {"x"});
+  }
+}
+
+TEST(GradCheck, Pad) {
+  std::mt19937 rng(32);
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases = {
+      {{1, 0, 2}, {0, 3, 1}}, {{0, 0, 0}, {1, 0, 0}}, {{2, 1, 1}, {2, 1, 1}}};
+  for (const auto& [lo, hi] : cases) {
+    SCOPED_TRACE(shape_name(lo) + shape_name(hi));
+    Tracer tr;
+    Tensor x = tr.input("x", {f64, {2, 3, 4}});
+    Tensor y = pad(x * x, lo, hi);
+    Program p = tr.finish({{"loss", weighted_sum(tr, y, rng)}});
+    ASSERT_TRUE(has_op(p, Op::pad));
+    EXPECT_TRUE(has_op(value_and_grad(p, {"x"}), Op::slice)) << "the VJP of pad is a slice";
+    expect_close_grads(p, {random_array(rng, {f64, {2, 3, 4}})}, {"x"});
+  }
+}
+
+TEST(GradCheck, Concatenate) {
+  std::mt19937 rng(33);
+  for (int64_t axis : {0, 1, 2, -1}) {
+    SCOPED_TRACE("axis " + std::to_string(axis));
+    Tracer tr;
+    const int64_t a = axis < 0 ? 2 : axis;
+    Shape sa = {2, 3, 4}, sb = {2, 3, 4}, sc = {2, 3, 4};
+    sb[static_cast<size_t>(a)] = 1;
+    sc[static_cast<size_t>(a)] = 0;  // an empty operand takes no room
+    Tensor x = tr.input("x", {f64, sa});
+    Tensor y = tr.input("y", {f64, sb});
+    Tensor z = tr.input("z", {f64, sc});
+    Tensor c = concatenate({x * x, tanh(y), z, x}, axis);
+    Program p = tr.finish({{"loss", weighted_sum(tr, c, rng)}});
+    expect_close_grads(p, {random_array(rng, {f64, sa}), random_array(rng, {f64, sb}), random_array(rng, {f64, sc})},
+                       {"x", "y"});
+  }
+}
+
 // ---- contractions -------------------------------------------------------------------
 
 // The fused attention primitive: its VJP (three attention_grad equations)
@@ -410,6 +477,25 @@ TEST(GradCheck, NoGradStopsTheGradient) {
 }
 
 TEST(GradCheck, Gelu) { check_unary([](const Tensor& x) { return gelu_tanh(x); }, -3, 3); }
+TEST(GradCheck, Sigmoid) { check_unary([](const Tensor& x) { return sigmoid(x); }, -4, 4); }
+TEST(GradCheck, Silu) { check_unary([](const Tensor& x) { return silu(x); }, -4, 4); }
+
+// Far below the clamp (x < -80) SiLU and its gradient stay finite: exp(-x)
+// alone would be infinite there, and the VJP of exp a NaN.
+TEST(GradCheck, SiluIsFiniteFarBelowZero) {
+  for (DType d : {DType::f32, DType::f64}) {
+    Tracer tr;
+    Tensor x = tr.input("x", {d, {4}});
+    Program p = value_and_grad(tr.finish({{"loss", sum(silu(x))}}), {"x"});
+    const std::vector<Array> out = host::run(p, {Array::from_doubles({d, {4}}, {-1000.0, -100.0, 0.0, 30.0})});
+    const std::vector<double> g = out[1].to_doubles();
+    for (double v : g) EXPECT_TRUE(std::isfinite(v)) << dtype_name(d);
+    EXPECT_LT(std::fabs(g[0]), 1e-34);  // 1 / (1 + exp(80)), the clamp's
+    EXPECT_EQ(g[2], 0.5);  // d/dx x sigmoid(x) at 0 = sigmoid(0) = 1/2
+    EXPECT_NEAR(g[3], 1.0, 1e-11);
+    EXPECT_NEAR(out[0].get(0), 30.0 / (1.0 + std::exp(-30.0)), 1e-5);
+  }
+}
 
 TEST(GradCheck, RmsNorm) {
   std::mt19937 rng(18);
@@ -548,6 +634,9 @@ const char* grad_test_of(Op op) {
     case Op::attention: return "Attention";
     case Op::attention_grad: return "AttentionGradHasNoVjp";
     case Op::all_reduce: return "AllReduce";
+    case Op::slice: return "Slice";
+    case Op::pad: return "Pad";
+    case Op::concatenate: return "Concatenate";
   }
   return nullptr;
 }

@@ -2,6 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "capstep/ir.h"
 
 #include "test_util.h"
@@ -33,11 +35,13 @@ Program matmul_program() {
 }  // namespace
 
 TEST(Ir, PrimitiveTableIsComplete) {
-  EXPECT_EQ(kNumOps, 27);
+  EXPECT_EQ(kNumOps, 30);
   for (int i = 0; i < kNumOps; ++i) {
     Op op = static_cast<Op>(i);
     EXPECT_EQ(parse_op(op_name(op)), op);
-    EXPECT_GE(op_arity(op), 0);
+    // -1: any number of operands, concatenate's alone
+    if (op == Op::concatenate) EXPECT_EQ(op_arity(op), -1);
+    else EXPECT_GE(op_arity(op), 0) << op_name(op);
   }
 }
 
@@ -64,6 +68,68 @@ TEST(Ir, ReduceGatherScatterShapeRules) {
   EXPECT_EQ(infer_type(Op::gather_rows, {f32({64, 128}), idx}, {}), f32({4, 16, 128}));
   EXPECT_EQ(infer_type(Op::scatter_add_rows, {f32({64, 128}), idx, f32({4, 16, 128})}, {}), f32({64, 128}));
   EXPECT_EQ(infer_type(Op::compare, {f32({3}), f32({3})}, {}), (Type{DType::i1, {3}}));
+}
+
+TEST(Ir, SlicePadConcatenateShapeRules) {
+  Attrs s;
+  s.starts = {1, 0};
+  s.limits = {3, 7};
+  s.strides = {1, 3};
+  EXPECT_EQ(infer_type(Op::slice, {f32({4, 7})}, s), f32({2, 3}));  // 0, 3, 6
+  s.limits = {1, 0};
+  s.starts = {1, 0};
+  EXPECT_EQ(infer_type(Op::slice, {f32({4, 7})}, s), f32({0, 0}));
+  s.limits = {4, 7};
+  s.strides = {2, std::numeric_limits<int64_t>::max()};  // one element per stride beyond the axis
+  EXPECT_EQ(infer_type(Op::slice, {f32({4, 7})}, s), f32({2, 1}));
+  Attrs p;
+  p.lows = {0, 2};
+  p.highs = {1, 3};
+  EXPECT_EQ(infer_type(Op::pad, {{DType::i1, {4, 7}}}, p), Type({DType::i1, {5, 12}}));
+  Attrs c;
+  c.axis = 1;
+  EXPECT_EQ(infer_type(Op::concatenate, {f32({2, 3}), f32({2, 0}), f32({2, 5})}, c), f32({2, 8}));
+  EXPECT_EQ(infer_type(Op::concatenate, {f32({2, 3})}, c), f32({2, 3}));
+}
+
+TEST(Ir, SlicePadConcatenateErrorsNameTheEquation) {
+  Attrs s;
+  s.starts = {0, 2};
+  s.limits = {4, 8};
+  s.strides = {1, 1};
+  expect_error([&] { infer_type(Op::slice, {f32({4, 7})}, s); },
+               {"slice(f32[4,7])", "axis 1: start 2 and limit 8 must satisfy 0 <= start <= limit <= 7"});
+  s.limits = {4, 7};
+  s.strides = {1, 0};
+  expect_error([&] { infer_type(Op::slice, {f32({4, 7})}, s); }, {"slice(f32[4,7])", "axis 1: stride 0 must be at least 1"});
+  s.strides = {1};
+  expect_error([&] { infer_type(Op::slice, {f32({4, 7})}, s); }, {"slice(f32[4,7])", "one entry per axis"});
+  Attrs p;
+  p.lows = {0, -1};
+  p.highs = {0, 0};
+  expect_error([&] { infer_type(Op::pad, {f32({4, 7})}, p); }, {"pad(f32[4,7])", "axis 1: low -1 and high 0 must be >= 0"});
+  p.lows = {0};
+  expect_error([&] { infer_type(Op::pad, {f32({4, 7})}, p); }, {"pad(f32[4,7])", "one entry per axis"});
+  Attrs c;
+  c.axis = 0;
+  expect_error([&] { infer_type(Op::concatenate, {f32({2, 3}), f32({2, 4})}, c); },
+               {"concatenate(f32[2,3], f32[2,4])", "operand 1 is f32[2,4]: axis 1 differs"});
+  expect_error([&] { infer_type(Op::concatenate, {f32({2, 3}), {DType::f64, {2, 3}}}, c); },
+               {"concatenate(f32[2,3], f64[2,3])", "one dtype and rank"});
+  c.axis = 2;
+  expect_error([&] { infer_type(Op::concatenate, {f32({2, 3})}, c); }, {"concatenate", "axis 2 out of range for rank 2"});
+  expect_error([&] { infer_type(Op::concatenate, {}, c); }, {"concatenate()", "at least one operand"});
+  // In a program the verifier names the equation.
+  Program q;
+  int x = q.add_input("x", f32({4, 7}));
+  Attrs ok;
+  ok.starts = {0, 0};
+  ok.limits = {2, 7};
+  ok.strides = {1, 1};
+  int y = q.add_eqn(Op::slice, {x}, ok);
+  q.add_output("y", y);
+  q.eqns[0].attrs.limits = {5, 7};
+  expect_error([&] { verify(q); }, {"equation 0 (%1 = slice(%0))", "start 0 and limit 5 must satisfy"});
 }
 
 TEST(Ir, ShapeRuleErrorsNameOpAndShapes) {
@@ -193,10 +259,26 @@ TEST(Text, RoundTripIsExact) {
   Attrs io;
   io.axis = 1;
   int i = p.add_eqn_typed(Op::iota, {}, io, {DType::i32, {2, 3}});
+  Attrs sl;
+  sl.starts = {0, 1};
+  sl.limits = {2, 3};
+  sl.strides = {1, 2};
+  int s = p.add_eqn(Op::slice, {sel}, sl);
+  Attrs pd;
+  pd.lows = {0, 1};
+  pd.highs = {0, 1};
+  int pad = p.add_eqn(Op::pad, {s}, pd);
+  Attrs cc;
+  cc.axis = 1;
+  int cat = p.add_eqn(Op::concatenate, {pad, pad, s, s}, cc);
   p.add_output("sel", sel);
   p.add_output("c", c);
   p.add_output("i", i);
+  p.add_output("cat", cat);
   std::string text = to_text(p);
+  EXPECT_THAT(text, HasSubstr("%9 = slice(%7) {starts=[0,1], limits=[2,3], strides=[1,2]} : f64[2,1]"));
+  EXPECT_THAT(text, HasSubstr("%10 = pad(%9) {lows=[0,1], highs=[0,1]} : f64[2,3]"));
+  EXPECT_THAT(text, HasSubstr("%11 = concatenate(%10, %10, %9, %9) {axis=1} : f64[2,8]"));
   EXPECT_THAT(text, HasSubstr("%6 = compare(%5, %4) {cmp=GE} : i1[2,3]"));
   Program q = parse_text(text);
   EXPECT_EQ(to_text(q), text);

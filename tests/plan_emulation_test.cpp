@@ -600,6 +600,45 @@ TEST(PlanEmulation, ColumnReductionOverManyRows) {
   EXPECT_LE(norm_diff(run.output(1), want[1]), 1e-5);
 }
 
+// Rotate-half (slices, a concatenate) and a pad, and their gradient: the
+// plan gives each its own launches (a strided copy, a fill and a store, a
+// store per operand) between the fused groups around them, and the memory
+// plan keeps every operand alive until they have run.
+TEST(PlanEmulation, SlicePadConcatenateBetweenFusedGroups) {
+  Tracer tr;
+  Tensor x = tr.input("x", {DType::f32, {2, 3, 6, 8}});
+  Tensor cs = tr.input("cos", {DType::f32, {6, 8}});
+  Tensor sn = tr.input("sin", {DType::f32, {6, 8}});
+  Tensor x1 = slice(x, {0, 0, 0, 0}, {2, 3, 6, 4}), x2 = slice(x, {0, 0, 0, 4}, {2, 3, 6, 8});
+  Tensor r = x * cs + concatenate({-x2, x1}, -1) * sn;
+  Tensor padded = pad(tanh(r), {0, 0, 1, 0}, {0, 0, 0, 2});
+  Tensor loss = sum(padded * padded) + sum(slice(r, {0, 0, 0, 0}, {2, 3, 6, 8}, {1, 2, 2, 3}));
+  Program p = value_and_grad(tr.finish({{"loss", loss}, {"padded", padded}}), {"x", "cos"});
+  const plan::KernelPlan kp = plan::plan_kernels(p);
+  int strided = 0, fill = 0;
+  for (const plan::Item& it : kp.items) {
+    strided += it.kind == plan::ItemKind::strided;
+    fill += it.kind == plan::ItemKind::fill;
+  }
+  EXPECT_GE(strided, 5) << kp.describe();
+  EXPECT_GE(fill, 1) << kp.describe();
+  TempDir dir;
+  const HostKernels kernels(kp, dir.file("k"));
+  HostPlanRunner run(kp, kernels);
+  std::mt19937 rng(5);
+  std::vector<Array> in;
+  for (int i = 0; i < 3; ++i) {
+    Array a(p.input_type(i));
+    for (int64_t k = 0; k < a.numel(); ++k) a.set(k, std::uniform_real_distribution<double>(-1, 1)(rng));
+    run.upload(i, a);
+    in.push_back(std::move(a));
+  }
+  run.step();
+  const std::vector<Array> want = host::run(p, in);
+  for (size_t o = 0; o < want.size(); ++o)
+    EXPECT_LE(norm_diff(run.output(static_cast<int>(o)), want[o]), 1e-6) << p.outputs[o].name;
+}
+
 // The layout of cuda::k::DeviceError and of the kernels' capstep_device_error.
 struct DeviceError {
   int flag = 0, eqn = 0;

@@ -42,6 +42,7 @@ TEST(StablehloGolden, GatherScatterRows) { check_golden(rows_case()); }
 TEST(StablehloGolden, SgdStepWithAlias) { check_golden(sgd_step_case()); }
 TEST(StablehloGolden, F64AndI32) { check_golden(f64_i32_case()); }
 TEST(StablehloGolden, Bf16) { check_golden(bf16_case()); }
+TEST(StablehloGolden, SlicePadConcatenate) { check_golden(slices_case()); }
 
 TEST(StablehloExport, ModuleFormIsJaxs) {
   std::string t = to_stablehlo(sgd_step_case().program, "step");

@@ -214,6 +214,30 @@ inline Case f64_i32_case() {
 
 // bf16 (issue 11): f32 inputs converted to bf16, bf16 elementwise ops and
 // constants (a splat, a list, and a hex string of more than 16), a bf16 x
+// slice (with and without strides), pad and concatenate (three operands, and
+// i32 ones), then rotate-half (the Llama model's) with its gradient, so that
+// the VJPs (pad for slice, slices for concatenate) are exported and run too.
+inline Case slices_case() {
+  Tracer tr;
+  Tensor x = tr.input("x", {DType::f32, {2, 3, 8}});
+  Tensor k = tr.input("k", {DType::i32, {2, 5}});
+  Tensor cs = tr.input("cos", {DType::f32, {3, 8}});
+  Tensor sn = tr.input("sin", {DType::f32, {3, 8}});
+  Tensor x1 = slice(x, {0, 0, 0}, {2, 3, 4});
+  Tensor x2 = slice(x, {0, 0, 4}, {2, 3, 8});
+  Tensor rot = x * cs + concatenate({-x2, x1}, -1) * sn;
+  Tensor strided = slice(x, {1, 0, 1}, {2, 3, 8}, {1, 2, 3});             // [1,2,3]
+  Tensor padded = pad(strided, {1, 0, 2}, {0, 3, 1});                     // [2,5,6]
+  Tensor loss = sum(rot * rot) + sum(padded * padded);
+  Tensor three = concatenate({x, x1, x2 * 2.0}, 2);                       // [2,3,16]
+  Tensor ki = concatenate({k, slice(k, {0, 1}, {2, 3}), pad(k, {0, 0}, {0, 1})}, 1);  // [2,13]
+  Program fwd = tr.finish({{"loss", loss}, {"padded", padded}, {"three", three}, {"ints", ki}});
+  Program p = value_and_grad(fwd, {"x"});
+  return {"slices", p,
+          {random_array({DType::f32, {2, 3, 8}}, -2, 2, 31), Array::from_doubles({DType::i32, {2, 5}}, {1, -2, 3, 4, 5, 6, 7, -8, 9, 10}),
+           random_array({DType::f32, {3, 8}}, -1, 1, 32), random_array({DType::f32, {3, 8}}, -1, 1, 33)}};
+}
+
 // bf16 -> f32 dot_general, a bf16 reduce_max, and f32 outputs (npy has no
 // bfloat16 of its own, so what crosses to XLA stays f32).
 inline Case bf16_case() {

@@ -107,6 +107,21 @@ TEST(StablehloReaderErrors, MessagesNameLineColumnAndCause) {
       {"not main", "module @m {\n  func.func public @step() {\n", "stablehlo:2:20: the function must be @main, found @step"},
       {"partitioned", "module @m attributes {mhlo.num_partitions = 2 : i32} {",
        "stablehlo:1:23: mhlo.num_partitions = 2: only replicated modules (1 partition) are supported"},
+      {"pad value not zero", module("    %z = stablehlo.constant dense<1.000000e+00> : tensor<f32>\n"
+                                    "    %0 = stablehlo.pad %arg0, %z, low = [0, 0], high = [0, 0], interior = [0, 0] : "
+                                    "(tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>\n"),
+       "stablehlo:4:31: the padding value must be a scalar f32 constant 0 (capstep pads with zeros)"},
+      {"interior padding", module("    %z = stablehlo.constant dense<0.000000e+00> : tensor<f32>\n"
+                                  "    %0 = stablehlo.pad %arg0, %z, low = [0, 0], high = [0, 0], interior = [1, 0] : "
+                                  "(tensor<2x3xf32>, tensor<f32>) -> tensor<3x3xf32>\n",
+                                  "    return %0 : tensor<3x3xf32>\n"),
+       "stablehlo:4:75: interior padding must be 0 (capstep's pad has none)"},
+      {"slice out of range", module("    %0 = stablehlo.slice %arg0 [0:2, 1:4] : (tensor<2x3xf32>) -> tensor<2x3xf32>\n"),
+       "stablehlo:3:10: slice(f32[2,3]): axis 1: start 1 and limit 4 must satisfy 0 <= start <= limit <= 3"},
+      {"concatenate shapes", module("    %0 = stablehlo.concatenate %arg0, %arg0, dim = 0 : (tensor<2x3xf32>, tensor<2x3xf32>) "
+                                    "-> tensor<2x6xf32>\n",
+                                    "    return %0 : tensor<2x6xf32>\n"),
+       "stablehlo:3:10: concatenate(f32[2,3], f32[2,3]): result type f32[2,6] differs from the inferred f32[4,3]"},
       {"gather not of rows",
        "module @m {\n  func.func public @main(%arg0: tensor<6x4xf32>, %arg1: tensor<3xi32>) -> tensor<3x4xf32> {\n"
        "    %0 = \"stablehlo.gather\"(%arg0, %arg1) <{dimension_numbers = #stablehlo.gather<offset_dims = [1], "

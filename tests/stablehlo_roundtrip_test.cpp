@@ -38,6 +38,41 @@ TEST(StablehloRoundTrip, GatherScatterRows) { check_round_trip(rows_case()); }
 TEST(StablehloRoundTrip, SgdStepWithAlias) { check_round_trip(sgd_step_case()); }
 TEST(StablehloRoundTrip, F64AndI32) { check_round_trip(f64_i32_case()); }
 TEST(StablehloRoundTrip, Bf16) { check_round_trip(bf16_case()); }
+TEST(StablehloRoundTrip, SlicePadConcatenate) { check_round_trip(slices_case()); }
+
+// slice, concatenate and pad as JAX 0.10.2 prints them (jax.lax.slice with
+// strides, jnp.concatenate, jnp.pad's stablehlo.pad with an f32 zero).
+TEST(StablehloRoundTrip, ReadsJaxsSliceConcatenatePad) {
+  const char* jax_text = R"MLIR(module @jit__lambda attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<4x8xf32>, %arg1: tensor<3x4xf32>) -> (tensor<5x4xf32> {jax.result_info = "result[0]"}, tensor<7x9xf32> {jax.result_info = "result[1]"}) {
+    %0 = stablehlo.slice %arg0 [1:3, 0:8:2] : (tensor<4x8xf32>) -> tensor<2x4xf32>
+    %1 = stablehlo.concatenate %0, %arg1, dim = 0 : (tensor<2x4xf32>, tensor<3x4xf32>) -> tensor<5x4xf32>
+    %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %2 = stablehlo.pad %arg0, %cst, low = [1, 0], high = [2, 1], interior = [0, 0] : (tensor<4x8xf32>, tensor<f32>) -> tensor<7x9xf32>
+    return %1, %2 : tensor<5x4xf32>, tensor<7x9xf32>
+  }
+}
+)MLIR";
+  Program p = from_stablehlo(jax_text);
+  ASSERT_EQ(p.eqns.size(), 3u);  // the pad's zero folded in
+  EXPECT_EQ(p.eqns[0].op, Op::slice);
+  EXPECT_EQ(p.eqns[0].attrs.strides, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(p.eqns[1].op, Op::concatenate);
+  EXPECT_EQ(p.eqns[2].op, Op::pad);
+  std::vector<float> xv(32), yv(12, -1.0f);
+  for (int i = 0; i < 32; ++i) xv[static_cast<size_t>(i)] = static_cast<float>(i);
+  auto out = host::run(p, {Array::f32({4, 8}, xv), Array::f32({3, 4}, yv)});
+  // rows 1 and 2 of x at even columns, then y
+  EXPECT_EQ(out[0].get(0), 8);
+  EXPECT_EQ(out[0].get(3), 14);
+  EXPECT_EQ(out[0].get(4), 16);
+  EXPECT_EQ(out[0].get(8), -1);
+  // x[i][j] at [i + 1][j], zeros around
+  EXPECT_EQ(out[1].get(0), 0);
+  EXPECT_EQ(out[1].get(9), 0);
+  EXPECT_EQ(out[1].get(9 + 8), 0);
+  EXPECT_EQ(out[1].get(2 * 9 + 3), 11);
+}
 TEST(StablehloRoundTrip, TinyFusedTrainingStep) { check_round_trip(fused_step_case(tiny_lm(), "tiny_step")); }
 
 // The issue's check: the seed's full fused training step (311,936 parameters,

@@ -198,6 +198,7 @@ TEST(StablehloXla, F64AndI32) { REQUIRE_JAX(); check_with_xla(f64_i32_case()); }
 // magnitude; measured with jax 0.10.2: 2.7e-3 (the bf16 multiply of "max").
 // A wrong lowering (a lost convert, an operand read as f32 bits, a dot
 // accumulated in bf16) is off by far more.
+TEST(StablehloXla, SlicePadConcatenateAndTheirGradients) { REQUIRE_JAX(); check_with_xla(slices_case()); }
 TEST(StablehloXla, Bf16AgreesWithinABf16Ulp) { REQUIRE_JAX(); check_with_xla(bf16_case(), 0x1p-7); }
 TEST(StablehloXla, TinyFusedTrainingStep) { REQUIRE_JAX(); check_with_xla(fused_step_case(tiny_lm(), "tiny_step")); }
 // With the attention primitives (fuse_attention): the export expands them into
@@ -339,7 +340,8 @@ TEST(StablehloXla, DataParallelStepOnTwoReplicas) {
 // of the docs sees).
 TEST(StablehloXla, GoldenFilesCompile) {
   REQUIRE_JAX();
-  for (const Case& c : {elementwise_case(), shapes_case(), rows_case(), sgd_step_case(), f64_i32_case(), bf16_case()}) {
+  for (const Case& c : {elementwise_case(), shapes_case(), rows_case(), sgd_step_case(), f64_i32_case(), bf16_case(),
+                        slices_case()}) {
     std::string text = read_file(source_dir() + "/tests/golden/stablehlo_" + c.name + ".mlir");
     XlaRun x = run_with_xla(c, text, "golden_" + c.name);
     EXPECT_EQ(x.outputs.size(), c.program.outputs.size()) << c.name;

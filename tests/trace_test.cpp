@@ -349,3 +349,80 @@ TEST(Trace, ASecondFinishGivesAnotherProgramOfTheSameRecord) {
   EXPECT_EQ(second.outputs[1].name, "z");
   EXPECT_EQ(second.inputs.size(), first.inputs.size());
 }
+
+namespace {
+
+// slice, concatenate and pad record one equation each, and nothing for the
+// identity; their errors name the equation (op and operand types).
+TEST(Trace, SliceConcatenatePad) {
+  Tracer tr;
+  Tensor x = tr.input("x", {DType::f32, {4, 6}});
+  Tensor y = tr.input("y", {DType::f32, {4, 2}});
+  EXPECT_EQ(slice(x, {0, 0}, {4, 6}).id(), x.id());
+  EXPECT_EQ(concatenate({x}, 1).id(), x.id());
+  EXPECT_EQ(pad(x, {0, 0}, {0, 0}).id(), x.id());
+  const size_t before = tr.program().eqns.size();
+  Tensor s = slice(x, {1, 0}, {3, 6}, {1, 2});
+  Tensor c = concatenate({x, y, x}, -1);
+  Tensor p = pad(y, {1, 0}, {0, 3});
+  EXPECT_EQ(tr.program().eqns.size(), before + 3);
+  EXPECT_EQ(s.shape(), (Shape{2, 3}));
+  EXPECT_EQ(c.shape(), (Shape{4, 14}));
+  EXPECT_EQ(p.shape(), (Shape{5, 5}));
+  EXPECT_EQ(defining(tr.program(), c).attrs.axis, 1);
+  EXPECT_EQ(defining(tr.program(), s).attrs.strides, (std::vector<int64_t>{1, 2}));
+  EXPECT_ERROR_HAS(slice(x, {0, 5}, {4, 7}), "slice(f32[4,6]): axis 1: start 5 and limit 7 must satisfy");
+  EXPECT_ERROR_HAS(concatenate({x, y}, 0), "concatenate(f32[4,6], f32[4,2]): operand 1 is f32[4,2]: axis 1 differs");
+  EXPECT_ERROR_HAS(pad(x, {0, -1}, {0, 0}), "pad(f32[4,6]): axis 1: low -1 and high 0 must be >= 0");
+  EXPECT_ERROR_HAS(concatenate({}, 0), "concatenate: needs at least one operand");
+  EXPECT_ERROR_HAS(concatenate({x}, 2), "concatenate");  // the axis is checked with one operand too
+}
+
+TEST(TraceValues, SiluAndSigmoid) {
+  Tracer tr;
+  Tensor x = tr.input("x", {DType::f64, {5}});
+  Program p = tr.finish({{"silu", silu(x)}, {"sigmoid", sigmoid(x)}});
+  const std::vector<double> xs = {-3, -0.5, 0, 0.5, 3};
+  const std::vector<Array> out = host::run(p, {Array::from_doubles({DType::f64, {5}}, xs)});
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double sg = 1.0 / (1.0 + std::exp(-xs[i]));
+    EXPECT_NEAR(out[1].get(static_cast<int64_t>(i)), sg, 1e-15);
+    EXPECT_NEAR(out[0].get(static_cast<int64_t>(i)), xs[i] * sg, 1e-15);
+  }
+}
+
+// rope_tables: transformers' f32 steps. head_dim 4, theta 10000: inv_freq =
+// [1, 1/100 rounded to f32]; column j + 2 repeats column j.
+TEST(TraceValues, RopeTablesAndRotateHalf) {
+  Tracer tr;
+  const RopeTables t = rope_tables(tr, 5, 4, 10000.0);
+  Program p = tr.finish({{"cos", t.cos}, {"sin", t.sin}});
+  const std::vector<Array> out = host::run(p, {});
+  ASSERT_EQ(out[0].type(), (Type{DType::f32, {5, 4}}));
+  const float inv1 = 1.0f / std::pow(10000.0f, 0.5f);
+  for (int64_t pos = 0; pos < 5; ++pos) {
+    const float a0 = static_cast<float>(pos), a1 = static_cast<float>(pos) * inv1;
+    EXPECT_EQ(out[0].get(pos * 4 + 0), static_cast<float>(std::cos(static_cast<double>(a0))));
+    EXPECT_EQ(out[1].get(pos * 4 + 1), static_cast<float>(std::sin(static_cast<double>(a1))));
+    EXPECT_EQ(out[0].get(pos * 4 + 2), out[0].get(pos * 4 + 0));
+    EXPECT_EQ(out[1].get(pos * 4 + 3), out[1].get(pos * 4 + 1));
+  }
+  EXPECT_EQ(out[0].get(0), 1.0);
+  EXPECT_EQ(out[1].get(0), 0.0);
+  EXPECT_NEAR(out[1].get(4 * 3 + 1), std::sin(3 * 0.01), 1e-8);
+  // bf16 tables: the f32 values rounded once to bf16, as .to(bfloat16) does
+  Tracer tb;
+  const RopeTables b = rope_tables(tb, 5, 4, 10000.0, DType::bf16);
+  const std::vector<Array> ob = host::run(tb.finish({{"cos", b.cos}}), {});
+  for (int64_t i = 0; i < 20; ++i)
+    EXPECT_EQ(ob[0].get(i), Array::from_doubles({DType::bf16, {}}, {out[0].get(i)}).get(0)) << i;
+  EXPECT_ERROR_HAS(rope_tables(tb, 5, 3, 10000.0), "an even head_dim");
+
+  Tracer tr2;
+  Tensor x = tr2.input("x", {DType::f32, {2, 6}});
+  Program r = tr2.finish({{"r", rotate_half(x)}});
+  const std::vector<Array> rv = host::run(r, {Array::f32({2, 6}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})});
+  EXPECT_EQ(rv[0].to_doubles(), (std::vector<double>{-4, -5, -6, 1, 2, 3, -10, -11, -12, 7, 8, 9}));
+}
+
+}  // namespace

@@ -75,7 +75,10 @@ void validate_type(const Type& t, const std::string& what);
   X(scatter_add_rows, "scatter_add_rows", 3)                                   \
   X(attention, "attention", 3)                                                 \
   X(attention_grad, "attention_grad", 5)                                       \
-  X(all_reduce, "all_reduce", 1)
+  X(all_reduce, "all_reduce", 1)                                               \
+  X(slice, "slice", 1)                                                         \
+  X(pad, "pad", 1)                                                             \
+  X(concatenate, "concatenate", -1)
 
 enum class Op : uint8_t {
 #define CAPSTEP_X(name, text, arity) name,
@@ -89,6 +92,7 @@ constexpr int kNumOps = 0
     ;
 
 const char* op_name(Op op);
+// The number of operands; -1: any number from 1 up (concatenate).
 int op_arity(Op op);
 Op parse_op(const std::string& s);            // throws on unknown
 bool is_elementwise(Op op);                    // add..convert (same-shape operands)
@@ -142,12 +146,25 @@ Cmp parse_cmp(const std::string& s);
 //                                  interpreter with a Communicator sums across
 //                                  its ranks; StableHLO export names the count
 //                                  (mhlo.num_replicas). Float types only.
+//  slice(a)                        attrs.starts/limits/strides, one per axis:
+//                                  out[i] = a[starts + i * strides]; result axis
+//                                  d has ceil((limits[d] - starts[d]) / strides[d])
+//                                  elements; 0 <= start <= limit <= size, stride >= 1
+//  pad(a)                          attrs.lows/highs, one per axis, >= 0: a with
+//                                  lows[d] zeros before and highs[d] after it along
+//                                  each axis (StableHLO's pad with value 0, no
+//                                  interior padding); the VJP of slice
+//  concatenate(a, b, ...)          attrs.axis: the operands (one or more, one dtype,
+//                                  equal sizes on every other axis) one after the
+//                                  other along that axis
 struct Attrs {
   std::vector<double> literal;      // constant
-  int64_t axis = 0;                  // iota
+  int64_t axis = 0;                  // iota, concatenate
   Cmp cmp = Cmp::EQ;                 // compare
   std::vector<int64_t> dims;         // broadcast_in_dim, transpose, reduce_*
   std::vector<int64_t> lhs_batch, rhs_batch, lhs_contract, rhs_contract;  // dot_general
+  std::vector<int64_t> starts, limits, strides;                          // slice
+  std::vector<int64_t> lows, highs;                                      // pad
   // Any op: value_and_grad treats the result as a constant (no cotangent flows
   // through it; JAX's stop_gradient). The softmax's max shift carries it: the
   // shift cancels, so the gradient through it is zero in exact arithmetic and

@@ -107,6 +107,17 @@ Tensor broadcast_in_dim(const Tensor& a, const Shape& shape, const std::vector<i
 Tensor reshape(const Tensor& a, const Shape& shape);   // one -1 allowed
 Tensor transpose(const Tensor& a, const std::vector<int64_t>& perm);
 Tensor swap_last2(const Tensor& a);
+// a[starts : limits : strides] along every axis (Op::slice): one entry per
+// axis, 0 <= start <= limit <= size; strides empty means 1 everywhere. The
+// whole of `a` records nothing.
+Tensor slice(const Tensor& a, const std::vector<int64_t>& starts, const std::vector<int64_t>& limits,
+             const std::vector<int64_t>& strides = {});
+// The operands one after the other along `axis` (negative counts from the
+// end; Op::concatenate, any number of operands). One operand records nothing.
+Tensor concatenate(const std::vector<Tensor>& parts, int64_t axis);
+// `a` with lows[d] zeros before and highs[d] zeros after it along each axis d
+// (Op::pad; all >= 0). No padding records nothing.
+Tensor pad(const Tensor& a, const std::vector<int64_t>& lows, const std::vector<int64_t>& highs);
 
 // ---- contractions and reductions ------------------------------------------------
 struct DotDims {
@@ -134,6 +145,12 @@ Tensor all_reduce(const Tensor& a);
 Tensor softmax(const Tensor& x, int64_t axis = -1);
 Tensor log_softmax(const Tensor& x, int64_t axis = -1);
 Tensor gelu_tanh(const Tensor& x);
+// 1 / (1 + exp(-x)), with exp's argument clamped at 80 so that neither the
+// value nor its gradient meets an infinity (see composites.cpp).
+Tensor sigmoid(const Tensor& x);
+// SiLU (swish): x * sigmoid(x), computed as x / (1 + exp(-x)) as PyTorch's
+// F.silu does (one rounding fewer than the product); the clamp of sigmoid.
+Tensor silu(const Tensor& x);
 // x * rsqrt(mean(x^2, -1) + eps) * gain
 Tensor rms_norm(const Tensor& x, const Tensor& gain, double eps = 1e-5);
 // Mean over positions of -log_softmax(logits)[target]; logits [..., V], targets i32[...].
@@ -141,6 +158,20 @@ Tensor rms_norm(const Tensor& x, const Tensor& gain, double eps = 1e-5);
 // gather_rows, whose index error names the position); an exported program
 // clamps it instead (docs/stablehlo.md).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+// Rotary position embedding as transformers' LlamaRotaryEmbedding computes it
+// (rope_type "default"): tables cos and sin of [positions, head_dim], captured
+// as constants of dtype d (no sin/cos primitive: docs/api.md, "Rotary
+// embeddings"). Column j and j + head_dim/2 hold the angle p * inv_freq[j],
+// inv_freq[j] = 1 / theta^(2j / head_dim), both in f32 as transformers has
+// them; cos and sin of that f32 angle in double, rounded to f32, then to d.
+struct RopeTables {
+  Tensor cos, sin;
+};
+RopeTables rope_tables(Tracer& tr, int64_t positions, int64_t head_dim, double theta, DType d = DType::f32);
+// transformers' rotate_half: concatenate(-x[..., h:], x[..., :h]) along the
+// last axis (h = half its size, which must be even). The rotation is then
+// x * cos + rotate_half(x) * sin.
+Tensor rotate_half(const Tensor& x);
 // [T, T] additive mask: 0 on and below the diagonal, -1e9 above (dtype of the model).
 Tensor causal_mask(Tracer& tr, int64_t T, DType d = DType::f32);
 // Scaled dot-product attention with the causal mask. q, k, v: [B, H, T, Dh].

@@ -28,6 +28,8 @@ size_t eqn_hash(const Eqn& e, const Type& t) {
   h = hash_ints(h, e.attrs.lhs_batch);
   h = hash_ints(h, e.attrs.rhs_batch);
   h = hash_ints(h, e.attrs.lhs_contract);
+  for (const std::vector<int64_t>* v : {&e.attrs.starts, &e.attrs.limits, &e.attrs.strides, &e.attrs.lows, &e.attrs.highs})
+    h = hash_ints(h, *v);
   h = mix(h, static_cast<size_t>(e.attrs.no_grad));
   return hash_ints(h, e.attrs.rhs_contract);
 }

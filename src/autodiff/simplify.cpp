@@ -1,5 +1,7 @@
 // Algebraic clean-up around splat constants (see passes.h). Each rewrite keeps
 // the value's type, so the verifier's view of the program is unchanged.
+#include <bit>
+#include <cstdint>
 #include <optional>
 
 #include "autodiff/passes.h"
@@ -44,8 +46,19 @@ Program simplify(const Program& p) {
       case Op::broadcast_in_dim:
       case Op::reshape:
       case Op::transpose:
+      case Op::slice:
         if (sp(0)) make_splat(*sp(0));
         break;
+      case Op::pad:  // +0 padded with zeros (bits compared: -0 is not padding's value)
+        if (sp(0) && std::bit_cast<uint64_t>(*sp(0)) == std::bit_cast<uint64_t>(0.0)) make_splat(0.0);
+        break;
+      case Op::concatenate: {  // one splat value throughout (bit for bit)
+        bool same = sp(0).has_value();
+        for (size_t i = 1; same && i < e.inputs.size(); ++i)
+          same = sp(i).has_value() && std::bit_cast<uint64_t>(*sp(i)) == std::bit_cast<uint64_t>(*sp(0));
+        if (same) make_splat(*sp(0));
+        break;
+      }
       case Op::convert:
         if (sp(0) && is_float(t.dtype) && is_float(q.types[static_cast<size_t>(e.inputs[0])].dtype))
           make_splat(round_to(*sp(0), t.dtype));

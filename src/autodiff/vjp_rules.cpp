@@ -27,6 +27,41 @@ Tensor unbroadcast(const Tensor& g, const Type operand, const std::vector<int64_
   return reshape(r, operand.shape);  // records nothing when the shape already matches
 }
 
+// The cotangent of slice(a): g put back where the slice read it, zeros
+// elsewhere. A stride s > 1 along an axis first spreads g's n elements s
+// apart there (each followed by s - 1 zeros: a new axis of 1 padded to s and
+// merged, then the trailing zeros cut), so that the one pad leaves every
+// element at start + k * s. The operand's type comes by value: emitting
+// grows the program's type table, which p.type() refers into.
+Tensor unslice(Tensor g, const Type operand, const Attrs& a) {
+  const size_t r = operand.shape.size();
+  std::vector<int64_t> lows(r), highs(r);
+  for (size_t d = 0; d < r; ++d) {
+    const int64_t n = g.shape()[d], st = a.strides[d];
+    int64_t span = n;  // elements from the first read to the last, inclusive
+    if (st > 1 && n > 1) {  // (one element needs no spreading, whatever the stride)
+      const Shape gs = g.shape();
+      Shape split;  // g's shape with an axis of 1 after d
+      for (size_t k = 0; k < r; ++k) {
+        split.push_back(gs[k]);
+        if (k == d) split.push_back(1);
+      }
+      std::vector<int64_t> lo(r + 1, 0), hi(r + 1, 0);
+      hi[d + 1] = st - 1;
+      Shape merged = g.shape();
+      merged[d] = n * st;
+      g = reshape(pad(reshape(g, split), lo, hi), merged);
+      span = (n - 1) * st + 1;
+      std::vector<int64_t> st0(r, 0), lim = g.shape();
+      lim[d] = span;
+      g = slice(g, st0, lim);
+    }
+    lows[d] = a.starts[d];
+    highs[d] = operand.shape[d] - a.starts[d] - span;
+  }
+  return pad(g, lows, highs);
+}
+
 std::vector<int64_t> kept(int rank, const std::vector<int64_t>& reduced) {
   std::vector<int64_t> out;
   for (int64_t i = 0; i < rank; ++i)
@@ -183,6 +218,33 @@ std::vector<Tensor> vjp(Tracer& tr, const Eqn& e, const Tensor& g, const std::ve
       break;
     case Op::attention_grad:
       throw Error("value_and_grad: attention_grad has no VJP (second derivatives of attention are not supported)");
+    case Op::slice:
+      gx[0] = unslice(g, p.type(e.inputs[0]), e.attrs);
+      break;
+    case Op::pad: {
+      // The operand's elements sit at lows[d] + i: read them back.
+      const Type in = p.type(e.inputs[0]);
+      std::vector<int64_t> lim(in.shape.size());
+      for (size_t d = 0; d < lim.size(); ++d) lim[d] = e.attrs.lows[d] + in.shape[d];
+      gx[0] = slice(g, e.attrs.lows, lim);
+      break;
+    }
+    case Op::concatenate: {
+      // Each operand's cotangent is its own stretch of g along the axis.
+      const size_t ax = static_cast<size_t>(e.attrs.axis);
+      int64_t at = 0;
+      for (size_t i = 0; i < e.inputs.size(); ++i) {
+        const Type in = p.type(e.inputs[i]);
+        if (wants(i)) {
+          std::vector<int64_t> st(in.shape.size(), 0), lim = out_type.shape;
+          st[ax] = at;
+          lim[ax] = at + in.shape[ax];
+          gx[i] = slice(g, st, lim);
+        }
+        at += in.shape[ax];
+      }
+      break;
+    }
     case Op::all_reduce:
       // out = sum over replicas r of a_r, so d(sum_r L_r)/d a_r = sum over
       // replicas of g_r: the transpose of an all-reduce is an all-reduce.

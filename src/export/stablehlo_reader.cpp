@@ -6,6 +6,9 @@
 // the op. The second drops the constants that only feed reduce inits (they
 // are part of reduce_sum / reduce_max in the IR) and builds the Program.
 #include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <unordered_map>
 
@@ -21,6 +24,9 @@ using namespace stablehlo_detail;
 namespace {
 
 constexpr int64_t kMaxAxis = 64;
+// Slice bounds and padding: any size a dimension may have (the shape rule
+// checks them against the operand).
+constexpr int64_t kMaxDim = std::numeric_limits<int64_t>::max();
 
 struct Value {
   Type type;
@@ -32,7 +38,7 @@ struct ParsedOp {
   std::vector<int> operands;  // value indices
   Attrs attrs;
   Type type;
-  int init = -1;              // reduce: the init value
+  int init = -1;              // reduce: the init value; pad: the padding value
   size_t pos = 0;
 };
 
@@ -426,6 +432,37 @@ class Reader {
       p.type = fn_type(p.operands);
     } else if (name == "stablehlo.reduce") {
       reduce(p);
+    } else if (name == "stablehlo.slice") {
+      // %r = stablehlo.slice %x [start:limit(:stride)?, ...] : (T) -> R
+      p.op = Op::slice;
+      p.operands = operand_list(1);
+      c_.expect("[");
+      if (!c_.accept("]")) {
+        do {
+          p.attrs.starts.push_back(c_.integer(0, kMaxDim, "slice start"));
+          c_.expect(":");
+          p.attrs.limits.push_back(c_.integer(0, kMaxDim, "slice limit"));
+          p.attrs.strides.push_back(c_.accept(":") ? c_.integer(1, kMaxDim, "slice stride") : 1);
+        } while (c_.accept(","));
+        c_.expect("]");
+      }
+      p.type = fn_type(p.operands);
+    } else if (name == "stablehlo.pad") {
+      pad(p);
+    } else if (name == "stablehlo.concatenate") {
+      // %r = stablehlo.concatenate %a, %b, ..., dim = N : (A, B, ...) -> R
+      p.op = Op::concatenate;
+      p.operands = {use()};
+      while (c_.accept(",")) {
+        if (c_.accept("dim")) {
+          c_.expect("=");
+          p.attrs.axis = c_.integer(0, kMaxAxis, "concatenate dim");
+          p.type = fn_type(p.operands);
+          return;
+        }
+        p.operands.push_back(use());
+      }
+      c_.expected("', dim = N'");
     } else {
       c_.fail(p.pos, "unsupported operation '" + name + "'" + kSubset);
     }
@@ -462,6 +499,39 @@ class Reader {
     if (!ok)
       c_.fail(init_at, std::string("reduce init must be a constant ") + element_text(dt, want) + " (the identity of " +
                            body + ")");
+  }
+
+  // %r = stablehlo.pad %x, %zero, low = [...], high = [...], interior = [0, ...] : (T, S) -> R
+  // The padding value must be a constant 0 and the interior padding 0: the
+  // IR's pad has neither.
+  void pad(ParsedOp& p) {
+    p.op = Op::pad;
+    p.operands = {use()};
+    c_.expect(",");
+    size_t value_at = c_.ws();
+    p.init = use();
+    for (const char* key : {"low", "high", "interior"}) {
+      c_.expect(",");
+      c_.expect(key);
+      c_.expect("=");
+      size_t at = c_.ws();
+      std::vector<int64_t> v = c_.int_list(0, kMaxDim, "padding");
+      if (key[0] == 'l') p.attrs.lows = std::move(v);
+      else if (key[0] == 'h') p.attrs.highs = std::move(v);
+      else {
+        for (int64_t x : v)
+          if (x != 0) c_.fail(at, "interior padding must be 0 (capstep's pad has none)");
+      }
+    }
+    p.type = fn_type({p.operands[0], p.init});
+    const Value& iv = values_[static_cast<size_t>(p.init)];
+    DType dt = values_[static_cast<size_t>(p.operands[0])].type.dtype;
+    bool ok = iv.type == Type{dt, {}} && iv.op >= 0 && ops_[static_cast<size_t>(iv.op)].op == Op::constant &&
+              ops_[static_cast<size_t>(iv.op)].attrs.literal.size() == 1 &&
+              std::bit_cast<uint64_t>(ops_[static_cast<size_t>(iv.op)].attrs.literal[0]) == std::bit_cast<uint64_t>(0.0);
+    if (!ok)
+      c_.fail(value_at, "the padding value must be a scalar " + std::string(dtype_name(dt)) +
+                            " constant 0 (capstep pads with zeros)");
   }
 
   // <{key = value, ...}>

@@ -267,6 +267,31 @@ class Writer {
       }
       case Op::attention: case Op::attention_grad:
         break;  // to_stablehlo expands them first (expand_attention)
+      case Op::slice: {
+        // [start:limit] per axis, ":stride" where it is not 1 (as JAX prints it)
+        o_ << lhs << "stablehlo.slice " << operands(e) << " [";
+        for (size_t d = 0; d < e.attrs.starts.size(); ++d) {
+          o_ << (d ? ", " : "") << e.attrs.starts[d] << ":" << e.attrs.limits[d];
+          if (e.attrs.strides[d] != 1) o_ << ":" << e.attrs.strides[d];
+        }
+        o_ << "] : " << fn_type(e) << "\n";
+        return;
+      }
+      case Op::pad: {
+        // The padding value is a scalar zero of its own, written just before
+        // (as a reduce's init); the reader folds it back into the pad.
+        Type scalar{out.dtype, {}};
+        std::string zero = "%pad" + std::to_string(idx);
+        o_ << "    " << zero << " = stablehlo.constant " << dense_text(scalar, {0.0}) << " : " << tensor_type(scalar) << "\n";
+        o_ << lhs << "stablehlo.pad " << operands(e) << ", " << zero << ", low = " << int_list(e.attrs.lows)
+           << ", high = " << int_list(e.attrs.highs)
+           << ", interior = " << int_list(std::vector<int64_t>(e.attrs.lows.size(), 0)) << " : (" << ty(e.inputs[0])
+           << ", " << tensor_type(scalar) << ") -> " << ty(e.out) << "\n";
+        return;
+      }
+      case Op::concatenate:
+        o_ << lhs << "stablehlo.concatenate " << operands(e) << ", dim = " << e.attrs.axis << " : " << fn_type(e) << "\n";
+        return;
       case Op::all_reduce: {
         // Cross-replica (no channel_handle): one group of every replica, the
         // module's mhlo.num_replicas. The reducer adds (the form JAX's psum

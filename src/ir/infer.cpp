@@ -64,8 +64,9 @@ std::vector<int64_t> dot_free_axes(int rank, const std::vector<int64_t>& batch, 
 }
 
 Type infer_type(Op op, const std::vector<Type>& ts, const Attrs& at) {
-  if (op_arity(op) != static_cast<int>(ts.size()) && op != Op::constant && op != Op::iota)
+  if (op_arity(op) >= 0 && op_arity(op) != static_cast<int>(ts.size()) && op != Op::constant && op != Op::iota)
     fail(op, ts, "takes " + std::to_string(op_arity(op)) + " operands, got " + std::to_string(ts.size()));
+  if (op_arity(op) < 0 && ts.empty()) fail(op, ts, "takes at least one operand, got none");
   for (const Type& t : ts)
     for (int64_t d : t.shape)
       if (d < 0) fail(op, ts, "negative dimension in " + t.str());
@@ -197,6 +198,62 @@ Type infer_type(Op op, const std::vector<Type>& ts, const Attrs& at) {
     case Op::all_reduce:
       if (!is_float(ts[0].dtype)) fail(op, ts, "sums floats only, got " + ts[0].str());
       return ts[0];
+
+    case Op::slice: {
+      const Type& a = ts[0];
+      const size_t r = static_cast<size_t>(a.rank());
+      if (at.starts.size() != r || at.limits.size() != r || at.strides.size() != r)
+        fail(op, ts, "starts " + shape_str(at.starts) + ", limits " + shape_str(at.limits) + " and strides " +
+                         shape_str(at.strides) + " need one entry per axis of the operand (rank " + std::to_string(r) + ")");
+      Type out{a.dtype, {}};
+      for (size_t d = 0; d < r; ++d) {
+        const int64_t b = at.starts[d], e = at.limits[d], st = at.strides[d];
+        if (b < 0 || b > e || e > a.shape[d])
+          fail(op, ts, "axis " + std::to_string(d) + ": start " + std::to_string(b) + " and limit " + std::to_string(e) +
+                           " must satisfy 0 <= start <= limit <= " + std::to_string(a.shape[d]));
+        if (st < 1) fail(op, ts, "axis " + std::to_string(d) + ": stride " + std::to_string(st) + " must be at least 1");
+        out.shape.push_back(e == b ? 0 : 1 + (e - b - 1) / st);  // ceil, without overflow for any stride
+      }
+      return out;
+    }
+    case Op::pad: {
+      const Type& a = ts[0];
+      const size_t r = static_cast<size_t>(a.rank());
+      if (at.lows.size() != r || at.highs.size() != r)
+        fail(op, ts, "lows " + shape_str(at.lows) + " and highs " + shape_str(at.highs) +
+                         " need one entry per axis of the operand (rank " + std::to_string(r) + ")");
+      Type out{a.dtype, {}};
+      for (size_t d = 0; d < r; ++d) {
+        int64_t n = 0;
+        if (at.lows[d] < 0 || at.highs[d] < 0)
+          fail(op, ts, "axis " + std::to_string(d) + ": low " + std::to_string(at.lows[d]) + " and high " +
+                           std::to_string(at.highs[d]) + " must be >= 0 (capstep pads, it does not crop: use slice)");
+        if (__builtin_add_overflow(a.shape[d], at.lows[d], &n) || __builtin_add_overflow(n, at.highs[d], &n))
+          fail(op, ts, "axis " + std::to_string(d) + ": the padded size overflows");
+        out.shape.push_back(n);
+      }
+      return out;
+    }
+    case Op::concatenate: {
+      const Type& a = ts[0];
+      if (at.axis < 0 || at.axis >= a.rank())
+        fail(op, ts, "axis " + std::to_string(at.axis) + " out of range for rank " + std::to_string(a.rank()));
+      const size_t ax = static_cast<size_t>(at.axis);
+      Type out = a;
+      for (size_t i = 1; i < ts.size(); ++i) {
+        const Type& b = ts[i];
+        if (b.dtype != a.dtype || b.rank() != a.rank())
+          fail(op, ts, "operand " + std::to_string(i) + " is " + b.str() + ", operand 0 is " + a.str() +
+                           " (one dtype and rank needed)");
+        for (size_t d = 0; d < b.shape.size(); ++d)
+          if (d != ax && b.shape[d] != a.shape[d])
+            fail(op, ts, "operand " + std::to_string(i) + " is " + b.str() + ": axis " + std::to_string(d) +
+                             " differs from operand 0's " + a.str() + " (only axis " + std::to_string(ax) + " may)");
+        if (__builtin_add_overflow(out.shape[ax], b.shape[ax], &out.shape[ax]))
+          fail(op, ts, "the size along axis " + std::to_string(ax) + " overflows");
+      }
+      return out;
+    }
   }
   fail(op, ts, "unknown primitive");
 }
@@ -260,7 +317,7 @@ void check_type(Op op, const std::vector<Type>& ts, const Attrs& at, const Type&
     case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
     case Op::compare: case Op::select: case Op::transpose: case Op::dot_general: case Op::reduce_sum:
     case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows: case Op::attention:
-    case Op::attention_grad: case Op::all_reduce: {
+    case Op::attention_grad: case Op::all_reduce: case Op::slice: case Op::pad: case Op::concatenate: {
       Type t = infer_type(op, ts, at);
       if (t != out) fail(op, ts, "result type " + out.str() + " differs from the inferred " + t.str());
       return;

@@ -73,7 +73,11 @@ std::string eqn_text(const Program& p, const Eqn& e) {
       in << "]";
       break;
     }
-    case Op::iota: case Op::attention_grad: in << "axis=" << a.axis; break;
+    case Op::iota: case Op::attention_grad: case Op::concatenate: in << "axis=" << a.axis; break;
+    case Op::slice:
+      in << "starts=" << list(a.starts) << ", limits=" << list(a.limits) << ", strides=" << list(a.strides);
+      break;
+    case Op::pad: in << "lows=" << list(a.lows) << ", highs=" << list(a.highs); break;
     case Op::compare: in << "cmp=" << cmp_name(a.cmp); break;
     case Op::broadcast_in_dim: case Op::transpose: case Op::reduce_sum: case Op::reduce_max:
       in << "dims=" << list(a.dims);
@@ -265,6 +269,11 @@ class Reader {
             else if (k == "rhs_batch") e.attrs.rhs_batch = int_list();
             else if (k == "lhs_contract") e.attrs.lhs_contract = int_list();
             else if (k == "rhs_contract") e.attrs.rhs_contract = int_list();
+            else if (k == "starts") e.attrs.starts = int_list();
+            else if (k == "limits") e.attrs.limits = int_list();
+            else if (k == "strides") e.attrs.strides = int_list();
+            else if (k == "lows") e.attrs.lows = int_list();
+            else if (k == "highs") e.attrs.highs = int_list();
             else if (k == "no_grad") e.attrs.no_grad = integer() != 0;
             else fail("unknown attribute \"" + k + "\"");
           } while (accept(','));

@@ -105,6 +105,7 @@ bool is_elementwise(Op op) {
     case Op::constant: case Op::iota: case Op::broadcast_in_dim: case Op::reshape:
     case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
     case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::all_reduce:
+    case Op::slice: case Op::pad: case Op::concatenate:
       return false;
   }
   return false;
@@ -126,7 +127,8 @@ bool Attrs::operator==(const Attrs& o) const {
   for (size_t i = 0; i < literal.size(); ++i)
     if (std::memcmp(&literal[i], &o.literal[i], sizeof(double)) != 0) return false;
   return axis == o.axis && cmp == o.cmp && dims == o.dims && lhs_batch == o.lhs_batch &&
-         rhs_batch == o.rhs_batch && lhs_contract == o.lhs_contract && rhs_contract == o.rhs_contract && no_grad == o.no_grad;
+         rhs_batch == o.rhs_batch && lhs_contract == o.lhs_contract && rhs_contract == o.rhs_contract && starts == o.starts &&
+         limits == o.limits && strides == o.strides && lows == o.lows && highs == o.highs && no_grad == o.no_grad;
 }
 
 }  // namespace capstep

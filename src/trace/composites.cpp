@@ -53,6 +53,61 @@ Tensor gelu_tanh(const Tensor& x) {
   return x * 0.5 * (tanh(inner) + 1.0);
 }
 
+// exp(-x) overflows f32 (and bf16) for x below about -88.7: 1 / (1 + inf)
+// is the right 0, but the VJP of exp multiplies the cotangent (0) by the
+// infinite result, a NaN. Clamping the argument at 80 keeps every value
+// finite (exp(80) = 5.5e34); below x = -80 sigmoid is then 1.8e-35 instead of
+// smaller still, and its gradient there 0 (the maximum's), where the true one
+// is below 1e-34.
+static Tensor one_plus_exp_neg(const Tensor& x) { return exp(-maximum(x, x.tracer()->full(x.shape(), -80.0, x.dtype()))) + 1.0; }
+
+Tensor sigmoid(const Tensor& x) {
+  require_float("sigmoid", x);
+  return 1.0 / one_plus_exp_neg(x);
+}
+
+Tensor silu(const Tensor& x) {
+  require_float("silu", x);
+  return x / one_plus_exp_neg(x);
+}
+
+RopeTables rope_tables(Tracer& tr, int64_t positions, int64_t head_dim, double theta, DType d) {
+  if (positions < 0 || head_dim < 2 || head_dim % 2 != 0 || !(theta > 0))
+    throw Error("rope_tables: need positions >= 0, an even head_dim >= 2 and theta > 0, got positions " +
+                std::to_string(positions) + ", head_dim " + std::to_string(head_dim) + ", theta " + std::to_string(theta));
+  if (!is_float(d)) throw Error(std::string("rope_tables: needs a float dtype, got ") + dtype_name(d));
+  const int64_t half = head_dim / 2;
+  // transformers: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), every step in f32
+  std::vector<float> inv(static_cast<size_t>(half));
+  for (int64_t j = 0; j < half; ++j) {
+    const float e = static_cast<float>(2 * j) / static_cast<float>(head_dim);
+    inv[static_cast<size_t>(j)] = 1.0f / std::pow(static_cast<float>(theta), e);
+  }
+  std::vector<double> c(static_cast<size_t>(positions * head_dim)), s(c.size());
+  for (int64_t p = 0; p < positions; ++p)
+    for (int64_t j = 0; j < head_dim; ++j) {
+      // the angle as transformers' f32 product (inv_freq @ position_ids)
+      const float a = static_cast<float>(p) * inv[static_cast<size_t>(j % half)];
+      const size_t k = static_cast<size_t>(p * head_dim + j);
+      c[k] = static_cast<double>(static_cast<float>(std::cos(static_cast<double>(a))));
+      s[k] = static_cast<double>(static_cast<float>(std::sin(static_cast<double>(a))));
+    }
+  const Type t{d, {positions, head_dim}};
+  return {tr.constant(t, std::move(c)), tr.constant(t, std::move(s))};
+}
+
+Tensor rotate_half(const Tensor& x) {
+  if (x.rank() < 1 || x.dim(-1) % 2 != 0)
+    throw Error("rotate_half: needs an even last axis, got " + x.type().str());
+  const Shape s = x.shape();
+  const int64_t h = s.back() / 2;
+  std::vector<int64_t> zero(s.size(), 0), mid(s.begin(), s.end());
+  mid.back() = h;
+  std::vector<int64_t> from_mid(s.size(), 0);
+  from_mid.back() = h;
+  return concatenate({-slice(x, from_mid, s), slice(x, zero, mid)}, -1);
+}
+
 Tensor rms_norm(const Tensor& x, const Tensor& gain, double eps) {
   require_float("rms_norm", x);
   if (x.rank() < 1) throw Error("rms_norm: needs rank >= 1, got " + x.type().str());

@@ -1,4 +1,4 @@
-// Shape operators: broadcast, reshape, transpose.
+// Shape operators: broadcast, reshape, transpose, slice, concatenate, pad.
 #include <numeric>
 
 #include "trace/internal.h"
@@ -81,6 +81,41 @@ Tensor swap_last2(const Tensor& a) {
   std::iota(perm.begin(), perm.end(), 0);
   std::swap(perm[static_cast<size_t>(r - 1)], perm[static_cast<size_t>(r - 2)]);
   return transpose(a, perm);
+}
+
+Tensor slice(const Tensor& a, const std::vector<int64_t>& starts, const std::vector<int64_t>& limits,
+             const std::vector<int64_t>& strides) {
+  Tracer& tr = tracer_of("slice", {a});
+  Attrs at;
+  at.starts = starts;
+  at.limits = limits;
+  at.strides = strides.empty() ? std::vector<int64_t>(starts.size(), 1) : strides;
+  const Shape s = a.shape();
+  bool whole = at.starts.size() == s.size() && at.limits.size() == s.size() && at.strides.size() == s.size();
+  for (size_t d = 0; whole && d < s.size(); ++d)
+    whole = at.starts[d] == 0 && at.limits[d] == s[d] && at.strides[d] == 1;
+  if (whole) return a;  // nothing to record
+  return tr.emit(Op::slice, {a}, std::move(at));
+}
+
+Tensor concatenate(const std::vector<Tensor>& parts, int64_t axis) {
+  if (parts.empty()) throw Error("concatenate: needs at least one operand");
+  Tracer& tr = tracer_of("concatenate", parts);
+  Attrs at;
+  at.axis = trace_detail::normalize_axis("concatenate", axis, parts[0].rank());
+  if (parts.size() == 1) return parts[0];  // nothing to record
+  return tr.emit(Op::concatenate, parts, std::move(at));
+}
+
+Tensor pad(const Tensor& a, const std::vector<int64_t>& lows, const std::vector<int64_t>& highs) {
+  Tracer& tr = tracer_of("pad", {a});
+  bool none = lows.size() == static_cast<size_t>(a.rank()) && highs.size() == lows.size();
+  for (size_t d = 0; none && d < lows.size(); ++d) none = lows[d] == 0 && highs[d] == 0;
+  if (none) return a;  // nothing to record
+  Attrs at;
+  at.lows = lows;
+  at.highs = highs;
+  return tr.emit(Op::pad, {a}, std::move(at));
 }
 
 }  // namespace capstep

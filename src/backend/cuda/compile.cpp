@@ -30,6 +30,7 @@ k::Unary unary_of(Op op, const std::string& what) {
     case Op::maximum: case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
     case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
     case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::all_reduce:
+    case Op::slice: case Op::pad: case Op::concatenate:
       break;
   }
   throw Error(what + ": " + op_name(op) + " has no unary elementwise kernel");
@@ -46,6 +47,7 @@ k::Binary binary_of(Op op, const std::string& what) {
     case Op::rsqrt: case Op::sqrt: case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
     case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
     case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::all_reduce:
+    case Op::slice: case Op::pad: case Op::concatenate:
       break;
   }
   throw Error(what + ": " + op_name(op) + " has no binary elementwise kernel");
@@ -299,6 +301,43 @@ void Executable::Impl::add_single_launch(const plan::Item& item) {
       case Op::attention: case Op::attention_grad:
         add_attention_launch(item);
         break;
+      case Op::slice: {
+        const Type& it = prog.type(e.inputs[0]);
+        const plan::OffsetWalk w = plan::slice_walk(it.shape, ot.shape, e.attrs.starts, e.attrs.strides, what);
+        const size_t eb = dtype_size(ot.dtype);
+        const char* src = in[0] + static_cast<size_t>(w.offset) * eb;
+        kernel([=] { return k::strided_copy(*st, eb, src, out, w.walk, n); });
+        break;
+      }
+      case Op::pad: {
+        const Type& it = prog.type(e.inputs[0]);
+        if (n == 0) break;
+        launches.push_back({d, [self, out, bytes = ot.bytes(), what] {
+                              CAPSTEP_CU(cudaMemsetAsync(out, 0, bytes, self->stream), "in " + what);
+                            }});
+        const plan::OffsetWalk w = plan::embed_walk(it.shape, ot.shape, e.attrs.lows, what);
+        const size_t eb = dtype_size(ot.dtype);
+        const int64_t n_in = it.numel();
+        const char* src = in[0];
+        char* dst = out + static_cast<size_t>(w.offset) * eb;
+        kernel([=] { return k::strided_store(*st, eb, src, dst, w.walk, n_in); });
+        break;
+      }
+      case Op::concatenate: {
+        const size_t ax = static_cast<size_t>(e.attrs.axis);
+        const size_t eb = dtype_size(ot.dtype);
+        std::vector<int64_t> at(ot.shape.size(), 0);
+        for (size_t i = 0; i < e.inputs.size(); ++i) {
+          const Type& it = prog.type(e.inputs[i]);
+          const plan::OffsetWalk w = plan::embed_walk(it.shape, ot.shape, at, what);
+          const int64_t n_in = it.numel();
+          const char* src = in[i];
+          char* dst = out + static_cast<size_t>(w.offset) * eb;
+          if (n_in > 0) kernel([=] { return k::strided_store(*st, eb, src, dst, w.walk, n_in); });
+          at[ax] += it.shape[ax];
+        }
+        break;
+      }
       case Op::all_reduce:
 #ifdef CAPSTEP_HAVE_NCCL
         // With NCCL: the sum over the replicas, enqueued on the step's stream

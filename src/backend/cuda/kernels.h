@@ -44,6 +44,9 @@ cudaError_t convert(cudaStream_t s, DType from, DType to, const void* a, void* o
 // out[i] = src[walk offset of i]; broadcast_in_dim, transpose, dot packing.
 cudaError_t strided_copy(cudaStream_t s, size_t elem_bytes, const void* src, void* out, const Walk& w, int64_t n);
 
+// out[walk offset of i] = src[i]: pad and concatenate put an operand in place.
+cudaError_t strided_store(cudaStream_t s, size_t elem_bytes, const void* src, void* out, const Walk& w, int64_t n);
+
 // reduce_sum / reduce_max: `kept` walks the outputs over the input, `reduced`
 // walks the reduced axes; one block per output.
 cudaError_t reduce(cudaStream_t s, bool is_max, DType t, const void* in, void* out, const Walk& kept,

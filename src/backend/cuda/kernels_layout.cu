@@ -29,6 +29,12 @@ __global__ void k_strided_copy(const T* __restrict__ src, T* __restrict__ out, W
     out[i] = src[walk_offset(w, i)];
 }
 
+template <class T>
+__global__ void k_strided_store(const T* __restrict__ src, T* __restrict__ out, Walk w, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x)
+    out[walk_offset(w, i)] = src[i];
+}
+
 // The accumulator: f32 sums in double (the device then rounds once, closer to
 // the exact sum than any order of f32 additions); max in the element type;
 // bf16 (uint16_t) in f32, as the host interpreter, rounded once at the end.
@@ -161,6 +167,19 @@ cudaError_t strided_copy(cudaStream_t s, size_t elem_bytes, const void* src, voi
     case 2: k_strided_copy<uint16_t><<<g, kThreads, 0, s>>>(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(out), w, n); break;
     case 4: k_strided_copy<uint32_t><<<g, kThreads, 0, s>>>(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(out), w, n); break;
     case 8: k_strided_copy<uint64_t><<<g, kThreads, 0, s>>>(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(out), w, n); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t strided_store(cudaStream_t s, size_t elem_bytes, const void* src, void* out, const Walk& w, int64_t n) {
+  if (n == 0) return cudaSuccess;
+  const unsigned g = blocks_for(n);
+  switch (elem_bytes) {
+    case 1: k_strided_store<uint8_t><<<g, kThreads, 0, s>>>(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(out), w, n); break;
+    case 2: k_strided_store<uint16_t><<<g, kThreads, 0, s>>>(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(out), w, n); break;
+    case 4: k_strided_store<uint32_t><<<g, kThreads, 0, s>>>(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(out), w, n); break;
+    case 8: k_strided_store<uint64_t><<<g, kThreads, 0, s>>>(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(out), w, n); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -177,6 +177,7 @@ InPlaceOperands in_place_operands(Op op) {
     case Op::constant: case Op::iota: case Op::compare: case Op::convert: case Op::broadcast_in_dim:
     case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
     case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad:
+    case Op::slice: case Op::pad: case Op::concatenate:
       break;
   }
   return {};
@@ -727,6 +728,47 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
         s.fn = &all_reduce_step;
         s.comm = &comm;
         break;
+      case Op::slice: {
+        // A copy always, even of a contiguous part: an alias would have to
+        // start inside its operand's buffer, which no slot can.
+        const Type& in = prog.type(e.inputs[0]);
+        const std::vector<int64_t> is = row_major_strides(in.shape);
+        std::vector<int64_t> stride(is.size());
+        for (size_t d = 0; d < is.size(); ++d) {
+          // (an axis of one element is never stepped: its stride, however
+          // large, is not multiplied out)
+          stride[d] = t.shape[d] > 1 ? is[d] * e.attrs.strides[d] : 0;
+          s.offset += e.attrs.starts[d] * is[d];
+        }
+        s.view = make_view(t.shape, stride, what);
+        s.fn = slice_kernel(t.dtype);
+        break;
+      }
+      case Op::pad: {
+        const Type& in = prog.type(e.inputs[0]);
+        const std::vector<int64_t> os = row_major_strides(t.shape);
+        for (size_t d = 0; d < os.size(); ++d) s.offset += e.attrs.lows[d] * os[d];
+        s.view = make_view(in.shape, os, what);
+        s.n_in = in.numel();
+        s.fn = pad_kernel(t.dtype);
+        break;
+      }
+      case Op::concatenate: {
+        const size_t ax = static_cast<size_t>(e.attrs.axis);
+        int64_t inner = 1;
+        s.rows = 1;
+        for (size_t d = 0; d < t.shape.size(); ++d) {
+          if (d < ax) s.rows *= t.shape[d];
+          if (d > ax) inner *= t.shape[d];
+        }
+        for (int x : e.inputs) {
+          s.operands.push_back(x);
+          s.widths.push_back(prog.type(x).shape[ax] * inner);
+        }
+        if (t.numel() == 0) s.rows = 0;
+        s.fn = concatenate_kernel();
+        break;
+      }
     }
     built.push_back(s);
   }

@@ -1,5 +1,6 @@
-// Kernels that move or combine elements by position: broadcast_in_dim and
-// transpose (one strided walk), reduce_sum/reduce_max, gather_rows and
+// Kernels that move or combine elements by position: broadcast_in_dim,
+// transpose and slice (one strided walk), pad and concatenate (copies into
+// the result's positions), reduce_sum/reduce_max, gather_rows and
 // scatter_add_rows.
 // See kernels_elementwise.cpp: lets the NaN-propagating max vectorise.
 #pragma GCC optimize("no-trapping-math")
@@ -22,6 +23,54 @@ template <class E>
 void k_strided(const Step& s, void* const* p) {
   if (s.n == 0) return;
   strided_copy(s.view, static_cast<const E*>(p[s.in[0]]), static_cast<E*>(p[s.out]));
+}
+
+// slice: the walk from the first element read.
+template <class E>
+void k_slice(const Step& s, void* const* p) {
+  if (s.n == 0) return;
+  strided_copy(s.view, static_cast<const E*>(p[s.in[0]]) + s.offset, static_cast<E*>(p[s.out]));
+}
+
+// pad: zeros (all-zero bits are 0 in every dtype), then the operand's
+// elements in order, each to its place in the result: s.view walks the
+// operand's axes with the result's strides from element s.offset.
+template <class E>
+void k_pad(const Step& s, void* const* p) {
+  E* __restrict dst = static_cast<E*>(p[s.out]);
+  const E* __restrict src = static_cast<const E*>(p[s.in[0]]);
+  if (s.n == 0) return;
+  std::memset(dst, 0, static_cast<size_t>(s.n) * sizeof(E));
+  if (s.n_in == 0) return;
+  dst += s.offset;
+  const StridedView& v = s.view;
+  if (v.rank == 0) {  // one element
+    dst[0] = src[0];
+    return;
+  }
+  const int r = v.rank;
+  const int64_t inner = v.size[r - 1], os = v.stride[r - 1], outer = s.n_in / inner;
+  int64_t idx[kMaxRank] = {};
+  int64_t off = 0;
+  for (int64_t o = 0; o < outer; ++o, src += inner) {
+    if (os == 1) std::memcpy(dst + off, src, static_cast<size_t>(inner) * sizeof(E));
+    else for (int64_t j = 0; j < inner; ++j) dst[off + j * os] = src[j];
+    next_outer(v, idx, off);
+  }
+}
+
+// concatenate: for each index of the axes before the concatenated one
+// (s.rows of them), each operand's run of s.widths[i] elements in turn.
+void k_concatenate(const Step& s, void* const* p) {
+  char* dst = static_cast<char*>(p[s.out]);
+  const size_t eb = s.elem_bytes;
+  for (int64_t o = 0; o < s.rows; ++o)
+    for (size_t i = 0; i < s.operands.size(); ++i) {
+      const size_t w = static_cast<size_t>(s.widths[i]) * eb;
+      if (w == 0) continue;
+      std::memcpy(dst, static_cast<const char*>(p[s.operands[i]]) + static_cast<size_t>(o) * w, w);
+      dst += w;
+    }
 }
 
 // Walks the input row-major; view.stride[a] is the output stride of input axis
@@ -234,6 +283,28 @@ Kernel strided_copy_kernel(DType t) {
   }
   no_kernel("broadcast/transpose", t);
 }
+
+Kernel slice_kernel(DType t) {
+  switch (dtype_size(t)) {
+    case 1: return &k_slice<uint8_t>;
+    case 2: return &k_slice<uint16_t>;
+    case 4: return &k_slice<uint32_t>;
+    case 8: return &k_slice<uint64_t>;
+  }
+  no_kernel("slice", t);
+}
+
+Kernel pad_kernel(DType t) {
+  switch (dtype_size(t)) {
+    case 1: return &k_pad<uint8_t>;
+    case 2: return &k_pad<uint16_t>;
+    case 4: return &k_pad<uint32_t>;
+    case 8: return &k_pad<uint64_t>;
+  }
+  no_kernel("pad", t);
+}
+
+Kernel concatenate_kernel() { return &k_concatenate; }
 
 Kernel reduce_kernel(Op op, DType t) {
   const bool max = op == Op::reduce_max;

@@ -97,6 +97,14 @@ struct Step {
   int64_t rows = 0;              // N: rows of the table / operand
   int64_t row_elems = 0;         // elements in one row
   int64_t n_idx = 0;             // number of indices
+  // slice: the operand's element the walk starts at; pad: the result's
+  // element the operand's first lands on (view: the operand's walk over
+  // the result)
+  int64_t offset = 0;
+  // concatenate: every operand's slot, and for each the elements it gives
+  // per index of the axes before the concatenated one (`rows` of them)
+  std::vector<int> operands;
+  std::vector<int64_t> widths;
   DotPlan dot;
   void* group = nullptr;         // a fused group (fused.h) run by run_fused_group
   const Step* pair = nullptr;    // two dot_general Steps that run side by side (run_dot_pair)
@@ -116,6 +124,9 @@ Kernel compare_kernel(Cmp c, DType t);
 Kernel select_kernel(DType t);
 Kernel convert_kernel(DType from, DType to);
 Kernel strided_copy_kernel(DType t);       // broadcast_in_dim, transpose
+Kernel slice_kernel(DType t);
+Kernel pad_kernel(DType t);
+Kernel concatenate_kernel();
 Kernel reduce_kernel(Op op, DType t);      // reduce_sum, reduce_max
 Kernel gather_rows_kernel(DType t);
 Kernel scatter_add_rows_kernel(DType t);

@@ -147,6 +147,20 @@ void single_items(const Program& p, const std::vector<GemmLayout>& gemm, const s
       items.back().writes = kv;
       return;
     }
+    case Op::slice:
+      add(ItemKind::strided, name + " " + p.type(e.inputs[0]).str() + " -> " + ot.str());
+      return;
+    case Op::pad:
+      add(ItemKind::fill, "zeros of pad " + ot.str());
+      add(ItemKind::strided, "the operand of pad " + p.type(e.inputs[0]).str() + " into its place");
+      return;
+    case Op::concatenate:
+      for (size_t i = 0; i < e.inputs.size(); ++i) {
+        add(ItemKind::strided, "operand " + std::to_string(i) + " of concatenate " + p.type(e.inputs[i]).str() +
+                                   " into its place in " + ot.str());
+        items.back().reads = {e.inputs[i]};
+      }
+      return;
     case Op::all_reduce:
       add(ItemKind::collective, name + " " + ot.str() + " (" + std::to_string(ot.bytes()) + " bytes)");
       return;

@@ -62,4 +62,25 @@ ReduceWalks reduce_walks(const Shape& in, const std::vector<int64_t>& axes, cons
   return r;
 }
 
+OffsetWalk slice_walk(const Shape& in, const Shape& out, const std::vector<int64_t>& starts,
+                      const std::vector<int64_t>& strides, const std::string& what) {
+  const std::vector<int64_t> is = strides_of(in);
+  std::vector<int64_t> st(in.size());
+  OffsetWalk r;
+  for (size_t d = 0; d < in.size(); ++d) {
+    st[d] = out[d] > 1 ? is[d] * strides[d] : 0;  // (a huge stride on an axis of one element is never taken)
+    r.offset += starts[d] * is[d];
+  }
+  r.walk = make_walk(out, st, what);
+  return r;
+}
+
+OffsetWalk embed_walk(const Shape& part, const Shape& whole, const std::vector<int64_t>& at, const std::string& what) {
+  const std::vector<int64_t> ws = strides_of(whole);
+  OffsetWalk r;
+  for (size_t d = 0; d < whole.size(); ++d) r.offset += at[d] * ws[d];
+  r.walk = make_walk(part, ws, what);
+  return r;
+}
+
 }  // namespace capstep::plan

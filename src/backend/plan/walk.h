@@ -50,5 +50,19 @@ struct ReduceWalks {
   int64_t n_out = 1, n_red = 1;
 };
 ReduceWalks reduce_walks(const Shape& in, const std::vector<int64_t>& axes, const std::string& what);
+// A walk that starts at an element other than the first.
+struct OffsetWalk {
+  Walk walk;
+  int64_t offset = 0;
+};
+// slice of `in` to `out`: the walk over the result (the operand's strides
+// times the slice's) and the operand's element it starts at (the starts').
+OffsetWalk slice_walk(const Shape& in, const Shape& out, const std::vector<int64_t>& starts,
+                      const std::vector<int64_t>& strides, const std::string& what);
+// An array of shape `part` written into one of shape `whole` from position
+// `at` (pad: the lows; concatenate: the operand's start along the axis): the
+// walk over the part with the whole's strides, and the whole's element the
+// part's first lands on. out[offset + walk_offset(i)] = part[i].
+OffsetWalk embed_walk(const Shape& part, const Shape& whole, const std::vector<int64_t>& at, const std::string& what);
 
 }  // namespace capstep::plan
