@@ -164,39 +164,10 @@ int64_t count_parameters(const LmConfig& c) {
 
 namespace {
 
-// x * sigmoid(x), with the sigmoid as (1 + tanh(x/2)) / 2: the form
-// 1 / (1 + exp(-x)) overflows to inf below x = -88 in f32 and its VJP then
-// gives inf / inf = NaN; tanh saturates instead. The model's own, as trace.h
-// has no silu composite.
-Tensor silu(const Tensor& x) { return x * ((tanh(x * 0.5) + 1.0) * 0.5); }
-
 // LayerNorm over the last axis as torch.nn.LayerNorm: the biased variance.
 Tensor layer_norm(const Tensor& x, const Tensor& gain, const Tensor& bias, double eps) {
   Tensor xc = x - mean(x, {-1}, true);
   return xc * rsqrt(mean(xc * xc, {-1}, true) + eps) * gain + bias;
-}
-
-// The rotary tables [T, Dh] as transformers' LlamaRotaryEmbedding computes
-// them, in f32: inv_freq[i] = 1 / theta^(2i / Dh) (the exponent and the
-// power in f32), angle = t * inv_freq[i] (one f32 product), repeated for both
-// halves (emb = cat(freqs, freqs)); cos and sin of the f32 angle. Constants
-// of the captured program: the model reads positions 0..T-1 only.
-void rope_tables(int64_t T, int64_t Dh, double theta, std::vector<double>& cos_t, std::vector<double>& sin_t) {
-  const int64_t half = Dh / 2;
-  cos_t.assign(static_cast<size_t>(T * Dh), 0.0);
-  sin_t.assign(static_cast<size_t>(T * Dh), 0.0);
-  for (int64_t i = 0; i < half; ++i) {
-    const float e = static_cast<float>(2 * i) / static_cast<float>(Dh);
-    const float inv = 1.0f / powf(static_cast<float>(theta), e);
-    for (int64_t t = 0; t < T; ++t) {
-      const float a = static_cast<float>(t) * inv;
-      const double c = cosf(a), s = sinf(a);
-      for (int64_t j : {i, i + half}) {
-        cos_t[static_cast<size_t>(t * Dh + j)] = c;
-        sin_t[static_cast<size_t>(t * Dh + j)] = s;
-      }
-    }
-  }
 }
 
 // The model body: tokens i32[B, T] -> logits [B, T, V].
@@ -239,17 +210,18 @@ Tensor logits_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& param
   }
   auto heads = [&](const Tensor& t, int64_t n) { return transpose(reshape(t, {B, T, n, Dh}), {0, 2, 1, 3}); };
 
-  // Rotary embedding: x * cos + rotate_half(x) * sin, rotate_half(x) =
-  // [-x2, x1] for the halves x1, x2 of the head's Dh. Written as x R with a
-  // constant signed permutation R [Dh, Dh] (a dot_general, since the
-  // primitives have no slice or concatenate): each output is one +-x term
-  // plus zeros, so the product is exact.
+  // Rotary embedding: x * cos + rotate_half(x) * sin (trace.h's rope_tables),
+  // rotate_half(x) = [-x2, x1] for the halves x1, x2 of the head's Dh.
+  // Written as x R with a constant signed permutation R [Dh, Dh] rather than
+  // trace.h's rotate_half (slice and concatenate): each output is one +-x term
+  // plus zeros, so the product is exact and the same values, and it fuses
+  // into the GPU plan's GEMMs, where slice and concatenate are launches of
+  // their own (the Llama step stays within 1.2x the seed's kernel count).
   Tensor rope_cos, rope_sin, rope_r;
   if (llama) {
-    std::vector<double> ct, st;
-    rope_tables(T, Dh, c.rope_theta, ct, st);
-    rope_cos = tr.constant({d, {T, Dh}}, std::move(ct));
-    rope_sin = tr.constant({d, {T, Dh}}, std::move(st));
+    const RopeTables rt = rope_tables(tr, T, Dh, c.rope_theta, d);
+    rope_cos = rt.cos;
+    rope_sin = rt.sin;
     const int64_t half = Dh / 2;
     std::vector<double> r(static_cast<size_t>(Dh * Dh), 0.0);
     for (int64_t i = 0; i < half; ++i) {
