@@ -28,10 +28,19 @@ int run_sample(const SampleArgs& a) {
     std::fputc(c, stdout);
     std::fflush(stdout);
   };
+  train::SampleStats stats;
+  o.stats = &stats;
   train::sample(o);
   if (!started) std::fputs(a.opts.prompt.c_str(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);
+  // The rate goes to standard error: standard output is the text alone.
+  if (o.kv_cache)
+    std::fprintf(stderr, "prefill %lld tokens in %.3f s; ", static_cast<long long>(stats.prompt_tokens), stats.prefill_s);
+  std::fprintf(stderr, "%lld tokens in %.3f s (%.1f tokens/s)", static_cast<long long>(stats.tokens), stats.generate_s,
+               stats.tokens_per_s());
+  if (stats.slides > 0) std::fprintf(stderr, "; the window slid %lld times", static_cast<long long>(stats.slides));
+  std::fputc('\n', stderr);
   return kOk;
 }
 

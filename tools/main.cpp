@@ -281,6 +281,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()->transform(int_range(0, 1000000));
   sample->add_option("--temperature", sa.opts.temperature, "softmax temperature; 0 picks the most likely symbol")
       ->capture_default_str()->check(real_range(0.0, 100.0));
+  sample->add_option("--top-k", sa.opts.top_k, "draw among the k most likely symbols only; 0: no limit")
+      ->capture_default_str()->transform(int_range(0, 1 << 20));
+  sample->add_option("--top-p", sa.opts.top_p, "draw among the fewest most likely symbols whose probabilities reach p; 1: no limit")
+      ->capture_default_str()->check(real_range(1e-9, 1.0));
+  sample->add_flag_function("--no-kv-cache", [&sa](int64_t) { sa.opts.kv_cache = false; },
+                            "run the whole window for every token (the reference the KV cache is checked against)");
   sample->add_option("--seed", sa.opts.seed, "seed of the sampler")->capture_default_str()->transform(kSeed);
   sample->add_option("--window", sa.opts.window, "tokens the model reads (default: its training --seq, at most --context)")
       ->transform(int_range(1, 65536));

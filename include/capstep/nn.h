@@ -84,6 +84,25 @@ Program lm_loss_program(const LmConfig& c, DType d = DType::f32);
 // [1, t, vocab]. Used for sampling.
 Program lm_logits_program(const LmConfig& c, int64_t t, DType d = DType::f32);
 
+// The KV cache's two programs, for sampling one token at a time.
+// Prefill: inputs every parameter, then "tokens" (i32[1, t]); outputs
+// "logits" [1, 1, vocab] of the last position, then for each layer l "k.l"
+// and "v.l" [1, kv_heads, t, d_model / n_heads]: the keys (after the rotary
+// embedding, for llama) and values of positions 0..t-1, which the caller
+// copies into rows 0..t-1 of its caches.
+Program lm_prefill_program(const LmConfig& c, int64_t t, DType d = DType::f32);
+// Decode, one token: inputs every parameter, "token" (i32[1, 1]), "pos"
+// (i32[1], in [0, capacity)), then for each layer "k_cache.l" and
+// "v_cache.l" [1, kv_heads, capacity, d_model / n_heads]; outputs "logits"
+// [1, 1, vocab] and each layer's "k.l" and "v.l" [1, kv_heads, 1, Dh]: the
+// token's row, which the caller writes at row pos of the caches. The token
+// attends to rows 0..pos-1 of the caches and to its own row (a mask built
+// from pos hides the rest, whatever they hold); its position selects the
+// positional row (seed, gpt2) or the rotary tables' row (llama: tables for
+// the capacity, constants). Every shape is fixed by the capacity: one program
+// serves every position at the same cost.
+Program lm_decode_program(const LmConfig& c, int64_t capacity, DType d = DType::f32);
+
 // Deterministic initial parameters: normal(0, 0.02) for matrices and embeddings
 // (SplitMix64 + Box-Muller, the same on every platform), ones for gains,
 // zeros for biases (which draw nothing from the generator).

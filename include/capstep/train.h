@@ -259,14 +259,43 @@ Checkpoint load_model_checkpoint(const std::string& path, TrainMeta* meta);
 // An empty prompt starts from "\n" (a paragraph starts after a newline in the
 // built-in corpus); the newline is not part of the result.
 // temperature 0 picks the most likely symbol; otherwise softmax(logits / T).
+//
+// With kv_cache (the default) the window is the capacity of a KV cache: a
+// prefill program reads the prompt's last min(length, window) tokens once,
+// then a one-token decode program (nn::lm_decode_program) gives each next
+// token at a cost that does not depend on its position. When the cache is
+// full, the window slides: the last max(1, window / 2) tokens are prefilled
+// again and decoding goes on from there, so the model always reads between
+// window / 2 and window tokens. Without kv_cache every token runs the whole
+// logits program over the last min(length, window) tokens (the reference:
+// the same choices while the text fits in the window).
+// top_k (0: every symbol) keeps the k most likely symbols, top_p (1: every
+// symbol) the fewest most likely whose probabilities reach p; both apply
+// after the temperature, before the draw; ties go to the lower index, so
+// top_k 1 and a tiny top_p pick what temperature 0 picks.
+struct SampleStats {
+  int64_t prompt_tokens = 0;   // tokens of the first prefill
+  double prefill_s = 0;        // its time
+  int64_t tokens = 0;          // generated tokens
+  double generate_s = 0;       // their time, slides included
+  int64_t slides = 0;          // prefills again after the cache filled
+  double tokens_per_s() const { return generate_s > 0 ? tokens / generate_s : 0; }
+};
 struct SampleOptions {
   std::string checkpoint;
   std::string prompt;
   int64_t tokens = 200;
   double temperature = 0.8;
+  int64_t top_k = 0;                     // 0: no limit
+  double top_p = 1.0;                    // in (0, 1]; 1: no limit
   uint64_t seed = 1;
   int64_t window = 0;                    // 0: the training sequence length
+  bool kv_cache = true;
   std::function<void(char)> on_char;     // each character as it is produced
+  // The logits each token is drawn from (vocab floats), with the number of
+  // tokens the model read before it (the prompt's length for the first).
+  std::function<void(int64_t, const float*)> on_logits;
+  SampleStats* stats = nullptr;          // filled in when given
   void validate() const;
 };
 // The tokenizer is the checkpoint's (TrainMeta::tokenizer). A prompt with a

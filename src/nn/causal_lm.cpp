@@ -170,8 +170,30 @@ Tensor layer_norm(const Tensor& x, const Tensor& gain, const Tensor& bias, doubl
   return xc * rsqrt(mean(xc * xc, {-1}, true) + eps) * gain + bias;
 }
 
-// The model body: tokens i32[B, T] -> logits [B, T, V].
-Tensor logits_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, const Tensor& tokens) {
+// What the one-token decode step reads besides the parameters: the token's
+// position (i32[1]) and every layer's cache of keys and values
+// [1, KV, capacity, Dh] (rows at and beyond the position hold anything: the
+// new row replaces row `pos`, and the mask hides the rows after it).
+struct DecodeInputs {
+  Tensor pos;
+  std::vector<Tensor> k_cache, v_cache;
+  int64_t capacity = 0;
+};
+
+// The model body's results: logits [B, T, V] (or, with last_only, the last
+// position's [B, 1, V]), and each layer's keys and values [B, KV, T, Dh] as
+// attention reads them (after the rotary embedding; before repeat_kv).
+struct Body {
+  Tensor logits;
+  std::vector<Tensor> k, v;
+};
+
+// The model body: tokens i32[B, T] -> logits [B, T, V]. With `dec` (T = 1):
+// the token sits at dec->pos and attends to the cache's rows 0..pos-1 and to
+// itself; every shape is fixed by the capacity, so the cost of a step does
+// not depend on the position.
+Body body_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, const Tensor& tokens,
+             const DecodeInputs* dec, bool last_only) {
   const int64_t B = tokens.dim(0), T = tokens.dim(1), D = c.d_model, H = c.n_heads, Dh = D / H, KV = c.kv_heads();
   const bool gpt2 = c.arch == Arch::gpt2, llama = c.arch == Arch::llama;
   const DType d = params.at(0).dtype();
@@ -205,7 +227,7 @@ Tensor logits_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& param
     x = gather_rows(tok_emb, tokens);
   } else {
     Tensor pos_emb = next();
-    Tensor pos = gather_rows(pos_emb, tr.iota({DType::i32, {T}}, 0));
+    Tensor pos = gather_rows(pos_emb, dec ? dec->pos : tr.iota({DType::i32, {T}}, 0));
     x = gather_rows(tok_emb, tokens) + pos;   // [B,T,D] + [T,D]
   }
   auto heads = [&](const Tensor& t, int64_t n) { return transpose(reshape(t, {B, T, n, Dh}), {0, 2, 1, 3}); };
@@ -219,9 +241,9 @@ Tensor logits_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& param
   // their own (the Llama step stays within 1.2x the seed's kernel count).
   Tensor rope_cos, rope_sin, rope_r;
   if (llama) {
-    const RopeTables rt = rope_tables(tr, T, Dh, c.rope_theta, d);
-    rope_cos = rt.cos;
-    rope_sin = rt.sin;
+    const RopeTables rt = rope_tables(tr, dec ? dec->capacity : T, Dh, c.rope_theta, d);
+    rope_cos = dec ? gather_rows(rt.cos, dec->pos) : rt.cos;   // decode: the position's row [1, Dh]
+    rope_sin = dec ? gather_rows(rt.sin, dec->pos) : rt.sin;
     const int64_t half = Dh / 2;
     std::vector<double> r(static_cast<size_t>(Dh * Dh), 0.0);
     for (int64_t i = 0; i < half; ++i) {
@@ -233,9 +255,29 @@ Tensor logits_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& param
   auto rope = [&](const Tensor& t) { return t * rope_cos + matmul(t, rope_r) * rope_sin; };
   // [B, KV, T, Dh] -> [B, H, T, Dh]: query head h reads key/value head h / (H / KV).
   auto repeat_kv = [&](const Tensor& t) {
+    const int64_t n = t.dim(2);
     if (KV == H) return t;
-    return reshape(broadcast_in_dim(t, {B, KV, H / KV, T, Dh}, {0, 1, 3, 4}), {B, H, T, Dh});
+    return reshape(broadcast_in_dim(t, {B, KV, H / KV, n, Dh}, {0, 1, 3, 4}), {B, H, n, Dh});
   };
+  // Decode: row `pos` of a cache [1, KV, C, Dh] replaced by the new row
+  // [1, KV, 1, Dh], and the additive mask [C] that hides the rows after pos
+  // (-1e9, as causal_mask's).
+  Tensor at_pos, after_pos;
+  if (dec) {
+    const Tensor rows = tr.iota({DType::i32, {dec->capacity}}, 0);
+    const Tensor p = broadcast_to(dec->pos, {dec->capacity});
+    at_pos = broadcast_in_dim(compare(rows, p, Cmp::EQ), {1, KV, dec->capacity, Dh}, {2});
+    after_pos = select(compare(rows, p, Cmp::GT), tr.full({dec->capacity}, -1e9, d), tr.full({dec->capacity}, 0.0, d));
+  }
+  auto with_row = [&](const Tensor& cache, const Tensor& row) {
+    return select(at_pos, broadcast_to(row, cache.shape()), cache);
+  };
+  // One query against the whole cache: softmax(q K^T / sqrt(Dh) + mask) V.
+  auto decode_attention = [&](const Tensor& q, const Tensor& kf, const Tensor& vf) {
+    Tensor s = matmul(q, swap_last2(kf)) * (1.0 / std::sqrt(static_cast<double>(Dh))) + after_pos;
+    return matmul(softmax(s, -1), vf);
+  };
+  Body out;
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
     Tensor h = norm(x);
@@ -247,7 +289,15 @@ Tensor logits_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& param
       kk = rope(kk);
       q = rope(q);
     }
-    Tensor att = causal_attention(q, repeat_kv(kk), repeat_kv(v));
+    out.k.push_back(kk);
+    out.v.push_back(v);
+    Tensor att;
+    if (dec) {
+      att = decode_attention(q, repeat_kv(with_row(dec->k_cache.at(static_cast<size_t>(l)), kk)),
+                             repeat_kv(with_row(dec->v_cache.at(static_cast<size_t>(l)), v)));
+    } else {
+      att = causal_attention(q, repeat_kv(kk), repeat_kv(v));
+    }
     x = x + apply(reshape(transpose(att, {0, 2, 1, 3}), {B, T, D}), fo);
     h = norm(x);
     if (llama) {
@@ -259,9 +309,14 @@ Tensor logits_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& param
       x = x + apply(gelu_tanh(apply(h, f1)), f2);
     }
   }
+  if (last_only && T > 1) x = slice(x, {0, T - 1, 0}, {B, T, D});
   Tensor hf = norm(x);
-  if (gpt2) return matmul(hf, transpose(tok_emb, {1, 0}));
-  return matmul(hf, next());
+  out.logits = gpt2 ? matmul(hf, transpose(tok_emb, {1, 0})) : matmul(hf, next());
+  return out;
+}
+
+Tensor logits_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, const Tensor& tokens) {
+  return body_of(tr, c, params, tokens, nullptr, false).logits;
 }
 
 std::vector<Tensor> param_inputs(Tracer& tr, const LmConfig& c, DType d) {
@@ -291,6 +346,55 @@ Program lm_logits_program(const LmConfig& c, int64_t t, DType d) {
   Tensor tokens = tr.input("tokens", {DType::i32, {1, t}});
   Program p = tr.finish({{"logits", logits_of(tr, c, ps, tokens)}});
   p.name = "causal_lm_logits";
+  return p;
+}
+
+namespace {
+
+std::string layer_name(const char* what, size_t l) { return std::string(what) + "." + std::to_string(l); }
+
+}  // namespace
+
+Program lm_prefill_program(const LmConfig& c, int64_t t, DType d) {
+  if (t < 1 || t > c.context)
+    throw Error("prefill length " + std::to_string(t) + " must be in [1, context " + std::to_string(c.context) + "]");
+  Tracer tr;
+  std::vector<Tensor> ps = param_inputs(tr, c, d);
+  Tensor tokens = tr.input("tokens", {DType::i32, {1, t}});
+  Body b = body_of(tr, c, ps, tokens, nullptr, true);
+  std::vector<std::pair<std::string, Tensor>> outs = {{"logits", b.logits}};
+  for (size_t l = 0; l < b.k.size(); ++l) {
+    outs.push_back({layer_name("k", l), b.k[l]});
+    outs.push_back({layer_name("v", l), b.v[l]});
+  }
+  Program p = tr.finish(outs);
+  p.name = "causal_lm_prefill";
+  return p;
+}
+
+Program lm_decode_program(const LmConfig& c, int64_t capacity, DType d) {
+  if (capacity < 1 || capacity > c.context)
+    throw Error("cache capacity " + std::to_string(capacity) + " must be in [1, context " + std::to_string(c.context) +
+                "]");
+  Tracer tr;
+  std::vector<Tensor> ps = param_inputs(tr, c, d);
+  Tensor token = tr.input("token", {DType::i32, {1, 1}});
+  DecodeInputs dec;
+  dec.capacity = capacity;
+  dec.pos = tr.input("pos", {DType::i32, {1}});
+  const Type cache{d, {1, c.kv_heads(), capacity, c.d_model / c.n_heads}};
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    dec.k_cache.push_back(tr.input(layer_name("k_cache", static_cast<size_t>(l)), cache));
+    dec.v_cache.push_back(tr.input(layer_name("v_cache", static_cast<size_t>(l)), cache));
+  }
+  Body b = body_of(tr, c, ps, token, &dec, true);
+  std::vector<std::pair<std::string, Tensor>> outs = {{"logits", b.logits}};
+  for (size_t l = 0; l < b.k.size(); ++l) {
+    outs.push_back({layer_name("k", l), b.k[l]});
+    outs.push_back({layer_name("v", l), b.v[l]});
+  }
+  Program p = tr.finish(outs);
+  p.name = "causal_lm_decode";
   return p;
 }
 

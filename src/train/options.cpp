@@ -83,6 +83,9 @@ void SampleOptions::validate() const {
   if (tokens < 0 || tokens > 1000000) throw Error("tokens must be in [0, 1000000], got " + std::to_string(tokens));
   if (!std::isfinite(temperature) || temperature < 0 || temperature > 100)
     throw Error("temperature must be in [0, 100] (0: always the most likely symbol), got " + std::to_string(temperature));
+  if (top_k < 0 || top_k > 1 << 20) throw Error("top-k must be in [0, 1048576] (0: no limit), got " + std::to_string(top_k));
+  if (!std::isfinite(top_p) || top_p <= 0 || top_p > 1)
+    throw Error("top-p must be in (0, 1] (1: no limit), got " + std::to_string(top_p));
   if (window < 0) throw Error("window must be >= 0 (0: the training sequence length), got " + std::to_string(window));
 }
 

@@ -1,9 +1,15 @@
-// Sampling text from a checkpoint on the host. One logits program of `window`
-// tokens is built once; shorter text is right-padded, which causal attention
-// never lets position len-1 see, so every step costs the same and no program
-// is rebuilt per length.
+// Sampling text from a checkpoint on the host, with a KV cache (a prefill
+// program for the prompt, a one-token decode program per new token) or, as
+// the reference, the whole logits program over the window for every token.
+// The reference builds one program of `window` tokens; shorter text is
+// right-padded, which causal attention never lets position len-1 see, so
+// every step costs the same and no program is rebuilt per length.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstring>
+#include <map>
+#include <numeric>
 
 #include "capstep/data.h"
 #include "capstep/interpreter.h"
@@ -12,26 +18,65 @@
 namespace capstep::train {
 namespace {
 
-// Index drawn from softmax(logits / t), or the argmax when t == 0.
-int32_t draw(const float* logits, int64_t vocab, double t, uint64_t& rng, std::vector<double>& p) {
-  int32_t best = 0;
-  for (int64_t i = 1; i < vocab; ++i)
-    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
-  if (t == 0) return best;
-  double sum = 0;
-  p.resize(static_cast<size_t>(vocab));
-  for (int64_t i = 0; i < vocab; ++i) {
-    p[static_cast<size_t>(i)] = std::exp((static_cast<double>(logits[i]) - logits[best]) / t);
-    sum += p[static_cast<size_t>(i)];
-  }
-  // 53 random bits, uniform in [0, sum).
-  double u = static_cast<double>(data::splitmix64(rng) >> 11) * 0x1.0p-53 * sum;
-  for (int64_t i = 0; i < vocab; ++i) {
-    u -= p[static_cast<size_t>(i)];
-    if (u < 0) return static_cast<int32_t>(i);
-  }
-  return best;   // rounding left u at or just above 0
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+struct Sampler {
+  double t;
+  int64_t top_k;
+  double top_p;
+  uint64_t rng;
+  std::vector<double> p;
+  std::vector<int32_t> order;
+
+  // Index drawn from softmax(logits / t) cut to top_k and top_p, or the
+  // argmax (the lowest index among equals) when t == 0.
+  int32_t draw(const float* logits, int64_t vocab) {
+    int32_t best = 0;
+    for (int64_t i = 1; i < vocab; ++i)
+      if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+    if (t == 0) return best;
+    double sum = 0;
+    p.resize(static_cast<size_t>(vocab));
+    for (int64_t i = 0; i < vocab; ++i) {
+      p[static_cast<size_t>(i)] = std::exp((static_cast<double>(logits[i]) - logits[best]) / t);
+      sum += p[static_cast<size_t>(i)];
+    }
+    if ((top_k > 0 && top_k < vocab) || top_p < 1) {
+      // The symbols by falling probability (ties: lower index first); the
+      // kept ones are a prefix of that order, the rest get probability 0.
+      order.resize(static_cast<size_t>(vocab));
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int32_t a, int32_t b) { return p[static_cast<size_t>(a)] > p[static_cast<size_t>(b)]; });
+      int64_t keep = top_k > 0 ? std::min(top_k, vocab) : vocab;
+      if (top_p < 1) {
+        double acc = 0;
+        int64_t n = 0;
+        while (n < keep) {
+          acc += p[static_cast<size_t>(order[static_cast<size_t>(n)])];
+          ++n;
+          if (acc >= top_p * sum) break;
+        }
+        keep = n;
+      }
+      sum = 0;
+      for (int64_t j = 0; j < vocab; ++j) {
+        const size_t i = static_cast<size_t>(order[static_cast<size_t>(j)]);
+        if (j >= keep) p[i] = 0;
+        sum += p[i];
+      }
+    }
+    // 53 random bits, uniform in [0, sum).
+    double u = static_cast<double>(data::splitmix64(rng) >> 11) * 0x1.0p-53 * sum;
+    for (int64_t i = 0; i < vocab; ++i) {
+      u -= p[static_cast<size_t>(i)];
+      if (u < 0 && p[static_cast<size_t>(i)] > 0) return static_cast<int32_t>(i);
+    }
+    return best;   // rounding left u at or just above 0
+  }
+};
 
 }  // namespace
 
@@ -48,13 +93,6 @@ std::string sample(const SampleOptions& o) {
   if (window > m.context)
     throw Error("window " + std::to_string(window) + " is longer than the model's context " + std::to_string(m.context));
 
-  host::Interpreter interp(nn::lm_logits_program(m, window));
-  std::vector<const Array*> ins;
-  for (const NamedArray& p : c.params) ins.push_back(&p.array);
-  Array tokens({DType::i32, {1, window}});
-  ins.push_back(&tokens);
-  std::vector<Array> outs;
-
   // A prompt character the tokenizer cannot represent is refused: the model
   // would read '~' in its place.
   data::TextStats unknown;
@@ -62,24 +100,114 @@ std::string sample(const SampleOptions& o) {
   if (unknown.unknown > 0)
     throw data::UnknownTextError("the prompt: " + data::describe_unknown(unknown, tokenizer.name()) +
                                  "; the checkpoint's model was trained without them");
+
+  std::vector<const Array*> params;
+  for (const NamedArray& p : c.params) params.push_back(&p.array);
   std::string result;
   result.reserve(static_cast<size_t>(o.tokens));
-  uint64_t rng = o.seed;
-  std::vector<double> probs;
-  for (int64_t k = 0; k < o.tokens; ++k) {
-    const int64_t len = std::min<int64_t>(static_cast<int64_t>(text.size()), window);
-    int32_t* w = tokens.data<int32_t>();
-    std::copy(text.end() - len, text.end(), w);
-    std::fill(w + len, w + window, 0);
-    interp.run(ins, outs);
-    const float* logits = outs[0].data<float>() + (len - 1) * m.vocab;
-    const int32_t id = draw(logits, m.vocab, o.temperature, rng, probs);
+  Sampler sampler{o.temperature, o.top_k, o.top_p, o.seed, {}, {}};
+  SampleStats stats;
+  auto emit = [&](int32_t id) {
     text.push_back(id);
     for (const char ch : tokenizer.piece(id)) {
       result.push_back(ch);
       if (o.on_char) o.on_char(ch);
     }
+  };
+  auto t0 = std::chrono::steady_clock::now();
+
+  if (!o.kv_cache) {
+    host::Interpreter interp(nn::lm_logits_program(m, window));
+    std::vector<const Array*> ins = params;
+    Array tokens({DType::i32, {1, window}});
+    ins.push_back(&tokens);
+    std::vector<Array> outs;
+    for (int64_t k = 0; k < o.tokens; ++k) {
+      const int64_t len = std::min<int64_t>(static_cast<int64_t>(text.size()), window);
+      int32_t* w = tokens.data<int32_t>();
+      std::copy(text.end() - len, text.end(), w);
+      std::fill(w + len, w + window, 0);
+      interp.run(ins, outs);
+      const float* logits = outs[0].data<float>() + (len - 1) * m.vocab;
+      if (o.on_logits) o.on_logits(len, logits);
+      emit(sampler.draw(logits, m.vocab));
+    }
+    stats.tokens = o.tokens;
+    stats.generate_s = seconds_since(t0);
+    if (o.stats) *o.stats = stats;
+    return result;
   }
+
+  // The caches [1, KV, window, Dh] per layer, rows 0..cached-1 filled.
+  const int64_t KV = m.kv_heads(), Dh = m.d_model / m.n_heads, L = m.n_layers;
+  std::vector<Array> k_cache, v_cache;
+  for (int64_t l = 0; l < L; ++l) {
+    k_cache.emplace_back(Type{DType::f32, {1, KV, window, Dh}});
+    v_cache.emplace_back(Type{DType::f32, {1, KV, window, Dh}});
+  }
+  // Rows [at, at + n) of every head of `cache` from `rows` [1, KV, n, Dh].
+  auto write_rows = [&](Array& cache, const Array& rows, int64_t at, int64_t n) {
+    for (int64_t h = 0; h < KV; ++h)
+      std::memcpy(cache.data<float>() + (h * window + at) * Dh, rows.data<float>() + h * n * Dh,
+                  static_cast<size_t>(n * Dh) * sizeof(float));
+  };
+  // One prefill program per length (the prompt's, the slide's), built at need.
+  std::map<int64_t, host::Interpreter> prefills;
+  std::vector<Array> outs;
+  int64_t cached = 0;
+  auto prefill = [&](int64_t n) {
+    auto it = prefills.find(n);
+    if (it == prefills.end()) it = prefills.emplace(n, host::Interpreter(nn::lm_prefill_program(m, n))).first;
+    Array tokens({DType::i32, {1, n}});
+    std::copy(text.end() - n, text.end(), tokens.data<int32_t>());
+    std::vector<const Array*> ins = params;
+    ins.push_back(&tokens);
+    it->second.run(ins, outs);
+    for (int64_t l = 0; l < L; ++l) {
+      write_rows(k_cache[static_cast<size_t>(l)], outs[static_cast<size_t>(1 + 2 * l)], 0, n);
+      write_rows(v_cache[static_cast<size_t>(l)], outs[static_cast<size_t>(2 + 2 * l)], 0, n);
+    }
+    cached = n;
+  };
+
+  host::Interpreter decode(nn::lm_decode_program(m, window));
+  Array token({DType::i32, {1, 1}}), pos({DType::i32, {1}});
+  std::vector<const Array*> dins = params;
+  dins.push_back(&token);
+  dins.push_back(&pos);
+  for (int64_t l = 0; l < L; ++l) {
+    dins.push_back(&k_cache[static_cast<size_t>(l)]);
+    dins.push_back(&v_cache[static_cast<size_t>(l)]);
+  }
+
+  stats.prompt_tokens = std::min<int64_t>(static_cast<int64_t>(text.size()), window);
+  if (o.tokens > 0) prefill(stats.prompt_tokens);
+  stats.prefill_s = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  const int64_t keep = std::max<int64_t>(1, window / 2);
+  for (int64_t k = 0; k < o.tokens; ++k) {
+    const float* logits = outs[0].data<float>();
+    if (o.on_logits) o.on_logits(cached, logits);
+    const int32_t id = sampler.draw(logits, m.vocab);
+    emit(id);
+    if (k + 1 == o.tokens) break;
+    if (cached == window) {   // full: slide by prefilling the last `keep` tokens again
+      prefill(keep);
+      ++stats.slides;
+      continue;
+    }
+    token.data<int32_t>()[0] = id;
+    pos.data<int32_t>()[0] = static_cast<int32_t>(cached);
+    decode.run(dins, outs);
+    for (int64_t l = 0; l < L; ++l) {
+      write_rows(k_cache[static_cast<size_t>(l)], outs[static_cast<size_t>(1 + 2 * l)], cached, 1);
+      write_rows(v_cache[static_cast<size_t>(l)], outs[static_cast<size_t>(2 + 2 * l)], cached, 1);
+    }
+    ++cached;
+  }
+  stats.tokens = o.tokens;
+  stats.generate_s = seconds_since(t0);
+  if (o.stats) *o.stats = stats;
   return result;
 }
 
