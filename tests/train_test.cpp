@@ -716,3 +716,149 @@ TEST(Sample, LengthSymbolsSeedAndStreaming) {
   s.window = 33;
   EXPECT_NE(error_of([&] { train::sample(s); }).find("context 32"), std::string::npos);
 }
+
+namespace {
+
+// The logits each token was drawn from, keyed by the tokens read before it.
+struct LogitsLog {
+  std::vector<int64_t> read;
+  std::vector<std::vector<float>> logits;
+  std::function<void(int64_t, const float*)> hook(int64_t vocab) {
+    return [this, vocab](int64_t n, const float* l) {
+      read.push_back(n);
+      logits.emplace_back(l, l + vocab);
+    };
+  }
+};
+
+train::Options arch_options(nn::Arch a) {
+  train::Options o = small_options();
+  o.model.arch = a;
+  if (a == nn::Arch::llama) o.model.n_kv_heads = 1;   // grouped-query: two query heads per key/value head
+  o.steps = 30;
+  return o;
+}
+
+}  // namespace
+
+// The KV cache (prefill, then one decode program per token) against the
+// reference that runs the whole window for every token, while the text fits
+// in the window (6 + 26 tokens, window 32): the same greedy tokens, and the
+// logits they were drawn from within 1e-4. The arithmetic is not the same
+// one: the decode program multiplies one row (OpenBLAS's GEMM takes another
+// path and another order of summation than for a block of rows), and its
+// attention sums over the cache's 32 rows, the masked ones contributing exact
+// zeros. So the logits differ by reassociated f32 sums: each sum of n terms
+// (n <= 64 here: d_model 32, d_ff 64) is off by at most n * 2^-24 of the sum
+// of its terms' magnitudes, about 4e-6 relative; through 2 blocks, the final
+// norm and the head, for logits of magnitude <= 10 (checked below), a few
+// 1e-5 at worst, and 1e-4 leaves room.
+TEST(Sample, KvCacheGivesTheReferencesGreedyTokensForEveryArchitecture) {
+  for (nn::Arch a : {nn::Arch::seed, nn::Arch::gpt2, nn::Arch::llama}) {
+    SCOPED_TRACE(nn::arch_name(a));
+    TempDir d;
+    train::Options o = arch_options(a);
+    o.save_path = d.file("s.safetensors");
+    train::train(o);
+
+    train::SampleOptions s;
+    s.checkpoint = o.save_path;
+    s.prompt = "The ca";
+    s.tokens = 26;
+    s.temperature = 0;
+    s.window = 32;
+    LogitsLog cached, full;
+    train::SampleStats st;
+    s.stats = &st;
+    s.on_logits = cached.hook(o.model.vocab);
+    const std::string with_cache = train::sample(s);
+    EXPECT_EQ(st.slides, 0);
+    EXPECT_EQ(st.prompt_tokens, 6);
+    s.kv_cache = false;
+    s.on_logits = full.hook(o.model.vocab);
+    const std::string reference = train::sample(s);
+    EXPECT_EQ(with_cache, reference);
+    ASSERT_EQ(cached.read, full.read);
+    ASSERT_EQ(cached.read.size(), 26u);
+    EXPECT_EQ(cached.read.front(), 6);
+    EXPECT_EQ(cached.read.back(), 31);
+    double worst = 0, largest = 0;
+    for (size_t i = 0; i < cached.logits.size(); ++i)
+      for (size_t v = 0; v < cached.logits[i].size(); ++v) {
+        worst = std::max(worst, std::abs(double(cached.logits[i][v]) - full.logits[i][v]));
+        largest = std::max(largest, std::abs(double(full.logits[i][v])));
+      }
+    EXPECT_LE(largest, 10.0);
+    EXPECT_LE(worst, 1e-4);
+    std::printf("%s: largest logit %.3g, largest difference %.3g\n", nn::arch_name(a), largest, worst);
+  }
+}
+
+// When the cache is full the window slides: the last window / 2 tokens are
+// prefilled again. Until then the tokens are the reference's; after, the
+// model reads fewer tokens than the reference's full window, and the text
+// goes on at the same cost per token.
+TEST(Sample, KvCacheSlidesWhenTheWindowIsFull) {
+  TempDir d;
+  train::Options o = arch_options(nn::Arch::llama);
+  o.save_path = d.file("s.safetensors");
+  train::train(o);
+  train::SampleOptions s;
+  s.checkpoint = o.save_path;
+  s.prompt = "The ca";
+  s.tokens = 40;
+  s.temperature = 0;
+  s.window = 8;
+  LogitsLog log;
+  s.on_logits = log.hook(o.model.vocab);
+  train::SampleStats st;
+  s.stats = &st;
+  const std::string a = train::sample(s);
+  EXPECT_EQ(a.size(), 40u);
+  // Read 6, 7, 8 (full: slide to 4), 5, 6, 7, 8 (slide), ...
+  ASSERT_EQ(log.read.size(), 40u);
+  EXPECT_EQ(log.read[0], 6);
+  EXPECT_EQ(log.read[2], 8);
+  EXPECT_EQ(log.read[3], 4);
+  EXPECT_EQ(log.read[4], 5);
+  for (int64_t n : log.read) EXPECT_TRUE(n >= 4 && n <= 8) << n;
+  EXPECT_EQ(st.slides, 8);   // after tokens 3, 8, ..., 38 (each read 8); not after the last
+  s.kv_cache = false;
+  s.on_logits = nullptr;
+  EXPECT_EQ(train::sample(s).substr(0, 3), a.substr(0, 3));
+}
+
+// top-k 1 keeps the most likely symbol only, a tiny top-p too: both give
+// temperature 0's text at any temperature and seed. A top-k or top-p that
+// keeps everything draws what no limit draws.
+TEST(Sample, TopKOneAndTinyTopPAreGreedy) {
+  TempDir d;
+  train::Options o = arch_options(nn::Arch::gpt2);
+  o.save_path = d.file("s.safetensors");
+  train::train(o);
+  train::SampleOptions s;
+  s.checkpoint = o.save_path;
+  s.prompt = "Is the ";
+  s.tokens = 20;
+  s.temperature = 0;
+  const std::string greedy = train::sample(s);
+  s.temperature = 1.5;
+  s.seed = 11;
+  const std::string free = train::sample(s);
+  EXPECT_NE(free, greedy);
+  s.top_k = 1;
+  EXPECT_EQ(train::sample(s), greedy);
+  s.top_k = 0;
+  s.top_p = 1e-6;
+  EXPECT_EQ(train::sample(s), greedy);
+  s.top_p = 1;
+  s.top_k = 64;
+  EXPECT_EQ(train::sample(s), free);
+  s.top_k = 5;   // some other text, drawn among 5
+  EXPECT_EQ(train::sample(s).size(), 20u);
+  s.top_k = -1;
+  EXPECT_NE(error_of([&] { train::sample(s); }).find("top-k"), std::string::npos);
+  s.top_k = 0;
+  s.top_p = 0;
+  EXPECT_NE(error_of([&] { train::sample(s); }).find("top-p"), std::string::npos);
+}
