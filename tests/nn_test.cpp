@@ -339,3 +339,78 @@ TEST(CausalLm, Gpt2AndLlamaFuseAttentionAndRoundTripStableHlo) {
     EXPECT_TRUE(host::run(back, in)[0].bit_equal(plain[0])) << nn::arch_name(a);
   }
 }
+
+// The KV cache's programs against the logits program over the whole text, in
+// f64 for every architecture: prefill reads 6 tokens, then the decode program
+// gives positions 6..9 one at a time, the host writing each new row of k and
+// v into the caches at its position. Rows after the position hold 1e3
+// (never written): the mask must hide them. The arithmetic differs from the
+// whole program's (one row per product, attention over the 16 rows of the
+// cache with exact zeros for the masked ones) only in the order of f64
+// summation: n terms (n <= 48) off by at most n * 2^-53 of their magnitudes'
+// sum, about 1e-14 relative through two blocks, for logits of magnitude < 1
+// here; 1e-12 leaves room.
+TEST(CausalLm, PrefillAndDecodeGiveTheWholeProgramsLogits) {
+  for (nn::Arch a : {nn::Arch::seed, nn::Arch::gpt2, nn::Arch::llama}) {
+    SCOPED_TRACE(nn::arch_name(a));
+    const nn::LmConfig c = small(a);
+    const int64_t T = 10, P = 6, C = c.context, KV = c.kv_heads(), Dh = c.d_model / c.n_heads, V = c.vocab;
+    const std::vector<Array> params = nn::init_parameters(c, 3, DType::f64);
+    std::vector<int32_t> ids;
+    for (int64_t i = 0; i < T; ++i) ids.push_back(static_cast<int32_t>((i * 37 + 5) % V));
+
+    std::vector<Array> in = params;
+    in.push_back(Array::i32({1, T}, ids));
+    const Array whole = host::run(nn::lm_logits_program(c, T, DType::f64), in)[0];
+
+    in = params;
+    in.push_back(Array::i32({1, P}, std::vector<int32_t>(ids.begin(), ids.begin() + P)));
+    const std::vector<Array> pre = host::run(nn::lm_prefill_program(c, P, DType::f64), in);
+    ASSERT_EQ(pre.size(), static_cast<size_t>(1 + 2 * c.n_layers));
+    ASSERT_EQ(pre[0].shape(), (Shape{1, 1, V}));
+    ASSERT_EQ(pre[1].shape(), (Shape{1, KV, P, Dh}));
+    for (int64_t v = 0; v < V; ++v) EXPECT_NEAR(pre[0].get(v), whole.get((P - 1) * V + v), 1e-12);
+
+    // The caches [1, KV, C, Dh], rows 0..P-1 from the prefill.
+    std::vector<Array> caches;
+    for (int64_t i = 0; i < 2 * c.n_layers; ++i) {
+      Array k({DType::f64, {1, KV, C, Dh}});
+      for (int64_t j = 0; j < k.numel(); ++j) k.set(j, 1e3);
+      for (int64_t h = 0; h < KV; ++h)
+        for (int64_t r = 0; r < P; ++r)
+          for (int64_t e = 0; e < Dh; ++e) k.set((h * C + r) * Dh + e, pre[static_cast<size_t>(1 + i)].get((h * P + r) * Dh + e));
+      caches.push_back(std::move(k));
+    }
+    host::Interpreter decode(nn::lm_decode_program(c, C, DType::f64));
+    for (int64_t p = P; p < T; ++p) {
+      in = params;
+      in.push_back(Array::i32({1, 1}, {ids[static_cast<size_t>(p)]}));
+      in.push_back(Array::i32({1}, {static_cast<int32_t>(p)}));
+      for (const Array& k : caches) in.push_back(k);
+      const std::vector<Array> out = decode.run(in);
+      double worst = 0;
+      for (int64_t v = 0; v < V; ++v) worst = std::max(worst, std::abs(out[0].get(v) - whole.get(p * V + v)));
+      EXPECT_LE(worst, 1e-12) << "position " << p;
+      for (size_t i = 0; i < caches.size(); ++i)
+        for (int64_t h = 0; h < KV; ++h)
+          for (int64_t e = 0; e < Dh; ++e) caches[i].set((h * C + p) * Dh + e, out[1 + i].get(h * Dh + e));
+    }
+  }
+}
+
+// The position is an input of the decode program: one program, the same
+// equations, for every position. Nor does it grow with the capacity: a cache
+// of 16 rows and one of 512 take the same equations (of other shapes).
+TEST(CausalLm, DecodeProgramsEquationsDoNotGrowWithThePosition) {
+  for (nn::Arch a : {nn::Arch::seed, nn::Arch::gpt2, nn::Arch::llama}) {
+    nn::LmConfig c = small(a);
+    const Program p16 = nn::lm_decode_program(c, 16);
+    c.context = 512;
+    const Program p512 = nn::lm_decode_program(c, 512);
+    EXPECT_EQ(p16.eqns.size(), p512.eqns.size()) << nn::arch_name(a);
+    int pos_inputs = 0;
+    for (const auto& i : p16.inputs) pos_inputs += i.name == "pos";
+    EXPECT_EQ(pos_inputs, 1);
+    EXPECT_THROW(nn::lm_decode_program(c, 513), Error);
+  }
+}
