@@ -355,6 +355,24 @@ TEST(Cli, TrainSaveLogPlotThenSample) {
     EXPECT_NE(data::alphabet().find(ch), std::string_view::npos) << "not a vocabulary symbol: " << int(ch);
   // Same seed, same sample.
   EXPECT_EQ(run({"sample", "--checkpoint", ckpt, "--prompt", prompt, "--tokens", "120", "--seed", "5"}).out, s.out);
+  // The rate on standard error, after the prefill's time.
+  EXPECT_NE(s.err.find("prefill 7 tokens in "), std::string::npos) << s.err;
+  EXPECT_NE(s.err.find("120 tokens in "), std::string::npos) << s.err;
+  EXPECT_NE(s.err.find(" tokens/s)"), std::string::npos) << s.err;
+  // Greedy: with the KV cache as without it (the text fits in the window:
+  // --window 64, 7 + 40 tokens); top-k 1 and a tiny top-p are greedy too.
+  const std::vector<std::string> greedy = {"sample", "--checkpoint", ckpt, "--prompt", prompt, "--tokens", "40",
+                                           "--window", "64"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = greedy;
+    args.insert(args.end(), more.begin(), more.end());
+    return run(args);
+  };
+  const Outcome g = with({"--temperature", "0"});
+  ASSERT_EQ(g.code, 0) << g.err;
+  EXPECT_EQ(with({"--temperature", "0", "--no-kv-cache"}).out, g.out);
+  EXPECT_EQ(with({"--temperature", "1", "--top-k", "1", "--seed", "9"}).out, g.out);
+  EXPECT_EQ(with({"--temperature", "1", "--top-p", "1e-9", "--seed", "9"}).out, g.out);
 
   // A window beyond the checkpoint's context is a value out of range.
   const Outcome w = run({"sample", "--checkpoint", ckpt, "--window", "300"});
@@ -440,6 +458,10 @@ TEST(Cli, UsageErrorsExitTwoWithTheirMessage) {
       {{"sample", "--checkpoint", d.file("missing")}, "--checkpoint: File does not exist"},
       {{"sample", "--checkpoint", some_file, "--temperature", "-1"}, "--temperature: '-1' is not in [0, 100]"},
       {{"sample", "--checkpoint", some_file, "--tokens", "-3"}, "--tokens"},
+      {{"sample", "--checkpoint", some_file, "--top-k", "-1"}, "--top-k: '-1' is not in [0, 1048576]"},
+      {{"sample", "--checkpoint", some_file, "--top-k", "2.5"}, "--top-k: '2.5' is not an integer"},
+      {{"sample", "--checkpoint", some_file, "--top-p", "0"}, "--top-p: '0' is not in [1e-09, 1]"},
+      {{"sample", "--checkpoint", some_file, "--top-p", "1.5"}, "--top-p: '1.5' is not in [1e-09, 1]"},
       {{"bench", "--steps", "0"}, "--steps"},
       {{"bench", "--lane", "host"}, "--lane"},
       {{"show", "--program", "backward"}, "--program: backward not in {forward,grad,fused}"},
@@ -1242,6 +1264,7 @@ TEST(Cli, NumbersAndPathsAreCheckedWhenParsed) {
       {{"train"}, "--batch"},          {{"train"}, "--seq"},              {{"sample", "--checkpoint", ckpt}, "--tokens"},
       {{"sample", "--checkpoint", ckpt}, "--temperature"},                {{"sample", "--checkpoint", ckpt}, "--seed"},
       {{"sample", "--checkpoint", ckpt}, "--window"},                     {{"bench"}, "--steps"},
+      {{"sample", "--checkpoint", ckpt}, "--top-k"},                      {{"sample", "--checkpoint", ckpt}, "--top-p"},
       {{"bench"}, "--warmup"},         {{"bench"}, "--seed"},             {{"show"}, "--data-parallel"},
       {{"show"}, "--layers"},          {{"export", "--out", d.file("x.mlir")}, "--data-parallel"},
       {{"export", "--out", d.file("x.mlir")}, "--batch"},
