@@ -250,12 +250,10 @@ std::string absolute_path(const std::string& path);
 Checkpoint load_model_checkpoint(const std::string& path, TrainMeta* meta);
 
 // ---- sampling ------------------------------------------------------------------
-// Generates `tokens` characters after `prompt` on the host with the logits
-// program. Window: the model reads the last min(len, window) tokens, with
-// window = the checkpoint's training sequence length by default (positions
-// beyond it were never trained), at most the model's context. One program of
-// `window` tokens is built once; a shorter text is right-padded, and because
-// attention is causal the logits at position len-1 do not see the padding.
+// Generates `tokens` tokens after `prompt` on the host. Window: the model
+// reads at most `window` tokens, with window = the checkpoint's training
+// sequence length by default (positions beyond it were never trained), at
+// most the model's context.
 // An empty prompt starts from "\n" (a paragraph starts after a newline in the
 // built-in corpus); the newline is not part of the result.
 // temperature 0 picks the most likely symbol; otherwise softmax(logits / T).
@@ -268,7 +266,9 @@ Checkpoint load_model_checkpoint(const std::string& path, TrainMeta* meta);
 // again and decoding goes on from there, so the model always reads between
 // window / 2 and window tokens. Without kv_cache every token runs the whole
 // logits program over the last min(length, window) tokens (the reference:
-// the same choices while the text fits in the window).
+// the same choices while the text fits in the window): one program of
+// `window` tokens, a shorter text right-padded, which causal attention keeps
+// from the logits at position len-1.
 // top_k (0: every symbol) keeps the k most likely symbols, top_p (1: every
 // symbol) the fewest most likely whose probabilities reach p; both apply
 // after the temperature, before the draw; ties go to the lower index, so
