@@ -309,6 +309,8 @@ Body body_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, c
       x = x + apply(gelu_tanh(apply(h, f1)), f2);
     }
   }
+  // The sampler draws from the last position only: the final norm and the
+  // head (the widest product, [D, V]) run on that row alone.
   if (last_only && T > 1) x = slice(x, {0, T - 1, 0}, {B, T, D});
   Tensor hf = norm(x);
   out.logits = gpt2 ? matmul(hf, transpose(tok_emb, {1, 0})) : matmul(hf, next());
