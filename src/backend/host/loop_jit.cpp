@@ -303,7 +303,13 @@ bool Code::build(const JitLoop& lp) {
       case Op::multiply: vmulps(Ymm(d), Ymm(ra), Ymm(rb)); break;
       case Op::divide: vdivps(Ymm(d), Ymm(ra), Ymm(rb)); break;
       case Op::negate: vxorps(Ymm(d), Ymm(ra), Ymm(sign)); break;  // the sign bit flipped, as -x
-      default: vmovaps(Ymm(d), Ymm(ra)); break;                     // broadcast_in_dim: a copy, to be stored
+      // broadcast_in_dim: a copy, to be stored; operands() is 0 for the rest, so build() refused them
+      case Op::constant: case Op::iota: case Op::maximum: case Op::log: case Op::rsqrt:
+      case Op::sqrt: case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
+      case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum:
+      case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows: case Op::attention:
+      case Op::attention_grad: case Op::all_reduce: case Op::slice: case Op::pad:
+      case Op::concatenate: vmovaps(Ymm(d), Ymm(ra)); break;
     }
     const int v = nin + i;
     for (int p : stores[static_cast<size_t>(v)]) vmovups(ptr[gprs[gpr[static_cast<size_t>(p)]] + rax], Ymm(d));
@@ -378,8 +384,14 @@ int jit_operands(Op op) {
     case Op::negate:
     case Op::exponential:
     case Op::tanh: return 1;
-    default: return 0;
+    case Op::constant: case Op::iota: case Op::maximum: case Op::log: case Op::rsqrt: case Op::sqrt:
+    case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
+    case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum:
+    case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows: case Op::attention:
+    case Op::attention_grad: case Op::all_reduce: case Op::slice: case Op::pad:
+    case Op::concatenate: return 0;
   }
+  return 0;  // a value outside the table
 }
 
 std::string host_loops_line() {
