@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/host/parallel.h"
 #include "capstep/data.h"
 #include "capstep/interpreter.h"
 #include "capstep/train.h"
@@ -37,6 +38,7 @@ int32_t draw(const float* logits, int64_t vocab, double t, uint64_t& rng, std::v
 
 std::string sample(const SampleOptions& o) {
   o.validate();
+  if (o.backend.host_threads != 0) host::set_host_threads(o.backend.host_threads);
   TrainMeta meta;
   Checkpoint c = load_model_checkpoint(o.checkpoint, &meta);
   const nn::LmConfig& m = meta.model;
@@ -48,7 +50,7 @@ std::string sample(const SampleOptions& o) {
   if (window > m.context)
     throw Error("window " + std::to_string(window) + " is longer than the model's context " + std::to_string(m.context));
 
-  host::Interpreter interp(nn::lm_logits_program(m, window));
+  host::Interpreter interp(nn::lm_logits_program(m, window), o.backend.host);
   std::vector<const Array*> ins;
   for (const NamedArray& p : c.params) ins.push_back(&p.array);
   Array tokens({DType::i32, {1, window}});

@@ -394,12 +394,11 @@ int jit_operands(Op op) {
   return 0;  // a value outside the table
 }
 
-std::string host_loops_line() {
-  const InterpreterOptions o = InterpreterOptions::defaults();
-  if (!o.fuse) return "elementwise work one pass per primitive (CAPSTEP_HOST_FUSION=0)";
-  if (!o.jit) return "fused groups' elementwise runs member by member (CAPSTEP_HOST_JIT=0)";
+std::string host_loops_line(const InterpreterOptions& o) {
+  if (!o.fuse) return "elementwise work one pass per primitive (fusion off)";
+  if (!o.jit) return "fused groups' elementwise runs member by member (jit off)";
   if (!jit_available()) return std::string("fused groups' elementwise runs member by member (") + jit_missing() + ")";
-  return "fused groups' elementwise runs compiled to AVX2 loops (Xbyak; CAPSTEP_HOST_JIT=0 runs them member by member)";
+  return "fused groups' elementwise runs compiled to AVX2 loops (Xbyak)";
 }
 
 }  // namespace capstep::host
