@@ -39,6 +39,15 @@ Array random_array(const Type& t, std::mt19937& rng, double lo = -1.0, double hi
   return Array::from_doubles(t, v);
 }
 
+// The options of this file's executables: the defaults, with fuse as the
+// running test's parameter (class Cuda below).
+bool g_fuse = true;
+cuda::Options opts() {
+  cuda::Options o;
+  o.fuse = g_fuse;
+  return o;
+}
+
 // Exact: bit for bit. Otherwise elementwise relative |a-b| <= rel*max(|a|,|b|)
 // (`norm` false), or relative to the largest host magnitude (`norm` true: for
 // sums and dots, whose small entries are cancellations).
@@ -72,7 +81,7 @@ void expect_close(const Array& dev, const Array& host, double rel, bool norm, co
 
 // Runs p on the device and the host on the same inputs; compares every output.
 void check_program(const Program& p, const std::vector<Array>& inputs, double rel, bool norm,
-                   const std::string& what, cuda::Options opt = {}) {
+                   const std::string& what, cuda::Options opt = opts()) {
   std::vector<Array> want = host::run(p, inputs);
   cuda::Executable ex(p, opt);
   // twice: the first step runs eagerly, the second replays the captured graph
@@ -95,12 +104,11 @@ Program one_op(Op op, const std::vector<Type>& in, const Attrs& a = {}, const Ty
 
 // Every device test runs twice: with the fused loop kernels (Options::fuse,
 // NVRTC) and with one kernel per equation. The parameter reaches every
-// Options{} in this file through fuse_default's environment variable, which
-// is how the example and device-check switch it too.
+// executable in this file through opts().
 class Cuda : public ::testing::TestWithParam<bool> {
  protected:
-  void SetUp() override { setenv("CAPSTEP_CUDA_FUSE", GetParam() ? "1" : "0", 1); }
-  void TearDown() override { unsetenv("CAPSTEP_CUDA_FUSE"); }
+  void SetUp() override { g_fuse = GetParam(); }
+  void TearDown() override { g_fuse = true; }
 };
 INSTANTIATE_TEST_SUITE_P(Fuse, Cuda, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "on" : "off"; });
@@ -332,7 +340,7 @@ TEST_P(Cuda, DotGeneralFullF32AndF64) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   std::mt19937 rng(8);
-  cuda::Options full;
+  cuda::Options full = opts();
   full.tf32 = false;
   for (const DotCase& c : kDots)
     for (DType d : {DType::f32, DType::f64}) {
@@ -377,7 +385,7 @@ TEST_P(Cuda, Tf32OptionChangesTheResult) {
   std::vector<double> x(64 * 64, 1.0 + 1.0 / 4096.0), id(64 * 64, 0.0);
   for (int i = 0; i < 64; ++i) id[static_cast<size_t>(i * 64 + i)] = 1.0;
   std::vector<Array> in = {Array::from_doubles(t, x), Array::from_doubles(t, id)};
-  cuda::Options on, off;
+  cuda::Options on = opts(), off = opts();
   off.tf32 = false;
   Array full = cuda::Executable(p, off).run(in)[0];
   Array fast = cuda::Executable(p, on).run(in)[0];
@@ -439,7 +447,7 @@ TEST_P(Cuda, TransformerShapedProgram) {
   Program p = transformer_block(3, 19, 36, 4, 70);
   std::vector<Array> in;
   for (const NamedValue& v : p.inputs) in.push_back(random_array(p.type(v.value), rng, -0.5, 0.5));
-  cuda::Options full;
+  cuda::Options full = opts();
   full.tf32 = false;
   check_program(p, in, 1e-5, true, "transformer block (full f32)", full);
   check_program(p, in, 1e-2, true, "transformer block (tf32)");
@@ -485,7 +493,7 @@ void expect_adamw_steps_match_host(bool bf16, double loss_rel, double moment_rel
   for (size_t i = 0; i < P; ++i) state.push_back(Array(state[i].type()));  // v
   host::Interpreter ref(fused);
   for (bool graph : {true, false}) {
-    cuda::Options o;
+    cuda::Options o = opts();
     o.tf32 = false;
     o.cuda_graph = graph;
     cuda::Executable ex(fused, o);
@@ -614,7 +622,7 @@ TEST_P(Cuda, Bf16ElementwiseBitForBit) {
   // payload and sign (as in f32); conversions and roundings keep them on both.
   const std::vector<Array> in = {xa, ya, za, wa};
   const std::vector<Array> want = host::run(p, in);
-  cuda::Executable ex(p);
+  cuda::Executable ex(p, opts());
   for (int rep = 0; rep < 2; ++rep) {
     const std::vector<Array> got = ex.run(in);
     for (size_t o = 0; o < want.size(); ++o) {
@@ -717,7 +725,7 @@ TEST_P(Cuda, AliasCopyBackAndSwapOverSteps) {
                             << slack * bound[static_cast<size_t>(at)];
     }
   };
-  cuda::Executable ex(p);
+  cuda::Executable ex(p, opts());
   ex.upload(0, host_in[0]);
   ex.upload(1, host_in[1]);
   for (int s = 0; s < 4; ++s) {
@@ -754,7 +762,7 @@ TEST_P(Cuda, WrongInputTypeNamesInputAndBothTypes) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   const Type t = T(DType::f32, {37});
-  cuda::Executable ex(one_op(Op::negate, {t}));
+  cuda::Executable ex(one_op(Op::negate, {t}), opts());
   try {
     ex.upload(0, Array(T(DType::i32, {37})));
     FAIL() << "no error";
@@ -775,7 +783,7 @@ TEST_P(Cuda, GatherIndexOutOfRangeIsReportedWithPosition) {
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   const Type table = T(DType::f32, {61, 37}), idx = T(DType::i32, {4, 17});
   for (bool graph : {false, true}) {
-    cuda::Options o;
+    cuda::Options o = opts();
     o.cuda_graph = graph;
     cuda::Executable ex(one_op(Op::gather_rows, {table, idx}), o);
     std::mt19937 rng(14);
@@ -804,7 +812,7 @@ TEST_P(Cuda, CrossEntropyLabelOutsideTheClassesIsReportedWithPosition) {
   Tracer tr;
   Tensor x = tr.input("logits", {DType::f32, {5, 3}});
   Tensor t = tr.input("targets", {DType::i32, {5}});
-  cuda::Executable ex(tr.finish({{"loss", cross_entropy(x, t)}}));
+  cuda::Executable ex(tr.finish({{"loss", cross_entropy(x, t)}}), opts());
   std::mt19937 rng(26);
   const Array logits = random_array(T(DType::f32, {5, 3}), rng);
   const Array good = Array::i32({5}, {0, 1, 2, 0, 1});
@@ -827,7 +835,7 @@ TEST_P(Cuda, OutOfDeviceMemoryIsAClearError) {
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   const Type huge = T(DType::f64, {int64_t{1} << 36});  // 512 GiB
   try {
-    cuda::Executable ex(one_op(Op::negate, {huge}));
+    cuda::Executable ex(one_op(Op::negate, {huge}), opts());
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("out of device memory"), std::string::npos) << e.what();
@@ -835,7 +843,8 @@ TEST_P(Cuda, OutOfDeviceMemoryIsAClearError) {
 }
 
 TEST_P(Cuda, FuseOptionFollowsTheParameterAndCutsLaunches) {
-  EXPECT_EQ(cuda::Options{}.fuse, GetParam());
+  EXPECT_TRUE(cuda::Options{}.fuse);  // the fixed default
+  EXPECT_EQ(opts().fuse, GetParam());
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   // y = tanh(x * w + b): three launches unfused, one fused
@@ -847,7 +856,7 @@ TEST_P(Cuda, FuseOptionFollowsTheParameterAndCutsLaunches) {
   bd.dims = {1};
   const int bb = p.add_eqn_typed(Op::broadcast_in_dim, {b}, bd, T(DType::f32, kShape));
   p.add_output("y", p.add_eqn(Op::tanh, {p.add_eqn(Op::add, {p.add_eqn(Op::multiply, {x, w}, {}), bb}, {})}, {}));
-  cuda::Executable ex(p);
+  cuda::Executable ex(p, opts());
   const std::string d = ex.describe_launches();
   EXPECT_EQ(d.rfind(GetParam() ? "fused: 4 equations: 4 launches -> 1 " : "unfused: 4 equations, 4 launches", 0), 0u)
       << d;
@@ -862,7 +871,7 @@ TEST_P(Cuda, DescriptionAndDeviceBytes) {
   if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
   EXPECT_NE(cuda::device_description().find("sm_"), std::string::npos) << cuda::device_description();
   const Type t = T(DType::f32, {1000});
-  cuda::Executable ex(one_op(Op::negate, {t}));
+  cuda::Executable ex(one_op(Op::negate, {t}), opts());
   EXPECT_GE(ex.device_bytes(), 2 * t.bytes());
   EXPECT_EQ(ex.program().inputs.size(), 1u);
 }

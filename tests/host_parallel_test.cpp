@@ -269,8 +269,6 @@ TEST(HostParallel, IndependentDotGeneralsRunSideBySideWithTheSameBits) {
   // Still one GEMM step each, counted as such.
   EXPECT_EQ(host::Interpreter(s.grad, pairs(true)).own_steps(Op::dot_general),
             host::Interpreter(s.grad, pairs(false)).own_steps(Op::dot_general));
-  EXPECT_FALSE(test::defaults_with_env("CAPSTEP_HOST_PAIRS", "0").pair_dots);
-  EXPECT_FALSE(test::defaults_with_env("CAPSTEP_HOST_PAIRS", "off").pair_dots);
   EXPECT_TRUE(host::InterpreterOptions::defaults().pair_dots);
 }
 

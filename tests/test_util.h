@@ -22,15 +22,6 @@
 
 namespace capstep::test {
 
-// host::InterpreterOptions::defaults() read with the environment variable
-// `name` set to `value`, for that call only.
-inline host::InterpreterOptions defaults_with_env(const char* name, const char* value) {
-  ::setenv(name, value, 1);
-  const host::InterpreterOptions o = host::InterpreterOptions::defaults();
-  ::unsetenv(name);
-  return o;
-}
-
 // Runs f and returns the message of the capstep::Error it must throw.
 template <class F>
 std::string error_of(F&& f) {

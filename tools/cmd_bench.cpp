@@ -3,11 +3,14 @@
 #include <iostream>
 
 #include "commands.h"
+#include "env_options.h"
 
 namespace capstep::cli {
 
 int run_bench(const BenchArgs& a) {
-  const lanes::Report r = lanes::run(a.opts);
+  lanes::Options o = a.opts;
+  o.backend = env::backend_options(o.backend);
+  const lanes::Report r = lanes::run(o);
   if (a.json) std::cout << lanes::to_json(r) << '\n';
   else lanes::print(r, std::cout);
   return kOk;

@@ -2,11 +2,13 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "env_options.h"
 
 namespace capstep::cli {
 
 int run_sample(const SampleArgs& a) {
   train::SampleOptions o = a.opts;
+  o.backend = env::backend_options(o.backend);
   try {
     o.validate();
   } catch (const Error& e) {

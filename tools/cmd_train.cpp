@@ -15,6 +15,7 @@
 #include "capstep/data.h"
 #include "capstep/hf.h"
 #include "commands.h"
+#include "env_options.h"
 #ifdef CAPSTEP_HAVE_MPI
 #include "dist/mpi_communicator.h"
 #endif
@@ -202,6 +203,7 @@ void check_output(const char* option, const std::string& path) {
 
 int run_train(TrainArgs a) {
   train::Options& o = a.opts;
+  o.backend = env::backend_options(o.backend);
   // --data-parallel: this process is one rank of an MPI job. Every rank parses
   // the same options and takes the same decisions below; only rank 0 prints
   // and writes files.

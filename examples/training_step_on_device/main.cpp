@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "capstep/lanes.h"
+#include "env_options.h"  // tools/: the CAPSTEP_HOST_* and CAPSTEP_CUDA_* switches, read as `capstep` reads them
 
 int main(int argc, char** argv) {
   capstep::lanes::Options o;
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   o.tf32 = !no_tf32;
   try {
     if (!o.size.empty()) o.model = capstep::nn::LmConfig::preset(o.size);
+    o.backend = capstep::env::backend_options(o.backend);
     capstep::lanes::Report r = capstep::lanes::run(o);
     if (json) std::cout << capstep::lanes::to_json(r) << '\n';
     else capstep::lanes::print(r, std::cout);

@@ -8,7 +8,6 @@
 // into that input's buffer, so parameters and moments never leave the device.
 #pragma once
 
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,30 +24,11 @@ bool available(std::string* why = nullptr);
 // "NVIDIA H200 (sm_90, 139 GiB)" or the reason there is none.
 std::string device_description();
 
-// An environment switch that is on unless set to "0".
-inline bool env_switch(const char* name) {
-  const char* e = std::getenv(name);
-  return !(e && e[0] == '0' && e[1] == '\0');
-}
-// The default of Options::lt_gemm: on, unless CAPSTEP_CUDA_LT is "0".
-inline bool lt_gemm_default() { return env_switch("CAPSTEP_CUDA_LT"); }
-// The default of Options::generated_gemm: on, unless CAPSTEP_CUDA_OWN_GEMM is "0".
-inline bool generated_gemm_default() { return env_switch("CAPSTEP_CUDA_OWN_GEMM"); }
-
-// The default of Options::persistent: off, unless CAPSTEP_CUDA_PERSISTENT is "1".
-inline bool persistent_default() {
-  const char* e = std::getenv("CAPSTEP_CUDA_PERSISTENT");
-  return e && e[0] == '1' && e[1] == '\0';
-}
-
-// The default of Options::fuse: on, unless the environment variable
-// CAPSTEP_CUDA_FUSE is "0" (so that one binary measures both paths:
-// CAPSTEP_CUDA_FUSE=0 ./training_step_on_device).
-inline bool fuse_default() { return env_switch("CAPSTEP_CUDA_FUSE"); }
-
-
 class NcclCommunicator;  // src/backend/cuda/nccl.h (built with NCCL only)
 
+// Every field has a fixed default; the library reads no environment variable.
+// The capstep command and the example set fuse, lt_gemm, generated_gemm and
+// persistent from CAPSTEP_CUDA_* (docs/cli.md, "Environment").
 struct Options {
   bool tf32 = true;           // TF32 tensor cores for f32 dots
   bool cuda_graph = true;     // capture the whole step once, replay it
@@ -57,24 +37,24 @@ struct Options {
   // the parameter updates each one generated kernel, compiled with NVRTC when
   // the Program is compiled; false: one kernel per equation. Either way the equations may run
   // in another (valid) order, and program() returns them in that order.
-  bool fuse = fuse_default();
+  bool fuse = true;
   // GEMMs through cuBLASLt with an algorithm chosen at compile time, without
   // split-K where the library offers one (one kernel per GEMM); false: the
   // cuBLAS default (which adds a split-K reduction kernel to small GEMMs).
-  bool lt_gemm = lt_gemm_default();
+  bool lt_gemm = true;
   // With fuse: small dot_generals (up to 2^22 multiply-adds) as generated GEMM
   // kernels that read transposed operands in place and share launches with
   // other independent kernels (plan::KernelPlanOptions::gemm_max_macs); false:
   // every dot_general through the GEMM library.
-  bool generated_gemm = generated_gemm_default();
+  bool generated_gemm = true;
   // With fuse, when every kernel of the plan is generated (the seed's step):
   // the whole step as ONE kernel whose phases are the plan's kernels, with a
   // grid-wide barrier between them, launched cooperatively with as many
   // blocks as the device holds at once (plan/persistent.h). Off by default:
-  // it has not run on a GPU yet. On with CAPSTEP_CUDA_PERSISTENT=1. A plan
+  // it has not run on a GPU yet. A plan
   // that cannot be one kernel, or a device that refuses it, runs the plan's
   // launches as before and says why (describe_launches()).
-  bool persistent = persistent_default();
+  bool persistent = false;
   // The replicas Op::all_reduce sums over on the GPU (not owned; must outlive
   // the Executable): each all_reduce is an ncclAllReduce on the step's stream,
   // inside its CUDA graph. nullptr: one replica, all_reduce is a device copy.

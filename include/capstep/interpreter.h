@@ -13,8 +13,7 @@
 // tile by tile, with the values made and used inside a group kept in a
 // cache-sized scratch tile (src/backend/host/fused.h). Results are bitwise
 // those of the unfused interpreter (one pass per primitive), which stays
-// selectable: InterpreterOptions::fuse = false, or CAPSTEP_HOST_FUSION=0 in the
-// environment for the default.
+// selectable: InterpreterOptions::fuse = false.
 #pragma once
 
 #include <cstdint>
@@ -41,9 +40,9 @@ struct InterpreterOptions {
   // same bits: a GEMM's parts are fixed by its shape, and run in turn on
   // one thread). Only where neither costs more than twice the other.
   bool pair_dots = true;
-  // fuse = false when the environment sets CAPSTEP_HOST_FUSION=0 (or "off"),
-  // jit = false when it sets CAPSTEP_HOST_JIT=0 (or "off"), pair_dots =
-  // false when it sets CAPSTEP_HOST_PAIRS=0 (or "off").
+  // The defaults above, which are fixed: the library reads no environment
+  // variable (the capstep command and the example set these fields from
+  // CAPSTEP_HOST_*: docs/cli.md, "Environment").
   static InterpreterOptions defaults();
 };
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "capstep/backend_options.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 
@@ -25,6 +26,7 @@ struct Options {
   int warmup = 3;          // untimed steps first, on a copy of the start
   uint64_t seed = 1;       // initial parameters and batch order
   bool tf32 = true;        // TF32 for f32 dots on the GPU
+  BackendOptions backend;  // the host and CUDA switches every lane builds its Interpreter or Executable with
   // bf16: every lane's program from optim::mixed_precision_bf16 of the loss,
   // on the host and on the GPU (bf16 kernels: stored bf16, f32 arithmetic,
   // rounded on every store as the host does; bf16 GEMMs through cuBLASLt).
@@ -54,7 +56,7 @@ struct Report {
   std::string model_line;
   std::string device;                // the GPU, or why there is none
   std::string gemm;                  // the host's GEMM libraries, versions, kernel sets and CPU ("GEMM: " line)
-  int host_threads = 1;              // threads the host lanes' steps use (CAPSTEP_HOST_THREADS)
+  int host_threads = 1;              // threads the host lanes' steps use (Options::backend.host_threads)
   std::string host_threads_line;     // that, and where it came from ("host: " line)
   std::string host_loops;            // what runs the fused groups' elementwise work (on the "host: " line)
   double host_round_trip_ns = 0;     // host::threads_round_trip_ns() before the host lanes (0: one thread)

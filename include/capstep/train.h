@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "capstep/backend_options.h"
 #include "capstep/checkpoint.h"
 #include "capstep/collective.h"
 #include "capstep/data.h"
@@ -101,6 +102,7 @@ struct Options {
   Lane lane = Lane::host;
   bool require_gpu = false;              // a GPU lane without a device is an Error
   bool tf32 = true;                      // TF32 dots on the GPU lanes
+  BackendOptions backend;                // the host and CUDA switches of the step's Interpreter or Executable
   // bf16: the step program is built from optim::mixed_precision_bf16 of the
   // loss (bf16 GEMM operands, f32 accumulation, f32 master parameters, AdamW
   // moments and reductions), the validation loss too. On every lane: the CUDA
@@ -296,6 +298,7 @@ struct SampleOptions {
   // tokens the model read before it (the prompt's length for the first).
   std::function<void(int64_t, const float*)> on_logits;
   SampleStats* stats = nullptr;          // filled in when given
+  BackendOptions backend;                // host and host_threads: the model's Interpreter
   void validate() const;
 };
 // The tokenizer is the checkpoint's (TrainMeta::tokenizer). A prompt with a

@@ -116,7 +116,7 @@ void host_adamw_lane(const Options& o, const Start& s, Lane& lane, Train&& train
 // starts on the idle host threads as soon as the run has its gradient
 // (optim::HostAdamW: the same bits as adamw_update after the run).
 void lane_host(const Options& o, const Start& s, const Program& grad_prog, Lane& lane) {
-  host::Interpreter interp(grad_prog);
+  host::Interpreter interp(grad_prog, o.backend.host);
   optim::HostAdamW adamw(o.adamw);
   std::vector<const Array*> ins(grad_prog.inputs.size());
   host_adamw_lane(o, s, lane,
@@ -133,11 +133,11 @@ void lane_host(const Options& o, const Start& s, const Program& grad_prog, Lane&
 // interpreter. Parameters and both moments are inputs and outputs of one set
 // of Arrays: each output is also its input's Array, and the interpreter
 // updates them in place (Interpreter::outputs_in_place: all 60 of the seed's
-// with fusion, the default; with CAPSTEP_HOST_FUSION=0 the 20 parameters are
+// with fusion, the default; without (backend.host.fuse off) the 20 parameters are
 // computed aside and copied in at the end), so the state is held once. Only
 // the batch, four scalars and the loss go in or out, as in lane 3 on the GPU.
 void lane_host_fused(const Options& o, const Start& s, const Program& fused, Lane& lane) {
-  host::Interpreter interp(fused);
+  host::Interpreter interp(fused, o.backend.host);
   const size_t n = s.params.size();
   std::vector<Array> state(fused.outputs.size());  // one Array per output: the loss, then the state
   std::vector<const Array*> ins(fused.inputs.size(), nullptr);
@@ -173,8 +173,18 @@ void lane_host_fused(const Options& o, const Start& s, const Program& fused, Lan
       });
 }
 
+// The GPU lanes' executable options: the backend switches, TF32 as asked, a
+// CUDA graph, one replica.
+cuda::Options gpu_options(const Options& o) {
+  cuda::Options c = o.backend.cuda;
+  c.tf32 = o.tf32;
+  c.cuda_graph = true;
+  c.nccl = nullptr;
+  return c;
+}
+
 void lane_gpu_host_adamw(const Options& o, const Start& s, const Program& grad_prog, Lane& lane) {
-  cuda::Executable exe(grad_prog, {o.tf32, true});
+  cuda::Executable exe(grad_prog, gpu_options(o));
   lane.device_bytes = exe.device_bytes();
   lane.kernels = exe.describe_launches();
   std::vector<Array> ins(grad_prog.inputs.size());
@@ -191,7 +201,7 @@ void lane_gpu_host_adamw(const Options& o, const Start& s, const Program& grad_p
 }
 
 void lane_gpu_fused(const Options& o, const Start& s, const Program& fused, Lane& lane) {
-  cuda::Executable exe(fused, {o.tf32, true});
+  cuda::Executable exe(fused, gpu_options(o));
   lane.device_bytes = exe.device_bytes();
   lane.kernels = exe.describe_launches();
   const int n = static_cast<int>(s.params.size());
@@ -256,6 +266,7 @@ double median(std::vector<double> v) {
 
 Report run(const Options& o) {
   o.validate();
+  if (o.backend.host_threads != 0) host::set_host_threads(o.backend.host_threads);
   Report r;
   r.model_line = o.model.describe() + (o.fused_attention ? " Fused attention (the attention primitives)." : "");
   r.tf32 = o.tf32;
@@ -286,7 +297,7 @@ Report run(const Options& o) {
   r.gemm = host::gemm_info().line;
   r.host_threads = host::host_threads();
   r.host_threads_line = host::host_threads_line();
-  r.host_loops = host::host_loops_line();
+  r.host_loops = host::host_loops_line(o.backend.host);
   const Program with_adamw = optim::with_adamw(grad, s.names, o.adamw);
   if (selected("1f", r.lanes[3])) lane_host_fused(o, s, with_adamw, r.lanes[3]);
 

@@ -111,8 +111,8 @@ HostMemory plan_host_memory(const Options& o, bool step_on_host, const Program& 
   for (size_t j = 0; j < n; ++j) m.params += grad.input_type(static_cast<int>(j)).bytes();
   m.state = 3 * m.params;
   if (!o.save_path.empty() || validation || o.comm) m.copy = m.state;
-  if (step_on_host) m.step = host::plan_memory(grad);
-  if (validation) m.validation = host::plan_memory(*validation);
+  if (step_on_host) m.step = host::plan_memory(grad, o.backend.host);
+  if (validation) m.validation = host::plan_memory(*validation, o.backend.host);
   return m;
 }
 

@@ -11,6 +11,7 @@
 #include <map>
 #include <numeric>
 
+#include "backend/host/parallel.h"
 #include "capstep/data.h"
 #include "capstep/interpreter.h"
 #include "capstep/train.h"
@@ -82,6 +83,7 @@ struct Sampler {
 
 std::string sample(const SampleOptions& o) {
   o.validate();
+  if (o.backend.host_threads != 0) host::set_host_threads(o.backend.host_threads);
   TrainMeta meta;
   Checkpoint c = load_model_checkpoint(o.checkpoint, &meta);
   const nn::LmConfig& m = meta.model;
@@ -117,7 +119,7 @@ std::string sample(const SampleOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
 
   if (!o.kv_cache) {
-    host::Interpreter interp(nn::lm_logits_program(m, window));
+    host::Interpreter interp(nn::lm_logits_program(m, window), o.backend.host);
     std::vector<const Array*> ins = params;
     Array tokens({DType::i32, {1, window}});
     ins.push_back(&tokens);
@@ -157,7 +159,7 @@ std::string sample(const SampleOptions& o) {
   int64_t cached = 0;
   auto prefill = [&](int64_t n) {
     auto it = prefills.find(n);
-    if (it == prefills.end()) it = prefills.emplace(n, host::Interpreter(nn::lm_prefill_program(m, n))).first;
+    if (it == prefills.end()) it = prefills.emplace(n, host::Interpreter(nn::lm_prefill_program(m, n), o.backend.host)).first;
     Array tokens({DType::i32, {1, n}});
     std::copy(text.end() - n, text.end(), tokens.data<int32_t>());
     std::vector<const Array*> ins = params;
@@ -170,7 +172,7 @@ std::string sample(const SampleOptions& o) {
     cached = n;
   };
 
-  host::Interpreter decode(nn::lm_decode_program(m, window));
+  host::Interpreter decode(nn::lm_decode_program(m, window), o.backend.host);
   Array token({DType::i32, {1, 1}}), pos({DType::i32, {1}});
   std::vector<const Array*> dins = params;
   dins.push_back(&token);

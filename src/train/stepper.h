@@ -9,6 +9,7 @@
 #include "capstep/array.h"
 #include "capstep/checkpoint.h"
 #include "capstep/cuda.h"
+#include "capstep/interpreter.h"
 #include "capstep/ir.h"
 #include "capstep/optim.h"
 
@@ -39,14 +40,16 @@ class Stepper {
 // program through optim::clip_grad_norm; then clip_max_norm feeds its
 // "clip.max_norm" input (once: it is the same every step).
 // comm: the replicas the program's all_reduce equations sum over (or nullptr).
+// io: the Interpreter's options (BackendOptions::host).
 std::unique_ptr<Stepper> host_stepper(const Program& grad, const optim::AdamW& o, State s, float clip_max_norm,
-                                      Communicator* comm = nullptr);
+                                      Communicator* comm, const host::InterpreterOptions& io);
 // nccl: the replicas the program's all_reduce equations sum over on the GPU
-// (or nullptr: one replica).
+// (or nullptr: one replica). base: the executable's switches
+// (BackendOptions::cuda); tf32, the CUDA graph and nccl are set over them.
 std::unique_ptr<Stepper> gpu_stepper(const Program& grad, const optim::AdamW& o, State s, bool tf32, float clip_max_norm,
-                                     cuda::NcclCommunicator* nccl = nullptr);
+                                     cuda::NcclCommunicator* nccl, const cuda::Options& base);
 // fused: with_adamw(grad, ...).
 std::unique_ptr<Stepper> gpu_fused_stepper(const Program& fused, State s, bool tf32, float clip_max_norm,
-                                           cuda::NcclCommunicator* nccl = nullptr);
+                                           cuda::NcclCommunicator* nccl, const cuda::Options& base);
 
 }  // namespace capstep::train

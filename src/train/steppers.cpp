@@ -10,8 +10,8 @@
 namespace capstep::train {
 namespace {
 
-cuda::Options exe_options(bool tf32, cuda::NcclCommunicator* nccl) {
-  cuda::Options o;
+cuda::Options exe_options(const cuda::Options& base, bool tf32, cuda::NcclCommunicator* nccl) {
+  cuda::Options o = base;
   o.tf32 = tf32;
   o.cuda_graph = true;
   o.nccl = nccl;
@@ -32,8 +32,9 @@ void copy_state(const std::vector<std::string>& names, const std::vector<Array>&
 // at the held parameters; outputs (loss, gradients) are reused.
 class HostStepper final : public Stepper {
  public:
-  HostStepper(const Program& grad, const optim::AdamW& o, State s, float clip, Communicator* comm)
-      : interp_(grad), adamw_(o), s_(std::move(s)), ins_(grad.inputs.size()) {
+  HostStepper(const Program& grad, const optim::AdamW& o, State s, float clip, Communicator* comm,
+              const host::InterpreterOptions& io)
+      : interp_(grad, io), adamw_(o), s_(std::move(s)), ins_(grad.inputs.size()) {
     interp_.set_communicator(comm);
     for (size_t j = 0; j < s_.params.size(); ++j) ins_[j] = &s_.params[j];
     clip_.data<float>()[0] = clip;
@@ -71,8 +72,9 @@ class HostStepper final : public Stepper {
 // parameters live in ins_[0..n) so they need no copy into the input list.
 class GpuStepper final : public Stepper {
  public:
-  GpuStepper(const Program& grad, const optim::AdamW& o, State s, bool tf32, float clip, cuda::NcclCommunicator* nccl)
-      : exe_(grad, exe_options(tf32, nccl)), adamw_(o), names_(std::move(s.names)), m_(std::move(s.m)), v_(std::move(s.v)) {
+  GpuStepper(const Program& grad, const optim::AdamW& o, State s, bool tf32, float clip, cuda::NcclCommunicator* nccl,
+             const cuda::Options& base)
+      : exe_(grad, exe_options(base, tf32, nccl)), adamw_(o), names_(std::move(s.names)), m_(std::move(s.m)), v_(std::move(s.v)) {
     ins_ = std::move(s.params);
     ins_.resize(grad.inputs.size());
     if (const int c = grad.input_index(optim::kClipMaxNormName); c >= 0) ins_[static_cast<size_t>(c)] = Array::scalar(clip);
@@ -110,8 +112,9 @@ class GpuStepper final : public Stepper {
 // moves the batch, the four scalars and the loss.
 class GpuFusedStepper final : public Stepper {
  public:
-  GpuFusedStepper(const Program& fused, State s, bool tf32, float clip, cuda::NcclCommunicator* nccl)
-      : exe_(fused, exe_options(tf32, nccl)), names_(std::move(s.names)), n_(static_cast<int>(names_.size())) {
+  GpuFusedStepper(const Program& fused, State s, bool tf32, float clip, cuda::NcclCommunicator* nccl,
+                  const cuda::Options& base)
+      : exe_(fused, exe_options(base, tf32, nccl)), names_(std::move(s.names)), n_(static_cast<int>(names_.size())) {
     for (int j = 0; j < n_; ++j) {
       exe_.upload(j, s.params[static_cast<size_t>(j)]);
       exe_.upload(n_ + j, s.m[static_cast<size_t>(j)]);
@@ -171,16 +174,16 @@ class GpuFusedStepper final : public Stepper {
 }  // namespace
 
 std::unique_ptr<Stepper> host_stepper(const Program& grad, const optim::AdamW& o, State s, float clip,
-                                      Communicator* comm) {
-  return std::make_unique<HostStepper>(grad, o, std::move(s), clip, comm);
+                                      Communicator* comm, const host::InterpreterOptions& io) {
+  return std::make_unique<HostStepper>(grad, o, std::move(s), clip, comm, io);
 }
 std::unique_ptr<Stepper> gpu_stepper(const Program& grad, const optim::AdamW& o, State s, bool tf32, float clip,
-                                     cuda::NcclCommunicator* nccl) {
-  return std::make_unique<GpuStepper>(grad, o, std::move(s), tf32, clip, nccl);
+                                     cuda::NcclCommunicator* nccl, const cuda::Options& base) {
+  return std::make_unique<GpuStepper>(grad, o, std::move(s), tf32, clip, nccl, base);
 }
 std::unique_ptr<Stepper> gpu_fused_stepper(const Program& fused, State s, bool tf32, float clip,
-                                           cuda::NcclCommunicator* nccl) {
-  return std::make_unique<GpuFusedStepper>(fused, std::move(s), tf32, clip, nccl);
+                                           cuda::NcclCommunicator* nccl, const cuda::Options& base) {
+  return std::make_unique<GpuFusedStepper>(fused, std::move(s), tf32, clip, nccl, base);
 }
 
 }  // namespace capstep::train

@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include "backend/host/parallel.h"
 #include "capstep/autodiff.h"
 #include "capstep/trace.h"
 #include "capstep/cuda.h"
@@ -85,6 +86,7 @@ State start_state(const Options& o, const std::vector<nn::ParamSpec>& specs, uin
 
 Result train(const Options& o) {
   o.validate();
+  if (o.backend.host_threads != 0) host::set_host_threads(o.backend.host_threads);
   auto say = [&](const std::string& m) {
     if (o.on_message) o.on_message(m);
   };
@@ -236,13 +238,13 @@ Result train(const Options& o) {
   // The run's host memory, planned, against the memory left (memory.h); only
   // then the validation interpreter, whose constants may take gigabytes.
   check_host_memory(o, r.lane_used == Lane::host, grad, o.val_fraction > 0 ? &forward_program : nullptr);
-  if (o.val_fraction > 0) forward = std::make_unique<host::Interpreter>(std::move(forward_program));
+  if (o.val_fraction > 0) forward = std::make_unique<host::Interpreter>(std::move(forward_program), o.backend.host);
   std::unique_ptr<Stepper> stepper;
-  if (r.lane_used == Lane::host) stepper = host_stepper(grad, o.adamw, std::move(state), clip, o.comm);
-  else if (r.lane_used == Lane::gpu) stepper = gpu_stepper(grad, o.adamw, std::move(state), o.tf32, clip, nccl);
+  if (r.lane_used == Lane::host) stepper = host_stepper(grad, o.adamw, std::move(state), clip, o.comm, o.backend.host);
+  else if (r.lane_used == Lane::gpu) stepper = gpu_stepper(grad, o.adamw, std::move(state), o.tf32, clip, nccl, o.backend.cuda);
   else {
     const Program fused = optim::with_adamw(grad, state.names, o.adamw);
-    stepper = gpu_fused_stepper(fused, std::move(state), o.tf32, clip, nccl);
+    stepper = gpu_fused_stepper(fused, std::move(state), o.tf32, clip, nccl, o.backend.cuda);
   }
 
   // Held across saves so that each save reuses the same host arrays.

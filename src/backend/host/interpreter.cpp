@@ -360,19 +360,10 @@ void gather_packs(plan::Fused& f, const std::vector<int>& pack_of_old) {
   f = std::move(r);
 }
 
-// Whether the environment turns a switch off: `name` set to "0" or "off".
-bool env_off(const char* name) {
-  const char* e = std::getenv(name);
-  return e != nullptr && (std::strcmp(e, "0") == 0 || std::strcmp(e, "off") == 0);
-}
 }  // namespace
 
 InterpreterOptions InterpreterOptions::defaults() {
-  InterpreterOptions o;
-  o.fuse = !env_off("CAPSTEP_HOST_FUSION");
-  o.jit = !env_off("CAPSTEP_HOST_JIT");
-  o.pair_dots = !env_off("CAPSTEP_HOST_PAIRS");
-  return o;
+  return InterpreterOptions{};
 }
 
 struct Interpreter::Impl {

@@ -207,7 +207,12 @@ Kernel binary_kernel(Op op, DType t) {
       CAPSTEP_FLOAT_BINARY(maximum)
       if (t == DType::i32) return &k_binary<int32_t, &scalar::maximum<int32_t>>;
       break;
-    default:
+    case Op::constant: case Op::iota: case Op::negate: case Op::exponential: case Op::log:
+    case Op::tanh: case Op::rsqrt: case Op::sqrt: case Op::compare: case Op::select:
+    case Op::convert: case Op::broadcast_in_dim: case Op::reshape: case Op::transpose:
+    case Op::dot_general: case Op::reduce_sum: case Op::reduce_max: case Op::gather_rows:
+    case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::all_reduce:
+    case Op::slice: case Op::pad: case Op::concatenate:
       break;
   }
 #undef CAPSTEP_FLOAT_BINARY
@@ -231,7 +236,12 @@ Kernel unary_kernel(Op op, DType t) {
       break;
     case Op::rsqrt: CAPSTEP_FLOAT_UNARY(rsqrt) break;
     case Op::sqrt: CAPSTEP_FLOAT_UNARY(sqrt) break;
-    default: break;
+    case Op::constant: case Op::iota: case Op::add: case Op::subtract: case Op::multiply:
+    case Op::divide: case Op::maximum: case Op::compare: case Op::select: case Op::convert:
+    case Op::broadcast_in_dim: case Op::reshape: case Op::transpose: case Op::dot_general:
+    case Op::reduce_sum: case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows:
+    case Op::attention: case Op::attention_grad: case Op::all_reduce: case Op::slice: case Op::pad:
+    case Op::concatenate: break;
   }
 #undef CAPSTEP_FLOAT_UNARY
   no_kernel(op_name(op), t);

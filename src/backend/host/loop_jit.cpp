@@ -303,7 +303,13 @@ bool Code::build(const JitLoop& lp) {
       case Op::multiply: vmulps(Ymm(d), Ymm(ra), Ymm(rb)); break;
       case Op::divide: vdivps(Ymm(d), Ymm(ra), Ymm(rb)); break;
       case Op::negate: vxorps(Ymm(d), Ymm(ra), Ymm(sign)); break;  // the sign bit flipped, as -x
-      default: vmovaps(Ymm(d), Ymm(ra)); break;                     // broadcast_in_dim: a copy, to be stored
+      // broadcast_in_dim: a copy, to be stored; operands() is 0 for the rest, so build() refused them
+      case Op::constant: case Op::iota: case Op::maximum: case Op::log: case Op::rsqrt:
+      case Op::sqrt: case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
+      case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum:
+      case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows: case Op::attention:
+      case Op::attention_grad: case Op::all_reduce: case Op::slice: case Op::pad:
+      case Op::concatenate: vmovaps(Ymm(d), Ymm(ra)); break;
     }
     const int v = nin + i;
     for (int p : stores[static_cast<size_t>(v)]) vmovups(ptr[gprs[gpr[static_cast<size_t>(p)]] + rax], Ymm(d));
@@ -378,16 +384,21 @@ int jit_operands(Op op) {
     case Op::negate:
     case Op::exponential:
     case Op::tanh: return 1;
-    default: return 0;
+    case Op::constant: case Op::iota: case Op::maximum: case Op::log: case Op::rsqrt: case Op::sqrt:
+    case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
+    case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum:
+    case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows: case Op::attention:
+    case Op::attention_grad: case Op::all_reduce: case Op::slice: case Op::pad:
+    case Op::concatenate: return 0;
   }
+  return 0;  // a value outside the table
 }
 
-std::string host_loops_line() {
-  const InterpreterOptions o = InterpreterOptions::defaults();
-  if (!o.fuse) return "elementwise work one pass per primitive (CAPSTEP_HOST_FUSION=0)";
-  if (!o.jit) return "fused groups' elementwise runs member by member (CAPSTEP_HOST_JIT=0)";
+std::string host_loops_line(const InterpreterOptions& o) {
+  if (!o.fuse) return "elementwise work one pass per primitive (fusion off)";
+  if (!o.jit) return "fused groups' elementwise runs member by member (jit off)";
   if (!jit_available()) return std::string("fused groups' elementwise runs member by member (") + jit_missing() + ")";
-  return "fused groups' elementwise runs compiled to AVX2 loops (Xbyak; CAPSTEP_HOST_JIT=0 runs them member by member)";
+  return "fused groups' elementwise runs compiled to AVX2 loops (Xbyak)";
 }
 
 }  // namespace capstep::host

@@ -14,7 +14,7 @@
 // any NaN stays a NaN).
 // The code is built when the interpreter plans
 // the step; without Xbyak (libxbyak-dev) at build time, without AVX2 at run
-// time, or with CAPSTEP_HOST_JIT=0, the members run as before.
+// time, or with InterpreterOptions::jit off, the members run as before.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "capstep/interpreter.h"
 #include "capstep/ir.h"
 
 namespace capstep::host {
@@ -74,9 +75,9 @@ bool jit_available();
 // Why not, when jit_available() is false ("this build has no Xbyak", "this
 // CPU has no AVX2"); empty when it is true.
 const char* jit_missing();
-// What runs a fused group's elementwise work in an Interpreter built with
-// InterpreterOptions::defaults(), for a report's "host:" line.
-std::string host_loops_line();
+// What runs a fused group's elementwise work in an Interpreter built with o,
+// for a report's "host:" line.
+std::string host_loops_line(const InterpreterOptions& o);
 // The compiled loop, or nullptr: not available, an op it does not take, or
 // more live values or pointers than the registers hold (the caller then
 // compiles a shorter run).

@@ -32,15 +32,6 @@ struct ThreadCount {
 
 ThreadCount count_threads() {
   ThreadCount t;
-  if (const char* e = std::getenv("CAPSTEP_HOST_THREADS"); e != nullptr && *e != '\0') {
-    char* end = nullptr;
-    const long v = std::strtol(e, &end, 10);
-    if (end == e || *end != '\0' || v < 1 || v > 64)
-      throw Error(std::string("CAPSTEP_HOST_THREADS=") + e + ": expected a whole number from 1 to 64");
-    t.n = static_cast<int>(v);
-    t.line = std::to_string(t.n) + (t.n == 1 ? " thread" : " threads") + " (CAPSTEP_HOST_THREADS)";
-    return t;
-  }
   int cpus = 0;
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
@@ -48,7 +39,7 @@ ThreadCount count_threads() {
   if (cpus < 1) cpus = 1;
   t.n = std::min(cpus, kDefaultMaxThreads);
   t.line = std::to_string(t.n) + (t.n == 1 ? " thread" : " threads") + " (of " + std::to_string(cpus) +
-           (cpus == 1 ? " CPU" : " CPUs") + " this process may run on; CAPSTEP_HOST_THREADS sets it)";
+           (cpus == 1 ? " CPU" : " CPUs") + " this process may run on)";
   return t;
 }
 

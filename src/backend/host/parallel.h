@@ -11,8 +11,10 @@
 // spin for a short while after their last part (a step's parallel sections
 // are microseconds apart) and then sleep on a futex until the next one.
 //
-// Threads: CAPSTEP_HOST_THREADS (1 to 64) when set, else the CPUs this process
-// may run on (sched_getaffinity), at most kDefaultMaxThreads. The pool is
+// Threads: the CPUs this process may run on (sched_getaffinity), at most
+// kDefaultMaxThreads, unless set_host_threads chose another count
+// (BackendOptions::host_threads, which `capstep` and the example take from
+// CAPSTEP_HOST_THREADS). The pool is
 // process-wide; a run that finds it busy (another thread's step, or a part
 // asking for parallelism itself) runs its parts on the calling thread.
 #pragma once
@@ -28,7 +30,7 @@ inline constexpr int kDefaultMaxThreads = 4;
 
 // The threads a step uses (the caller included); read once per process.
 int host_threads();
-// "2 threads (of 2 CPUs this process may run on; ...)", "... (CAPSTEP_HOST_THREADS)".
+// "2 threads (of 2 CPUs this process may run on)", "3 threads (set by the program)".
 std::string host_threads_line();
 // How long a cache line takes to go from the caller's thread to a worker and
 // back (ns; median of 5 batches of 1000 round trips), measured now. On a VM
@@ -42,8 +44,8 @@ std::string host_threads_line();
 // the pool busy, a worker not scheduled).
 double threads_round_trip_ns();
 
-// Replaces the pool with one of n threads (tests; users set
-// CAPSTEP_HOST_THREADS). Only while no step runs. Interpreters built before
+// Replaces the pool with one of n threads (BackendOptions::host_threads,
+// tests). Only while no step runs. Interpreters built before
 // keep the parts they planned (the results do not depend on them).
 void set_host_threads(int n);
 

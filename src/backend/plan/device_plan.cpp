@@ -127,7 +127,13 @@ Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
         x.home = Home::view;
         x.root = v[static_cast<size_t>(e.inputs[0])].root;
         break;
-      default:  // every other op computes into a buffer of its own
+      // every other op computes into a buffer of its own
+      case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
+      case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt:
+      case Op::sqrt: case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
+      case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
+      case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad:
+      case Op::all_reduce: case Op::slice: case Op::pad: case Op::concatenate:
         x.home = Home::arena;
         break;
     }

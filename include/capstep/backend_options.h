@@ -1,0 +1,25 @@
+// The switches of the host and CUDA backends, as one value that the lanes
+// (lanes::Options), `capstep train` (train::Options) and `capstep sample`
+// (train::SampleOptions) pass to every Interpreter and cuda::Executable they
+// build. Each field has a fixed default: the library reads no environment
+// variable for them. The capstep command and the example fill this from
+// CAPSTEP_HOST_* and CAPSTEP_CUDA_* (tools/env_options.h, docs/cli.md).
+#pragma once
+
+#include "capstep/cuda.h"
+#include "capstep/interpreter.h"
+
+namespace capstep {
+
+struct BackendOptions {
+  host::InterpreterOptions host;  // fuse, jit, pair_dots, tile_elems
+  // The host's worker threads (the caller's included), 1 to 64, for the whole
+  // process from the start of the run; 0: the CPUs this process may run on,
+  // at most 4.
+  int host_threads = 0;
+  // fuse, lt_gemm, generated_gemm and persistent; a lane sets tf32, cuda_graph
+  // and nccl from its own options.
+  cuda::Options cuda;
+};
+
+}  // namespace capstep

@@ -1,0 +1,54 @@
+// The one place that reads the backends' switches from the environment, for
+// the capstep command and examples/training_step_on_device; the library itself
+// takes them as values (capstep::BackendOptions) and reads none.
+//
+// One rule for every on/off switch: unset or empty leaves the option's
+// default; "1" or "on" turns it on; "0" or "off" turns it off; anything else
+// is an Error naming the variable. CAPSTEP_HOST_THREADS is a whole number
+// from 1 to 64 (unset or empty: the CPUs this process may run on, at most 4).
+// docs/cli.md, "Environment", lists them.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+#include "capstep/backend_options.h"
+#include "capstep/ir.h"
+
+namespace capstep::env {
+
+// The switch `name` applied to *value (left alone when unset or empty).
+inline void read_switch(const char* name, bool* value) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == '\0') return;
+  const std::string s = e;
+  if (s == "1" || s == "on") *value = true;
+  else if (s == "0" || s == "off") *value = false;
+  else throw Error(std::string(name) + "=" + s + ": expected 0, 1, off or on");
+}
+
+// CAPSTEP_HOST_THREADS into *threads (left alone when unset or empty).
+inline void read_threads(const char* name, int* threads) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == '\0') return;
+  char* end = nullptr;
+  const long v = std::strtol(e, &end, 10);
+  if (end == e || *end != '\0' || v < 1 || v > 64)
+    throw Error(std::string(name) + "=" + e + ": expected a whole number from 1 to 64");
+  *threads = static_cast<int>(v);
+}
+
+// `o` with every CAPSTEP_HOST_* and CAPSTEP_CUDA_* variable that is set applied.
+inline BackendOptions backend_options(BackendOptions o = {}) {
+  read_threads("CAPSTEP_HOST_THREADS", &o.host_threads);
+  read_switch("CAPSTEP_HOST_FUSION", &o.host.fuse);
+  read_switch("CAPSTEP_HOST_JIT", &o.host.jit);
+  read_switch("CAPSTEP_HOST_PAIRS", &o.host.pair_dots);
+  read_switch("CAPSTEP_CUDA_FUSE", &o.cuda.fuse);
+  read_switch("CAPSTEP_CUDA_LT", &o.cuda.lt_gemm);
+  read_switch("CAPSTEP_CUDA_OWN_GEMM", &o.cuda.generated_gemm);
+  read_switch("CAPSTEP_CUDA_PERSISTENT", &o.cuda.persistent);
+  return o;
+}
+
+}  // namespace capstep::env
