@@ -128,6 +128,16 @@ Result train(const Options& o) {
   // A run that cannot save its result must fail now, not after hours.
   if (!o.save_path.empty() && rank == 0) check_writable(o.save_path);
 
+  // The state: new, or the resumed checkpoint's (read once: its metadata
+  // also gives a subword tokenizer's pieces below).
+  const std::vector<nn::ParamSpec> specs = nn::lm_parameters(o.model);
+  uint64_t done = 0, position = 0;
+  TrainMeta resumed;
+  State state = start_state(o, specs, &done, &position, &resumed);
+  if (static_cast<int64_t>(done) >= o.steps)
+    throw Error("nothing to train: checkpoint '" + o.resume_path + "' is at step " + std::to_string(done) +
+                " and the run ends at step " + std::to_string(o.steps) + "; ask for more steps");
+
   // The checkpoint records the text's absolute path, so that a run resumed
   // from another directory finds it, and its fingerprint (below, once the
   // text has been read), so that a resumed run can tell an edited text from
@@ -139,11 +149,10 @@ Result train(const Options& o) {
   data::Tokenizer tokenizer = data::Tokenizer::parse(o.tokenizer);
   if (tokenizer.subword() && !o.resume_path.empty()) {
     // Resumed: the pieces the run trained with, never a new training.
-    const TrainMeta m = parse_meta(load_checkpoint(o.resume_path));
-    if (m.tokenizer != o.tokenizer)
-      throw Error("checkpoint '" + o.resume_path + "' was trained with the " + m.tokenizer + " tokenizer, not " +
-                  o.tokenizer);
-    tokenizer = checkpoint_tokenizer(m);
+    if (resumed.tokenizer != o.tokenizer)
+      throw Error("checkpoint '" + o.resume_path + "' was trained with the " + resumed.tokenizer +
+                  " tokenizer, not " + o.tokenizer);
+    tokenizer = checkpoint_tokenizer(resumed);
   }
   data::TextStats stats;
   std::shared_ptr<const data::TokenIds> text;
@@ -194,13 +203,6 @@ Result train(const Options& o) {
     const Program loss = nn::lm_loss_program(o.model);
     forward_program = optim::with_precision(o.fused_attention ? fuse_attention(loss) : loss, o.precision);
   }
-  const std::vector<nn::ParamSpec> specs = nn::lm_parameters(o.model);
-  uint64_t done = 0, position = 0;
-  TrainMeta resumed;
-  State state = start_state(o, specs, &done, &position, &resumed);
-  if (static_cast<int64_t>(done) >= o.steps)
-    throw Error("nothing to train: checkpoint '" + o.resume_path + "' is at step " + std::to_string(done) +
-                " and the run ends at step " + std::to_string(o.steps) + "; ask for more steps");
   batches.set_position(position);
   if (!o.resume_path.empty())
     say("resumed from '" + o.resume_path + "' at step " + std::to_string(done));
