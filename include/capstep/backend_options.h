@@ -6,10 +6,25 @@
 // CAPSTEP_HOST_* and CAPSTEP_CUDA_* (tools/env_options.h, docs/cli.md).
 #pragma once
 
+#include <string>
+
+#include "capstep/collective.h"
 #include "capstep/cuda.h"
 #include "capstep/interpreter.h"
 
 namespace capstep {
+
+// An XLA device through a PJRT plugin (capstep/backend.h, BackendKind::pjrt):
+// a shared library exporting GetPjrtApi, loaded at run time. The library
+// never searches for one: the path comes from the caller (the capstep
+// command's --pjrt-plugin, or CAPSTEP_PJRT_PLUGIN in tools/ and the example).
+struct PjrtOptions {
+  std::string plugin;  // path of the plugin's .so; empty: no PJRT backend
+  // For a GPU plugin: do not reserve most of the device's memory when the
+  // client starts (XLA's default), so that it shares the GPU with capstep's
+  // own executors; allocate as the programs need.
+  bool preallocate = false;
+};
 
 struct BackendOptions {
   host::InterpreterOptions host;  // fuse, jit, pair_dots, tile_elems
@@ -20,6 +35,11 @@ struct BackendOptions {
   // fuse, lt_gemm, generated_gemm and persistent; a lane sets tf32, cuda_graph
   // and nccl from its own options.
   cuda::Options cuda;
+  PjrtOptions pjrt;
+  // The replicas that a host backend's all_reduce equations sum over (not
+  // owned; must outlive the backend). nullptr: one replica. (On CUDA:
+  // cuda.nccl.)
+  Communicator* communicator = nullptr;
 };
 
 }  // namespace capstep

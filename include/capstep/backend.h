@@ -1,0 +1,102 @@
+// One interface for running a Program on a device, with state that stays
+// there: the host interpreter, the CUDA executor and an XLA device through a
+// PJRT plugin each implement it, and the lanes, `capstep bench` and `capstep
+// train` are written once over it.
+//
+// Every input of the Program has a slot that lives where the backend computes
+// (host memory, device memory, a plugin's buffer). set_input() fills a slot,
+// which keeps its value until it is set again; run() runs the Program once on
+// the slots. An output that Program::aliases pairs with an input is donated:
+// run() leaves it in that input's slot, so the next run() reads the updated
+// value without anything crossing the host (a parameter and its moments under
+// optim::with_adamw). read_output() and read_input() copy a value back to the
+// host.
+//
+// Inputs and outputs are addressed by index (Program::inputs / outputs order)
+// or by name; a name the Program lacks, an index out of range, or an Array of
+// the wrong type is an Error that names the input or output.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capstep/array.h"
+#include "capstep/backend_options.h"
+#include "capstep/ir.h"
+
+namespace capstep {
+
+enum class BackendKind { host, cuda, pjrt };
+const char* backend_name(BackendKind k);           // "host", "cuda", "pjrt"
+BackendKind parse_backend(const std::string& s);   // Error naming the allowed values
+
+// What a backend says about itself, for reports.
+struct BackendInfo {
+  std::string device;  // "host (2 threads)", "NVIDIA H200 (sm_90, 139 GiB)", "PJRT cpu (plugin ...)"
+  std::string plan;    // how the program runs: fusion groups, kernels and launches, the compiler
+  size_t bytes = 0;    // memory this backend holds for the program, the slots included
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  // The Program as the backend runs it (verified; the CUDA backend may have
+  // reordered its equations).
+  virtual const Program& program() const = 0;
+  virtual BackendKind kind() const = 0;
+  virtual BackendInfo describe() const = 0;
+
+  // Copies `a` into input i's slot. Error when `a`'s type is not the input's.
+  void set_input(int i, const Array& a);
+  // Runs the Program once on the slots. Every slot must have been set at
+  // least once (Error naming the first that was not). Donated outputs go
+  // into their inputs' slots; the others are kept until the next run().
+  void run();
+  // Copies output j of the last run() to `dst` (retyped when its type
+  // differs, else written in place without allocating). Error before the
+  // first run().
+  void read_output(int j, Array& dst);
+  // Copies the current value of input i's slot to `dst` (as read_output).
+  void read_input(int i, Array& dst);
+  int runs() const { return runs_; }
+
+  // By name: Error naming the Program and the missing name.
+  int input(const std::string& name) const;
+  int output(const std::string& name) const;
+  void set(const std::string& input_name, const Array& a) { set_input(input(input_name), a); }
+  void read(const std::string& output_name, Array& dst) { read_output(output(output_name), dst); }
+  Array read(const std::string& output_name) {
+    Array a;
+    read(output_name, a);
+    return a;
+  }
+
+ protected:
+  // What each backend implements; the public calls above have checked the
+  // index, the type, that every slot is set and that a run happened.
+  virtual void set_slot(int i, const Array& a) = 0;
+  virtual void execute() = 0;
+  virtual void get_output(int j, Array& dst) = 0;  // dst already has the output's type
+  virtual void get_input(int i, Array& dst) = 0;   // dst already has the input's type
+
+ private:
+  std::vector<char> set_;  // per input: set at least once
+  int runs_ = 0;
+};
+
+// Compiles `p` for `kind` with the switches in `o` (o.host, o.cuda, o.pjrt).
+// Errors: no device or plugin (the reason, e.g. "no CUDA device"), a program
+// the backend cannot run, a compile failure (the compiler's message).
+std::unique_ptr<Backend> make_backend(BackendKind kind, Program p, const BackendOptions& o = {});
+
+// Whether `kind` can run here; when not, *why says what is missing ("no CUDA
+// device", "no PJRT plugin: BackendOptions::pjrt.plugin is empty").
+bool backend_available(BackendKind kind, const BackendOptions& o, std::string* why = nullptr);
+
+}  // namespace capstep

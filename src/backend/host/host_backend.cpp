@@ -1,0 +1,79 @@
+// The host interpreter behind capstep/backend.h. Each input's slot is an
+// Array held here; a donated input's slot is the Array of the output it is
+// donated to, so the Interpreter computes that output straight over the input
+// (Interpreter::run's in-place form: with fusion, every parameter and moment
+// of a with_adamw step) and the state is held once.
+#include <algorithm>
+#include <cstring>
+
+#include "backend/backends.h"
+#include "backend/host/parallel.h"
+#include "capstep/interpreter.h"
+
+namespace capstep::host {
+namespace {
+
+class HostBackend final : public Backend {
+ public:
+  HostBackend(Program p, const BackendOptions& o)
+      : interp_(std::move(p), o.host), outs_(interp_.program().outputs.size()),
+        own_(interp_.program().inputs.size()), ins_(interp_.program().inputs.size()),
+        donated_to_(interp_.program().inputs.size(), -1) {
+    interp_.set_communicator(o.communicator);
+    const Program& q = interp_.program();
+    for (const Alias& a : q.aliases) donated_to_[static_cast<size_t>(a.input)] = a.output;
+    for (size_t i = 0; i < q.inputs.size(); ++i) {
+      const int j = donated_to_[i];
+      ins_[i] = j >= 0 ? &outs_[static_cast<size_t>(j)] : &own_[i];
+      if (j >= 0) outs_[static_cast<size_t>(j)].reset(q.input_type(static_cast<int>(i)));
+    }
+  }
+  const Program& program() const override { return interp_.program(); }
+  BackendKind kind() const override { return BackendKind::host; }
+  BackendInfo describe() const override {
+    BackendInfo b;
+    b.device = "host (" + std::to_string(host_threads()) + " thread" + (host_threads() == 1 ? "" : "s") + ")";
+    if (interp_.fused_groups() > 0)
+      b.plan = "fused: " + std::to_string(interp_.fused_groups()) + " groups of " +
+               std::to_string(interp_.fused_equations()) + " equations, " + std::to_string(interp_.jit_loops()) +
+               " compiled loops, " + std::to_string(interp_.adamw_groups()) + " AdamW loops, " +
+               std::to_string(interp_.dot_pairs()) + " dot pairs";
+    else
+      b.plan = "unfused: one pass per equation";
+    const MemoryPlan m = interp_.memory();
+    b.bytes = m.held();
+    for (const Array& a : own_) b.bytes += a.bytes();
+    for (const Array& a : outs_) b.bytes += a.bytes();
+    return b;
+  }
+  const Interpreter& interpreter() const { return interp_; }
+
+ protected:
+  void set_slot(int i, const Array& a) override { *slot(i) = a; }
+  void execute() override { interp_.run(ins_, outs_); }
+  void get_output(int j, Array& dst) override { copy(outs_[static_cast<size_t>(j)], dst); }
+  void get_input(int i, Array& dst) override { copy(*slot(i), dst); }
+
+ private:
+  Array* slot(int i) {
+    const int j = donated_to_[static_cast<size_t>(i)];
+    return j >= 0 ? &outs_[static_cast<size_t>(j)] : &own_[static_cast<size_t>(i)];
+  }
+  static void copy(const Array& src, Array& dst) {
+    if (src.bytes() > 0) std::memcpy(dst.raw(), src.raw(), src.bytes());
+  }
+
+  Interpreter interp_;
+  std::vector<Array> outs_;  // one per output; a donated input's slot is its output's Array
+  std::vector<Array> own_;   // the slots of the inputs that are not donated
+  std::vector<const Array*> ins_;
+  std::vector<int> donated_to_;  // per input: the output it is donated to, or -1
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(Program p, const BackendOptions& o) {
+  return std::make_unique<HostBackend>(std::move(p), o);
+}
+
+}  // namespace capstep::host
