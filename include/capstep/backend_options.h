@@ -24,6 +24,9 @@ struct PjrtOptions {
   // client starts (XLA's default), so that it shares the GPU with capstep's
   // own executors; allocate as the programs need.
   bool preallocate = false;
+  // For a GPU plugin: the most of the device's memory its allocator may take
+  // (XLA's "memory_fraction"); 0: the plugin's default (0.75 in XLA).
+  float memory_fraction = 0;
 };
 
 struct BackendOptions {

@@ -17,4 +17,13 @@ std::unique_ptr<Backend> make_backend(Program p, const BackendOptions& o);
 namespace capstep::pjrt {
 std::unique_ptr<Backend> make_backend(Program p, const PjrtOptions& o);
 bool available(const PjrtOptions& o, std::string* why);
+// What a PJRT backend lets one observe of donation (for the tests; Error for
+// another backend): the device address of input `input`'s slot (the
+// plugin's opaque pointer), and of the last run, how many inputs were
+// donated and how many of their buffers the plugin then reported deleted.
+const void* slot_address(const Backend& b, int input);
+struct RunFacts {
+  int donated = 0, deleted = 0;
+};
+RunFacts last_run(const Backend& b);
 }

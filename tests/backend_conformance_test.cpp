@@ -1,0 +1,267 @@
+// One conformance suite over capstep/backend.h for each backend: the host
+// always, CUDA where a GPU is, PJRT where a plugin is (ggml's
+// test-backend-ops is the model). Each program runs through make_backend()
+// (set_input, run, read_output) and every output is compared with the
+// reference interpreter (host::run, unfused): 1e-5 of the output's largest
+// magnitude in f32, 1e-12 in f64, exact for integers and booleans; the bf16
+// program within one bf16 rounding (2^-7: see stablehlo_xla_test.cpp, where
+// XLA's bf16 arithmetic is explained).
+//
+// The PJRT plugin's path comes from CAPSTEP_PJRT_PLUGIN (scripts/test sets it
+// from scripts/pjrt-plugin), else the plugin that scripts/pjrt-plugin leaves
+// in the checkout's .pjrt-plugin/. Without one, the PJRT tests skip by name;
+// with one that fails to load or run, they fail. CUDA skips by name without a
+// GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "backend/backends.h"
+#include "backend/pjrt/pjrt.h"
+#include "capstep/backend.h"
+#include "capstep/interpreter.h"
+#include "stablehlo_programs.h"
+#include "stablehlo_test_util.h"
+
+using namespace capstep;
+using namespace capstep::hlo_test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The plugin, or "" (and why in *why).
+std::string plugin_path(std::string* why) {
+  if (const char* e = std::getenv("CAPSTEP_PJRT_PLUGIN"); e && *e) return e;
+  const std::string src = source_dir();
+  for (const char* rel : {"/.pjrt-plugin/lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so",
+                          "/.pjrt-plugin/fastatomstruct_xla_cpu/libpjrt_cpu.so"})
+    if (!src.empty() && fs::exists(src + rel)) return src + rel;
+  *why = "no PJRT plugin: CAPSTEP_PJRT_PLUGIN is not set and scripts/pjrt-plugin has not downloaded one into " +
+         (src.empty() ? std::string("the checkout") : src) + "/.pjrt-plugin";
+  return "";
+}
+
+BackendOptions options_for(BackendKind k) {
+  BackendOptions o;
+  o.cuda.tf32 = false;  // f32 dots in f32, to compare at 1e-5
+  if (k == BackendKind::pjrt) {
+    std::string why;
+    o.pjrt.plugin = plugin_path(&why);
+  }
+  return o;
+}
+
+// Why `k` is skipped here, or "" when it runs.
+std::string skip_reason(BackendKind k) {
+  std::string why;
+  if (k == BackendKind::pjrt) {
+    if (plugin_path(&why).empty()) return why;
+    return "";  // a plugin is there: failing to load it is a failure
+  }
+  if (!backend_available(k, options_for(k), &why)) return why;
+  return "";
+}
+
+// Tensor-relative difference: max |a - b| / max |a| (NaN equal to NaN).
+double difference(const Array& a, const Array& b) {
+  double scale = 0, worst = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = a.get(i), y = b.get(i);
+    if (std::isfinite(x)) scale = std::max(scale, std::fabs(x));
+    if ((std::isnan(x) && std::isnan(y)) || x == y) continue;
+    const double e = std::fabs(x - y);
+    worst = std::max(worst, std::isnan(e) ? INFINITY : e);
+  }
+  return worst == 0 ? 0 : worst / std::max(scale, 1e-30);
+}
+
+double tolerance(DType d, double f32_tol) {
+  switch (d) {
+    case DType::f32: return f32_tol;
+    case DType::f64: return 1e-12;
+    case DType::bf16: return 0x1p-7;
+    case DType::i32:
+    case DType::i1: return 0;
+  }
+  return 0;
+}
+
+class Conformance : public ::testing::TestWithParam<BackendKind> {
+ protected:
+  void SetUp() override {
+    const std::string why = skip_reason(GetParam());
+    if (!why.empty()) GTEST_SKIP() << backend_name(GetParam()) << " skipped: " << why;
+  }
+  std::unique_ptr<Backend> make(const Program& p) { return make_backend(GetParam(), p, options_for(GetParam())); }
+
+  // Runs c once on the backend and compares every output with the reference.
+  void check(const Case& c, double f32_tol = 1e-5) {
+    std::unique_ptr<Backend> b = make(c.program);
+    for (size_t i = 0; i < c.inputs.size(); ++i) b->set_input(static_cast<int>(i), c.inputs[i]);
+    b->run();
+    const std::vector<Array> want = host::run(c.program, c.inputs);
+    double worst = 0;
+    for (size_t j = 0; j < want.size(); ++j) {
+      Array got;
+      b->read_output(static_cast<int>(j), got);
+      ASSERT_EQ(got.type(), want[j].type()) << c.name << ": output " << c.program.outputs[j].name;
+      const double d = difference(want[j], got);
+      worst = std::max(worst, d);
+      EXPECT_LE(d, tolerance(want[j].dtype(), f32_tol))
+          << c.name << " on " << backend_name(GetParam()) << ": output " << c.program.outputs[j].name << " "
+          << want[j].type().str() << " differs from the reference by " << d << " of its largest magnitude";
+    }
+    // A donated input's slot holds its output after the run.
+    for (const Alias& a : c.program.aliases) {
+      Array in, out;
+      b->read_input(a.input, in);
+      b->read_output(a.output, out);
+      EXPECT_EQ(difference(out, in), 0) << c.name << ": input " << c.program.inputs[static_cast<size_t>(a.input)].name
+                                        << " does not hold output " << c.program.outputs[static_cast<size_t>(a.output)].name;
+    }
+    std::printf("%s on %s: %zu outputs, worst difference %.3g; %s\n", c.name.c_str(), backend_name(GetParam()),
+                want.size(), worst, b->describe().device.c_str());
+  }
+};
+
+std::string kind_name(const ::testing::TestParamInfo<BackendKind>& i) { return backend_name(i.param); }
+
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Backends, Conformance,
+                         ::testing::Values(BackendKind::host, BackendKind::cuda, BackendKind::pjrt), kind_name);
+
+TEST_P(Conformance, Elementwise) { check(elementwise_case()); }
+TEST_P(Conformance, DotGeneralReductionsLayoutConstants) { check(shapes_case()); }
+TEST_P(Conformance, GatherScatterRows) { check(rows_case()); }
+TEST_P(Conformance, SlicePadConcatenateAndTheirGradients) { check(slices_case()); }
+TEST_P(Conformance, F64AndI32) { check(f64_i32_case()); }
+// Its outputs are f32 converted from bf16 results: one bf16 rounding apart.
+TEST_P(Conformance, Bf16) { check(bf16_case(), 0x1p-7); }
+TEST_P(Conformance, SgdStepWithDonation) { check(sgd_step_case()); }
+
+// value_and_grad of the tiny causal LM's loss: loss and every gradient.
+TEST_P(Conformance, ValueAndGradOfTheLmLoss) {
+  const nn::LmConfig cfg = tiny_lm();
+  std::vector<std::string> names;
+  for (const auto& ps : nn::lm_parameters(cfg)) names.push_back(ps.name);
+  const Case full = fused_step_case(cfg, "tiny_step");
+  Program grad = value_and_grad(nn::lm_loss_program(cfg), names);
+  std::vector<Array> in(full.inputs.begin(), full.inputs.begin() + static_cast<long>(names.size()));
+  in.push_back(full.inputs[3 * names.size()]);      // tokens
+  in.push_back(full.inputs[3 * names.size() + 1]);  // targets
+  ASSERT_EQ(in.size(), grad.inputs.size());
+  check({"tiny_value_and_grad", grad, in});
+}
+
+// The training step with AdamW in the program (optim::with_adamw): loss,
+// params', m', v', and the three donated per parameter.
+TEST_P(Conformance, TinyTrainingStepWithAdamW) { check(fused_step_case(tiny_lm(), "tiny_step")); }
+
+// 1000 steps, each run's donated outputs feeding the next through the slots:
+// the state matches the reference run step by step's, and on PJRT every
+// donated buffer was deleted by each run and the state stays at one device
+// address (the outputs are written where the inputs were).
+TEST_P(Conformance, ThousandStepsStayInPlace) {
+  const Case c = sgd_step_case();
+  std::unique_ptr<Backend> b = make(c.program);
+  for (size_t i = 0; i < c.inputs.size(); ++i) b->set_input(static_cast<int>(i), c.inputs[i]);
+  const int w = b->input("w");
+  const bool pjrt = GetParam() == BackendKind::pjrt;
+  const void* at = pjrt ? pjrt::slot_address(*b, w) : nullptr;
+  std::vector<Array> ref = c.inputs;
+  int moved = 0;
+  for (int s = 0; s < 1000; ++s) {
+    b->run();
+    ref[0] = host::run(c.program, ref)[1];
+    if (pjrt) {
+      const pjrt::RunFacts f = pjrt::last_run(*b);
+      ASSERT_EQ(f.donated, 1);
+      ASSERT_EQ(f.deleted, 1) << "step " << s << ": the donated buffer was not consumed";
+      moved += pjrt::slot_address(*b, w) != at;
+    }
+  }
+  EXPECT_EQ(moved, 0) << "steps whose updated w was not where w was";
+  Array got;
+  b->read_input(w, got);
+  EXPECT_LE(difference(ref[0], got), 1e-5);
+  std::printf("1000 steps on %s: w within %.3g of the reference; %s\n", backend_name(GetParam()),
+              difference(ref[0], got), pjrt ? "one device address throughout" : "");
+}
+
+// ---- the PJRT backend's own errors and pieces --------------------------------------
+
+// num_replicas = 1, num_partitions = 1 as protobuf bytes: field 3 (a message
+// of 4 bytes) holding field 4 = 1 and field 5 = 1.
+TEST(Pjrt, CompileOptionsBytes) {
+  EXPECT_EQ(pjrt::compile_options(1, 1), std::string("\x1a\x04\x20\x01\x28\x01", 6));
+  EXPECT_EQ(pjrt::compile_options(300, 2), std::string("\x1a\x05\x20\xac\x02\x28\x02", 7));
+}
+
+TEST(Pjrt, NoPluginIsAnErrorThatSaysSo) {
+  PjrtOptions o;
+  std::string why;
+  EXPECT_FALSE(pjrt::available(o, &why));
+  EXPECT_NE(why.find("PjrtOptions::plugin is empty"), std::string::npos) << why;
+  o.plugin = "/nonexistent/pjrt_plugin.so";
+  EXPECT_FALSE(pjrt::available(o, &why));
+  EXPECT_NE(why.find("no PJRT plugin at /nonexistent/pjrt_plugin.so"), std::string::npos) << why;
+  BackendOptions bo;
+  bo.pjrt = o;
+  try {
+    make_backend(BackendKind::pjrt, sgd_step_case().program, bo);
+    FAIL() << "make_backend with a missing plugin did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no PJRT plugin at"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Pjrt, ALibraryWithoutGetPjrtApiIsNotAPlugin) {
+  std::string lib;
+  for (const char* p : {"/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6", "/lib64/libm.so.6"})
+    if (fs::exists(p)) lib = p;
+  if (lib.empty()) GTEST_SKIP() << "no libm.so.6 at the usual places to load as a non-plugin";
+  PjrtOptions o;
+  o.plugin = lib;
+  std::string why;
+  EXPECT_FALSE(pjrt::available(o, &why));
+  EXPECT_NE(why.find("exports no GetPjrtApi"), std::string::npos) << why;
+}
+
+// Malformed StableHLO reaches the plugin's compiler, whose message comes back
+// in the Error (the process lives on).
+TEST(Pjrt, ACompileFailureCarriesTheCompilersMessage) {
+  std::string why;
+  PjrtOptions o;
+  o.plugin = plugin_path(&why);
+  if (o.plugin.empty()) GTEST_SKIP() << why;
+  const pjrt::Client& c = pjrt::client(o);
+  try {
+    pjrt::Executable e(c, "module @broken { func.func public @main(%arg0: tensor<2xf32>) -> tensor<2xf32> { return %nope : tensor<2xf32> } }");
+    FAIL() << "malformed StableHLO compiled";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.rfind("PJRT_Client_Compile: ", 0), 0u) << m;
+    EXPECT_GT(m.size(), std::string("PJRT_Client_Compile: ").size() + 10) << m;
+    std::printf("the plugin's message: %s\n", m.c_str());
+  }
+}
+
+TEST(Pjrt, DescribeNamesThePlatformAndThePlugin) {
+  std::string why;
+  BackendOptions o;
+  o.pjrt.plugin = plugin_path(&why);
+  if (o.pjrt.plugin.empty()) GTEST_SKIP() << why;
+  const Case c = sgd_step_case();
+  std::unique_ptr<Backend> b = make_backend(BackendKind::pjrt, c.program, o);
+  for (size_t i = 0; i < c.inputs.size(); ++i) b->set_input(static_cast<int>(i), c.inputs[i]);
+  const BackendInfo info = b->describe();
+  EXPECT_EQ(info.device.rfind("PJRT cpu", 0), 0u) << info.device;
+  EXPECT_NE(info.device.find(fs::path(o.pjrt.plugin).filename().string()), std::string::npos) << info.device;
+  EXPECT_GE(info.bytes, (3 * 2 + 4 * 3 + 1) * sizeof(float)) << info.bytes;
+  std::printf("%s\n%s\n%zu bytes\n", info.device.c_str(), info.plan.c_str(), info.bytes);
+}
