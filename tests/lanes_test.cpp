@@ -4,6 +4,9 @@
 #include <cmath>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <sstream>
 
 #include "backend/host/loop_jit.h"
@@ -58,7 +61,7 @@ TEST(Lanes, HostLaneLearnsAndIsReproducible) {
 
   // [1f]: AdamW inside the program, in the interpreter. The program's update
   // has adamw_update's operation order, so the losses are lane 1's, bit for bit.
-  ASSERT_EQ(a.lanes.size(), 4u);
+  ASSERT_EQ(a.lanes.size(), 5u);
   const lanes::Lane& f = a.lanes[3];
   EXPECT_EQ(f.label, "[1f] host, AdamW in the program");
   ASSERT_TRUE(f.ran) << f.skipped;
@@ -95,7 +98,7 @@ TEST(Lanes, OnlyRunsTheSelectedLane) {
   o.warmup = 0;
   o.only = "1f";
   const lanes::Report r = lanes::run(o);
-  ASSERT_EQ(r.lanes.size(), 4u);
+  ASSERT_EQ(r.lanes.size(), 5u);
   EXPECT_FALSE(r.lanes[0].ran);
   EXPECT_EQ(r.lanes[0].skipped, "not selected (only lane 1f)");
   EXPECT_FALSE(r.lanes[1].ran);
@@ -106,6 +109,54 @@ TEST(Lanes, OnlyRunsTheSelectedLane) {
   std::ostringstream out;
   lanes::print(r, out);
   EXPECT_THAT(out.str(), ::testing::HasSubstr("[1] host: skipped (not selected (only lane 1f))"));
-  o.only = "4";
+  o.only = "5";
   EXPECT_THROW(lanes::run(o), Error);
+}
+
+// Lane [4] without a plugin is skipped by name, and printed last.
+TEST(Lanes, XlaLaneSkipsByNameWithoutAPlugin) {
+  lanes::Options o;
+  o.steps = 1;
+  o.warmup = 0;
+  o.only = "1";
+  lanes::Report r = lanes::run(o);
+  ASSERT_EQ(r.lanes.size(), 5u);
+  EXPECT_EQ(r.lanes[4].label, "[4] XLA (PJRT), AdamW in the program, donated buffers");
+  EXPECT_EQ(r.lanes[4].skipped, "not selected (only lane 1)");
+  o.only = "4";
+  r = lanes::run(o);
+  EXPECT_FALSE(r.lanes[0].ran);
+  EXPECT_FALSE(r.lanes[4].ran);
+  EXPECT_THAT(r.lanes[4].skipped, ::testing::HasSubstr("no PJRT plugin"));
+  std::ostringstream out;
+  lanes::print(r, out);
+  EXPECT_THAT(out.str(), ::testing::HasSubstr("[4] XLA (PJRT), AdamW in the program, donated buffers: skipped (no PJRT plugin"));
+  EXPECT_LT(out.str().find("[3] GPU, AdamW in the program: "), out.str().find("[4] XLA (PJRT)"));
+}
+
+// The check of lane [4] on a CPU plugin: its losses within 1e-5 of
+// [1]'s over 10 steps. The plugin as in backend_conformance_test: the
+// CAPSTEP_PJRT_PLUGIN that scripts/test sets, else scripts/pjrt-plugin's.
+TEST(Lanes, XlaLaneAgreesWithTheHostLane) {
+  std::string plugin;
+  if (const char* e = std::getenv("CAPSTEP_PJRT_PLUGIN"); e && *e) plugin = e;
+  const char* src = std::getenv("CAPSTEP_SOURCE_DIR");
+  const std::string fetched = std::string(src ? src : "") + "/.pjrt-plugin/lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so";
+  if (plugin.empty() && src && std::ifstream(fetched).good()) plugin = fetched;
+  if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin: CAPSTEP_PJRT_PLUGIN is not set and scripts/pjrt-plugin has not run";
+  if (std::getenv("CAPSTEP_SANITIZED")) GTEST_SKIP() << "the PJRT plugin is not run under the sanitizers (not verified there)";
+  lanes::Options o;
+  o.warmup = 1;
+  o.backend.pjrt.plugin = plugin;
+  const lanes::Report r = lanes::run(o);
+  const lanes::Lane& x = r.lanes[4];
+  ASSERT_TRUE(x.ran) << x.skipped;
+  ASSERT_EQ(x.losses.size(), 10u);
+  EXPECT_LE(x.max_rel_vs_host, 1e-5);
+  EXPECT_THAT(x.kernels, ::testing::HasSubstr("PJRT cpu"));
+  EXPECT_GT(x.device_bytes, 0u);
+  std::ostringstream out;
+  lanes::print(r, out);
+  EXPECT_THAT(out.str(), ::testing::HasSubstr("[4]: PJRT cpu"));
+  std::printf("%s", out.str().c_str());
 }

@@ -51,4 +51,14 @@ inline BackendOptions backend_options(BackendOptions o = {}) {
   return o;
 }
 
+// CAPSTEP_PJRT_PLUGIN, the path of a PJRT plugin (docs/pjrt.md), into
+// o.pjrt.plugin (left alone when unset or empty). Read by the example for its
+// lane [4]; kept apart from backend_options() so that a program reading the
+// switches does not start loading plugins.
+inline BackendOptions with_pjrt_plugin(BackendOptions o) {
+  const char* e = std::getenv("CAPSTEP_PJRT_PLUGIN");
+  if (e != nullptr && *e != '\0') o.pjrt.plugin = e;
+  return o;
+}
+
 }  // namespace capstep::env

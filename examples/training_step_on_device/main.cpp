@@ -1,18 +1,21 @@
-// training_step_on_device: one training step of the seed's causal LM, four
+// training_step_on_device: one training step of the seed's causal LM, five
 // ways (host; host with AdamW in the program; GPU with AdamW on the host; GPU
-// with AdamW in the program), each timed, each checked against the host lane. The lanes live in
-// src/lanes/three_lanes.cpp, shared with `capstep bench`.
+// with AdamW in the program; XLA through a PJRT plugin, AdamW in the program),
+// each timed, each checked against the host lane. The lanes live in
+// src/lanes/three_lanes.cpp, shared with `capstep bench`. Lane [4]'s plugin is
+// CAPSTEP_PJRT_PLUGIN (scripts/run-example fetches a CPU plugin; docs/pjrt.md).
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <iostream>
 
 #include "capstep/lanes.h"
-#include "env_options.h"  // tools/: the CAPSTEP_HOST_* and CAPSTEP_CUDA_* switches, read as `capstep` reads them
+#include "env_options.h"  // tools/: the CAPSTEP_HOST_* and CAPSTEP_CUDA_* switches, read as `capstep` reads them,
+                          // and CAPSTEP_PJRT_PLUGIN
 
 int main(int argc, char** argv) {
   capstep::lanes::Options o;
   bool json = false, no_tf32 = false;
-  CLI::App app{"One training step of a small causal LM, four ways, each timed."};
+  CLI::App app{"One training step of a small causal LM, five ways, each timed."};
   app.add_option("--steps", o.steps, "compared and timed steps per lane")->check(CLI::Range(1, 1000000));
   app.add_option("--warmup", o.warmup, "untimed warm-up steps per lane")->check(CLI::Range(0, 1000));
   // Read as text: CLI11 would wrap "-1" to 2^64-1, silently another seed.
@@ -21,7 +24,8 @@ int main(int argc, char** argv) {
   app.add_option("--text", o.text_path, "train on this text file instead of the built-in corpus");
   app.add_flag("--no-tf32", no_tf32, "full f32 dots on the GPU (TF32 is the default)");
   app.add_flag("--json", json, "print one JSON object with every figure");
-  app.add_option("--only", o.only, "run this lane alone: 1, 1f, 2 or 3")->check(CLI::IsMember({"1", "1f", "2", "3"}));
+  app.add_option("--only", o.only, "run this lane alone: 1, 1f, 2, 3 or 4")
+      ->check(CLI::IsMember({"1", "1f", "2", "3", "4"}));
   app.add_option("--size", o.size,
                  "the model of the size ladder: seed (default), middle (8 layers, d_model 512, batch 8 x 256) or "
                  "gpt2-small (12 layers, d_model 768, batch 8 x 512)")
@@ -39,7 +43,7 @@ int main(int argc, char** argv) {
   o.tf32 = !no_tf32;
   try {
     if (!o.size.empty()) o.model = capstep::nn::LmConfig::preset(o.size);
-    o.backend = capstep::env::backend_options(o.backend);
+    o.backend = capstep::env::with_pjrt_plugin(capstep::env::backend_options(o.backend));
     capstep::lanes::Report r = capstep::lanes::run(o);
     if (json) std::cout << capstep::lanes::to_json(r) << '\n';
     else capstep::lanes::print(r, std::cout);

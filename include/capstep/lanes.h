@@ -5,6 +5,9 @@
 //       parameters and moments updated in place (lanes[3]; printed after [1])
 //   [2] GPU, AdamW on the host: upload every parameter, download every gradient
 //   [3] GPU, AdamW in the program: parameters and moments stay on the device
+//   [4] XLA (PJRT), AdamW in the program, donated buffers: the with_adamw
+//       program through a PJRT plugin (Options::backend.pjrt.plugin; skipped
+//       by name without one), parameters and moments in the plugin's buffers
 // Shared by examples/training_step_on_device and `capstep bench`.
 #pragma once
 
@@ -34,7 +37,7 @@ struct Options {
   bool fused_attention = false;  // fuse_attention (trace.h) on the loss program of every lane
   std::string text_path;   // empty: the built-in corpus
   std::string size;        // the ladder's name of `model` (nn::LmConfig::preset), for the report; empty: none
-  std::string only;        // empty: every lane; "1", "1f", "2" or "3": that lane alone
+  std::string only;        // empty: every lane; "1", "1f", "2", "3" or "4": that lane alone
                            // (the others skip, "not selected"), e.g. to time one lane's CPU
   void validate() const;
 };
@@ -47,9 +50,9 @@ struct Lane {
   std::vector<double> step_ms;       // one per step
   double median_ms = 0;
   double cpu_ms_per_step = 0;        // the process's CPU time (all threads) over the timed steps, per step
-  double max_rel_vs_host = 0;        // GPU lanes: largest relative loss difference from [1]
-  size_t device_bytes = 0;           // GPU lanes: every device buffer the step's executable holds
-  std::string kernels;               // GPU lanes: cuda::Executable::describe_launches()
+  double max_rel_vs_host = 0;        // GPU lanes and [4]: largest relative loss difference from [1]
+  size_t device_bytes = 0;           // GPU lanes: every device buffer the step's executable holds; [4]: the plugin's buffers
+  std::string kernels;               // GPU lanes: cuda::Executable::describe_launches(); [4]: the backend's device and plan
 };
 
 struct Report {
@@ -66,7 +69,7 @@ struct Report {
   int warmup = 0;
   std::string size;                  // Options::size
   int64_t tokens_per_step = 0;       // batch x seq
-  std::vector<Lane> lanes;           // always four: [1], [2], [3], [1f]
+  std::vector<Lane> lanes;           // always five: [1], [2], [3], [1f], [4]
 };
 
 Report run(const Options& o);

@@ -15,6 +15,7 @@
 #include "backend/host/loop_jit.h"
 #include "backend/host/parallel.h"
 #include "capstep/autodiff.h"
+#include "capstep/backend.h"
 #include "capstep/cuda.h"
 #include "capstep/trace.h"
 #include "capstep/data.h"
@@ -238,6 +239,49 @@ void lane_gpu_fused(const Options& o, const Start& s, const Program& fused, Lane
       });
 }
 
+// [4]: the with_adamw program through a PJRT plugin (XLA compiles its
+// StableHLO), over capstep/backend.h. Parameters and both moments go into the
+// plugin's buffers once; every run donates them (tf.aliasing_output), so the
+// updated state is written where it was and stays there. Only the batch, four
+// scalars and the loss cross, as in [3].
+void lane_pjrt(const Options& o, const Start& s, const Program& fused, Lane& lane) {
+  std::unique_ptr<Backend> b = make_backend(BackendKind::pjrt, fused, o.backend);
+  const int n = static_cast<int>(s.params.size());
+  const int tok_in = fused.input_index("tokens"), tgt_in = fused.input_index("targets");
+  int sc_in[4];
+  for (int i = 0; i < 4; ++i) sc_in[i] = fused.input_index(optim::kScalarNames[i]);
+  const int loss_out = fused.output_index("loss");
+  Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens, loss({DType::f32, {}});
+  std::vector<Array> scalars(4, Array({DType::f32, {}}));
+  const std::vector<Array> z = zeros_like(s.params);
+  run_phases(
+      o, lane,
+      [&] {
+        for (int j = 0; j < n; ++j) {
+          b->set_input(j, s.params[static_cast<size_t>(j)]);
+          b->set_input(n + j, z[static_cast<size_t>(j)]);
+          b->set_input(2 * n + j, z[static_cast<size_t>(j)]);
+        }
+      },
+      [&](int k) {
+        s.batches.fill(static_cast<uint64_t>(k), tokens, targets);
+        b->set_input(tok_in, tokens);
+        b->set_input(tgt_in, targets);
+        const optim::AdamWScalars sc = optim::adamw_scalars(o.adamw, k + 1);
+        const float vals[4] = {sc.lr, sc.bc1, sc.bc2, sc.decay};
+        for (int i = 0; i < 4; ++i) {
+          scalars[static_cast<size_t>(i)].data<float>()[0] = vals[i];
+          b->set_input(sc_in[i], scalars[static_cast<size_t>(i)]);
+        }
+        b->run();
+        b->read_output(loss_out, loss);
+        return loss.get(0);
+      });
+  const BackendInfo info = b->describe();
+  lane.device_bytes = info.bytes;
+  lane.kernels = info.device + "; " + info.plan;
+}
+
 void finish(Lane& lane, const Lane& host) {
   lane.median_ms = median(lane.step_ms);
   if (&lane == &host || !host.ran) return;
@@ -253,8 +297,8 @@ void Options::validate() const {
   adamw.validate();
   if (steps < 1 || steps > 1000000) throw Error("steps must be in [1, 1000000], got " + std::to_string(steps));
   if (warmup < 0 || warmup > 1000) throw Error("warm-up must be in [0, 1000], got " + std::to_string(warmup));
-  if (!only.empty() && only != "1" && only != "1f" && only != "2" && only != "3")
-    throw Error("the lane to run alone must be 1, 1f, 2 or 3, got \"" + only + "\"");
+  if (!only.empty() && only != "1" && only != "1f" && only != "2" && only != "3" && only != "4")
+    throw Error("the lane to run alone must be 1, 1f, 2, 3 or 4, got \"" + only + "\"");
 }
 
 double median(std::vector<double> v) {
@@ -275,11 +319,12 @@ Report run(const Options& o) {
   r.warmup = o.warmup;
   r.size = o.size;
   r.tokens_per_step = o.model.batch * o.model.seq;
-  r.lanes.resize(4);
+  r.lanes.resize(5);
   r.lanes[0].label = "[1] host";
   r.lanes[1].label = "[2] GPU, AdamW on the host";
   r.lanes[2].label = "[3] GPU, AdamW in the program";
   r.lanes[3].label = "[1f] host, AdamW in the program";
+  r.lanes[4].label = "[4] XLA (PJRT), AdamW in the program, donated buffers";
   const Start s = make_start(o);
   const Program traced = nn::lm_loss_program(o.model);
   const Program loss = optim::with_precision(o.fused_attention ? fuse_attention(traced) : traced, o.precision);
@@ -317,15 +362,29 @@ Report run(const Options& o) {
       }
     }
   }
+  if (selected("4", r.lanes[4])) {
+    std::string no_pjrt;
+    if (o.backend.pjrt.plugin.empty()) {
+      r.lanes[4].skipped = "no PJRT plugin (CAPSTEP_PJRT_PLUGIN; scripts/pjrt-plugin downloads a CPU plugin)";
+    } else if (!backend_available(BackendKind::pjrt, o.backend, &no_pjrt)) {
+      r.lanes[4].skipped = no_pjrt;
+    } else {
+      try {
+        lane_pjrt(o, s, with_adamw, r.lanes[4]);
+      } catch (const Error& e) {
+        r.lanes[4].skipped = std::string("failed: ") + e.what();
+      }
+    }
+  }
   for (Lane& l : r.lanes)
     if (l.ran) finish(l, r.lanes[0]);
   return r;
 }
 
-// The lanes in the order they are printed: [1], [1f], [2], [3].
+// The lanes in the order they are printed: [1], [1f], [2], [3], [4].
 std::vector<const Lane*> print_order(const Report& r) {
   std::vector<const Lane*> v;
-  for (size_t i : {size_t{0}, size_t{3}, size_t{1}, size_t{2}})
+  for (size_t i : {size_t{0}, size_t{3}, size_t{1}, size_t{2}, size_t{4}})
     if (i < r.lanes.size()) v.push_back(&r.lanes[i]);
   return v;
 }
@@ -375,19 +434,25 @@ void print(const Report& r, std::ostream& out) {
         out << buf << l->kernels << '\n';
       }
   }
+  if (r.lanes.size() > 4 && r.lanes[4].ran) {
+    std::snprintf(buf, sizeof buf, "; %.1f MiB in the plugin's buffers", static_cast<double>(r.lanes[4].device_bytes) / (1 << 20));
+    out << "[4]: " << r.lanes[4].kernels << buf << '\n';
+  }
   std::snprintf(buf, sizeof buf, "\nmedian step (of %d, after %d warm-up)", r.steps, r.warmup);
   out << buf << '\n';
-  std::snprintf(buf, sizeof buf, "%-33s%10s%10s%12s", "", "ms", "vs [1]", "tokens/s");
+  int w = 33;  // the label column: the longest label's width, at least 33
+  for (const Lane* lp : print_order(r)) w = std::max(w, static_cast<int>(lp->label.size()) + 1);
+  std::snprintf(buf, sizeof buf, "%-*s%10s%10s%12s", w, "", "ms", "vs [1]", "tokens/s");
   out << buf << '\n';
   for (const Lane* lp : print_order(r)) {
     const Lane& l = *lp;
     const double tps = l.median_ms > 0 ? static_cast<double>(r.tokens_per_step) / (l.median_ms / 1e3) : 0;
     if (l.ran && h.ran) {
-      std::snprintf(buf, sizeof buf, "%-33s%10.3f%9.1f\u00d7%12.0f", l.label.c_str(), l.median_ms, h.median_ms / l.median_ms, tps);
+      std::snprintf(buf, sizeof buf, "%-*s%10.3f%9.1f\u00d7%12.0f", w, l.label.c_str(), l.median_ms, h.median_ms / l.median_ms, tps);
     } else if (l.ran) {
-      std::snprintf(buf, sizeof buf, "%-33s%10.3f%10s%12.0f", l.label.c_str(), l.median_ms, "-", tps);
+      std::snprintf(buf, sizeof buf, "%-*s%10.3f%10s%12.0f", w, l.label.c_str(), l.median_ms, "-", tps);
     } else {
-      std::snprintf(buf, sizeof buf, "%-33s%10s", l.label.c_str(), "skipped");
+      std::snprintf(buf, sizeof buf, "%-*s%10s", w, l.label.c_str(), "skipped");
     }
     out << buf << '\n';
   }
