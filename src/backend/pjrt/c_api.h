@@ -381,8 +381,8 @@ struct PJRT_Api {
 
 // The table's offsets, as in the API's header (a missing or extra entry above
 // would move every later one): the header, then one pointer per entry. Every
-// field offset of every struct here was compared with pjrt_c_api.h 0.90 by a
-// program that includes both (docs/pjrt.md, "The C API").
+// field offset of every struct here is compared with pjrt_c_api.h 0.90 by
+// scripts/pjrt-check-abi (a program that includes both; run it after an edit).
 static_assert(offsetof(PJRT_Api, PJRT_Error_Destroy) == 40);
 static_assert(offsetof(PJRT_Api, PJRT_Client_Compile) == 40 + 20 * sizeof(void*));
 static_assert(offsetof(PJRT_Api, PJRT_LoadedExecutable_Execute) == 40 + 55 * sizeof(void*));
