@@ -134,6 +134,11 @@ std::string kind_name(const ::testing::TestParamInfo<BackendKind>& i) { return b
 
 }  // namespace
 
+// "GetParam() = pjrt" in gtest's and ctest's listings.
+namespace capstep {
+void PrintTo(BackendKind k, std::ostream* os) { *os << backend_name(k); }
+}  // namespace capstep
+
 INSTANTIATE_TEST_SUITE_P(Backends, Conformance,
                          ::testing::Values(BackendKind::host, BackendKind::cuda, BackendKind::pjrt), kind_name);
 

@@ -38,6 +38,9 @@ const Plugin& load_plugin(const std::string& path);
 // Throws Error("<what>: <the plugin's message>") when `e` is an error (and
 // frees it); does nothing for nullptr. Out-of-memory errors say so first.
 void check(const Plugin& plugin, c::PJRT_Error* e, const std::string& what);
+// Frees `e` (nullptr: nothing) without reporting it: a second error after the
+// one being reported.
+void discard(const Plugin& plugin, c::PJRT_Error* e);
 
 // A client with its one device, made once per plugin and options and kept for
 // the life of the process (clients own thread pools and, on a GPU, the

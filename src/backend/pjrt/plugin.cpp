@@ -110,6 +110,14 @@ void check(const Plugin& plugin, PJRT_Error* e, const std::string& what) {
   throw Error(what + ": " + (oom ? "out of device memory: " : "") + msg);
 }
 
+void discard(const Plugin& plugin, PJRT_Error* e) {
+  if (!e) return;
+  PJRT_Error_Destroy_Args d{};
+  d.struct_size = CAPSTEP_PJRT_SIZE(PJRT_Error_Destroy_Args, error);
+  d.error = e;
+  plugin.api->PJRT_Error_Destroy(&d);
+}
+
 namespace {
 
 // The first attempt passes XLA's GPU client options (pjrt_c_api_gpu_internal.cc:
@@ -145,10 +153,7 @@ PJRT_Client* create_client(const Plugin& p, const PjrtOptions& o) {
       p.api->PJRT_Error_Message(&m);
       const std::string msg = text(m.message, m.message_size);
       if (msg.find("option") != std::string::npos) {
-        PJRT_Error_Destroy_Args d{};
-        d.struct_size = CAPSTEP_PJRT_SIZE(PJRT_Error_Destroy_Args, error);
-        d.error = e;
-        p.api->PJRT_Error_Destroy(&d);
+        discard(p, e);
         continue;
       }
     }
@@ -201,12 +206,7 @@ const Client& client(const PjrtOptions& o) {
     PJRT_Client_Destroy_Args d{};
     d.struct_size = CAPSTEP_PJRT_SIZE(PJRT_Client_Destroy_Args, client);
     d.client = c.client;
-    if (PJRT_Error* e = p.api->PJRT_Client_Destroy(&d)) {
-      try {
-        check(p, e, "");
-      } catch (const Error&) {  // the first error is the one to report
-      }
-    }
+    discard(p, p.api->PJRT_Client_Destroy(&d));  // the first error is the one to report
     throw;
   }
   return clients->emplace(key, std::move(c)).first->second;
