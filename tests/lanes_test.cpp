@@ -144,7 +144,6 @@ TEST(Lanes, XlaLaneAgreesWithTheHostLane) {
   const std::string fetched = std::string(src ? src : "") + "/.pjrt-plugin/lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so";
   if (plugin.empty() && src && std::ifstream(fetched).good()) plugin = fetched;
   if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin: CAPSTEP_PJRT_PLUGIN is not set and scripts/pjrt-plugin has not run";
-  if (std::getenv("CAPSTEP_SANITIZED")) GTEST_SKIP() << "the PJRT plugin is not run under the sanitizers (not verified there)";
   lanes::Options o;
   o.warmup = 1;
   o.backend.pjrt.plugin = plugin;
