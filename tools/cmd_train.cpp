@@ -248,6 +248,13 @@ int run_train(TrainArgs a) {
                        "--context and --d-ff (--batch and --seq apply)");
     const nn::HfModel m = nn::read_hf_dir(a.init_from);
     if (!a.tokenizer_given && !m.tokenizer.empty()) o.tokenizer = m.tokenizer;
+    // The run would train new pieces on the text (train_loop takes a subword
+    // tokenizer's model only from --resume), so the weights' ids would stand
+    // for other pieces: refused rather than fine-tuned into nonsense.
+    if (data::Tokenizer::parse(o.tokenizer).subword())
+      throw UsageError("--init-from with the " + o.tokenizer + " tokenizer: a run started from a directory cannot "
+                       "take a subword tokenizer yet (it would train new pieces on the text, which the weights' ids "
+                       "do not stand for); start from a directory of the char or byte tokenizer");
     const int64_t vocab = data::Tokenizer::parse(o.tokenizer).vocab();
     if (vocab != m.config.vocab)
       throw UsageError("--init-from: '" + a.init_from + "/config.json' has vocab_size " + std::to_string(m.config.vocab) +
