@@ -385,6 +385,7 @@ int run_train(TrainArgs a) {
   }
   if (!a.plot.empty() && !log.empty()) {
     Curve c{o.model.describe(), {}, {}, {}, {}};
+    c.unit = o.tokenizer == "char" ? "character" : o.tokenizer == "byte" ? "byte" : "token";
     for (const train::StepInfo& s : log) {
       c.steps.push_back(s.step);
       c.losses.push_back(s.loss);
