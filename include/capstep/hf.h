@@ -75,9 +75,13 @@ struct HfModel {
 // without a piece, encoded as its bytes as capstep does; the decoder turns
 // byte pieces into bytes (a sequence that is not UTF-8 comes out as U+FFFD in
 // transformers, as the bytes in capstep). Where transformers' tokenizer would
-// encode some text differently, a sentence saying which goes to *warnings
-// (unigram: a text spelling a reserved piece's name, when a character of the
-// name has no piece). Error for an untrained subword tokenizer.
+// encode some text differently, a sentence saying which goes to *warnings.
+// Unigram always has one: where two segmentations score the same (the same
+// pieces in another order, as in a run of one character), SentencePiece's
+// float sums and tokenizers' double sums can pick different ones (the ids
+// differ, the text is the same); and one more when a character of a reserved
+// piece's name has no piece (a text spelling that name would be taken as the
+// piece). BPE has neither. Error for an untrained subword tokenizer.
 std::string hf_tokenizer_json(const data::Tokenizer& t, std::vector<std::string>* warnings = nullptr);
 // The char or byte tokenizer by name (Tokenizer::parse): Error for a subword name.
 std::string hf_tokenizer_json(const std::string& tokenizer);

@@ -456,6 +456,17 @@ nlohmann::json subword_tokenizer_json(const data::Tokenizer& t, std::vector<std:
                           (missing.find(',') == std::string::npos ? " " : "s ") + missing +
                           ", so transformers' tokenizer encodes a text that spells a reserved piece's name (\"<unk>\", "
                           "\"<0x41>\", ...) as that piece, where capstep encodes its characters");
+    // Ties: two segmentations of the same score (the same pieces in another
+    // order, as in a run of one character: "--" "----" or "----" "--").
+    // tokenizers sums the scores exactly (in double, of float scores) and
+    // keeps the first it finds; SentencePiece sums in float, whose rounding
+    // picks one or the other (scripts/check-hf-export checks that every
+    // difference it finds is such a tie).
+    if (warnings)
+      warnings->push_back("the " + t.name() + " tokenizer: where two segmentations of a text score the same (the "
+                          "same pieces in another order, as in a run of one character), SentencePiece (single "
+                          "precision) and transformers' tokenizers (double) can choose different ones, and the ids "
+                          "differ there (both decode to the text); the bpe tokenizer has no such case");
     model = {{"type", "Unigram"}, {"unk_id", unk_id}, {"vocab", vocab}, {"byte_fallback", true}};
   } else {
     // SentencePiece's BPE merges, at each step, the adjacent pair whose
