@@ -429,12 +429,17 @@ nlohmann::json subword_tokenizer_json(const data::Tokenizer& t, std::vector<std:
     // SentencePiece never matches the text against the names of the unknown,
     // byte and control pieces; `tokenizers` matches every piece of the
     // vocabulary. Those get a score below any path of normal pieces through
-    // their name (at most 6 characters, each at least `least`), so a text that
-    // holds "<0x41>" or "<unk>" takes the normal pieces, as SentencePiece
-    // does -- unless a character of the name has no piece of its own, where
-    // `tokenizers` would take the name's piece (its unknown characters score
-    // lower still): said in *warnings.
-    const double reserved = 10.0 * static_cast<double>(least) - 100.0;
+    // their name (one piece a character at most, each scoring at least
+    // `least`; "<0x41>" is 6 characters), so a text that holds "<0x41>" or
+    // "<unk>" takes the normal pieces, as SentencePiece does -- unless a
+    // character of the name has no piece of its own, where `tokenizers` would
+    // take the name's piece (its unknown characters score lower still): said
+    // in *warnings.
+    size_t longest = 0;   // characters in the longest reserved name
+    for (size_t id = 0; id < pieces.size(); ++id)
+      if (pieces[id].kind != data::SubwordPieceKind::normal)
+        longest = std::max(longest, char_boundaries(text[id]).size() + 1);
+    const double reserved = std::max<double>(10.0, static_cast<double>(longest) + 1.0) * static_cast<double>(least) - 100.0;
     nlohmann::json vocab = nlohmann::json::array();
     std::string missing;
     for (size_t id = 0; id < pieces.size(); ++id) {
