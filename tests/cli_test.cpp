@@ -686,8 +686,8 @@ TEST(Cli, SubwordTokenizerIsTrainedSavedAndUsedBySample) {
 
 // export-hf of a subword checkpoint writes the tokenizer for transformers
 // (tokenizer.json, tokenizer_config.json) and SentencePiece's model
-// (tokenizer.model); a run cannot start from it yet (it would train new
-// pieces), and says so rather than fine-tune on other ids.
+// (tokenizer.model); a run started from it takes those pieces, not new ones
+// trained on the text, and another subword tokenizer is refused.
 TEST(Cli, ExportHfWritesASubwordTokenizer) {
   NEED_BINARY();
   if (!data::have_sentencepiece()) GTEST_SKIP() << "built without SentencePiece";
@@ -706,10 +706,17 @@ TEST(Cli, ExportHfWritesASubwordTokenizer) {
     EXPECT_NE(slurp(dir + "/config.json").find("\"capstep_tokenizer\": \"" + kind + ":320\""), std::string::npos);
     EXPECT_EQ(slurp(dir + "/tokenizer.model"),
               train::base64_decode(load_checkpoint(ck).extra.at("tokenizer_model")));
-    r = run({"train", "--init-from", dir, "--steps", "1"});
+    // Started from the directory: its pieces, not new ones trained on the text.
+    r = run({"train", "--init-from", dir, "--steps", "1", "--save", d.file(kind + "-again.st")});
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("; tokenizer " + kind + ":320"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("training the"), std::string::npos) << r.out;
+    EXPECT_EQ(train::base64_decode(load_checkpoint(d.file(kind + "-again.st")).extra.at("tokenizer_model")),
+              slurp(dir + "/tokenizer.model"));
+    r = run({"train", "--init-from", dir, "--steps", "1", "--tokenizer", kind == "bpe" ? "unigram:320" : "bpe:320"});
     EXPECT_EQ(r.code, 2) << r.out;
-    EXPECT_NE(r.err.find("--init-from with the " + kind + ":320 tokenizer: a run started from a directory cannot take "
-                         "a subword tokenizer yet"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("holds the " + kind + ":320 tokenizer, whose pieces its weights' ids stand for"),
+              std::string::npos) << r.err;
   }
 }
 

@@ -248,13 +248,17 @@ int run_train(TrainArgs a) {
                        "--context and --d-ff (--batch and --seq apply)");
     const nn::HfModel m = nn::read_hf_dir(a.init_from);
     if (!a.tokenizer_given && !m.tokenizer.empty()) o.tokenizer = m.tokenizer;
-    // The run would train new pieces on the text (train_loop takes a subword
-    // tokenizer's model only from --resume), so the weights' ids would stand
-    // for other pieces: refused rather than fine-tuned into nonsense.
-    if (data::Tokenizer::parse(o.tokenizer).subword())
-      throw UsageError("--init-from with the " + o.tokenizer + " tokenizer: a run started from a directory cannot "
-                       "take a subword tokenizer yet (it would train new pieces on the text, which the weights' ids "
-                       "do not stand for); start from a directory of the char or byte tokenizer");
+    // A subword tokenizer is the directory's own pieces (tokenizer.model),
+    // which the weights' ids stand for: new pieces trained on the text would
+    // not be, so another subword tokenizer is refused.
+    if (data::Tokenizer::parse(o.tokenizer).subword()) {
+      if (o.tokenizer != m.tokenizer)
+        throw UsageError("--init-from: '" + a.init_from + "' holds " +
+                         (m.tokenizer.empty() ? std::string("no capstep tokenizer") : "the " + m.tokenizer + " tokenizer") +
+                         ", whose pieces its weights' ids stand for; a subword tokenizer cannot be trained anew for "
+                         "it: leave --tokenizer out" + (m.tokenizer.empty() ? " and give char or byte" : ""));
+      o.tokenizer_model = m.tokenizer_model;
+    }
     const int64_t vocab = data::Tokenizer::parse(o.tokenizer).vocab();
     if (vocab != m.config.vocab)
       throw UsageError("--init-from: '" + a.init_from + "/config.json' has vocab_size " + std::to_string(m.config.vocab) +
