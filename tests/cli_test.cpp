@@ -687,6 +687,42 @@ TEST(Cli, SubwordTokenizerIsTrainedSavedAndUsedBySample) {
   EXPECT_NE(r.err.find("the size must be an integer in [300, 65536]"), std::string::npos) << r.err;
 }
 
+// export-hf of a subword checkpoint writes the tokenizer for transformers
+// (tokenizer.json, tokenizer_config.json) and SentencePiece's model
+// (tokenizer.model); a run started from it takes those pieces, not new ones
+// trained on the text, and another subword tokenizer is refused.
+TEST(Cli, ExportHfWritesASubwordTokenizer) {
+  NEED_BINARY();
+  if (!data::have_sentencepiece()) GTEST_SKIP() << "built without SentencePiece";
+  TempDir d;
+  for (const std::string kind : {"bpe", "unigram"}) {
+    const std::string ck = d.file(kind + ".st"), dir = d.file(kind + "-hf");
+    Outcome r = run({"train", "--arch", "llama", "--tokenizer", kind + ":320", "--steps", "1", "--d-model", "16",
+                     "--heads", "2", "--d-ff", "16", "--context", "16", "--seq", "16", "--save", ck});
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    r = run({"export-hf", "--checkpoint", ck, "--out", dir});
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("tokenizer_config.json, tokenizer.model: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("the " + kind + ":320 tokenizer"), std::string::npos) << r.out;
+    const std::string json = slurp(dir + "/tokenizer.json");
+    EXPECT_NE(json.find(kind == "bpe" ? "\"type\":\"BPE\"" : "\"type\":\"Unigram\""), std::string::npos);
+    EXPECT_NE(slurp(dir + "/config.json").find("\"capstep_tokenizer\": \"" + kind + ":320\""), std::string::npos);
+    EXPECT_EQ(slurp(dir + "/tokenizer.model"),
+              train::base64_decode(load_checkpoint(ck).extra.at("tokenizer_model")));
+    // Started from the directory: its pieces, not new ones trained on the text.
+    r = run({"train", "--init-from", dir, "--steps", "1", "--save", d.file(kind + "-again.st")});
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("; tokenizer " + kind + ":320"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("training the"), std::string::npos) << r.out;
+    EXPECT_EQ(train::base64_decode(load_checkpoint(d.file(kind + "-again.st")).extra.at("tokenizer_model")),
+              slurp(dir + "/tokenizer.model"));
+    r = run({"train", "--init-from", dir, "--steps", "1", "--tokenizer", kind == "bpe" ? "unigram:320" : "bpe:320"});
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.err.find("holds the " + kind + ":320 tokenizer, whose pieces its weights' ids stand for"),
+              std::string::npos) << r.err;
+  }
+}
+
 // --save, --log and --plot that cannot be written fail before the first
 // step, not after a run of hours, and leave nothing behind.
 TEST(Cli, OutputsThatCannotBeWrittenFailBeforeTraining) {

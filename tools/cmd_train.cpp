@@ -250,6 +250,17 @@ int run_train(TrainArgs a) {
                        "--context and --d-ff (--batch and --seq apply)");
     const nn::HfModel m = nn::read_hf_dir(a.init_from);
     if (!a.tokenizer_given && !m.tokenizer.empty()) o.tokenizer = m.tokenizer;
+    // A subword tokenizer is the directory's own pieces (tokenizer.model),
+    // which the weights' ids stand for: new pieces trained on the text would
+    // not be, so another subword tokenizer is refused.
+    if (data::Tokenizer::parse(o.tokenizer).subword()) {
+      if (o.tokenizer != m.tokenizer)
+        throw UsageError("--init-from: '" + a.init_from + "' holds " +
+                         (m.tokenizer.empty() ? std::string("no capstep tokenizer") : "the " + m.tokenizer + " tokenizer") +
+                         ", whose pieces its weights' ids stand for; a subword tokenizer cannot be trained anew for "
+                         "it: leave --tokenizer out" + (m.tokenizer.empty() ? " and give char or byte" : ""));
+      o.tokenizer_model = m.tokenizer_model;
+    }
     const int64_t vocab = data::Tokenizer::parse(o.tokenizer).vocab();
     if (vocab != m.config.vocab)
       throw UsageError("--init-from: '" + a.init_from + "/config.json' has vocab_size " + std::to_string(m.config.vocab) +
@@ -380,6 +391,7 @@ int run_train(TrainArgs a) {
   }
   if (!a.plot.empty() && !log.empty()) {
     Curve c{o.model.describe(), {}, {}, {}, {}};
+    c.unit = o.tokenizer == "char" ? "character" : o.tokenizer == "byte" ? "byte" : "token";
     for (const train::StepInfo& s : log) {
       c.steps.push_back(s.step);
       c.losses.push_back(s.loss);

@@ -141,6 +141,12 @@ struct Options {
   // config.json must describe `model` but for batch and seq (Error otherwise).
   // Not with resume_path.
   std::string init_from;
+  // A subword tokenizer's SentencePiece model (data::Tokenizer::model) to use
+  // instead of training one on the text: the pieces of an init_from
+  // directory's tokenizer.model, whose ids its weights were trained on.
+  // Empty: trained (or, resuming, the checkpoint's). Only with a subword
+  // `tokenizer` of its size, and not with resume_path.
+  std::string tokenizer_model;
   // Data parallelism (issue 14): with a communicator of R replicas (ranks),
   // every rank runs this same loop; model.batch is the local batch and the
   // global batch is R x model.batch. Batch k of the stream is drawn with the

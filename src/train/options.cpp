@@ -80,6 +80,10 @@ void Options::validate() const {
   if (save_every > 0 && save_path.empty()) throw Error("save-every needs a checkpoint path to save to");
   if (!init_from.empty() && !resume_path.empty())
     throw Error("init-from starts a run from a model's weights and resume continues a checkpoint: give one");
+  if (!tokenizer_model.empty()) {
+    if (!resume_path.empty()) throw Error("a resumed run takes its checkpoint's tokenizer; give no tokenizer model");
+    data::Tokenizer::from_model(tokenizer, tokenizer_model);   // Error for char, byte or a model of another size
+  }
 }
 
 void SampleOptions::validate() const {

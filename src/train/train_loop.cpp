@@ -157,6 +157,8 @@ Result train(const Options& o) {
       throw Error("checkpoint '" + o.resume_path + "' was trained with the " + resumed.tokenizer +
                   " tokenizer, not " + o.tokenizer);
     tokenizer = checkpoint_tokenizer(resumed);
+  } else if (tokenizer.subword() && !o.tokenizer_model.empty()) {
+    tokenizer = data::Tokenizer::from_model(o.tokenizer, o.tokenizer_model);   // --init-from's pieces
   }
   data::TextStats stats;
   std::shared_ptr<const data::TokenIds> text;
