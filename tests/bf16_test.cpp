@@ -480,7 +480,7 @@ TEST(Bf16Cuda, CheckSupportedTakesBf16AndRefusesBf16AttentionByName) {
 TEST(Bf16Training, LossCurveFollowsTheF32OneOverTenSteps) {
   train::Options o;
   o.steps = 10;
-  o.lane = train::Lane::host;
+  o.lane = train::Lane{};
   const train::Result f = train::train(o);
   o.precision = optim::Precision::bf16;
   const train::Result b = train::train(o);
@@ -507,7 +507,7 @@ TEST(Bf16Training, LossCurveFollowsTheF32OneOverTenSteps) {
 TEST(Bf16Training, GpuLanesTakeBf16) {
   train::Options o;
   o.precision = optim::Precision::bf16;
-  for (train::Lane lane : {train::Lane::gpu, train::Lane::gpu_fused}) {
+  for (train::Lane lane : {train::Lane{BackendKind::cuda, false}, train::Lane{BackendKind::cuda, true}}) {
     o.lane = lane;
     EXPECT_NO_THROW(o.validate());
   }

@@ -434,7 +434,10 @@ TEST(Cli, UsageErrorsExitTwoWithTheirMessage) {
       {{}, "A subcommand is required"},
       {{"frob"}, "unknown subcommand 'frob'; the subcommands are train, sample, bench, show, export"},
       {{"train", "--bogus"}, "--bogus"},
-      {{"train", "--lane", "tpu"}, "--lane: tpu not in {host,gpu,gpu-fused}"},
+      {{"train", "--lane", "tpu"}, "--lane: tpu not in {host,host-fused,cuda,cuda-fused,pjrt,pjrt-fused,gpu,gpu-fused}"},
+      {{"train", "--backend", "tpu"}, "--backend: tpu not in {host,cuda,pjrt}"},
+      {{"train", "--adamw", "device"}, "--adamw: device not in {host,program}"},
+      {{"train", "--lane", "host", "--backend", "cuda"}, "--backend excludes --lane"},
       {{"train", "--steps", "0"}, "--steps: '0' is not in [1, 100000000]"},
       {{"train", "--steps", "many"}, "--steps"},
       {{"train", "--lr", "-1"}, "--lr"},
@@ -684,6 +687,42 @@ TEST(Cli, SubwordTokenizerIsTrainedSavedAndUsedBySample) {
   EXPECT_NE(r.err.find("the size must be an integer in [300, 65536]"), std::string::npos) << r.err;
 }
 
+// export-hf of a subword checkpoint writes the tokenizer for transformers
+// (tokenizer.json, tokenizer_config.json) and SentencePiece's model
+// (tokenizer.model); a run started from it takes those pieces, not new ones
+// trained on the text, and another subword tokenizer is refused.
+TEST(Cli, ExportHfWritesASubwordTokenizer) {
+  NEED_BINARY();
+  if (!data::have_sentencepiece()) GTEST_SKIP() << "built without SentencePiece";
+  TempDir d;
+  for (const std::string kind : {"bpe", "unigram"}) {
+    const std::string ck = d.file(kind + ".st"), dir = d.file(kind + "-hf");
+    Outcome r = run({"train", "--arch", "llama", "--tokenizer", kind + ":320", "--steps", "1", "--d-model", "16",
+                     "--heads", "2", "--d-ff", "16", "--context", "16", "--seq", "16", "--save", ck});
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    r = run({"export-hf", "--checkpoint", ck, "--out", dir});
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("tokenizer_config.json, tokenizer.model: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("the " + kind + ":320 tokenizer"), std::string::npos) << r.out;
+    const std::string json = slurp(dir + "/tokenizer.json");
+    EXPECT_NE(json.find(kind == "bpe" ? "\"type\":\"BPE\"" : "\"type\":\"Unigram\""), std::string::npos);
+    EXPECT_NE(slurp(dir + "/config.json").find("\"capstep_tokenizer\": \"" + kind + ":320\""), std::string::npos);
+    EXPECT_EQ(slurp(dir + "/tokenizer.model"),
+              train::base64_decode(load_checkpoint(ck).extra.at("tokenizer_model")));
+    // Started from the directory: its pieces, not new ones trained on the text.
+    r = run({"train", "--init-from", dir, "--steps", "1", "--save", d.file(kind + "-again.st")});
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("; tokenizer " + kind + ":320"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("training the"), std::string::npos) << r.out;
+    EXPECT_EQ(train::base64_decode(load_checkpoint(d.file(kind + "-again.st")).extra.at("tokenizer_model")),
+              slurp(dir + "/tokenizer.model"));
+    r = run({"train", "--init-from", dir, "--steps", "1", "--tokenizer", kind == "bpe" ? "unigram:320" : "bpe:320"});
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.err.find("holds the " + kind + ":320 tokenizer, whose pieces its weights' ids stand for"),
+              std::string::npos) << r.err;
+  }
+}
+
 // --save, --log and --plot that cannot be written fail before the first
 // step, not after a run of hours, and leave nothing behind.
 TEST(Cli, OutputsThatCannotBeWrittenFailBeforeTraining) {
@@ -719,7 +758,43 @@ TEST(Cli, GpuLaneFallsBackOrFailsWithRequireGpu) {
     GTEST_SKIP() << "a GPU is present: no fallback to check";
   const Outcome r = run({"train", "--steps", "1", "--lane", "gpu-fused", "--require-gpu"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("needs a GPU"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("lane cuda-fused cannot run here: "), std::string::npos) << r.err;
+}
+
+// --backend and --adamw choose the lane: AdamW in the program on the host
+// takes the host lane's steps bit for bit, so the run ends at the same loss;
+// a PJRT lane without a plugin falls back to the host, or fails with
+// --require-backend.
+TEST(Cli, BackendAndAdamwChooseTheLane) {
+  NEED_BINARY();
+  const std::vector<std::string> small = {"--steps", "4", "--layers", "1", "--d-model", "32", "--heads", "2",
+                                          "--val-fraction", "0", "--no-progress"};
+  auto train_with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train"};
+    args.insert(args.end(), small.begin(), small.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run(args);
+  };
+  auto last_line = [](const std::string& out) {
+    const size_t at = out.find("trained steps");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  const Outcome host = train_with({"--backend", "host"});
+  ASSERT_EQ(host.code, 0) << host.err;
+  const Outcome fused = train_with({"--backend", "host", "--adamw", "program"});
+  ASSERT_EQ(fused.code, 0) << fused.err;
+  EXPECT_NE(fused.out.find("lane host-fused"), std::string::npos) << fused.out;
+  const std::string a = last_line(host.out), b = last_line(fused.out);
+  ASSERT_FALSE(a.empty()) << host.out;
+  // "trained steps 1..4 on the host lane in 0.1 s (...); loss X -> Y": the losses after the last ';'.
+  EXPECT_EQ(a.substr(a.rfind(';')), b.substr(b.rfind(';'))) << a << "\n" << b;
+  const Outcome none = train_with({"--backend", "pjrt", "--adamw", "program", "--pjrt-plugin", "/nonexistent/plugin.so"});
+  ASSERT_EQ(none.code, 0) << none.err;
+  EXPECT_NE(none.out.find("falls back to the host-fused lane"), std::string::npos) << none.out;
+  const Outcome required =
+      train_with({"--lane", "pjrt", "--require-backend", "--pjrt-plugin", "/nonexistent/plugin.so"});
+  EXPECT_EQ(required.code, 1);
+  EXPECT_NE(required.err.find("lane pjrt cannot run here: "), std::string::npos) << required.err;
 }
 
 TEST(Cli, ShowAndExportPrintThePrograms) {
@@ -748,7 +823,7 @@ TEST(Cli, PrecisionBf16TrainBenchExport) {
   EXPECT_NE(t.out.find("precision bf16"), std::string::npos) << t.out;
   const Outcome g = run({"train", "--steps", "2", "--precision", "bf16", "--lane", "gpu-fused", "--val-fraction", "0"});
   ASSERT_EQ(g.code, 0) << g.err;
-  EXPECT_NE(g.out.find("lane gpu-fused"), std::string::npos) << g.out;
+  EXPECT_NE(g.out.find("lane cuda-fused"), std::string::npos) << g.out;
   EXPECT_NE(g.out.find("precision bf16"), std::string::npos) << g.out;
   const Outcome bad = run({"train", "--precision", "fp16"});
   EXPECT_EQ(bad.code, 2);

@@ -63,7 +63,7 @@ train::Options small(train::Lane lane) {
   o.seed = 3;
   o.steps = 5;
   o.lane = lane;
-  o.require_gpu = true;
+  o.require_backend = true;
   return o;
 }
 
@@ -127,7 +127,7 @@ TEST(CudaNccl, AllReduceInTheStepGraphIsTheOperandOnOneRank) {
 TEST(CudaNccl, OneRankDataParallelEqualsThePlainGpuLane) {
   CAPSTEP_NEED_GPU_AND_NCCL();
   test::TempDir dir;
-  for (train::Lane lane : {train::Lane::gpu, train::Lane::gpu_fused}) {
+  for (train::Lane lane : {train::Lane{BackendKind::cuda, false}, train::Lane{BackendKind::cuda, true}}) {
     const std::string name = train::lane_name(lane);
     train::Options plain = small(lane);
     plain.save_path = dir.file(name + "-plain.safetensors");

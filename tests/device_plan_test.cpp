@@ -478,7 +478,7 @@ TEST(DevicePlan, PackerLowerBoundAndScratchCountMismatch) {
   // three buffers live together, one later: the total is the live peak
   std::vector<plan::Interval> bs = {{1000, 0, 2}, {300, 1, 3}, {256, 2, 2}, {2000, 4, 5}};
   size_t total = 0;
-  std::vector<size_t> off = plan::pack(bs, &total);
+  std::vector<size_t> off = plan::pack(bs, plan::kDeviceAlign, &total);
   EXPECT_EQ(total, 2048u);
   EXPECT_EQ(off[3], 0u);
   Program p;

@@ -560,15 +560,72 @@ TEST(Train, GpuLaneWithoutADeviceFallsBackOrFails) {
   if (cuda::available(&why)) GTEST_SKIP() << "a GPU is present; the fallback is for machines without one";
   train::Options o = small_options();
   o.steps = 2;
-  o.lane = train::Lane::gpu_fused;
+  o.lane = train::Lane{BackendKind::cuda, true};
   std::vector<std::string> messages;
   o.on_message = [&](const std::string& m) { messages.push_back(m); };
   const train::Result r = train::train(o);
-  EXPECT_EQ(r.lane_used, train::Lane::host);
+  EXPECT_EQ(r.lane_used, (train::Lane{BackendKind::host, true}));
   ASSERT_FALSE(messages.empty());
-  EXPECT_NE(messages[0].find("falls back to the host"), std::string::npos) << messages[0];
-  o.require_gpu = true;
-  EXPECT_NE(error_of([&] { train::train(o); }).find("needs a GPU"), std::string::npos);
+  EXPECT_NE(messages[0].find("lane cuda-fused falls back to the host-fused lane"), std::string::npos) << messages[0];
+  o.require_backend = true;
+  EXPECT_NE(error_of([&] { train::train(o); }).find("lane cuda-fused cannot run here: "), std::string::npos);
+}
+
+// AdamW in the program on the host (the with_adamw step, state updated in
+// place) takes the same steps as AdamW in C++, bit for bit: the losses, the
+// norms before clipping, the validation losses, and the checkpointed state,
+// which resumes on the other lane with the uninterrupted run's losses.
+TEST(Train, HostFusedLaneIsTheHostLaneBitForBit) {
+  TempDir d;
+  auto options = [] {
+    train::Options o = small_options();
+    o.steps = 10;
+    o.schedule = {train::Schedule::cosine, 3, 1e-4};
+    o.clip_grad_norm = 0.5;
+    o.val_fraction = 0.1;
+    o.eval_every = 5;
+    o.eval_batches = 2;
+    return o;
+  };
+  train::Options h = options();
+  std::vector<double> host_norms;
+  h.on_step = [&](const train::StepInfo& s) { host_norms.push_back(s.grad_norm); };
+  h.save_path = d.file("host.safetensors");
+  const train::Result host = train::train(h);
+  train::Options f = options();
+  f.lane = train::parse_lane("host-fused");
+  std::vector<double> norms;
+  f.on_step = [&](const train::StepInfo& s) { norms.push_back(s.grad_norm); };
+  f.save_path = d.file("fused.safetensors");
+  const train::Result fused = train::train(f);
+  ASSERT_EQ(fused.lane_used, (train::Lane{BackendKind::host, true}));
+  EXPECT_EQ(fused.losses, host.losses);
+  EXPECT_EQ(norms, host_norms);
+  EXPECT_EQ(fused.val_losses, host.val_losses);
+  const Checkpoint a = load_checkpoint(h.save_path), b = load_checkpoint(f.save_path);
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (size_t j = 0; j < a.params.size(); ++j) {
+    EXPECT_TRUE(a.params[j].array.bit_equal(b.params[j].array)) << a.params[j].name;
+    EXPECT_TRUE(a.adam_m[j].array.bit_equal(b.adam_m[j].array)) << a.adam_m[j].name;
+    EXPECT_TRUE(a.adam_v[j].array.bit_equal(b.adam_v[j].array)) << a.adam_v[j].name;
+  }
+  // Five steps on the fused lane, the rest resumed on the host lane (a
+  // constant rate: a cosine schedule's length is the run's).
+  train::Options whole = small_options();
+  whole.steps = 10;
+  const train::Result reference = train::train(whole);
+  train::Options first = small_options();
+  first.lane = train::parse_lane("host-fused");
+  first.steps = 5;
+  first.save_path = d.file("half.safetensors");
+  const train::Result r1 = train::train(first);
+  train::Options rest = small_options();
+  rest.steps = 10;
+  rest.resume_path = first.save_path;
+  const train::Result r2 = train::train(rest);
+  std::vector<double> all = r1.losses;
+  all.insert(all.end(), r2.losses.begin(), r2.losses.end());
+  EXPECT_EQ(all, reference.losses);
 }
 
 // On a machine with a GPU: both GPU lanes follow the host's losses within the
@@ -581,11 +638,11 @@ TEST(Train, GpuLanesFollowTheHostAndTheirCheckpointsResume) {
   train::Options h = small_options();
   h.steps = 12;
   const train::Result host = train::train(h);
-  for (train::Lane lane : {train::Lane::gpu, train::Lane::gpu_fused}) {
+  for (train::Lane lane : {train::Lane{BackendKind::cuda, false}, train::Lane{BackendKind::cuda, true}}) {
     train::Options g = small_options();
     g.steps = 6;
     g.lane = lane;
-    g.require_gpu = true;
+    g.require_backend = true;
     g.save_path = d.file(std::string(train::lane_name(lane)) + ".safetensors");
     const train::Result first = train::train(g);
     ASSERT_EQ(first.lane_used, lane);
@@ -623,10 +680,10 @@ TEST(Train, GpuLanesScheduleClipAndValidationFollowTheHost) {
   h.on_step = [&](const train::StepInfo& s) { host_norms.push_back(s.grad_norm); };
   const train::Result host = train::train(h);
   ASSERT_EQ(host.val_losses.size(), 2u);
-  for (train::Lane lane : {train::Lane::gpu, train::Lane::gpu_fused}) {
+  for (train::Lane lane : {train::Lane{BackendKind::cuda, false}, train::Lane{BackendKind::cuda, true}}) {
     train::Options g = options();
     g.lane = lane;
-    g.require_gpu = true;
+    g.require_backend = true;
     std::vector<double> norms;
     g.on_step = [&](const train::StepInfo& s) { norms.push_back(s.grad_norm); };
     const train::Result r = train::train(g);
@@ -653,8 +710,12 @@ TEST(Train, OptionsOutOfRangeAreRefusedByName) {
   o = small_options();
   o.save_every = 5;
   EXPECT_NE(error_of([&] { o.validate(); }).find("save-every"), std::string::npos);
-  EXPECT_EQ(train::parse_lane("gpu-fused"), train::Lane::gpu_fused);
-  EXPECT_NE(error_of([&] { train::parse_lane("tpu"); }).find("host, gpu, gpu-fused"), std::string::npos);
+  EXPECT_EQ(train::parse_lane("gpu-fused"), (train::Lane{BackendKind::cuda, true}));
+  EXPECT_EQ(train::parse_lane("gpu"), (train::Lane{BackendKind::cuda, false}));
+  EXPECT_EQ(train::parse_lane("pjrt-fused"), (train::Lane{BackendKind::pjrt, true}));
+  for (const char* name : {"host", "host-fused", "cuda", "cuda-fused", "pjrt", "pjrt-fused"})
+    EXPECT_STREQ(train::lane_name(train::parse_lane(name)), name);
+  EXPECT_NE(error_of([&] { train::parse_lane("tpu"); }).find("host, host-fused, cuda (or gpu)"), std::string::npos);
 }
 
 TEST(Sample, GreedyPicksTheArgmaxOfAnUnpaddedProgram) {

@@ -97,16 +97,17 @@ int run_export_hf(const ExportHfArgs& a) {
                      "transformers counterpart; train with --arch gpt2 or --arch llama to export");
   std::vector<Array> params;
   for (const NamedArray& p : c.params) params.push_back(p.array);
-  // The char and byte tokenizers are named in config.json ("capstep_tokenizer")
-  // for `capstep train --init-from`; a subword tokenizer's pieces are not carried.
-  const bool subword = meta.tokenizer != "char" && meta.tokenizer != "byte";
-  nn::write_hf_dir(a.out, meta.model, params, subword ? "" : meta.tokenizer);
-  std::cout << "wrote " << a.out << "/config.json and " << a.out << "/model.safetensors: \"" << meta.model.describe()
-            << "\" as transformers' " << (meta.model.arch == nn::Arch::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM")
-            << " at step " << c.step << "\n";
-  if (subword)
-    std::cout << "note: the " << meta.tokenizer << " tokenizer is not written; give --tokenizer to a run started from "
-              << a.out << "\n";
+  // The tokenizer is named in config.json ("capstep_tokenizer") for `capstep
+  // train --init-from`, and written as tokenizer.json for transformers (a
+  // subword one also as tokenizer.model).
+  std::vector<std::string> warnings;
+  nn::write_hf_dir(a.out, meta.model, params, meta.tokenizer, meta.tokenizer_model, &warnings);
+  const bool subword = !meta.tokenizer_model.empty();
+  std::cout << "wrote " << a.out << "/config.json, model.safetensors, tokenizer.json, tokenizer_config.json"
+            << (subword ? ", tokenizer.model" : "") << ": \"" << meta.model.describe() << "\" as transformers' "
+            << (meta.model.arch == nn::Arch::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM") << " at step " << c.step
+            << ", the " << meta.tokenizer << " tokenizer\n";
+  for (const std::string& w : warnings) std::cerr << "capstep export-hf: warning: " << w << "\n";
   return kOk;
 }
 

@@ -203,7 +203,9 @@ void check_output(const char* option, const std::string& path) {
 
 int run_train(TrainArgs a) {
   train::Options& o = a.opts;
+  const std::string plugin = o.backend.pjrt.plugin;  // --pjrt-plugin over CAPSTEP_PJRT_PLUGIN
   o.backend = env::backend_options(o.backend);
+  if (!plugin.empty()) o.backend.pjrt.plugin = plugin;
   // --data-parallel: this process is one rank of an MPI job. Every rank parses
   // the same options and takes the same decisions below; only rank 0 prints
   // and writes files.
@@ -216,7 +218,7 @@ int run_train(TrainArgs a) {
     // (Untested: only a one-GPU machine has been available.)
     const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (a.lane != "host" && local_rank && local_size && std::atoi(local_size) > 1 && !std::getenv("CUDA_VISIBLE_DEVICES"))
+    if ((a.backend == "cuda" || a.lane.rfind("cuda", 0) == 0 || a.lane.rfind("gpu", 0) == 0) && local_rank && local_size && std::atoi(local_size) > 1 && !std::getenv("CUDA_VISIBLE_DEVICES"))
       setenv("CUDA_VISIBLE_DEVICES", local_rank, 1);
     comm = std::make_unique<dist::MpiCommunicator>(a.dp_timeout);
     o.comm = comm.get();
@@ -235,7 +237,7 @@ int run_train(TrainArgs a) {
 #ifdef CAPSTEP_HAVE_MPI
   if (comm) rank = comm->rank();
 #endif
-  o.lane = train::parse_lane(a.lane);
+  o.lane = train::parse_lane(!a.lane.empty() ? a.lane : a.backend + (a.adamw == "program" ? "-fused" : ""));
   if (o.save_every > 0 && o.save_path.empty()) throw UsageError("--save-every needs --save FILE");
   if (!a.plot.empty() && plot_format(a.plot).empty())
     throw UsageError("--plot: '" + a.plot + "' must end in .svg or .png");
@@ -248,6 +250,17 @@ int run_train(TrainArgs a) {
                        "--context and --d-ff (--batch and --seq apply)");
     const nn::HfModel m = nn::read_hf_dir(a.init_from);
     if (!a.tokenizer_given && !m.tokenizer.empty()) o.tokenizer = m.tokenizer;
+    // A subword tokenizer is the directory's own pieces (tokenizer.model),
+    // which the weights' ids stand for: new pieces trained on the text would
+    // not be, so another subword tokenizer is refused.
+    if (data::Tokenizer::parse(o.tokenizer).subword()) {
+      if (o.tokenizer != m.tokenizer)
+        throw UsageError("--init-from: '" + a.init_from + "' holds " +
+                         (m.tokenizer.empty() ? std::string("no capstep tokenizer") : "the " + m.tokenizer + " tokenizer") +
+                         ", whose pieces its weights' ids stand for; a subword tokenizer cannot be trained anew for "
+                         "it: leave --tokenizer out" + (m.tokenizer.empty() ? " and give char or byte" : ""));
+      o.tokenizer_model = m.tokenizer_model;
+    }
     const int64_t vocab = data::Tokenizer::parse(o.tokenizer).vocab();
     if (vocab != m.config.vocab)
       throw UsageError("--init-from: '" + a.init_from + "/config.json' has vocab_size " + std::to_string(m.config.vocab) +
@@ -378,6 +391,7 @@ int run_train(TrainArgs a) {
   }
   if (!a.plot.empty() && !log.empty()) {
     Curve c{o.model.describe(), {}, {}, {}, {}};
+    c.unit = o.tokenizer == "char" ? "character" : o.tokenizer == "byte" ? "byte" : "token";
     for (const train::StepInfo& s : log) {
       c.steps.push_back(s.step);
       c.losses.push_back(s.loss);

@@ -38,7 +38,9 @@ struct ModelArgs {
 struct TrainArgs {
   ModelArgs model;
   train::Options opts;                // model and steps etc. filled by main
-  std::string lane = "host";
+  std::string lane;                   // --lane: backend and AdamW's place in one word
+  std::string backend = "host";       // --backend
+  std::string adamw = "host";         // --adamw
   bool seed_given = false, lr_given = false, text_given = false;
   bool warmup_given = false, schedule_given = false, min_lr_given = false, clip_given = false;
   bool precision_given = false, fused_attention_given = false, val_fraction_given = false;

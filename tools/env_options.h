@@ -38,7 +38,7 @@ inline void read_threads(const char* name, int* threads) {
   *threads = static_cast<int>(v);
 }
 
-// `o` with every CAPSTEP_HOST_* and CAPSTEP_CUDA_* variable that is set applied.
+// `o` with every CAPSTEP_HOST_*, CAPSTEP_CUDA_* and CAPSTEP_PJRT_PLUGIN variable that is set applied.
 inline BackendOptions backend_options(BackendOptions o = {}) {
   read_threads("CAPSTEP_HOST_THREADS", &o.host_threads);
   read_switch("CAPSTEP_HOST_FUSION", &o.host.fuse);
@@ -48,16 +48,7 @@ inline BackendOptions backend_options(BackendOptions o = {}) {
   read_switch("CAPSTEP_CUDA_LT", &o.cuda.lt_gemm);
   read_switch("CAPSTEP_CUDA_OWN_GEMM", &o.cuda.generated_gemm);
   read_switch("CAPSTEP_CUDA_PERSISTENT", &o.cuda.persistent);
-  return o;
-}
-
-// CAPSTEP_PJRT_PLUGIN, the path of a PJRT plugin (docs/pjrt.md), into
-// o.pjrt.plugin (left alone when unset or empty). Read by the example for its
-// lane [4]; kept apart from backend_options() so that a program reading the
-// switches does not start loading plugins.
-inline BackendOptions with_pjrt_plugin(BackendOptions o) {
-  const char* e = std::getenv("CAPSTEP_PJRT_PLUGIN");
-  if (e != nullptr && *e != '\0') o.pjrt.plugin = e;
+  if (const char* e = std::getenv("CAPSTEP_PJRT_PLUGIN"); e != nullptr && *e != '\0') o.pjrt.plugin = e;
   return o;
 }
 

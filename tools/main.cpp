@@ -185,9 +185,21 @@ int main(int argc, char** argv) {
                   "(they train as '~'; the share is printed either way)");
   train->add_option("--steps", ta.opts.steps, "train until this step count (a resumed run continues from its step)")
       ->capture_default_str()->transform(int_range(1, 100000000));
-  train->add_option("--lane", ta.lane, "host, gpu (AdamW on the host) or gpu-fused (AdamW in the program)")
-      ->capture_default_str()->check(CLI::IsMember({"host", "gpu", "gpu-fused"}));
-  train->add_flag("--require-gpu", ta.opts.require_gpu, "fail (exit 1) instead of falling back to the host without a GPU");
+  CLI::Option* backend_opt =
+      train->add_option("--backend", ta.backend, "where the step runs: host, cuda or pjrt (an XLA device through --pjrt-plugin)")
+          ->capture_default_str()->check(CLI::IsMember({"host", "cuda", "pjrt"}));
+  CLI::Option* adamw_opt =
+      train->add_option("--adamw", ta.adamw, "host (AdamW in C++ on the host) or program (in the step program: "
+                                             "parameters and moments stay where the step runs)")
+          ->capture_default_str()->check(CLI::IsMember({"host", "program"}));
+  train->add_option("--lane", ta.lane, "--backend and --adamw in one word: host, host-fused, cuda, cuda-fused, pjrt, "
+                                       "pjrt-fused (gpu and gpu-fused: cuda and cuda-fused)")
+      ->check(CLI::IsMember({"host", "host-fused", "cuda", "cuda-fused", "pjrt", "pjrt-fused", "gpu", "gpu-fused"}))
+      ->excludes(backend_opt)->excludes(adamw_opt);
+  train->add_option("--pjrt-plugin", ta.opts.backend.pjrt.plugin,
+                    "the PJRT plugin (.so) of --backend pjrt (default: CAPSTEP_PJRT_PLUGIN)");
+  train->add_flag("--require-backend,--require-gpu", ta.opts.require_backend,
+                  "fail (exit 1) instead of falling back to the host when the backend cannot run here");
   train->add_flag("!--no-tf32", ta.opts.tf32, "full f32 dots on the GPU (TF32 is the default)");
   CLI::Option* precision = add_precision_option(train, ta.opts.precision);
   CLI::Option* fused_attention =

@@ -54,7 +54,7 @@ std::string script(const Curve& c, const std::string& path, const std::string& f
   else s << "set terminal pngcairo size 900,500 enhanced font 'sans,11' background '#ffffff'\n";
   s << "set output " << quoted(path) << "\n"
     << "set title " << quoted(c.title) << " noenhanced\n"
-    << "set xlabel 'step'\nset ylabel 'loss (nats per character)'\n"
+    << "set xlabel 'step'\nset ylabel 'loss (nats per " << c.unit << ")'\n"
     << "set grid\nset key top right\nset border 3\nset tics nomirror\n";
   // The loss of each step is noisy (one small batch); an exponential moving
   // average beside it shows the trend.

@@ -19,6 +19,7 @@ struct Curve {
   std::vector<double> losses;
   std::vector<long long> val_steps;  // validation losses, a second curve (may be empty)
   std::vector<double> val_losses;
+  std::string unit = "character";    // what the loss is per: character (char), byte, token (a subword tokenizer)
 };
 // Throws capstep::Error when gnuplot is missing, fails, or writes no file.
 void plot_losses(const Curve& c, const std::string& path);

@@ -1,15 +1,12 @@
 // A model of your own on capstep: an MLP learns XOR-like classes of points in the plane;
-// captured, differentiated, AdamW fused in, trained on the host (and GPU), exported.
+// captured, differentiated, AdamW fused in, trained on the host (and GPU), saved, exported.
 #include <capstep/autodiff.h>
-#include <capstep/cuda.h>
-#include <capstep/interpreter.h>
-#include <capstep/optim.h>
 #include <capstep/stablehlo.h>
 #include <capstep/trace.h>
+#include <capstep/train_step.h>
 #include <capstep/version.h>
 #include <cstdio>
 #include <fstream>
-#include <memory>
 #include <random>
 using namespace capstep;
 int main(int argc, char** argv) {
@@ -28,41 +25,42 @@ int main(int argc, char** argv) {
   Tensor xs = tr.input("x", x.type()), ys = tr.input("labels", labels.type());
   Tensor h = tanh(matmul(tanh(matmul(xs, w[0]) + w[1]), w[2]) + w[3]);
   Program loss = tr.finish({{"loss", cross_entropy(matmul(h, w[4]) + w[5], ys)}});
-  // Gradients, then AdamW in the program. Inputs: params, m, v, x, labels, 4 scalars;
-  // outputs: loss, then params, m, v updated (aliased to the inputs they replace).
-  const optim::AdamW adamw{.lr = 0.01, .weight_decay = 0};
-  const Program step = optim::with_adamw(value_and_grad(loss, names), names, adamw);
-  // The state is the step's outputs and the inputs point into it: a run updates it in place.
-  const size_t n = names.size();
-  std::vector<Array> state(1 + 3 * n), scalars(4, Array::scalar(0));
+  // The starting parameters, by name.
+  std::vector<NamedArray> start;
   std::normal_distribution<float> normal(0, 0.5);
-  for (size_t j = 0; j < n; ++j) {
-    state[1 + j] = state[1 + n + j] = state[1 + 2 * n + j] = Array({DType::f32, shapes[j]});
-    for (int64_t i = 0; i < state[1 + j].numel(); ++i) state[1 + j].set(i, normal(rng));
+  for (size_t j = 0; j < names.size(); ++j) {
+    start.push_back({names[j], Array({DType::f32, shapes[j]})});
+    for (int64_t i = 0; i < start[j].array.numel(); ++i) start[j].array.set(i, normal(rng));
   }
-  std::vector<const Array*> in;
-  for (size_t j = 1; j < state.size(); ++j) in.push_back(&state[j]);
-  for (const Array* a : {&x, &labels, &scalars[0], &scalars[1], &scalars[2], &scalars[3]}) in.push_back(a);
-  std::printf("capstep %s: an MLP on %d points, %zu equations a step\n", CAPSTEP_VERSION, int(N), step.eqns.size());
-  host::Interpreter host(step);
-  std::unique_ptr<cuda::Executable> gpu;  // the GPU lane, from the same start
-  if (std::string why; cuda::available(&why)) gpu = std::make_unique<cuda::Executable>(step);
+  // Gradients, then AdamW in the program, on a backend: the parameters and both
+  // moments live where the step runs (updated in place, never copied back);
+  // each step fills AdamW's four scalars and returns the loss.
+  const optim::AdamW adamw{.lr = 0.01, .weight_decay = 0};
+  const Program grad = value_and_grad(loss, names);
+  std::vector<TrainStep> lanes;  // the host, and the GPU from the same start when there is one
+  lanes.emplace_back(grad, names, adamw, BackendKind::host);
+  std::printf("capstep %s: an MLP on %d points, %zu equations a step\n", CAPSTEP_VERSION, int(N),
+              lanes[0].backend().program().eqns.size());
+  if (std::string why; backend_available(BackendKind::cuda, {}, &why))
+    lanes.emplace_back(grad, names, adamw, BackendKind::cuda);
   else std::printf("GPU lane: skipped (%s)\n", why.c_str());
-  for (size_t i = 0; gpu && i < in.size(); ++i) gpu->upload(int(i), *in[i]);
-  Array gpu_loss;
+  for (TrainStep& s : lanes) {
+    s.init(start);
+    s.set("x", x);
+    s.set("labels", labels);
+  }
+  double host_loss = 0;
   for (int k = 1; k <= 400; ++k) {
-    const optim::AdamWScalars s = optim::adamw_scalars(adamw, k);
-    const float v[4] = {s.lr, s.bc1, s.bc2, s.decay};
-    for (int i = 0; i < 4; ++i) scalars[i].set(0, v[i]);
-    host.run(in, state);
-    for (int i = 0; gpu && i < 4; ++i) gpu->upload(int(3 * n + 2) + i, scalars[i]);
-    if (gpu) gpu->step();
+    host_loss = lanes[0].step();
+    const double gpu_loss = lanes.size() > 1 ? lanes[1].step() : 0;
     if (k % 50 && k != 1) continue;
-    std::printf("step %3d  host loss %.4f", k, state[0].get(0));
-    if (gpu) { gpu->download_output(0, gpu_loss); std::printf("  GPU loss %.4f", gpu_loss.get(0)); }
+    std::printf("step %3d  host loss %.4f", k, host_loss);
+    if (lanes.size() > 1) std::printf("  GPU loss %.4f", gpu_loss);
     std::printf("\n");
   }
   const std::string out = argc > 1 ? argv[1] : "own_model_step.mlir";
-  std::ofstream(out) << to_stablehlo(step, "own_model");
-  std::printf("final loss %.4f; the step as StableHLO: %s\n", state[0].get(0), out.c_str());
+  std::ofstream(out) << to_stablehlo(lanes[0].backend().program(), "own_model");
+  const std::string saved = out.substr(0, out.rfind('.')) + ".safetensors";
+  lanes[0].save(saved);  // parameters, moments, step count: TrainStep::load(saved) resumes
+  std::printf("final loss %.4f; the step as StableHLO: %s, its state: %s\n", host_loss, out.c_str(), saved.c_str());
 }

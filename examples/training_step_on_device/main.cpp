@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   o.tf32 = !no_tf32;
   try {
     if (!o.size.empty()) o.model = capstep::nn::LmConfig::preset(o.size);
-    o.backend = capstep::env::with_pjrt_plugin(capstep::env::backend_options(o.backend));
+    o.backend = capstep::env::backend_options(o.backend);
     capstep::lanes::Report r = capstep::lanes::run(o);
     if (json) std::cout << capstep::lanes::to_json(r) << '\n';
     else capstep::lanes::print(r, std::cout);

@@ -122,12 +122,14 @@ Plan plan_device_memory(const Program& p, const PlanOptions& o);
 // A readable summary: sizes of each space, the donated and copied aliases.
 std::string describe(const Program& p, const Plan& plan);
 
-// The arena packer on its own (greedy, largest first, lowest free offset):
-// buffers with overlapping [first, last] get disjoint [offset, offset+bytes).
+// The arena packer of every backend (greedy, largest first, lowest free
+// offset): buffers with overlapping [first, last] get disjoint [offset,
+// offset+bytes), each offset and size rounded up to `align` (kDeviceAlign on
+// the device, 64 bytes in the host interpreter).
 struct Interval {
   size_t bytes = 0;
   int first = 0, last = 0;
 };
-std::vector<size_t> pack(const std::vector<Interval>& buffers, size_t* total);
+std::vector<size_t> pack(const std::vector<Interval>& buffers, size_t align, size_t* total);
 
 }  // namespace capstep::plan

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "capstep/array.h"
+#include "capstep/data.h"
 #include "capstep/nn.h"
 #include "capstep/safetensors.h"
 
@@ -51,20 +52,52 @@ struct HfModel {
   LmConfig config;
   std::vector<Array> params;        // lm_parameters order
   std::string tokenizer;            // config.json's "capstep_tokenizer", or empty
+  std::string tokenizer_model;      // a subword tokenizer's SentencePiece model (tokenizer.model), else empty
 };
 // tokenizer.json (the `tokenizers` library's format, which transformers'
-// AutoTokenizer reads) for capstep's "char" or "byte" tokenizer: a BPE model
-// without merges, so every character (char, unknown ones as '~') or byte
-// (byte, GPT-2's byte-level alphabet) is one token with capstep's id. Error
-// for a subword tokenizer.
+// AutoTokenizer reads) for capstep's tokenizer `t`, giving capstep's ids for
+// any text (a Python str: valid UTF-8) and capstep's text back:
+//   char     a BPE model without merges: every character one token, any
+//            other '~' (its unknown token).
+//   byte     a BPE model without merges over GPT-2's byte-level alphabet:
+//            every byte one token, id = its value.
+//   bpe:N    a BPE model with byte fallback: SentencePiece's vocabulary and,
+//            as merges, every split of a piece into two pieces ranked by the
+//            whole piece's score (SentencePiece merges the pair whose piece
+//            scores highest).
+//   unigram:N  a Unigram model with byte fallback: SentencePiece's pieces and
+//            scores; the reserved pieces (<unk>, <0xAB>) score below any path
+//            of normal pieces, since `tokenizers` would match their names in
+//            the text and SentencePiece never does.
+// The subword pieces are written with spaces for SentencePiece's U+2581, and
+// there is no normalizer and no pre-tokenizer (capstep's training adds no
+// space and normalizes nothing), so a U+2581 in the text is a character
+// without a piece, encoded as its bytes as capstep does; the decoder turns
+// byte pieces into bytes (a sequence that is not UTF-8 comes out as U+FFFD in
+// transformers, as the bytes in capstep). Where transformers' tokenizer would
+// encode some text differently, a sentence saying which goes to *warnings.
+// Unigram always has one: where two segmentations score the same (the same
+// pieces in another order, as in a run of one character), SentencePiece's
+// float sums and tokenizers' double sums can pick different ones (the ids
+// differ, the text is the same); and one more when a character of a reserved
+// piece's name has no piece (a text spelling that name would be taken as the
+// piece). BPE has neither. Error for an untrained subword tokenizer.
+std::string hf_tokenizer_json(const data::Tokenizer& t, std::vector<std::string>* warnings = nullptr);
+// The char or byte tokenizer by name (Tokenizer::parse): Error for a subword name.
 std::string hf_tokenizer_json(const std::string& tokenizer);
 
 // Writes DIR/config.json and DIR/model.safetensors (atomically, each),
-// creating DIR if needed; for the char and byte tokenizers also
-// tokenizer.json and tokenizer_config.json.
+// creating DIR if needed. With a tokenizer (its name, and for a subword one
+// its SentencePiece model): "capstep_tokenizer" in config.json,
+// tokenizer.json (above) and tokenizer_config.json (PreTrainedTokenizerFast,
+// no token added to the text), and for a subword tokenizer tokenizer.model,
+// the SentencePiece model itself; *warnings as hf_tokenizer_json's.
 void write_hf_dir(const std::string& dir, const LmConfig& c, const std::vector<Array>& params,
-                  const std::string& tokenizer = "");
-// Error naming the file and what is wrong.
+                  const std::string& tokenizer = "", const std::string& tokenizer_model = "",
+                  std::vector<std::string>* warnings = nullptr);
+// A directory as above, or as transformers' save_pretrained writes one
+// (config.json, model.safetensors in f32); a subword "capstep_tokenizer"
+// needs its tokenizer.model. Error naming the file and what is wrong.
 HfModel read_hf_dir(const std::string& dir);
 
 }  // namespace capstep::nn

@@ -10,15 +10,21 @@
 //   o.on_step = [](const capstep::train::StepInfo& s) { ... };
 //   capstep::train::Result r = capstep::train::train(o);
 //
-// Lanes (the seed's three):
-//   host       the gradient program in the host interpreter, AdamW in C++ on the
-//              host. Steady state allocates nothing per step (held outputs).
-//   gpu        the gradient program on the GPU (cuda::Executable::run: every
-//              parameter up, every gradient down), AdamW on the host.
-//   gpu-fused  the with_adamw program on the GPU; parameters and moments stay in
-//              device memory; only the batch, four scalars and the loss cross.
-// A GPU lane without a usable device falls back to the host with a message
-// (Options::on_message), or throws Error when require_gpu is set.
+// Lanes: a backend (capstep/backend.h: host, cuda, pjrt) and where AdamW runs.
+//   host         the gradient program in the host interpreter, AdamW in C++ on the
+//                host. Steady state allocates nothing per step (held outputs).
+//   host-fused   the with_adamw program in the host interpreter; parameters and
+//                moments updated in place.
+//   cuda         the gradient program on the GPU (every parameter up, every
+//                gradient down), AdamW on the host. ("gpu" is a second name.)
+//   cuda-fused   the with_adamw program on the GPU; parameters and moments stay in
+//                device memory; only the batch, four scalars and the loss cross.
+//                ("gpu-fused" is a second name.)
+//   pjrt, pjrt-fused  the same two through an XLA device (a PJRT plugin:
+//                BackendOptions::pjrt).
+// A lane whose backend cannot run here (no GPU, no plugin) falls back to the
+// host backend, AdamW where it was asked, with a message (Options::on_message),
+// or throws Error when require_backend is set.
 //
 // Step numbering: step k (from 1) is the k-th optimizer step since the start
 // of training, across resumes. `steps` is the step to reach, so a run resumed
@@ -33,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "capstep/backend.h"
 #include "capstep/backend_options.h"
 #include "capstep/checkpoint.h"
 #include "capstep/collective.h"
@@ -42,9 +49,14 @@
 
 namespace capstep::train {
 
-enum class Lane { host, gpu, gpu_fused };
-const char* lane_name(Lane l);                 // "host", "gpu", "gpu-fused"
-Lane parse_lane(const std::string& s);         // Error naming the allowed values
+struct Lane {
+  BackendKind backend = BackendKind::host;
+  bool adamw_in_program = false;  // optim::with_adamw: state donated, kept where the backend computes
+  bool operator==(const Lane& o) const { return backend == o.backend && adamw_in_program == o.adamw_in_program; }
+  bool operator!=(const Lane& o) const { return !(*this == o); }
+};
+const char* lane_name(const Lane& l);          // "host", "host-fused", "cuda", "cuda-fused", "pjrt", "pjrt-fused"
+Lane parse_lane(const std::string& s);         // those, "gpu", "gpu-fused"; Error naming them otherwise
 
 // What the progress callback gets, once per step.
 struct StepInfo {
@@ -99,8 +111,8 @@ struct Options {
   int64_t eval_batches = 8;
   int64_t steps = 1000;                  // train until this step count (see above)
   uint64_t seed = 1;                     // initial parameters and batch order
-  Lane lane = Lane::host;
-  bool require_gpu = false;              // a GPU lane without a device is an Error
+  Lane lane;                             // the host backend, AdamW on the host
+  bool require_backend = false;          // a lane whose backend cannot run here is an Error (else: the host)
   bool tf32 = true;                      // TF32 dots on the GPU lanes
   BackendOptions backend;                // the host and CUDA switches of the step's Interpreter or Executable
   // bf16: the step program is built from optim::mixed_precision_bf16 of the
@@ -129,6 +141,12 @@ struct Options {
   // config.json must describe `model` but for batch and seq (Error otherwise).
   // Not with resume_path.
   std::string init_from;
+  // A subword tokenizer's SentencePiece model (data::Tokenizer::model) to use
+  // instead of training one on the text: the pieces of an init_from
+  // directory's tokenizer.model, whose ids its weights were trained on.
+  // Empty: trained (or, resuming, the checkpoint's). Only with a subword
+  // `tokenizer` of its size, and not with resume_path.
+  std::string tokenizer_model;
   // Data parallelism (issue 14): with a communicator of R replicas (ranks),
   // every rank runs this same loop; model.batch is the local batch and the
   // global batch is R x model.batch. Batch k of the stream is drawn with the
@@ -155,7 +173,7 @@ struct Options {
 };
 
 struct Result {
-  Lane lane_used = Lane::host;           // after any fallback
+  Lane lane_used;                        // after any fallback
   int64_t first_step = 0;                // step of losses[0]
   int64_t last_step = 0;                 // last step taken with a finite loss
   std::vector<double> losses;            // one per step of this run (finite ones)

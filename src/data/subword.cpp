@@ -212,6 +212,21 @@ std::string subword_piece(const SubwordModel& m, int32_t id) {
   return text;
 }
 
+std::vector<SubwordPiece> subword_pieces(const SubwordModel& m) {
+  std::vector<SubwordPiece> out(static_cast<size_t>(m.sp.GetPieceSize()));
+  for (int id = 0; id < m.sp.GetPieceSize(); ++id) {
+    SubwordPiece& p = out[static_cast<size_t>(id)];
+    p.text = m.sp.IdToPiece(id);
+    p.score = m.sp.GetScore(id);
+    p.kind = m.sp.IsUnknown(id) ? SubwordPieceKind::unknown
+             : m.sp.IsControl(id) ? SubwordPieceKind::control
+             : m.sp.IsByte(id)    ? SubwordPieceKind::byte
+             : m.sp.IsUnused(id)  ? SubwordPieceKind::unused
+                                  : SubwordPieceKind::normal;
+  }
+  return out;
+}
+
 #else  // no SentencePiece in this build
 
 struct SubwordModel {};
@@ -232,6 +247,7 @@ int64_t subword_size(const SubwordModel&) { absent(); }
 void subword_encode(const SubwordModel&, std::string_view, TokenIds&, TextStats&) { absent(); }
 std::string subword_decode(const SubwordModel&, const std::vector<int32_t>&) { absent(); }
 std::string subword_piece(const SubwordModel&, int32_t) { absent(); }
+std::vector<SubwordPiece> subword_pieces(const SubwordModel&) { absent(); }
 
 #endif
 

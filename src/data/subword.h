@@ -24,4 +24,15 @@ void subword_encode(const SubwordModel& m, std::string_view text, TokenIds& out,
 std::string subword_decode(const SubwordModel& m, const std::vector<int32_t>& ids);   // ids checked by the caller
 std::string subword_piece(const SubwordModel& m, int32_t id);
 
+// Every piece of the model in id order, as SentencePiece keeps it: its text
+// (U+2581 for a space; "<0xAB>" for a byte piece), its score and its kind.
+// For writing the model in other formats (nn::hf_tokenizer_json).
+enum class SubwordPieceKind { normal, unknown, control, byte, unused };
+struct SubwordPiece {
+  std::string text;
+  float score = 0;
+  SubwordPieceKind kind = SubwordPieceKind::normal;
+};
+std::vector<SubwordPiece> subword_pieces(const SubwordModel& m);
+
 }  // namespace capstep::data

@@ -21,6 +21,7 @@
 #include "capstep/data.h"
 #include "capstep/interpreter.h"
 #include "capstep/lanes.h"
+#include "train/stepper.h"
 
 namespace capstep::lanes {
 namespace {
@@ -91,195 +92,32 @@ void run_phases(const Options& o, Lane& lane, StartFn&& start, StepFn&& step) {
   lane.ran = true;
 }
 
-// Lanes 1 and 2 share the loop: train(p, m, v, tokens, targets, outs, sc)
-// computes the loss and gradients of (params, batch) into outs and updates
-// p, m and v with AdamW on the host.
-template <class Train>
-void host_adamw_lane(const Options& o, const Start& s, Lane& lane, Train&& train) {
+// Every lane, one loop: the lane's stepper (src/train/stepper.h: a backend
+// and where AdamW runs), reset to the start before each phase; step k fills
+// batch k and takes AdamW step k+1.
+void run_lane(const Options& o, const Start& s, const train::Lane& which, const Program& grad, Lane& lane) {
+  BackendOptions bo = o.backend;
+  bo.cuda.tf32 = o.tf32;
+  bo.cuda.cuda_graph = true;
+  bo.cuda.nccl = nullptr;
+  bo.communicator = nullptr;
+  const std::unique_ptr<train::Stepper> stepper =
+      train::make_stepper(which, train::step_program(which, grad, s.names, o.adamw), s.names, o.adamw, 0.f, bo);
+  const train::State start{s.names, s.params, zeros_like(s.params), zeros_like(s.params)};
   Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens;
-  std::vector<Array> outs;  // loss, grads; reused
-  std::vector<Array> p, m, v;
   run_phases(
-      o, lane,
-      [&] {
-        p = s.params;
-        m = zeros_like(p);
-        v = zeros_like(p);
-      },
+      o, lane, [&] { stepper->set_state(start); },
       [&](int k) {
         s.batches.fill(static_cast<uint64_t>(k), tokens, targets);
-        train(p, m, v, tokens, targets, outs, optim::adamw_scalars(o.adamw, k + 1));
-        return outs[0].get(0);
+        return static_cast<double>(stepper->step(tokens, targets, optim::adamw_scalars(o.adamw, k + 1)));
       });
-}
-
-// [1]: the gradient program in the interpreter; each parameter's AdamW update
-// starts on the idle host threads as soon as the run has its gradient
-// (optim::HostAdamW: the same bits as adamw_update after the run).
-void lane_host(const Options& o, const Start& s, const Program& grad_prog, Lane& lane) {
-  host::Interpreter interp(grad_prog, o.backend.host);
-  optim::HostAdamW adamw(o.adamw);
-  std::vector<const Array*> ins(grad_prog.inputs.size());
-  host_adamw_lane(o, s, lane,
-                  [&](std::vector<Array>& p, std::vector<Array>& m, std::vector<Array>& v, Array& tokens,
-                      Array& targets, std::vector<Array>& outs, const optim::AdamWScalars& sc) {
-                    for (size_t j = 0; j < p.size(); ++j) ins[j] = &p[j];
-                    ins[p.size()] = &tokens;
-                    ins[p.size() + 1] = &targets;
-                    adamw.step(interp, ins, outs, 1, sc, p, m, v);  // gradients after the loss
-                  });
-}
-
-// [1f]: the with_adamw program (gradients and AdamW in one Program) in the
-// interpreter. Parameters and both moments are inputs and outputs of one set
-// of Arrays: each output is also its input's Array, and the interpreter
-// updates them in place (Interpreter::outputs_in_place: all 60 of the seed's
-// with fusion, the default; without (backend.host.fuse off) the 20 parameters are
-// computed aside and copied in at the end), so the state is held once. Only
-// the batch, four scalars and the loss go in or out, as in lane 3 on the GPU.
-void lane_host_fused(const Options& o, const Start& s, const Program& fused, Lane& lane) {
-  host::Interpreter interp(fused, o.backend.host);
-  const size_t n = s.params.size();
-  std::vector<Array> state(fused.outputs.size());  // one Array per output: the loss, then the state
-  std::vector<const Array*> ins(fused.inputs.size(), nullptr);
-  std::vector<int> state_out(3 * n);  // output index of input j (j < 3n: parameters, m, v)
-  for (size_t j = 0; j < 3 * n; ++j) {
-    const int k = fused.output_index(optim::updated_name(fused.inputs[j].name));
-    if (k < 0) throw Error("with_adamw program: no output for input \"" + fused.inputs[j].name + "\"");
-    state_out[j] = k;
-    ins[j] = &state[static_cast<size_t>(k)];
+  // After the steps: a PJRT backend holds its buffers once the state is set.
+  if (which.backend != BackendKind::host) {
+    const BackendInfo info = stepper->describe();
+    lane.device_bytes = info.bytes;
+    // [4] names its device here ("PJRT cpu (plugin ...)"); the GPU lanes' is the report's.
+    lane.kernels = which.backend == BackendKind::pjrt ? info.device + "; " + info.plan : info.plan;
   }
-  Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens;
-  std::vector<Array> scalars(4, Array({DType::f32, {}}));
-  ins[static_cast<size_t>(fused.input_index("tokens"))] = &tokens;
-  ins[static_cast<size_t>(fused.input_index("targets"))] = &targets;
-  for (int i = 0; i < 4; ++i) ins[static_cast<size_t>(fused.input_index(optim::kScalarNames[i]))] = &scalars[static_cast<size_t>(i)];
-  const size_t loss_out = static_cast<size_t>(fused.output_index("loss"));
-  run_phases(
-      o, lane,
-      [&] {
-        for (size_t j = 0; j < n; ++j) {
-          state[static_cast<size_t>(state_out[j])] = s.params[j];
-          state[static_cast<size_t>(state_out[n + j])] = Array(s.params[j].type());
-          state[static_cast<size_t>(state_out[2 * n + j])] = Array(s.params[j].type());
-        }
-      },
-      [&](int k) {
-        s.batches.fill(static_cast<uint64_t>(k), tokens, targets);
-        const optim::AdamWScalars sc = optim::adamw_scalars(o.adamw, k + 1);
-        const float vals[4] = {sc.lr, sc.bc1, sc.bc2, sc.decay};
-        for (int i = 0; i < 4; ++i) scalars[static_cast<size_t>(i)].data<float>()[0] = vals[i];
-        interp.run(ins, state);
-        return state[loss_out].get(0);
-      });
-}
-
-// The GPU lanes' executable options: the backend switches, TF32 as asked, a
-// CUDA graph, one replica.
-cuda::Options gpu_options(const Options& o) {
-  cuda::Options c = o.backend.cuda;
-  c.tf32 = o.tf32;
-  c.cuda_graph = true;
-  c.nccl = nullptr;
-  return c;
-}
-
-void lane_gpu_host_adamw(const Options& o, const Start& s, const Program& grad_prog, Lane& lane) {
-  cuda::Executable exe(grad_prog, gpu_options(o));
-  lane.device_bytes = exe.device_bytes();
-  lane.kernels = exe.describe_launches();
-  std::vector<Array> ins(grad_prog.inputs.size());
-  host_adamw_lane(o, s, lane,
-                  [&](std::vector<Array>& p, std::vector<Array>& m, std::vector<Array>& v, Array& tokens,
-                      Array& targets, std::vector<Array>& outs, const optim::AdamWScalars& sc) {
-                    // Every parameter goes up, every gradient comes down: that is this lane.
-                    for (size_t j = 0; j < p.size(); ++j) ins[j] = p[j];
-                    ins[p.size()] = tokens;
-                    ins[p.size() + 1] = targets;
-                    outs = exe.run(ins);
-                    optim::adamw_update(o.adamw, sc, p, outs.data() + 1, m, v);  // gradients after the loss
-                  });
-}
-
-void lane_gpu_fused(const Options& o, const Start& s, const Program& fused, Lane& lane) {
-  cuda::Executable exe(fused, gpu_options(o));
-  lane.device_bytes = exe.device_bytes();
-  lane.kernels = exe.describe_launches();
-  const int n = static_cast<int>(s.params.size());
-  const int tok_in = fused.input_index("tokens"), tgt_in = fused.input_index("targets");
-  int sc_in[4];
-  for (int i = 0; i < 4; ++i) sc_in[i] = fused.input_index(optim::kScalarNames[i]);
-  const int loss_out = fused.output_index("loss");
-  Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens, loss({DType::f32, {}});
-  Array scalar({DType::f32, {}});
-  const std::vector<Array> z = zeros_like(s.params);
-  run_phases(
-      o, lane,
-      [&] {
-        // Parameters and both moments go up once; from here on they live on the device.
-        for (int j = 0; j < n; ++j) {
-          exe.upload(j, s.params[static_cast<size_t>(j)]);
-          exe.upload(n + j, z[static_cast<size_t>(j)]);
-          exe.upload(2 * n + j, z[static_cast<size_t>(j)]);
-        }
-      },
-      [&](int k) {
-        s.batches.fill(static_cast<uint64_t>(k), tokens, targets);
-        exe.upload(tok_in, tokens);
-        exe.upload(tgt_in, targets);
-        const optim::AdamWScalars sc = optim::adamw_scalars(o.adamw, k + 1);
-        const float vals[4] = {sc.lr, sc.bc1, sc.bc2, sc.decay};
-        for (int i = 0; i < 4; ++i) {
-          scalar.data<float>()[0] = vals[i];
-          exe.upload(sc_in[i], scalar);
-        }
-        exe.step();
-        exe.download_output(loss_out, loss);
-        return loss.get(0);
-      });
-}
-
-// [4]: the with_adamw program through a PJRT plugin (XLA compiles its
-// StableHLO), over capstep/backend.h. Parameters and both moments go into the
-// plugin's buffers once; every run donates them (tf.aliasing_output), so the
-// updated state is written where it was and stays there. Only the batch, four
-// scalars and the loss cross, as in [3].
-void lane_pjrt(const Options& o, const Start& s, const Program& fused, Lane& lane) {
-  std::unique_ptr<Backend> b = make_backend(BackendKind::pjrt, fused, o.backend);
-  const int n = static_cast<int>(s.params.size());
-  const int tok_in = fused.input_index("tokens"), tgt_in = fused.input_index("targets");
-  int sc_in[4];
-  for (int i = 0; i < 4; ++i) sc_in[i] = fused.input_index(optim::kScalarNames[i]);
-  const int loss_out = fused.output_index("loss");
-  Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens, loss({DType::f32, {}});
-  std::vector<Array> scalars(4, Array({DType::f32, {}}));
-  const std::vector<Array> z = zeros_like(s.params);
-  run_phases(
-      o, lane,
-      [&] {
-        for (int j = 0; j < n; ++j) {
-          b->set_input(j, s.params[static_cast<size_t>(j)]);
-          b->set_input(n + j, z[static_cast<size_t>(j)]);
-          b->set_input(2 * n + j, z[static_cast<size_t>(j)]);
-        }
-      },
-      [&](int k) {
-        s.batches.fill(static_cast<uint64_t>(k), tokens, targets);
-        b->set_input(tok_in, tokens);
-        b->set_input(tgt_in, targets);
-        const optim::AdamWScalars sc = optim::adamw_scalars(o.adamw, k + 1);
-        const float vals[4] = {sc.lr, sc.bc1, sc.bc2, sc.decay};
-        for (int i = 0; i < 4; ++i) {
-          scalars[static_cast<size_t>(i)].data<float>()[0] = vals[i];
-          b->set_input(sc_in[i], scalars[static_cast<size_t>(i)]);
-        }
-        b->run();
-        b->read_output(loss_out, loss);
-        return loss.get(0);
-      });
-  const BackendInfo info = b->describe();
-  lane.device_bytes = info.bytes;
-  lane.kernels = info.device + "; " + info.plan;
 }
 
 void finish(Lane& lane, const Lane& host) {
@@ -338,13 +176,12 @@ Report run(const Options& o) {
   // Whether the host threads share a cache now, which on a VM decides what
   // two threads gain (parallel.h).
   r.host_round_trip_ns = host::threads_round_trip_ns();
-  if (selected("1", r.lanes[0])) lane_host(o, s, grad, r.lanes[0]);
+  if (selected("1", r.lanes[0])) run_lane(o, s, {BackendKind::host, false}, grad, r.lanes[0]);
   r.gemm = host::gemm_info().line;
   r.host_threads = host::host_threads();
   r.host_threads_line = host::host_threads_line();
   r.host_loops = host::host_loops_line(o.backend.host);
-  const Program with_adamw = optim::with_adamw(grad, s.names, o.adamw);
-  if (selected("1f", r.lanes[3])) lane_host_fused(o, s, with_adamw, r.lanes[3]);
+  if (selected("1f", r.lanes[3])) run_lane(o, s, {BackendKind::host, true}, grad, r.lanes[3]);
 
   std::string why;
   if (!cuda::available(&why)) {
@@ -355,8 +192,7 @@ Report run(const Options& o) {
     for (int i : {1, 2}) {
       if (!selected(i == 1 ? "2" : "3", r.lanes[static_cast<size_t>(i)])) continue;
       try {
-        if (i == 1) lane_gpu_host_adamw(o, s, grad, r.lanes[1]);
-        else lane_gpu_fused(o, s, with_adamw, r.lanes[2]);
+        run_lane(o, s, {BackendKind::cuda, i == 2}, grad, r.lanes[static_cast<size_t>(i)]);
       } catch (const Error& e) {
         r.lanes[static_cast<size_t>(i)].skipped = std::string("failed: ") + e.what();
       }
@@ -370,7 +206,7 @@ Report run(const Options& o) {
       r.lanes[4].skipped = no_pjrt;
     } else {
       try {
-        lane_pjrt(o, s, with_adamw, r.lanes[4]);
+        run_lane(o, s, {BackendKind::pjrt, true}, grad, r.lanes[4]);
       } catch (const Error& e) {
         r.lanes[4].skipped = std::string("failed: ") + e.what();
       }

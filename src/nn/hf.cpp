@@ -3,7 +3,9 @@
 #include "capstep/hf.h"
 
 #include "capstep/data.h"
+#include "data/subword.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -375,7 +377,160 @@ std::string utf8(uint32_t cp) {
 
 }  // namespace
 
-std::string hf_tokenizer_json(const std::string& name) {
+namespace {
+
+// The start of each UTF-8 character of `s` but the first (where a piece can be
+// split in two).
+std::vector<size_t> char_boundaries(const std::string& s) {
+  std::vector<size_t> at;
+  for (size_t i = 1; i < s.size(); ++i)
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) at.push_back(i);
+  return at;
+}
+
+// A subword tokenizer (SentencePiece, trained by capstep with normalization
+// off, no dummy prefix, byte fallback) as the `tokenizers` library's
+// Unigram or BPE model. The pieces are written with real spaces where
+// SentencePiece has U+2581, so no normalizer or pre-tokenizer is needed and a
+// U+2581 in the text is a character without a piece, encoded as its bytes,
+// as capstep does. Neither SentencePiece nor this splits the text into words:
+// its pieces never cross a newline, and the whole text is one sequence.
+nlohmann::json subword_tokenizer_json(const data::Tokenizer& t, std::vector<std::string>* warnings) {
+  const std::shared_ptr<const data::SubwordModel> sm = data::subword_load(t.model());
+  const std::vector<data::SubwordPiece> pieces = data::subword_pieces(*sm);
+  const bool bpe = t.kind() == data::TokenizerKind::bpe;
+  std::vector<std::string> text(pieces.size());
+  std::map<std::string, int64_t> id_of;
+  int64_t unk_id = -1;
+  float least = 0;   // the lowest score of a normal piece
+  for (size_t id = 0; id < pieces.size(); ++id) {
+    const data::SubwordPiece& p = pieces[id];
+    if (p.kind == data::SubwordPieceKind::normal) {
+      for (size_t i = 0; i < p.text.size(); ++i) {
+        if (p.text.compare(i, 3, "\xE2\x96\x81") == 0) {
+          text[id] += ' ';
+          i += 2;
+        } else {
+          text[id] += p.text[i];
+        }
+      }
+      least = std::min(least, p.score);
+    } else {
+      text[id] = p.text;   // "<unk>", "<0x0A>", a control piece's name
+      if (p.kind == data::SubwordPieceKind::unknown && unk_id < 0) unk_id = static_cast<int64_t>(id);
+    }
+    if (!id_of.emplace(text[id], static_cast<int64_t>(id)).second)
+      throw Error("the " + t.name() + " tokenizer has two pieces that read '" + text[id] + "' (ids " +
+                  std::to_string(id_of[text[id]]) + " and " + std::to_string(id) + "); tokenizer.json cannot hold both");
+  }
+  if (unk_id < 0) throw Error("the " + t.name() + " tokenizer has no unknown piece");
+  nlohmann::json model;
+  if (!bpe) {
+    // SentencePiece never matches the text against the names of the unknown,
+    // byte and control pieces; `tokenizers` matches every piece of the
+    // vocabulary. Those get a score below any path of normal pieces through
+    // their name (one piece a character at most, each scoring at least
+    // `least`; "<0x41>" is 6 characters), so a text that holds "<0x41>" or
+    // "<unk>" takes the normal pieces, as SentencePiece does -- unless a
+    // character of the name has no piece of its own, where `tokenizers` would
+    // take the name's piece (its unknown characters score lower still): said
+    // in *warnings.
+    size_t longest = 0;   // characters in the longest reserved name
+    for (size_t id = 0; id < pieces.size(); ++id)
+      if (pieces[id].kind != data::SubwordPieceKind::normal)
+        longest = std::max(longest, char_boundaries(text[id]).size() + 1);
+    const double reserved = std::max<double>(10.0, static_cast<double>(longest) + 1.0) * static_cast<double>(least) - 100.0;
+    nlohmann::json vocab = nlohmann::json::array();
+    std::string missing;
+    for (size_t id = 0; id < pieces.size(); ++id) {
+      const bool normal = pieces[id].kind == data::SubwordPieceKind::normal;
+      vocab.push_back({text[id], normal ? static_cast<double>(pieces[id].score) : reserved});
+      if (normal) continue;
+      std::vector<size_t> cut = char_boundaries(text[id]);
+      cut.insert(cut.begin(), 0);
+      cut.push_back(text[id].size());
+      for (size_t k = 0; k + 1 < cut.size(); ++k) {
+        const std::string ch = text[id].substr(cut[k], cut[k + 1] - cut[k]);
+        auto it = id_of.find(ch);
+        const bool has = it != id_of.end() && pieces[static_cast<size_t>(it->second)].kind == data::SubwordPieceKind::normal;
+        if (!has && missing.find("'" + ch + "'") == std::string::npos) missing += (missing.empty() ? "'" : ", '") + ch + "'";
+      }
+    }
+    if (!missing.empty() && warnings)
+      warnings->push_back("the " + t.name() + " tokenizer has no piece for the character" +
+                          (missing.find(',') == std::string::npos ? " " : "s ") + missing +
+                          ", so transformers' tokenizer encodes a text that spells a reserved piece's name (\"<unk>\", "
+                          "\"<0x41>\", ...) as that piece, where capstep encodes its characters");
+    // Ties: two segmentations of the same score (the same pieces in another
+    // order, as in a run of one character: "--" "----" or "----" "--").
+    // tokenizers sums the scores exactly (in double, of float scores) and
+    // keeps the first it finds; SentencePiece sums in float, whose rounding
+    // picks one or the other (scripts/check-hf-export checks that every
+    // difference it finds is such a tie).
+    if (warnings)
+      warnings->push_back("the " + t.name() + " tokenizer: where two segmentations of a text score the same (the "
+                          "same pieces in another order, as in a run of one character), SentencePiece (single "
+                          "precision) and transformers' tokenizers (double) can choose different ones, and the ids "
+                          "differ there (both decode to the text); the bpe tokenizer has no such case");
+    model = {{"type", "Unigram"}, {"unk_id", unk_id}, {"vocab", vocab}, {"byte_fallback", true}};
+  } else {
+    // SentencePiece's BPE merges, at each step, the adjacent pair whose
+    // concatenation is the piece of the highest score; `tokenizers` merges
+    // the pair of the lowest rank. So the merges are every split of every
+    // normal piece into two normal pieces, ranked by the whole piece's score
+    // (then by the parts' ids), and only normal pieces take part: the
+    // reserved ones are never made from the text.
+    std::vector<size_t> order;
+    for (size_t id = 0; id < pieces.size(); ++id)
+      if (pieces[id].kind == data::SubwordPieceKind::normal) order.push_back(id);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return pieces[a].score > pieces[b].score; });
+    nlohmann::json merges = nlohmann::json::array();
+    auto normal_id = [&](const std::string& s) -> int64_t {
+      auto it = id_of.find(s);
+      return it != id_of.end() && pieces[static_cast<size_t>(it->second)].kind == data::SubwordPieceKind::normal
+                 ? it->second : -1;
+    };
+    for (size_t id : order) {
+      std::vector<std::pair<int64_t, int64_t>> splits;
+      for (size_t b : char_boundaries(text[id])) {
+        const int64_t l = normal_id(text[id].substr(0, b)), r = normal_id(text[id].substr(b));
+        if (l >= 0 && r >= 0) splits.emplace_back(l, r);
+      }
+      std::sort(splits.begin(), splits.end());
+      for (const auto& [l, r] : splits) merges.push_back({text[static_cast<size_t>(l)], text[static_cast<size_t>(r)]});
+    }
+    nlohmann::json vocab = nlohmann::json::object();
+    for (size_t id = 0; id < pieces.size(); ++id) vocab[text[id]] = id;
+    model = {{"type", "BPE"},
+             {"dropout", nullptr},
+             {"unk_token", text[static_cast<size_t>(unk_id)]},
+             {"continuing_subword_prefix", nullptr},
+             {"end_of_word_suffix", nullptr},
+             {"fuse_unk", true},
+             {"byte_fallback", true},
+             {"ignore_merges", false},
+             {"vocab", vocab},
+             {"merges", merges}};
+  }
+  return {{"version", "1.0"},
+          {"truncation", nullptr},
+          {"padding", nullptr},
+          {"added_tokens", nlohmann::json::array()},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", nullptr},
+          {"post_processor", nullptr},
+          {"decoder", {{"type", "Sequence"}, {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}}},
+          {"model", model}};
+}
+
+}  // namespace
+
+std::string hf_tokenizer_json(const data::Tokenizer& t, std::vector<std::string>* warnings) {
+  if (t.subword()) {
+    if (!t.trained()) throw Error("no tokenizer.json for the " + t.name() + " tokenizer: it is not trained");
+    return subword_tokenizer_json(t, warnings).dump() + "\n";   // one line: thousands of pieces
+  }
+  const std::string name = t.name();
   nlohmann::json vocab = nlohmann::json::object();
   nlohmann::json j = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
                       {"added_tokens", nlohmann::json::array()}, {"normalizer", nullptr}, {"post_processor", nullptr}};
@@ -409,30 +564,45 @@ std::string hf_tokenizer_json(const std::string& name) {
     model["unk_token"] = "~";
     j["pre_tokenizer"] = nullptr;
     j["decoder"] = {{"type", "Fuse"}};
-  } else {
-    throw Error("no tokenizer.json for the " + name + " tokenizer: only char and byte are written");
   }
   model["vocab"] = vocab;
   j["model"] = model;
   return j.dump(1) + "\n";
 }
 
+std::string hf_tokenizer_json(const std::string& tokenizer) { return hf_tokenizer_json(data::Tokenizer::parse(tokenizer)); }
+
 void write_hf_dir(const std::string& dir, const LmConfig& c, const std::vector<Array>& params,
-                  const std::string& tokenizer) {
+                  const std::string& tokenizer, const std::string& tokenizer_model, std::vector<std::string>* warnings) {
   const std::vector<NamedArray> tensors = to_hf_tensors(c, params);
+  // The tokenizer's files, made before anything is written: a tokenizer
+  // that cannot be written leaves no half-written directory behind.
+  std::string tokenizer_json;
+  data::Tokenizer t;
+  if (!tokenizer.empty()) {
+    t = data::Tokenizer::from_model(tokenizer, tokenizer_model);
+    if (t.vocab() != c.vocab)
+      throw Error("the " + t.name() + " tokenizer has " + std::to_string(t.vocab()) + " symbols, the model " +
+                  std::to_string(c.vocab));
+    tokenizer_json = hf_tokenizer_json(t, warnings);
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error("cannot create directory '" + dir + "': " + ec.message());
-  const std::string extra = tokenizer.empty() ? "" : nlohmann::json{{"capstep_tokenizer", tokenizer}}.dump();
+  const std::string extra = tokenizer.empty() ? "" : nlohmann::json{{"capstep_tokenizer", t.name()}}.dump();
   write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
   write_file_atomically(dir + "/config.json", hf_config_json(c, extra));
-  if (tokenizer == "char" || tokenizer == "byte") {
-    write_file_atomically(dir + "/tokenizer.json", hf_tokenizer_json(tokenizer));
-    const nlohmann::json tc = {{"tokenizer_class", "PreTrainedTokenizerFast"},
-                               {"model_max_length", c.context},
-                               {"clean_up_tokenization_spaces", false}};
-    write_file_atomically(dir + "/tokenizer_config.json", tc.dump(2) + "\n");
-  }
+  if (tokenizer.empty()) return;
+  write_file_atomically(dir + "/tokenizer.json", tokenizer_json);
+  // The subword model as SentencePiece saves it, for tools that read
+  // tokenizer.model (and for `capstep train --init-from`). transformers'
+  // AutoTokenizer reads tokenizer.json: the class below is the generic one
+  // over it, which adds no token of its own.
+  if (t.subword()) write_file_atomically(dir + "/tokenizer.model", t.model());
+  const nlohmann::json tc = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                             {"model_max_length", c.context},
+                             {"clean_up_tokenization_spaces", false}};
+  write_file_atomically(dir + "/tokenizer_config.json", tc.dump(2) + "\n");
 }
 
 HfModel read_hf_dir(const std::string& dir) {
@@ -449,6 +619,21 @@ HfModel read_hf_dir(const std::string& dir) {
       m.tokenizer = j["capstep_tokenizer"].get<std::string>();
   } catch (const Error& e) {
     throw Error("'" + cfg + "': " + e.what());
+  }
+  if (!m.tokenizer.empty() && m.tokenizer != "char" && m.tokenizer != "byte") {
+    // A subword tokenizer: its SentencePiece model, as export-hf wrote it.
+    const std::string model = dir + "/tokenizer.model";
+    std::ifstream t(model, std::ios::binary);
+    if (!t)
+      throw Error("cannot read '" + model + "': config.json names the " + m.tokenizer +
+                  " tokenizer (\"capstep_tokenizer\"), whose SentencePiece model is that file");
+    std::stringstream ts;
+    ts << t.rdbuf();
+    try {
+      m.tokenizer_model = data::Tokenizer::from_model(m.tokenizer, ts.str()).model();
+    } catch (const Error& e) {
+      throw Error("'" + model + "': " + e.what());
+    }
   }
   const SafetensorsFile file = read_safetensors(weights);
   try {

@@ -8,11 +8,11 @@
 
 namespace capstep::train {
 
-const char* lane_name(Lane l) {
-  switch (l) {
-    case Lane::host: return "host";
-    case Lane::gpu: return "gpu";
-    case Lane::gpu_fused: return "gpu-fused";
+const char* lane_name(const Lane& l) {
+  switch (l.backend) {
+    case BackendKind::host: return l.adamw_in_program ? "host-fused" : "host";
+    case BackendKind::cuda: return l.adamw_in_program ? "cuda-fused" : "cuda";
+    case BackendKind::pjrt: return l.adamw_in_program ? "pjrt-fused" : "pjrt";
   }
   return "?";
 }
@@ -48,9 +48,13 @@ bool is_loss_spike(const double* recent, size_t n, double loss) {
 }
 
 Lane parse_lane(const std::string& s) {
-  for (Lane l : {Lane::host, Lane::gpu, Lane::gpu_fused})
-    if (s == lane_name(l)) return l;
-  throw Error("unknown lane '" + s + "'; the lanes are host, gpu, gpu-fused");
+  if (s == "gpu") return {BackendKind::cuda, false};
+  if (s == "gpu-fused") return {BackendKind::cuda, true};
+  for (BackendKind k : {BackendKind::host, BackendKind::cuda, BackendKind::pjrt})
+    for (bool fused : {false, true})
+      if (s == lane_name({k, fused})) return {k, fused};
+  throw Error("unknown lane '" + s + "'; the lanes are host, host-fused, cuda (or gpu), cuda-fused (or gpu-fused), "
+              "pjrt, pjrt-fused");
 }
 
 void Options::validate() const {
@@ -76,6 +80,10 @@ void Options::validate() const {
   if (save_every > 0 && save_path.empty()) throw Error("save-every needs a checkpoint path to save to");
   if (!init_from.empty() && !resume_path.empty())
     throw Error("init-from starts a run from a model's weights and resume continues a checkpoint: give one");
+  if (!tokenizer_model.empty()) {
+    if (!resume_path.empty()) throw Error("a resumed run takes its checkpoint's tokenizer; give no tokenizer model");
+    data::Tokenizer::from_model(tokenizer, tokenizer_model);   // Error for char, byte or a model of another size
+  }
 }
 
 void SampleOptions::validate() const {

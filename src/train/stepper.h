@@ -1,5 +1,14 @@
-// One training step of each lane behind one interface, so the loop in
-// train_loop.cpp (progress, checkpoints, the non-finite stop) is shared.
+// One training step of a lane behind one interface: the loop in
+// train_loop.cpp (progress, checkpoints, the non-finite stop) and the lanes of
+// the benchmark (src/lanes/three_lanes.cpp) are written once over it.
+//
+// A lane is a backend (capstep/backend.h) and where AdamW runs:
+//   AdamW on the host: the gradient program on the backend, the update in C++
+//     (on the host backend, each parameter's update starts on the idle host
+//     threads as soon as the run has its gradient: optim::HostAdamW);
+//   AdamW in the program: optim::with_adamw's program on the backend, the
+//     parameters and both moments donated, so they stay where it computes and
+//     only the batch, four scalars and the loss cross.
 #pragma once
 
 #include <memory>
@@ -7,15 +16,15 @@
 #include <vector>
 
 #include "capstep/array.h"
+#include "capstep/backend.h"
 #include "capstep/checkpoint.h"
-#include "capstep/cuda.h"
-#include "capstep/interpreter.h"
 #include "capstep/ir.h"
 #include "capstep/optim.h"
+#include "capstep/train.h"
 
 namespace capstep::train {
 
-// Where training starts: parameters and both moments, in lm_parameters order.
+// Parameters and both moments, in lm_parameters order.
 struct State {
   std::vector<std::string> names;
   std::vector<Array> params, m, v;
@@ -24,6 +33,9 @@ struct State {
 class Stepper {
  public:
   virtual ~Stepper() = default;
+  // Replaces the parameters and moments (names in the order the stepper was
+  // made with).
+  virtual void set_state(const State& s) = 0;
   // The loss of (parameters, batch) before the update, then the AdamW update
   // with these scalars. The host-AdamW lanes skip the update when the loss is
   // not finite (training stops there anyway).
@@ -34,22 +46,19 @@ class Stepper {
   // The global gradient norm of the last step (before clipping) when the
   // program clips (optim::clip_grad_norm: output "grad_norm"), else NaN.
   virtual double grad_norm() const = 0;
+  virtual BackendInfo describe() const = 0;
 };
 
-// grad: value_and_grad of the loss program over every parameter, or that
-// program through optim::clip_grad_norm; then clip_max_norm feeds its
-// "clip.max_norm" input (once: it is the same every step).
-// comm: the replicas the program's all_reduce equations sum over (or nullptr).
-// io: the Interpreter's options (BackendOptions::host).
-std::unique_ptr<Stepper> host_stepper(const Program& grad, const optim::AdamW& o, State s, float clip_max_norm,
-                                      Communicator* comm, const host::InterpreterOptions& io);
-// nccl: the replicas the program's all_reduce equations sum over on the GPU
-// (or nullptr: one replica). base: the executable's switches
-// (BackendOptions::cuda); tf32, the CUDA graph and nccl are set over them.
-std::unique_ptr<Stepper> gpu_stepper(const Program& grad, const optim::AdamW& o, State s, bool tf32, float clip_max_norm,
-                                     cuda::NcclCommunicator* nccl, const cuda::Options& base);
-// fused: with_adamw(grad, ...).
-std::unique_ptr<Stepper> gpu_fused_stepper(const Program& fused, State s, bool tf32, float clip_max_norm,
-                                           cuda::NcclCommunicator* nccl, const cuda::Options& base);
+// The program a lane's step runs: `grad` (value_and_grad of the loss program
+// over every parameter, its first inputs in `names` order, then "tokens" and
+// "targets", possibly through optim::data_parallel and optim::clip_grad_norm),
+// or with AdamW in the program optim::with_adamw of it.
+Program step_program(const Lane& lane, const Program& grad, const std::vector<std::string>& names, const optim::AdamW& o);
+// `step`: step_program's. clip_max_norm feeds optim::clip_grad_norm's
+// "clip.max_norm" input once. The backend is built with `bo` (the caller has
+// set cuda.tf32, cuda.nccl and communicator as it wants). The state is set by
+// set_state() before the first step.
+std::unique_ptr<Stepper> make_stepper(const Lane& lane, const Program& step, const std::vector<std::string>& names,
+                                      const optim::AdamW& o, float clip_max_norm, const BackendOptions& bo);
 
 }  // namespace capstep::train

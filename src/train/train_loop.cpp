@@ -94,23 +94,27 @@ Result train(const Options& o) {
   const int ranks = o.comm ? o.comm->size() : 1;
   const int rank = o.comm ? o.comm->rank() : 0;
 #ifndef CAPSTEP_HAVE_NCCL
-  if (ranks > 1 && o.lane != Lane::host)
+  if (ranks > 1 && o.lane.backend == BackendKind::cuda)
     throw Error(std::string("data parallelism over ") + std::to_string(ranks) + " processes on lane " + lane_name(o.lane) +
                 " needs NCCL, and this capstep was built without it (CMake found no nccl.h and libnccl: see "
                 "docs/scaling.md); the host lane runs it over MPI");
 #endif
 
-  // The lane, or the host when there is no GPU.
+  // The lane, or the host backend when its own cannot run here.
   r.lane_used = o.lane;
-  if (o.lane != Lane::host) {
+  if (o.lane.backend != BackendKind::host) {
     std::string why;
-    if (!cuda::available(&why)) {
-      if (o.require_gpu)
-        throw Error(std::string("lane ") + lane_name(o.lane) + " needs a GPU and there is none: " + why);
-      say(std::string("no GPU (") + why + "); lane " + lane_name(o.lane) + " falls back to the host lane");
-      r.lane_used = Lane::host;
+    if (!backend_available(o.lane.backend, o.backend, &why)) {
+      if (o.require_backend)
+        throw Error(std::string("lane ") + lane_name(o.lane) + " cannot run here: " + why);
+      r.lane_used.backend = BackendKind::host;
+      say(std::string("the ") + backend_name(o.lane.backend) + " backend cannot run here (" + why + "); lane " +
+          lane_name(o.lane) + " falls back to the " + lane_name(r.lane_used) + " lane");
     }
   }
+  if (ranks > 1 && r.lane_used.backend == BackendKind::pjrt)
+    throw Error("data parallelism on lane " + std::string(lane_name(r.lane_used)) +
+                " is not supported: the PJRT backend runs one replica");
 
   // Parameters, gradients and both moments take 16 bytes a parameter; a model
   // that needs more than the machine's memory would be killed by the kernel
@@ -153,6 +157,8 @@ Result train(const Options& o) {
       throw Error("checkpoint '" + o.resume_path + "' was trained with the " + resumed.tokenizer +
                   " tokenizer, not " + o.tokenizer);
     tokenizer = checkpoint_tokenizer(resumed);
+  } else if (tokenizer.subword() && !o.tokenizer_model.empty()) {
+    tokenizer = data::Tokenizer::from_model(o.tokenizer, o.tokenizer_model);   // --init-from's pieces
   }
   data::TextStats stats;
   std::shared_ptr<const data::TokenIds> text;
@@ -230,7 +236,7 @@ Result train(const Options& o) {
   cuda::NcclCommunicator* nccl = nullptr;
 #ifdef CAPSTEP_HAVE_NCCL
   std::unique_ptr<cuda::NcclCommunicator> nccl_owner;
-  if (o.comm && r.lane_used != Lane::host) {
+  if (o.comm && r.lane_used.backend == BackendKind::cuda) {
     nccl_owner = std::make_unique<cuda::NcclCommunicator>(*o.comm);
     nccl = nccl_owner.get();
     say(std::string("data parallel on lane ") + lane_name(r.lane_used) + ": " + std::to_string(ranks) + " rank(s), " +
@@ -239,15 +245,17 @@ Result train(const Options& o) {
 #endif
   // The run's host memory, planned, against the memory left (memory.h); only
   // then the validation interpreter, whose constants may take gigabytes.
-  check_host_memory(o, r.lane_used == Lane::host, grad, o.val_fraction > 0 ? &forward_program : nullptr);
+  const Program step = step_program(r.lane_used, grad, state.names, o.adamw);
+  check_host_memory(o, r.lane_used.backend == BackendKind::host, step, o.val_fraction > 0 ? &forward_program : nullptr);
   if (o.val_fraction > 0) forward = std::make_unique<host::Interpreter>(std::move(forward_program), o.backend.host);
-  std::unique_ptr<Stepper> stepper;
-  if (r.lane_used == Lane::host) stepper = host_stepper(grad, o.adamw, std::move(state), clip, o.comm, o.backend.host);
-  else if (r.lane_used == Lane::gpu) stepper = gpu_stepper(grad, o.adamw, std::move(state), o.tf32, clip, nccl, o.backend.cuda);
-  else {
-    const Program fused = optim::with_adamw(grad, state.names, o.adamw);
-    stepper = gpu_fused_stepper(fused, std::move(state), o.tf32, clip, nccl, o.backend.cuda);
-  }
+  BackendOptions bo = o.backend;
+  bo.cuda.tf32 = o.tf32;
+  bo.cuda.cuda_graph = true;
+  bo.cuda.nccl = nccl;
+  bo.communicator = o.comm;
+  std::unique_ptr<Stepper> stepper = make_stepper(r.lane_used, step, state.names, o.adamw, clip, bo);
+  stepper->set_state(state);
+  state = State{};
 
   // Held across saves so that each save reuses the same host arrays.
   Checkpoint ckpt;

@@ -1,27 +1,27 @@
-// Packs buffers with known lifetimes into one arena: two buffers may share bytes
-// when their lifetimes do not overlap. Greedy by size (largest first, each at the
-// lowest 64-byte aligned offset free for its whole lifetime), the classic offline
-// heuristic for a static schedule.
+// The host's arena: buffers with known lifetimes packed by the one packer of
+// every backend (plan::pack, src/backend/plan/pack.cpp), at 64-byte alignment.
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
+#include "capstep/device_plan.h"
+
 namespace capstep::host {
 
 constexpr size_t kArenaAlign = 64;
 
-struct BufferLife {
-  size_t bytes = 0;
-  int first = 0;  // index of the step that writes it
-  int last = 0;   // index of the last step that reads it (inclusive)
-};
+using BufferLife = plan::Interval;  // bytes; first: the step that writes it; last: the last that reads it
 
 struct ArenaPlan {
   std::vector<size_t> offset;  // one per buffer, multiples of kArenaAlign
   size_t total = 0;            // arena size in bytes (a multiple of kArenaAlign)
 };
 
-ArenaPlan pack_arena(const std::vector<BufferLife>& buffers);
+inline ArenaPlan pack_arena(const std::vector<BufferLife>& buffers) {
+  ArenaPlan p;
+  p.offset = plan::pack(buffers, kArenaAlign, &p.total);
+  return p;
+}
 
 }  // namespace capstep::host

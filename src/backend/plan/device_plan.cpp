@@ -239,7 +239,7 @@ Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
       buffers.push_back({eqn_scratch[static_cast<size_t>(d)], span_first(d), span_last(d)});
       buffer_value.push_back(-1);
     }
-  const std::vector<size_t> offset = pack(buffers, &plan.arena_bytes);
+  const std::vector<size_t> offset = pack(buffers, kDeviceAlign, &plan.arena_bytes);
   for (size_t b = 0; b < buffers.size(); ++b)
     if (buffer_value[b] >= 0) v[static_cast<size_t>(buffer_value[b])].loc = {Space::arena, offset[b]};
   for (const auto& [d, b] : scratch_buffer) plan.scratch_loc[static_cast<size_t>(d)] = {Space::arena, offset[b]};

@@ -1,7 +1,9 @@
-// The arena packer: offline placement of buffers with known lifetimes. Largest
-// first, each at the lowest kDeviceAlign-aligned offset that is free during its
-// whole lifetime: the classic greedy for a static schedule, near optimal on
-// training steps (a few big activations, many small ones).
+// The arena packer of every backend (the device plan's arena, the host
+// interpreter's arena and its fused groups' scratch tiles): offline placement
+// of buffers with known lifetimes. Largest first, each at the lowest
+// `align`-aligned offset that is free during its whole lifetime: the classic
+// greedy for a static schedule, near optimal on training steps (a few big
+// activations, many small ones).
 #include <algorithm>
 #include <numeric>
 #include <utility>
@@ -9,11 +11,8 @@
 #include "capstep/device_plan.h"
 
 namespace capstep::plan {
-namespace {
-size_t align_up(size_t n) { return (n + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign; }
-}  // namespace
-
-std::vector<size_t> pack(const std::vector<Interval>& buffers, size_t* total) {
+std::vector<size_t> pack(const std::vector<Interval>& buffers, size_t align, size_t* total) {
+  auto align_up = [align](size_t n) { return (n + align - 1) / align * align; };
   const size_t n = buffers.size();
   std::vector<size_t> offset(n, 0);
   std::vector<size_t> order(n);

@@ -1,0 +1,120 @@
+// capstep/backend.h on the host and capstep/train_step.h: slots, donation,
+// the interface's errors, and a with_adamw step driven by name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "capstep/autodiff.h"
+#include "capstep/backend.h"
+#include "capstep/interpreter.h"
+#include "capstep/trace.h"
+#include "capstep/train_step.h"
+#include "test_util.h"
+
+using namespace capstep;
+using namespace capstep::test;
+
+namespace {
+
+// w [3,2] and b [2]: loss = mean((x w + b - y)^2); x [4,3], y [4,2].
+struct Tiny {
+  std::vector<std::string> names{"w", "b"};
+  Program grad;
+  std::vector<NamedArray> start;
+  Array x = Array::f32({4, 3}, {1, 2, 3, -1, 0, 1, 2, 2, -2, 0.5f, -0.5f, 1});
+  Array y = Array::f32({4, 2}, {1, 0, 0, 1, 1, 1, -1, 0.5f});
+  Tiny() {
+    Tracer tr;
+    Tensor w = tr.input("w", {DType::f32, {3, 2}}), b = tr.input("b", {DType::f32, {2}});
+    Tensor xs = tr.input("x", x.type()), ys = tr.input("y", y.type());
+    Tensor d = matmul(xs, w) + b - ys;
+    grad = value_and_grad(tr.finish({{"loss", mean(d * d)}}), names);
+    start = {{"w", Array::f32({3, 2}, {0.1f, -0.2f, 0.3f, 0.05f, -0.1f, 0.2f})}, {"b", Array::f32({2}, {0.01f, -0.02f})}};
+  }
+};
+
+const optim::AdamW kAdamW{.lr = 0.05, .weight_decay = 0.01};
+
+}  // namespace
+
+TEST(HostBackend, DonatedOutputsStayInTheirInputsSlots) {
+  // out = a * 2 donated to a; c = a + 1 not donated.
+  Tracer tr;
+  Tensor in = tr.input("a", {DType::f32, {3}});
+  Program q = tr.finish({{"a.new", in * 2.0}, {"c", in + 1.0}});
+  q.aliases.push_back({0, 0});
+  std::unique_ptr<Backend> b = make_backend(BackendKind::host, q);
+  EXPECT_EQ(b->kind(), BackendKind::host);
+  Array out;
+  EXPECT_NE(error_of([&] { b->run(); }).find("input \"a\" was never set"), std::string::npos);
+  EXPECT_NE(error_of([&] { b->read("c", out); }).find("read before the first run()"), std::string::npos);
+  EXPECT_NE(error_of([&] { b->set_input(0, Array::f32({2}, {1, 2})); }).find("is f32[3], given f32[2]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { b->set("nope", Array::scalar(1)); }).find("has no input \"nope\""), std::string::npos);
+  EXPECT_NE(error_of([&] { b->read_output(5, out); }).find("has no output 5"), std::string::npos);
+  b->set("a", Array::f32({3}, {1, 2, 3}));
+  for (int k = 0; k < 3; ++k) b->run();
+  b->read_input(0, out);
+  EXPECT_EQ(out.to_doubles(), (std::vector<double>{8, 16, 24}));  // doubled three times, in its slot
+  b->read("c", out);
+  EXPECT_EQ(out.to_doubles(), (std::vector<double>{5, 9, 13}));   // from the slot's value before the last run
+  EXPECT_EQ(b->runs(), 3);
+  EXPECT_GT(b->describe().bytes, 0u);
+}
+
+// TrainStep on the host takes the same steps as the with_adamw program run by
+// hand in the interpreter; a checkpoint resumes it bit for bit.
+TEST(TrainStep, StepsByNameAreTheProgramsStepsAndResumeExactly) {
+  TempDir d;
+  const Tiny t;
+  const Program fused = optim::with_adamw(t.grad, t.names, kAdamW);
+  // By hand: parameters, m, v, x, y, four scalars.
+  std::vector<Array> state = {t.start[0].array, t.start[1].array, Array(t.start[0].array.type()),
+                              Array(t.start[1].array.type()), Array(t.start[0].array.type()),
+                              Array(t.start[1].array.type())};
+  host::Interpreter interp(fused);
+  std::vector<double> by_hand;
+  for (int k = 1; k <= 6; ++k) {
+    const optim::AdamWScalars s = optim::adamw_scalars(kAdamW, k);
+    std::vector<Array> in = state;
+    in.push_back(t.x);
+    in.push_back(t.y);
+    for (float v : {s.lr, s.bc1, s.bc2, s.decay}) in.push_back(Array::scalar(v));
+    std::vector<Array> out = interp.run(in);
+    by_hand.push_back(out[0].get(0));
+    for (size_t j = 0; j < 6; ++j) state[j] = out[1 + j];
+  }
+  TrainStep step(t.grad, t.names, kAdamW);
+  step.init(t.start);
+  step.set("x", t.x);
+  step.set("y", t.y);
+  std::vector<double> losses;
+  for (int k = 0; k < 3; ++k) losses.push_back(step.step());
+  step.save(d.file("half.safetensors"));
+  TrainStep again(t.grad, t.names, kAdamW);
+  again.load(d.file("half.safetensors"));
+  EXPECT_EQ(again.steps(), 3);
+  again.set("x", t.x);
+  again.set("y", t.y);
+  for (int k = 0; k < 3; ++k) losses.push_back(again.step());
+  EXPECT_EQ(losses, by_hand);
+  EXPECT_TRUE(again.read("w").bit_equal(state[0]));
+  EXPECT_TRUE(again.read(optim::moment2_name("b")).bit_equal(state[5]));
+  EXPECT_EQ(again.read("loss").get(0), by_hand.back());
+}
+
+TEST(TrainStep, MisuseIsAnErrorNamingWhat) {
+  const Tiny t;
+  TrainStep step(t.grad, t.names, kAdamW);
+  EXPECT_NE(error_of([&] { step.init({t.start[0]}); }).find("no parameter \"b\" given"), std::string::npos);
+  EXPECT_NE(error_of([&] { step.init({t.start[0], t.start[1], {"c", t.start[1].array}}); })
+                .find("\"c\" is not a parameter of the step (its parameters: w, b)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { step.init({t.start[1], {"w", t.start[1].array}}); }).find("input \"w\""), std::string::npos);
+  EXPECT_NE(error_of([&] { step.set("w", t.start[0].array); }).find("is the step's state"), std::string::npos);
+  EXPECT_NE(error_of([&] { step.set("adamw.lr", Array::scalar(1)); }).find("is an AdamW scalar"), std::string::npos);
+  step.init(t.start);
+  // The batch never set: the run says which input.
+  EXPECT_NE(error_of([&] { step.step(); }).find("input \"x\" was never set"), std::string::npos);
+  EXPECT_NE(error_of([&] { TrainStep(t.grad, {"w", "nope"}, kAdamW); }).find("nope"), std::string::npos);
+}
