@@ -317,7 +317,8 @@ int main(int argc, char** argv) {
   bench->add_flag("--no-tf32", no_tf32, "full f32 dots on the GPU (TF32 is the default)");
   bench->add_flag("--json", ba.json, "print one JSON object with every figure");
   add_precision_option(bench, ba.opts.precision);
-  bench->add_option("--only", ba.opts.only, "run this lane alone: 1, 1f, 2 or 3")->check(CLI::IsMember({"1", "1f", "2", "3"}));
+  bench->add_option("--only", ba.opts.only, "run this lane alone: 1, 1f, 2, 3 or 4")
+      ->check(CLI::IsMember({"1", "1f", "2", "3", "4"}));
   bench->add_flag("--fused-attention", ba.opts.fused_attention, kFusedAttentionHelp);
   bench->add_option_function<std::string>(
            "--size",
