@@ -882,12 +882,13 @@ def table(args):
             f"1-minute load average: {min(loads):.2f} to {max(loads):.2f} during the measurement."]
 
     firsts = [(label, threads, sm["first"]) for (label, threads, _), (sm, _) in zip(plan, sums) if sm]
-    ref = next((r for l, t, r in firsts if r.get("framework") == "torch" and not r.get("compiled")), None)
+    ref_t, ref = next(((t, r) for l, t, r in firsts if r.get("framework") == "torch" and not r.get("compiled")),
+                      (None, None))
     if ref:
         for label, threads, r in firsts:
             if r is not ref and "framework" in r:
                 d = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], ref["losses"]))
-                out.append(f"losses, {label} ({threads}) vs PyTorch eager (1): at most {d:.1e} relative "
+                out.append(f"losses, {label} ({threads}) vs PyTorch eager ({ref_t}): at most {d:.1e} relative "
                            f"over {len(r['losses'])} steps")
         lo = ref["losses"]
         out.append(f"PyTorch eager losses: {lo[0]:.4f} (step 1) -> {lo[-1]:.4f} (step {len(lo)}) on random "
