@@ -1,18 +1,31 @@
 #!/usr/bin/env python3
-"""The seed's training step in PyTorch (eager, optionally torch.compile) and JAX
+"""capstep's training step in PyTorch (eager, optionally torch.compile) and JAX
 (jit), on the CPU, timed the way capstep's lane 1 is timed: one step is
 forward + backward + AdamW, median over the timed steps after warm-up; and the
 same step on an NVIDIA GPU, to compare with capstep's lanes 2 and 3.
 
 The model is capstep's (include/capstep/nn.h, src/nn/causal_lm.cpp), written
-out op by op so every framework runs the same arithmetic: vocab 64, d_model
-128, 2 pre-norm blocks, 4 heads of 32, q/k/v/o [128,128] without biases,
-causal softmax attention (scale 1/sqrt(32), -1e9 above the diagonal),
-feed-forward 128->256->128 with tanh-GELU and no biases, RMSNorm (gain only,
-eps 1e-5) before attention, before the MLP and at the end, positions 256x128
-(rows 0..T-1), untied head [128,64]: 311,936 parameters; batch 4 x 16;
-next-token cross-entropy, mean. AdamW lr 1e-2, betas 0.9/0.999, eps 1e-8,
-weight decay 0.01 on every parameter (torch.optim.AdamW's formula).
+out op by op so every framework runs the same arithmetic. --arch seed (the
+default), the seed's model: vocab 64, d_model 128, 2 pre-norm blocks, 4 heads
+of 32, q/k/v/o [128,128] without biases, causal softmax attention (scale
+1/sqrt(32), -1e9 above the diagonal), feed-forward 128->256->128 with
+tanh-GELU and no biases, RMSNorm (gain only, eps 1e-5) before attention,
+before the MLP and at the end, positions 256x128 (rows 0..T-1), untied head
+[128,64]: 311,936 parameters; batch 4 x 16; next-token cross-entropy, mean.
+--arch gpt2: LayerNorm (gain and bias, biased variance, eps 1e-5), biases on
+q/k/v/o and both feed-forward matrices, learned positions, tanh-GELU, the head
+tied to the token embedding (logits = h tok_emb^T): 306,176 parameters at the
+seed's size. --arch llama: RMSNorm, no positional table but rotary embeddings
+on q and k (rotate-half, rope_theta 10000, tables as transformers computes
+them), SwiGLU feed-forward down(silu(h gate) * (h up)) of width d_ff, no
+biases, untied head, key/value heads = heads (capstep bench's llama): 344,704
+parameters at the seed's size. (capstep writes rotate_half as a product with a
+constant signed permutation [Dh, Dh], the same values; the peers slice and
+concatenate, as transformers does.) AdamW lr 1e-2, betas 0.9/0.999, eps 1e-8,
+weight decay 0.01 on every parameter, biases and gains too (torch.optim.AdamW's
+formula, as capstep's). --check-hf-goldens tests/golden/hf checks the gpt2 and
+llama model functions against transformers' loss on the repository's golden
+files (a Llama with grouped-query attention among them).
 
 Modes:
   --run torch|torch-compile|jax --threads N   one measurement in this process,
@@ -20,6 +33,10 @@ Modes:
       framework is imported, so each measurement is its own process);
   --table [--capstep-bin FILE]                runs every CPU measurement as a
       subprocess and prints one table, with ratios to capstep's lane 1.
+      FILE is the capstep CLI (run as `capstep bench --arch A --size S`) or
+      examples/training_step_on_device (--arch seed only). --rows core keeps
+      capstep lane 1, PyTorch eager, torch.compile and JAX jit, each on every
+      thread count of --table-threads (default 1,2; any --rows is filtered by it).
 scripts/bench-baselines is the usual way in: it makes the venv, builds and
 runs capstep, then calls --table.
 
@@ -68,48 +85,106 @@ SIZES = {
     "middle": (64, 512, 8, 8, 2048, 256, 8, 256),
     "gpt2-small": (64, 768, 12, 12, 3072, 1024, 8, 512),
 }
+# The architectures of capstep's one model builder (nn::Arch, src/nn/causal_lm.cpp).
+ARCHES = ("seed", "gpt2", "llama")
 EPS_NORM = 1e-5
 LR, BETA1, BETA2, EPS, WD = 1e-2, 0.9, 0.999, 1e-8, 0.01
 
 
-def set_size(name):
-    """The model's dimensions as module globals (every function reads them at call time)."""
-    global V, D, L, H, F, P, B, T, DH, N_PARAMS
-    V, D, L, H, F, P, B, T = SIZES[name]
+def set_size(name, arch="seed", kv_heads=0, rope_theta=10000.0, eps_norm=1e-5):
+    """The model's dimensions as module globals (every function reads them at
+    call time). kv_heads (0: as many as heads) and rope_theta apply to llama;
+    capstep's bench runs llama with kv_heads = heads and rope_theta 10000."""
+    set_dims(arch, *SIZES[name], kv_heads, rope_theta, eps_norm)
+
+
+def set_dims(arch, v, d, l, h, f, p, b, t, kv_heads=0, rope_theta=10000.0, eps_norm=1e-5):
+    global V, D, L, H, F, P, B, T, DH, N_PARAMS, ARCH, KV, THETA, EPS_NORM
+    assert arch in ARCHES, arch
+    V, D, L, H, F, P, B, T = v, d, l, h, f, p, b, t
+    ARCH, KV, THETA, EPS_NORM = arch, kv_heads or h, float(rope_theta), float(eps_norm)
+    assert arch == "llama" or KV == H, "kv_heads applies to llama"
+    assert H % KV == 0 and D % H == 0
     DH = D // H
-    N_PARAMS = V * D + P * D + L * (D + 4 * D * D + D + 2 * D * F) + D + D * V
+    N_PARAMS = sum(math.prod(shape) for _, shape, _ in param_specs())
+
+
+def param_specs():
+    """(name, shape, kind) in capstep's order (nn::lm_parameters); kind is
+    "gain" (ones), "bias" (zeros) or "matrix" (normal 0.02). Every matrix is
+    [in, out]. gpt2: LayerNorm gain then bias, each matrix then its bias, no
+    head (tied: logits = h tok_emb^T); llama: no positional table, k and v of
+    width kv_heads * head width, the SwiGLU matrices gate, up, down."""
+    gpt2, llama = ARCH == "gpt2", ARCH == "llama"
+    dkv = KV * (D // H)
+    ps = []
+
+    def gain(n):
+        ps.append((n, (D,), "gain"))
+        if gpt2:
+            ps.append((n + "_bias", (D,), "bias"))
+
+    def linear(n, bias, i, o):
+        ps.append((n, (i, o), "matrix"))
+        if gpt2:
+            ps.append((bias, (o,), "bias"))
+
+    ps.append(("tok_emb", (V, D), "matrix"))
+    if not llama:
+        ps.append(("pos_emb", (P, D), "matrix"))
+    for l in range(L):
+        b = f"blocks.{l}."
+        gain(b + "attn_norm")
+        linear(b + "attn.wq", b + "attn.bq", D, D)
+        linear(b + "attn.wk", b + "attn.bk", D, dkv)
+        linear(b + "attn.wv", b + "attn.bv", D, dkv)
+        linear(b + "attn.wo", b + "attn.bo", D, D)
+        gain(b + "mlp_norm")
+        if llama:
+            ps += [(b + "mlp.w_gate", (D, F), "matrix"), (b + "mlp.w_up", (D, F), "matrix"),
+                   (b + "mlp.w_down", (F, D), "matrix")]
+        else:
+            linear(b + "mlp.w1", b + "mlp.b1", D, F)
+            linear(b + "mlp.w2", b + "mlp.b2", F, D)
+    gain("final_norm")
+    if not gpt2:
+        ps.append(("head", (D, V), "matrix"))
+    return ps
 
 
 set_size("seed")
 assert N_PARAMS == 311_936
 
 
-def param_specs():
-    """(name, shape, is_gain) in capstep's order (nn::lm_parameters)."""
-    ps = [("tok_emb", (V, D), False), ("pos_emb", (P, D), False)]
-    for l in range(L):
-        b = f"blocks.{l}."
-        ps.append((b + "attn_norm", (D,), True))
-        for w in ("wq", "wk", "wv", "wo"):
-            ps.append((b + "attn." + w, (D, D), False))
-        ps.append((b + "mlp_norm", (D,), True))
-        ps.append((b + "mlp.w1", (D, F), False))
-        ps.append((b + "mlp.w2", (F, D), False))
-    ps.append(("final_norm", (D,), True))
-    ps.append(("head", (D, V), False))
-    return ps
-
-
 def init_numpy(seed):
-    """normal(0, 0.02) matrices, ones for gains (capstep's scheme; not its bits)."""
+    """normal(0, 0.02) matrices, ones for gains, zeros for biases (capstep's
+    scheme; not its bits)."""
     import numpy as np
     rng = np.random.default_rng(seed)
     out = []
-    for name, shape, gain in param_specs():
-        a = np.ones(shape, np.float32) if gain else (0.02 * rng.standard_normal(shape)).astype(np.float32)
+    for name, shape, kind in param_specs():
+        if kind == "gain":
+            a = np.ones(shape, np.float32)
+        elif kind == "bias":
+            a = np.zeros(shape, np.float32)
+        else:
+            a = (0.02 * rng.standard_normal(shape)).astype(np.float32)
         out.append(a)
     assert sum(a.size for a in out) == N_PARAMS, sum(a.size for a in out)
     return out
+
+
+def rope_numpy():
+    """llama's rotary tables cos, sin [T, DH] as capstep's rope_tables (and
+    transformers' LlamaRotaryEmbedding): inv_freq and the angle in f32, cos and
+    sin of the f32 angle in double, rounded to f32."""
+    import numpy as np
+    half = DH // 2
+    inv = np.float32(1.0) / np.power(np.float32(THETA), np.arange(0, DH, 2, dtype=np.float32) / np.float32(DH))
+    ang = np.arange(T, dtype=np.float32)[:, None] * np.concatenate([inv, inv])[None, :]
+    assert ang.dtype == np.float32 and ang.shape == (T, 2 * half)
+    a = ang.astype(np.float64)
+    return np.cos(a).astype(np.float32), np.sin(a).astype(np.float32)
 
 
 def batches_numpy(seed, n):
@@ -137,24 +212,55 @@ def torch_setup(threads, device="cpu"):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS_NORM) * g
 
     mask = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    gpt2, llama = ARCH == "gpt2", ARCH == "llama"
+    if llama:
+        cos, sin = (torch.from_numpy(a).to(device) for a in rope_numpy())
 
     def loss_fn(ps, tokens, targets):
+        # capstep's body_of (src/nn/causal_lm.cpp), one switch per architecture
         it = iter(ps)
-        tok, pos = next(it), next(it)
-        x = Fn.embedding(tokens, tok) + pos[:T]
-        heads = lambda t: t.view(B, T, H, DH).transpose(1, 2)
+
+        def norm(x):
+            g = next(it)
+            return Fn.layer_norm(x, (D,), g, next(it), EPS_NORM) if gpt2 else rms(x, g)
+
+        def linear():  # a matrix [in, out] and (gpt2) its bias
+            w = next(it)
+            return (w, next(it)) if gpt2 else (w, None)
+
+        def apply(x, f):
+            return x @ f[0] + f[1] if gpt2 else x @ f[0]
+
+        def rope(t):  # x cos + rotate_half(x) sin, rotate_half(x) = [-x2, x1]
+            return t * cos + torch.cat((-t[..., DH // 2:], t[..., :DH // 2]), -1) * sin
+
+        tok = next(it)
+        x = Fn.embedding(tokens, tok)
+        if not llama:
+            x = x + next(it)[:T]
+        heads = lambda t, n: t.view(B, T, n, DH).transpose(1, 2)
+        # query head h reads key/value head h // (H / KV)
+        repeat_kv = (lambda t: t) if KV == H else (lambda t: t.repeat_interleave(H // KV, dim=1))
         for _ in range(L):
-            g1, wq, wk, wv, wo = (next(it) for _ in range(5))
-            h = rms(x, g1)
-            q, k, v = heads(h @ wq), heads(h @ wk), heads(h @ wv)
+            h = norm(x)
+            fq, fk, fv, fo = linear(), linear(), linear(), linear()
+            q, k, v = heads(apply(h, fq), H), heads(apply(h, fk), KV), heads(apply(h, fv), KV)
+            if llama:
+                q, k = rope(q), rope(k)
+            k, v = repeat_kv(k), repeat_kv(v)
             s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(DH))
             s = torch.where(mask, s, torch.full_like(s, -1e9))
             att = torch.softmax(s, -1) @ v
-            x = x + att.transpose(1, 2).reshape(B, T, D) @ wo
-            g2, w1, w2 = next(it), next(it), next(it)
-            x = x + Fn.gelu(rms(x, g2) @ w1, approximate="tanh") @ w2
-        gf, head = next(it), next(it)
-        logits = rms(x, gf) @ head
+            x = x + apply(att.transpose(1, 2).reshape(B, T, D), fo)
+            h = norm(x)
+            if llama:
+                wg, wu, wd = next(it), next(it), next(it)
+                x = x + (Fn.silu(h @ wg) * (h @ wu)) @ wd
+            else:
+                f1, f2 = linear(), linear()
+                x = x + apply(Fn.gelu(apply(h, f1), approximate="tanh"), f2)
+        hf = norm(x)
+        logits = hf @ tok.t() if gpt2 else hf @ next(it)
         return Fn.cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T).long())
 
     return torch, loss_fn
@@ -290,6 +396,73 @@ def run_torch_gpu(args, mode):
 
 # ---------------------------------------------------------------- JAX
 
+def jax_loss_fn():
+    """capstep's body_of (src/nn/causal_lm.cpp) in jax.numpy, one switch per architecture."""
+    import jax
+    import jax.numpy as jnp
+
+    def rms(x, g):
+        return x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + EPS_NORM) * g
+
+    def layer_norm(x, g, b):  # torch.nn.LayerNorm's: the biased variance
+        xc = x - jnp.mean(x, -1, keepdims=True)
+        return xc * jax.lax.rsqrt(jnp.mean(xc * xc, -1, keepdims=True) + EPS_NORM) * g + b
+
+    mask = jnp.tril(jnp.ones((T, T), bool))
+    gpt2, llama = ARCH == "gpt2", ARCH == "llama"
+    if llama:
+        cos, sin = (jnp.asarray(a) for a in rope_numpy())
+
+    def loss_fn(ps, tokens, targets):
+        it = iter(ps)
+
+        def norm(x):
+            g = next(it)
+            return layer_norm(x, g, next(it)) if gpt2 else rms(x, g)
+
+        def linear():  # a matrix [in, out] and (gpt2) its bias
+            w = next(it)
+            return (w, next(it)) if gpt2 else (w, None)
+
+        def apply(x, f):
+            return x @ f[0] + f[1] if gpt2 else x @ f[0]
+
+        def rope(t):  # x cos + rotate_half(x) sin, rotate_half(x) = [-x2, x1]
+            return t * cos + jnp.concatenate([-t[..., DH // 2:], t[..., :DH // 2]], -1) * sin
+
+        tok = next(it)
+        x = tok[tokens]
+        if not llama:
+            x = x + next(it)[:T]
+        heads = lambda t, n: t.reshape(B, T, n, DH).transpose(0, 2, 1, 3)
+        # query head h reads key/value head h // (H / KV)
+        repeat_kv = (lambda t: t) if KV == H else (lambda t: jnp.repeat(t, H // KV, axis=1))
+        for _ in range(L):
+            h = norm(x)
+            fq, fk, fv, fo = linear(), linear(), linear(), linear()
+            q, k, v = heads(apply(h, fq), H), heads(apply(h, fk), KV), heads(apply(h, fv), KV)
+            if llama:
+                q, k = rope(q), rope(k)
+            k, v = repeat_kv(k), repeat_kv(v)
+            s = (q @ k.transpose(0, 1, 3, 2)) * (1.0 / math.sqrt(DH))
+            s = jnp.where(mask, s, -1e9)
+            att = jax.nn.softmax(s, -1) @ v
+            x = x + apply(att.transpose(0, 2, 1, 3).reshape(B, T, D), fo)
+            h = norm(x)
+            if llama:
+                wg, wu, wd = next(it), next(it), next(it)
+                x = x + (jax.nn.silu(h @ wg) * (h @ wu)) @ wd
+            else:
+                f1, f2 = linear(), linear()
+                x = x + apply(jax.nn.gelu(apply(h, f1), approximate=True), f2)
+        hf = norm(x)
+        logits = hf @ tok.T if gpt2 else hf @ next(it)
+        logp = jax.nn.log_softmax(logits, -1)
+        return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], -1))
+
+    return loss_fn
+
+
 def run_jax(args, gpu=False):
     import jax
     import jax.numpy as jnp
@@ -309,30 +482,7 @@ def run_jax(args, gpu=False):
             return {"skipped": f"jax {jax.__version__}: no {platform} backend ({type(e).__name__}: {why}); "
                                "is jax-cuda12/13-plugin installed and a GPU present?"}
 
-    def rms(x, g):
-        return x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + EPS_NORM) * g
-
-    mask = jnp.tril(jnp.ones((T, T), bool))
-
-    def loss_fn(ps, tokens, targets):
-        it = iter(ps)
-        tok, pos = next(it), next(it)
-        x = tok[tokens] + pos[:T]
-        heads = lambda t: t.reshape(B, T, H, DH).transpose(0, 2, 1, 3)
-        for _ in range(L):
-            g1, wq, wk, wv, wo = (next(it) for _ in range(5))
-            h = rms(x, g1)
-            q, k, v = heads(h @ wq), heads(h @ wk), heads(h @ wv)
-            s = (q @ k.transpose(0, 1, 3, 2)) * (1.0 / math.sqrt(DH))
-            s = jnp.where(mask, s, -1e9)
-            att = jax.nn.softmax(s, -1) @ v
-            x = x + att.transpose(0, 2, 1, 3).reshape(B, T, D) @ wo
-            g2, w1, w2 = next(it), next(it), next(it)
-            x = x + jax.nn.gelu(rms(x, g2) @ w1, approximate=True) @ w2
-        gf, head = next(it), next(it)
-        logits = rms(x, gf) @ head
-        logp = jax.nn.log_softmax(logits, -1)
-        return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], -1))
+    loss_fn = jax_loss_fn()
 
     def train_step(ps, ms, vs, t, tokens, targets):
         # torch.optim.AdamW, written out: decay first, then the bias-corrected step.
@@ -379,6 +529,115 @@ def run_jax(args, gpu=False):
     if stats and "peak_bytes_in_use" in stats:
         r["peak_bytes"] = int(stats["peak_bytes_in_use"])
     return r
+
+
+# ---------------------------------------------------------------- check against transformers
+
+def read_safetensors(path):
+    """{name: numpy array} of a .safetensors file (F32, F64, I32, I64 only)."""
+    import numpy as np
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    kinds = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = e["data_offsets"]
+        out[name] = np.frombuffer(raw[8 + n + a:8 + n + b], kinds[e["dtype"]]).reshape(e["shape"]).copy()
+    return out
+
+
+def hf_params(arch, w):
+    """transformers' weights (save_pretrained's names) in capstep's order and layout."""
+    import numpy as np
+    ps = []
+    for name, shape, _ in param_specs():
+        if arch == "gpt2":
+            t = lambda k: w.get("transformer." + k, w.get(k))
+            if name in ("tok_emb", "pos_emb"):
+                a = t({"tok_emb": "wte", "pos_emb": "wpe"}[name] + ".weight")
+            elif name.startswith("final_norm"):
+                a = t("ln_f." + ("bias" if name.endswith("_bias") else "weight"))
+            else:
+                l, rest = name.split(".", 2)[1:]
+                b = f"h.{l}."
+                norm = {"attn_norm": "ln_1", "attn_norm_bias": "ln_1", "mlp_norm": "ln_2", "mlp_norm_bias": "ln_2"}
+                if rest in norm:
+                    a = t(b + norm[rest] + (".bias" if rest.endswith("_bias") else ".weight"))
+                elif rest[5:] in ("wq", "wk", "wv", "bq", "bk", "bv"):  # c_attn: [D, 3D] = q | k | v
+                    i = "qkv".index(rest[-1])
+                    full = t(b + "attn.c_attn." + ("weight" if rest[5] == "w" else "bias"))
+                    a = full[..., i * D:(i + 1) * D]
+                else:
+                    hf = {"attn.wo": "attn.c_proj.weight", "attn.bo": "attn.c_proj.bias",
+                          "mlp.w1": "mlp.c_fc.weight", "mlp.b1": "mlp.c_fc.bias",
+                          "mlp.w2": "mlp.c_proj.weight", "mlp.b2": "mlp.c_proj.bias"}[rest]
+                    a = t(b + hf)  # Conv1D: stored [in, out] already
+        else:
+            if name == "tok_emb":
+                a = w["model.embed_tokens.weight"]
+            elif name == "final_norm":
+                a = w["model.norm.weight"]
+            elif name == "head":
+                a = w["lm_head.weight"].T
+            else:
+                l, rest = name.split(".", 2)[1:]
+                b = f"model.layers.{l}."
+                hf = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm",
+                      "attn.wq": "self_attn.q_proj", "attn.wk": "self_attn.k_proj", "attn.wv": "self_attn.v_proj",
+                      "attn.wo": "self_attn.o_proj", "mlp.w_gate": "mlp.gate_proj", "mlp.w_up": "mlp.up_proj",
+                      "mlp.w_down": "mlp.down_proj"}[rest]
+                a = w[b + hf + ".weight"]
+                if a.ndim == 2:
+                    a = a.T  # nn.Linear: [out, in]
+        a = np.ascontiguousarray(a, np.float32)
+        assert a.shape == tuple(shape), (name, a.shape, shape)
+        ps.append(a)
+    return ps
+
+
+def check_hf_goldens(root):
+    """The peers' model functions against transformers' own loss on the
+    repository's golden files (scripts/make-hf-goldens: a GPT-2 and a Llama
+    with grouped-query attention, random weights of std 0.1, a batch of 2 x
+    16), the files capstep's tests match within 1e-6. Exit 1 above 1e-5."""
+    import numpy as np
+    worst = 0.0
+    for arch in ("gpt2", "llama"):
+        d = os.path.join(root, arch)
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        w = read_safetensors(os.path.join(d, "model.safetensors"))
+        g = read_safetensors(os.path.join(d, "golden.safetensors"))
+        b, t = g["tokens"].shape
+        if arch == "gpt2":
+            set_dims("gpt2", cfg["vocab_size"], cfg["n_embd"], cfg["n_layer"], cfg["n_head"],
+                     cfg.get("n_inner") or 4 * cfg["n_embd"], cfg["n_positions"], b, t,
+                     eps_norm=cfg["layer_norm_epsilon"])
+        else:
+            set_dims("llama", cfg["vocab_size"], cfg["hidden_size"], cfg["num_hidden_layers"],
+                     cfg["num_attention_heads"], cfg["intermediate_size"], cfg["max_position_embeddings"], b, t,
+                     kv_heads=cfg.get("num_key_value_heads") or 0, rope_theta=(cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta", 10000.0)),
+                     eps_norm=cfg["rms_norm_eps"])
+        ps = hf_params(arch, w)
+        want = float(np.asarray(g["loss"]).reshape(()))
+        torch, tloss = torch_setup(None)
+        got_t = float(tloss([torch.from_numpy(a) for a in ps], torch.from_numpy(g["tokens"].astype(np.int64)),
+                            torch.from_numpy(g["targets"].astype(np.int64))))
+        import jax
+        import jax.numpy as jnp
+        jax.config.update("jax_platforms", "cpu")
+        got_j = float(jax.jit(jax_loss_fn())([jnp.asarray(a) for a in ps], jnp.asarray(g["tokens"], jnp.int32),
+                                               jnp.asarray(g["targets"], jnp.int32)))
+        for who, got in (("PyTorch", got_t), ("JAX", got_j)):
+            rel = abs(got - want) / abs(want)
+            worst = max(worst, rel)
+            print(f"{arch} ({N_PARAMS:,} parameters, kv heads {KV} of {H}, eps {EPS_NORM:g}"
+                  f"{f', rope_theta {THETA:g}' if arch == 'llama' else ''}): {who} loss {got:.7f}, "
+                  f"transformers {want:.7f}, relative {rel:.1e}")
+    return 0 if worst <= 1e-5 else 1
 
 
 # ---------------------------------------------------------------- timing
@@ -437,7 +696,7 @@ def run_one(kind, threads, args, fused=False, extra_env=None):
     cmd = pin_prefix(threads) + [sys.executable, os.path.abspath(__file__), "--run", kind,
                                            "--threads", str(threads), "--warmup", str(args.warmup),
                                            "--steps", str(args.steps), "--seed", str(args.seed),
-                                           "--size", args.size]
+                                           "--size", args.size, "--arch", args.arch]
     if fused:
         cmd.append("--fused")
     try:
@@ -465,6 +724,17 @@ def openblas_core(unset):
     return p.stdout.strip() or "unknown"
 
 
+def capstep_command(args):
+    """The command before the lanes' options: the `capstep` CLI's `bench
+    --arch A`, or examples/training_step_on_device (the seed's architecture only)."""
+    if os.path.basename(args.capstep_bin).startswith("capstep"):
+        return [args.capstep_bin, "bench", "--arch", ARCH]
+    if ARCH != "seed":
+        raise SystemExit(f"--arch {ARCH}: --capstep-bin must be the capstep CLI (capstep bench --arch), "
+                         f"not {args.capstep_bin}")
+    return [args.capstep_bin]
+
+
 def run_capstep(args, unset_openblas, lane_tag="1", threads=1):
     """capstep lane 1 (or lane_tag's lane alone, e.g. "1f") on `threads`
     host threads (CAPSTEP_HOST_THREADS; pinned like the 1-thread runs, when
@@ -476,13 +746,20 @@ def run_capstep(args, unset_openblas, lane_tag="1", threads=1):
     which varies by tenths of a second from run to run."""
     env = {k: v for k, v in os.environ.items() if not (unset_openblas and k in OPENBLAS_ENV)}
     env["CAPSTEP_HOST_THREADS"] = str(threads)
-    cmd = pin_prefix(threads) + [args.capstep_bin, "--json", "--only", lane_tag, "--warmup", str(args.warmup),
-                                 "--steps", str(args.steps)]
+    cmd = pin_prefix(threads) + capstep_command(args) + [
+        "--json", "--only", lane_tag, "--warmup", str(args.warmup), "--steps", str(args.steps), "--size", args.size]
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
         if p.returncode != 0:
             raise RuntimeError(f"exit {p.returncode}: {p.stderr.strip()[-200:]}")
         j = json.loads(p.stdout)
+        # the same model as the peers: its size, and its parameter count (which
+        # tells the architectures apart) from the model line
+        words = j["model"].replace(",", "").split()
+        n = int(words[words.index("parameters;") - 1]) if "parameters;" in words else None
+        if j.get("size", "seed") != args.size or n != N_PARAMS:
+            raise RuntimeError(f"capstep ran another model than the peers' {ARCH} of size {args.size} "
+                               f"({N_PARAMS} parameters): {j['model']!r}, size {j.get('size')}")
     except subprocess.TimeoutExpired:
         return {"skipped": f"did not finish in {args.timeout} s"}
     except RuntimeError as e:
@@ -505,26 +782,42 @@ def table(args):
     # (label, threads column, how to measure)
     plan = []
     one = "1, pinned" if PIN_CPU is not None else "1"
-    if args.capstep_bin:
-        plan.append(("capstep lane 1 (interpreter)", one, lambda: run_capstep(args, False)))
-        plan.append(("capstep lane 1 (interpreter)", "2", lambda: run_capstep(args, False, "1", 2)))
-        plan.append(("capstep lane 1, OPENBLAS_CORETYPE/L2_SIZE unset", one,
-                     lambda: run_capstep(args, True)))
-        plan.append(("capstep lane 1f (AdamW in the program)", one,
-                     lambda: run_capstep(args, False, "1f")))
-        plan.append(("capstep lane 1f (AdamW in the program)", "2", lambda: run_capstep(args, False, "1f", 2)))
-    # libgomp's default wait policy spins; with 2 threads on 2 shared cores a
-    # step sometimes stalls for most of a second, so the passive policy is a row too.
+    want = {int(n) for n in args.table_threads.split(",")}
     passive = {"OMP_WAIT_POLICY": "PASSIVE"}
-    runs = [("PyTorch eager", "torch", 1, False, None), ("PyTorch eager", "torch", 2, False, None),
-            ("PyTorch eager, OMP_WAIT_POLICY=PASSIVE", "torch", 2, False, passive),
-            ("PyTorch eager, AdamW(fused=True)", "torch", 1, True, None)]
-    if not args.no_compile:
-        runs.append(("PyTorch torch.compile (inductor, optimizer too)", "torch-compile", 1, False, None))
-    runs += [("JAX jit", "jax", 1, False, None), ("JAX jit", "jax", 2, False, None)]
+    if args.rows == "all":
+        if args.capstep_bin:
+            plan.append(("capstep lane 1 (interpreter)", one, lambda: run_capstep(args, False)))
+            plan.append(("capstep lane 1 (interpreter)", "2", lambda: run_capstep(args, False, "1", 2)))
+            plan.append(("capstep lane 1, OPENBLAS_CORETYPE/L2_SIZE unset", one,
+                         lambda: run_capstep(args, True)))
+            plan.append(("capstep lane 1f (AdamW in the program)", one,
+                         lambda: run_capstep(args, False, "1f")))
+            plan.append(("capstep lane 1f (AdamW in the program)", "2", lambda: run_capstep(args, False, "1f", 2)))
+        # libgomp's default wait policy spins; with 2 threads on 2 shared cores a
+        # step sometimes stalls for most of a second, so the passive policy is a row too.
+        runs = [("PyTorch eager", "torch", 1, False, None), ("PyTorch eager", "torch", 2, False, None),
+                ("PyTorch eager, OMP_WAIT_POLICY=PASSIVE", "torch", 2, False, passive),
+                ("PyTorch eager, AdamW(fused=True)", "torch", 1, True, None)]
+        if not args.no_compile:
+            runs.append(("PyTorch torch.compile (inductor, optimizer too)", "torch-compile", 1, False, None))
+        runs += [("JAX jit", "jax", 1, False, None), ("JAX jit", "jax", 2, False, None)]
+    else:
+        # --rows core: capstep's lane 1 and each framework's usual step, on
+        # every thread count of --table-threads
+        for n in sorted(want):
+            if args.capstep_bin:
+                plan.append(("capstep lane 1 (interpreter)", one if n == 1 else str(n),
+                             lambda n=n: run_capstep(args, False, "1", n)))
+        runs = []
+        for n in sorted(want):
+            runs.append(("PyTorch eager", "torch", n, False, None))
+            if not args.no_compile:
+                runs.append(("PyTorch torch.compile (inductor, optimizer too)", "torch-compile", n, False, None))
+            runs.append(("JAX jit", "jax", n, False, None))
     for label, kind, n, fused, env in runs:
         plan.append((label, f"{n}, pinned" if n == 1 and PIN_CPU is not None else f"{n}",
                      lambda kind=kind, n=n, fused=fused, env=env: run_one(kind, n, args, fused, env)))
+    plan = [row for row in plan if int(row[1].split(",")[0]) in want]
 
     # Rounds interleave the runs, so a burst of load from elsewhere hits one
     # round of everything rather than every round of one run.
@@ -554,7 +847,9 @@ def table(args):
         for (label, threads, _), (sm, _) in zip(plan, sums):
             if label == "capstep lane 1 (interpreter)" and sm:
                 cap_by_threads[threads.split(",")[0]] = sm
-    out = [f"ms per step (forward + backward + AdamW): median over {args.rounds} interleaved rounds of each "
+    out = [f"model: --arch {ARCH} --size {args.size} ({N_PARAMS:,} parameters, batch {B} x {T}"
+           f"{', key/value heads = heads, rope_theta %g' % THETA if ARCH == 'llama' else ''})",
+           f"ms per step (forward + backward + AdamW): median over {args.rounds} interleaved rounds of each "
            f"run's median of {args.steps} timed steps (after {args.warmup} warm-up)",
            "", f"| {'run':<48} | {'threads':<9} | {'wall ms':>8} | {'rounds min-max':>15} | {'CPU ms':>7} | "
                f"{'wall vs capstep':>15} | {'CPU vs capstep':>14} |",
@@ -587,12 +882,13 @@ def table(args):
             f"1-minute load average: {min(loads):.2f} to {max(loads):.2f} during the measurement."]
 
     firsts = [(label, threads, sm["first"]) for (label, threads, _), (sm, _) in zip(plan, sums) if sm]
-    ref = next((r for l, t, r in firsts if r.get("framework") == "torch" and not r.get("compiled")), None)
+    ref_t, ref = next(((t, r) for l, t, r in firsts if r.get("framework") == "torch" and not r.get("compiled")),
+                      (None, None))
     if ref:
         for label, threads, r in firsts:
             if r is not ref and "framework" in r:
                 d = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], ref["losses"]))
-                out.append(f"losses, {label} ({threads}) vs PyTorch eager (1): at most {d:.1e} relative "
+                out.append(f"losses, {label} ({threads}) vs PyTorch eager ({ref_t}): at most {d:.1e} relative "
                            f"over {len(r['losses'])} steps")
         lo = ref["losses"]
         out.append(f"PyTorch eager losses: {lo[0]:.4f} (step 1) -> {lo[-1]:.4f} (step {len(lo)}) on random "
@@ -638,7 +934,7 @@ GPU_RUNS = [  # (kind, label), fastest recipe first: each runs as its own proces
 def run_gpu_one(kind, args):
     cmd = [sys.executable, os.path.abspath(__file__), "--run", kind, "--device", args.device,
            "--warmup", str(args.warmup), "--steps", str(args.steps), "--seed", str(args.seed),
-           "--size", args.size]
+           "--size", args.size, "--arch", args.arch]
     t0 = time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -778,12 +1074,21 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every run")
     ap.add_argument("--json-out", help="also write every figure here")
     ap.add_argument("--size", choices=list(SIZES), default="seed", help="the model of the size ladder")
+    ap.add_argument("--arch", choices=ARCHES, default="seed",
+                    help="the architecture (capstep's --arch; gpt2 and llama need --capstep-bin to be the capstep CLI)")
+    ap.add_argument("--rows", choices=["all", "core"], default="all",
+                    help="--table: all rows, or core: capstep lane 1, PyTorch eager, torch.compile and JAX jit "
+                         "on each of --table-threads")
+    ap.add_argument("--table-threads", default="1,2", help="--table: only rows of these thread counts (1, 2 or 1,2)")
+    ap.add_argument("--check-hf-goldens", metavar="DIR",
+                    help="check the PyTorch and JAX models against transformers' loss on DIR/{gpt2,llama} "
+                         "(tests/golden/hf, made by scripts/make-hf-goldens)")
     ap.add_argument("--runs", help="--gpu-table: only these runs, comma-separated (e.g. torch-cuda-graph,jax-gpu)")
     args = ap.parse_args()
     global PIN_CPU, SIZE_NAME
     PIN_CPU = args.pin_cpu
     SIZE_NAME = args.size
-    set_size(args.size)
+    set_size(args.size, args.arch)
     if args.warmup < 1 or args.steps < 1 or args.rounds < 1:
         ap.error("--warmup, --steps and --rounds must be at least 1")
     if args.run == "torch":
@@ -797,6 +1102,8 @@ def main():
         print(json.dumps(run_torch_gpu(args, mode)))
     elif args.run == "jax-gpu":
         print(json.dumps(run_jax(args, gpu=True)))
+    elif args.check_hf_goldens:
+        sys.exit(check_hf_goldens(args.check_hf_goldens))
     elif args.table:
         table(args)
     elif args.gpu_table:
