@@ -571,22 +571,26 @@ TEST(Train, GpuLaneWithoutADeviceFallsBackOrFails) {
   EXPECT_NE(error_of([&] { train::train(o); }).find("lane cuda-fused cannot run here: "), std::string::npos);
 }
 
+// Ten steps with warmup + cosine, clipping inside the step and the
+// validation loss every five steps.
+train::Options scheduled_clipped_validated() {
+  train::Options o = small_options();
+  o.steps = 10;
+  o.schedule = {train::Schedule::cosine, 3, 1e-4};
+  o.clip_grad_norm = 0.5;
+  o.val_fraction = 0.1;
+  o.eval_every = 5;
+  o.eval_batches = 2;
+  return o;
+}
+
 // AdamW in the program on the host (the with_adamw step, state updated in
 // place) takes the same steps as AdamW in C++, bit for bit: the losses, the
 // norms before clipping, the validation losses, and the checkpointed state,
 // which resumes on the other lane with the uninterrupted run's losses.
 TEST(Train, HostFusedLaneIsTheHostLaneBitForBit) {
   TempDir d;
-  auto options = [] {
-    train::Options o = small_options();
-    o.steps = 10;
-    o.schedule = {train::Schedule::cosine, 3, 1e-4};
-    o.clip_grad_norm = 0.5;
-    o.val_fraction = 0.1;
-    o.eval_every = 5;
-    o.eval_batches = 2;
-    return o;
-  };
+  auto options = scheduled_clipped_validated;
   train::Options h = options();
   std::vector<double> host_norms;
   h.on_step = [&](const train::StepInfo& s) { host_norms.push_back(s.grad_norm); };
@@ -665,16 +669,7 @@ TEST(Train, GpuLanesFollowTheHostAndTheirCheckpointsResume) {
 TEST(Train, GpuLanesScheduleClipAndValidationFollowTheHost) {
   std::string why;
   if (!cuda::available(&why)) GTEST_SKIP() << "no GPU: " << why;
-  auto options = [] {
-    train::Options o = small_options();
-    o.steps = 10;
-    o.schedule = {train::Schedule::cosine, 3, 1e-4};
-    o.clip_grad_norm = 0.5;
-    o.val_fraction = 0.1;
-    o.eval_every = 5;
-    o.eval_batches = 2;
-    return o;
-  };
+  auto options = scheduled_clipped_validated;
   train::Options h = options();
   std::vector<double> host_norms;
   h.on_step = [&](const train::StepInfo& s) { host_norms.push_back(s.grad_norm); };
