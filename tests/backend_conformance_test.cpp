@@ -26,6 +26,7 @@
 #include "capstep/interpreter.h"
 #include "stablehlo_programs.h"
 #include "stablehlo_test_util.h"
+#include "test_util.h"
 
 using namespace capstep;
 using namespace capstep::hlo_test;
@@ -33,24 +34,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The plugin, or "" (and why in *why).
-std::string plugin_path(std::string* why) {
-  if (const char* e = std::getenv("CAPSTEP_PJRT_PLUGIN"); e && *e) return e;
-  const std::string src = source_dir();
-  for (const char* rel : {"/.pjrt-plugin/lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so",
-                          "/.pjrt-plugin/fastatomstruct_xla_cpu/libpjrt_cpu.so"})
-    if (!src.empty() && fs::exists(src + rel)) return src + rel;
-  *why = "no PJRT plugin: CAPSTEP_PJRT_PLUGIN is not set and scripts/pjrt-plugin has not downloaded one into " +
-         (src.empty() ? std::string("the checkout") : src) + "/.pjrt-plugin";
-  return "";
-}
-
 BackendOptions options_for(BackendKind k) {
   BackendOptions o;
   o.cuda.tf32 = false;  // f32 dots in f32, to compare at 1e-5
   if (k == BackendKind::pjrt) {
     std::string why;
-    o.pjrt.plugin = plugin_path(&why);
+    o.pjrt.plugin = test::pjrt_plugin(&why);
   }
   return o;
 }
@@ -59,7 +48,7 @@ BackendOptions options_for(BackendKind k) {
 std::string skip_reason(BackendKind k) {
   std::string why;
   if (k == BackendKind::pjrt) {
-    if (plugin_path(&why).empty()) return why;
+    if (test::pjrt_plugin(&why).empty()) return why;
     return "";  // a plugin is there: failing to load it is a failure
   }
   if (!backend_available(k, options_for(k), &why)) return why;
@@ -242,7 +231,7 @@ TEST(Pjrt, ALibraryWithoutGetPjrtApiIsNotAPlugin) {
 TEST(Pjrt, ACompileFailureCarriesTheCompilersMessage) {
   std::string why;
   PjrtOptions o;
-  o.plugin = plugin_path(&why);
+  o.plugin = test::pjrt_plugin(&why);
   if (const std::string w = skip_reason(BackendKind::pjrt); !w.empty()) GTEST_SKIP() << w;
   const pjrt::Client& c = pjrt::client(o);
   try {
@@ -259,7 +248,7 @@ TEST(Pjrt, ACompileFailureCarriesTheCompilersMessage) {
 TEST(Pjrt, DescribeNamesThePlatformAndThePlugin) {
   std::string why;
   BackendOptions o;
-  o.pjrt.plugin = plugin_path(&why);
+  o.pjrt.plugin = test::pjrt_plugin(&why);
   if (const std::string w = skip_reason(BackendKind::pjrt); !w.empty()) GTEST_SKIP() << w;
   const Case c = sgd_step_case();
   std::unique_ptr<Backend> b = make_backend(BackendKind::pjrt, c.program, o);

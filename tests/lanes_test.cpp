@@ -13,6 +13,7 @@
 #include "capstep/cuda.h"
 #include "capstep/interpreter.h"
 #include "capstep/lanes.h"
+#include "test_util.h"
 
 using namespace capstep;
 
@@ -138,12 +139,9 @@ TEST(Lanes, XlaLaneSkipsByNameWithoutAPlugin) {
 // [1]'s over 10 steps. The plugin as in backend_conformance_test: the
 // CAPSTEP_PJRT_PLUGIN that scripts/test sets, else scripts/pjrt-plugin's.
 TEST(Lanes, XlaLaneAgreesWithTheHostLane) {
-  std::string plugin;
-  if (const char* e = std::getenv("CAPSTEP_PJRT_PLUGIN"); e && *e) plugin = e;
-  const char* src = std::getenv("CAPSTEP_SOURCE_DIR");
-  const std::string fetched = std::string(src ? src : "") + "/.pjrt-plugin/lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so";
-  if (plugin.empty() && src && std::ifstream(fetched).good()) plugin = fetched;
-  if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin: CAPSTEP_PJRT_PLUGIN is not set and scripts/pjrt-plugin has not run";
+  std::string why;
+  const std::string plugin = test::pjrt_plugin(&why);
+  if (plugin.empty()) GTEST_SKIP() << why;
   lanes::Options o;
   o.warmup = 1;
   o.backend.pjrt.plugin = plugin;

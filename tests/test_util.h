@@ -104,4 +104,19 @@ inline void expect_updated_param_close(const Array& got, const Array& want, doub
                                     << " elements off by more than rounding";
 }
 
+// The PJRT CPU plugin the PJRT tests run on: CAPSTEP_PJRT_PLUGIN (scripts/test
+// sets it), else the one scripts/pjrt-plugin downloads into the checkout's
+// .pjrt-plugin/. "" when there is none, with the reason in *why.
+inline std::string pjrt_plugin(std::string* why) {
+  if (const char* e = std::getenv("CAPSTEP_PJRT_PLUGIN"); e && *e) return e;
+  const char* src = std::getenv("CAPSTEP_SOURCE_DIR");
+  const std::string dir = src && *src ? src : "";
+  for (const char* rel : {"/.pjrt-plugin/lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so",
+                          "/.pjrt-plugin/fastatomstruct_xla_cpu/libpjrt_cpu.so"})
+    if (!dir.empty() && std::filesystem::exists(dir + rel)) return dir + rel;
+  *why = "no PJRT plugin: CAPSTEP_PJRT_PLUGIN is not set and scripts/pjrt-plugin has not downloaded one into " +
+         (dir.empty() ? std::string("the checkout") : dir) + "/.pjrt-plugin";
+  return "";
+}
+
 }  // namespace capstep::test

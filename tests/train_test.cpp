@@ -663,6 +663,60 @@ TEST(Train, GpuLanesFollowTheHostAndTheirCheckpointsResume) {
   }
 }
 
+// capstep train on XLA through a PJRT plugin, AdamW on the host and in the
+// program: the losses, the norms before clipping and the validation losses
+// follow the host lane's within 1e-5 relative, and a checkpoint of the fused
+// lane (its state read back from the plugin's buffers) resumes on the host.
+TEST(Train, PjrtLanesFollowTheHostAndTheirCheckpointsResume) {
+  std::string why;
+  const std::string plugin = test::pjrt_plugin(&why);
+  if (plugin.empty()) GTEST_SKIP() << why;
+  TempDir d;
+  train::Options h = scheduled_clipped_validated();
+  std::vector<double> host_norms;
+  h.on_step = [&](const train::StepInfo& s) { host_norms.push_back(s.grad_norm); };
+  const train::Result host = train::train(h);
+  for (const char* lane : {"pjrt", "pjrt-fused"}) {
+    train::Options x = scheduled_clipped_validated();
+    x.lane = train::parse_lane(lane);
+    x.require_backend = true;
+    x.backend.pjrt.plugin = plugin;
+    std::vector<double> norms;
+    x.on_step = [&](const train::StepInfo& s) { norms.push_back(s.grad_norm); };
+    const train::Result r = train::train(x);
+    ASSERT_EQ(r.lane_used, x.lane);
+    ASSERT_EQ(r.losses.size(), host.losses.size());
+    ASSERT_EQ(norms.size(), host_norms.size());
+    for (size_t k = 0; k < r.losses.size(); ++k) {
+      EXPECT_LE(std::fabs(r.losses[k] - host.losses[k]) / host.losses[k], 1e-5) << lane << " step " << k + 1;
+      EXPECT_LE(std::fabs(norms[k] - host_norms[k]) / host_norms[k], 1e-5) << lane << " norm, step " << k + 1;
+    }
+    ASSERT_EQ(r.val_losses.size(), host.val_losses.size());
+    for (size_t k = 0; k < r.val_losses.size(); ++k)
+      EXPECT_LE(std::fabs(r.val_losses[k] - host.val_losses[k]) / host.val_losses[k], 1e-5) << lane;
+  }
+  // Five steps on the fused PJRT lane, saved, the rest on the host.
+  train::Options whole = small_options();
+  whole.steps = 10;
+  const train::Result reference = train::train(whole);
+  train::Options first = small_options();
+  first.lane = train::parse_lane("pjrt-fused");
+  first.require_backend = true;
+  first.backend.pjrt.plugin = plugin;
+  first.steps = 5;
+  first.save_path = d.file("pjrt.safetensors");
+  const train::Result r1 = train::train(first);
+  train::Options rest = small_options();
+  rest.steps = 10;
+  rest.resume_path = first.save_path;
+  const train::Result r2 = train::train(rest);
+  ASSERT_EQ(r1.losses.size() + r2.losses.size(), 10u);
+  for (size_t k = 0; k < 10; ++k) {
+    const double got = k < 5 ? r1.losses[k] : r2.losses[k - 5];
+    EXPECT_LE(std::fabs(got - reference.losses[k]) / reference.losses[k], 1e-5) << "step " << k + 1;
+  }
+}
+
 // Issue 15 on the GPU: warmup + cosine, clipping inside the step and the
 // validation loss, on both GPU lanes, follow the host run within 1e-3 relative
 // (TF32 dots): losses, the norms before clipping, the validation losses.
