@@ -156,6 +156,41 @@ TEST_P(Conformance, ValueAndGradOfTheLmLoss) {
 // params', m', v', and the three donated per parameter.
 TEST_P(Conformance, TinyTrainingStepWithAdamW) { check(fused_step_case(tiny_lm(), "tiny_step")); }
 
+// The step with the attention primitives (fuse_attention) and clipping inside
+// the program: attention and attention_grad, the norm's sqrt.
+TEST_P(Conformance, TinyStepWithFusedAttentionAndClipping) {
+  check(fused_step_case(tiny_lm(), "tiny_step_attention_clip", 0.5, /*fused_attention=*/true));
+}
+
+// One replica: all_reduce is its operand (every backend runs the program as
+// one replica of it).
+Case all_reduce_case() {
+  Tracer tr;
+  Tensor x = tr.input("x", {DType::f32, {3, 5}});
+  Program p = tr.finish({{"sum", all_reduce(x * 2.0) + x}});
+  uint32_t seed = 7;
+  return {"all_reduce_one_replica", p, {random_array(p.input_type(0), -1, 1, seed)}};
+}
+TEST_P(Conformance, AllReduceOfOneReplica) { check(all_reduce_case()); }
+
+// Like the GradCheck meta-test: every primitive of the table appears in a
+// program that the suite above runs on every backend against the host.
+TEST(ConformanceCoverage, EveryPrimitiveRunsOnEveryBackend) {
+  const nn::LmConfig cfg = tiny_lm();
+  std::vector<std::string> names;
+  for (const auto& ps : nn::lm_parameters(cfg)) names.push_back(ps.name);
+  const std::vector<Program> programs = {
+      elementwise_case().program, shapes_case().program, rows_case().program, slices_case().program,
+      f64_i32_case().program, bf16_case().program, sgd_step_case().program,
+      value_and_grad(nn::lm_loss_program(cfg), names), fused_step_case(cfg, "tiny_step").program,
+      fused_step_case(cfg, "tiny_step_attention_clip", 0.5, true).program, all_reduce_case().program};
+  std::vector<bool> seen(kNumOps, false);
+  for (const Program& p : programs)
+    for (const Eqn& e : p.eqns) seen[static_cast<size_t>(e.op)] = true;
+  for (int k = 0; k < kNumOps; ++k)
+    EXPECT_TRUE(seen[static_cast<size_t>(k)]) << op_name(static_cast<Op>(k)) << " is in no conformance case";
+}
+
 // 1000 steps, each run's donated outputs feeding the next through the slots:
 // the state matches the reference run step by step's, and on PJRT every
 // donated buffer was deleted by each run and the state stays at one device
