@@ -467,6 +467,8 @@ TEST(Cli, UsageErrorsExitTwoWithTheirMessage) {
       {{"sample", "--checkpoint", some_file, "--top-p", "1.5"}, "--top-p: '1.5' is not in [1e-09, 1]"},
       {{"bench", "--steps", "0"}, "--steps"},
       {{"bench", "--lane", "host"}, "--lane"},
+      {{"bench", "--arch", "gpt2", "--kv-heads", "2"}, "--kv-heads: applies to --arch llama, not gpt2"},
+      {{"bench", "--arch", "llama", "--kv-heads", "3"}, "kv_heads 3 must divide heads 4"},
       {{"show", "--program", "backward"}, "--program: backward not in {forward,grad,fused}"},
       {{"export", "--program", "grad"}, "--out is required"},
       {{"export", "--program", "forward", "--out", d.file("x.mlir")}, "--program: forward not in {grad,fused}"},

@@ -332,10 +332,28 @@ int main(int argc, char** argv) {
   std::string bench_arch = "seed";
   bench->add_option("--arch", bench_arch,
                     "the architecture of the model (its sizes from --size): seed (default), gpt2 or llama "
-                    "(key/value heads = heads, rope_theta 10000)")
+                    "(--kv-heads and --rope-theta: its key/value heads and rotary base)")
       ->check(CLI::IsMember({"seed", "gpt2", "llama"}));
+  int64_t bench_kv_heads = 0;
+  double bench_rope_theta = 0;
+  CLI::Option* bench_kv = bench->add_option("--kv-heads", bench_kv_heads,
+                                            "--arch llama: key/value heads, dividing the size's heads (default: heads)")
+                              ->transform(int_range(1, 16384));
+  CLI::Option* bench_theta = bench->add_option("--rope-theta", bench_rope_theta,
+                                               "--arch llama: the rotary embedding's base (default 10000)")
+                                 ->check(real_range(1.0, 1e12));
   bench->callback([&] {
     ba.opts.model.arch = capstep::nn::parse_arch(bench_arch);
+    if ((bench_kv->count() > 0 || bench_theta->count() > 0) && ba.opts.model.arch != capstep::nn::Arch::llama)
+      throw CLI::ValidationError(bench_kv->count() > 0 ? "--kv-heads" : "--rope-theta",
+                                 "applies to --arch llama, not " + bench_arch);
+    if (bench_kv->count() > 0) ba.opts.model.n_kv_heads = bench_kv_heads;
+    if (bench_theta->count() > 0) ba.opts.model.rope_theta = bench_rope_theta;
+    try {
+      ba.opts.model.validate();
+    } catch (const capstep::Error& e) {
+      throw CLI::ValidationError(e.what());
+    }
     ba.opts.tf32 = !no_tf32;
     action = [&] { return run_bench(ba); };
   });
