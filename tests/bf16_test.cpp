@@ -17,7 +17,7 @@
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "capstep/safetensors.h"
-#include "capstep/lanes.h"
+#include "lanes/lanes.h"
 #include "capstep/train.h"
 #include "capstep/trace.h"
 #include "ir/bf16.h"

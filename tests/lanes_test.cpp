@@ -12,7 +12,7 @@
 #include "backend/host/loop_jit.h"
 #include "capstep/cuda.h"
 #include "capstep/interpreter.h"
-#include "capstep/lanes.h"
+#include "lanes/lanes.h"
 #include "test_util.h"
 
 using namespace capstep;

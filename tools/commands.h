@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "capstep/lanes.h"
+#include "lanes/lanes.h"
 #include "capstep/train.h"
 
 namespace capstep::cli {

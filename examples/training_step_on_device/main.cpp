@@ -8,7 +8,7 @@
 #include <charconv>
 #include <iostream>
 
-#include "capstep/lanes.h"
+#include "lanes/lanes.h"
 #include "env_options.h"  // tools/: the CAPSTEP_HOST_* and CAPSTEP_CUDA_* switches, read as `capstep` reads them,
                           // and CAPSTEP_PJRT_PLUGIN
 

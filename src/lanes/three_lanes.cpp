@@ -20,7 +20,7 @@
 #include "capstep/trace.h"
 #include "capstep/data.h"
 #include "capstep/interpreter.h"
-#include "capstep/lanes.h"
+#include "lanes/lanes.h"
 #include "train/stepper.h"
 
 namespace capstep::lanes {

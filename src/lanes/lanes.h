@@ -8,7 +8,8 @@
 //   [4] XLA (PJRT), AdamW in the program, donated buffers: the with_adamw
 //       program through a PJRT plugin (Options::backend.pjrt.plugin; skipped
 //       by name without one), parameters and moments in the plugin's buffers
-// Shared by examples/training_step_on_device and `capstep bench`.
+// Shared by examples/training_step_on_device and `capstep bench`: a
+// benchmark's report, not part of the installed API.
 #pragma once
 
 #include <cstdint>
