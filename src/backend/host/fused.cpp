@@ -16,7 +16,7 @@
 #include "backend/host/parallel.h"
 #include "backend/host/reduce_combine.h"
 #include "ir/scalar_math.h"
-#include "optim/adamw_kernel.h"
+#include "backend/host/adamw_kernel.h"
 
 namespace capstep::host {
 namespace {

@@ -1,4 +1,4 @@
-// The host AdamW kernel (adamw.cpp), for the host interpreter too: a fused
+// The host AdamW kernel (src/backend/host/adamw.cpp), for the host interpreter too: a fused
 // group that is one parameter's with_adamw update runs it (fused.cpp), in
 // the program's operation order, so the same bits as the group's members.
 #pragma once
