@@ -749,6 +749,15 @@ TEST(Train, GpuLanesScheduleClipAndValidationFollowTheHost) {
   }
 }
 
+// Trains `o` into a checkpoint in d and returns sampling options that read it.
+train::SampleOptions trained(train::Options& o, const TempDir& d) {
+  o.save_path = d.file("s.safetensors");
+  train::train(o);
+  train::SampleOptions s;
+  s.checkpoint = o.save_path;
+  return s;
+}
+
 TEST(Train, OptionsOutOfRangeAreRefusedByName) {
   train::Options o = small_options();
   o.steps = 0;
@@ -771,11 +780,7 @@ TEST(Sample, GreedyPicksTheArgmaxOfAnUnpaddedProgram) {
   TempDir d;
   train::Options o = small_options();
   o.steps = 30;
-  o.save_path = d.file("s.safetensors");
-  train::train(o);
-
-  train::SampleOptions s;
-  s.checkpoint = o.save_path;
+  train::SampleOptions s = trained(o, d);
   s.prompt = "The ca";          // 6 tokens, shorter than the window of 8
   s.tokens = 1;
   s.temperature = 0;
@@ -799,11 +804,7 @@ TEST(Sample, LengthSymbolsSeedAndStreaming) {
   TempDir d;
   train::Options o = small_options();
   o.steps = 20;
-  o.save_path = d.file("s.safetensors");
-  train::train(o);
-
-  train::SampleOptions s;
-  s.checkpoint = o.save_path;
+  train::SampleOptions s = trained(o, d);
   s.prompt = "Is the hog tan? ";    // longer than the window: it slides
   s.tokens = 40;
   s.temperature = 1.0;
@@ -868,11 +869,7 @@ TEST(Sample, KvCacheGivesTheReferencesGreedyTokensForEveryArchitecture) {
     SCOPED_TRACE(nn::arch_name(a));
     TempDir d;
     train::Options o = arch_options(a);
-    o.save_path = d.file("s.safetensors");
-    train::train(o);
-
-    train::SampleOptions s;
-    s.checkpoint = o.save_path;
+    train::SampleOptions s = trained(o, d);
     s.prompt = "The ca";
     s.tokens = 26;
     s.temperature = 0;
@@ -911,10 +908,7 @@ TEST(Sample, KvCacheGivesTheReferencesGreedyTokensForEveryArchitecture) {
 TEST(Sample, KvCacheSlidesWhenTheWindowIsFull) {
   TempDir d;
   train::Options o = arch_options(nn::Arch::llama);
-  o.save_path = d.file("s.safetensors");
-  train::train(o);
-  train::SampleOptions s;
-  s.checkpoint = o.save_path;
+  train::SampleOptions s = trained(o, d);
   s.prompt = "The ca";
   s.tokens = 40;
   s.temperature = 0;
@@ -944,10 +938,7 @@ TEST(Sample, KvCacheSlidesWhenTheWindowIsFull) {
 TEST(Sample, TopKOneAndTinyTopPAreGreedy) {
   TempDir d;
   train::Options o = arch_options(nn::Arch::gpt2);
-  o.save_path = d.file("s.safetensors");
-  train::train(o);
-  train::SampleOptions s;
-  s.checkpoint = o.save_path;
+  train::SampleOptions s = trained(o, d);
   s.prompt = "Is the ";
   s.tokens = 20;
   s.temperature = 0;
