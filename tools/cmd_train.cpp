@@ -206,6 +206,7 @@ int run_train(TrainArgs a) {
   const std::string plugin = o.backend.pjrt.plugin;  // --pjrt-plugin over CAPSTEP_PJRT_PLUGIN
   o.backend = env::backend_options(o.backend);
   if (!plugin.empty()) o.backend.pjrt.plugin = plugin;
+  o.lane = !a.lane.empty() ? train::parse_lane(a.lane) : train::Lane{parse_backend(a.backend), a.adamw == "program"};
   // --data-parallel: this process is one rank of an MPI job. Every rank parses
   // the same options and takes the same decisions below; only rank 0 prints
   // and writes files.
@@ -218,7 +219,8 @@ int run_train(TrainArgs a) {
     // (Untested: only a one-GPU machine has been available.)
     const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if ((a.backend == "cuda" || a.lane.rfind("cuda", 0) == 0 || a.lane.rfind("gpu", 0) == 0) && local_rank && local_size && std::atoi(local_size) > 1 && !std::getenv("CUDA_VISIBLE_DEVICES"))
+    if (o.lane.backend == BackendKind::cuda && local_rank && local_size && std::atoi(local_size) > 1 &&
+        !std::getenv("CUDA_VISIBLE_DEVICES"))
       setenv("CUDA_VISIBLE_DEVICES", local_rank, 1);
     comm = std::make_unique<dist::MpiCommunicator>(a.dp_timeout);
     o.comm = comm.get();
@@ -237,7 +239,6 @@ int run_train(TrainArgs a) {
 #ifdef CAPSTEP_HAVE_MPI
   if (comm) rank = comm->rank();
 #endif
-  o.lane = train::parse_lane(!a.lane.empty() ? a.lane : a.backend + (a.adamw == "program" ? "-fused" : ""));
   if (o.save_every > 0 && o.save_path.empty()) throw UsageError("--save-every needs --save FILE");
   if (!a.plot.empty() && plot_format(a.plot).empty())
     throw UsageError("--plot: '" + a.plot + "' must end in .svg or .png");

@@ -96,13 +96,9 @@ void run_phases(const Options& o, Lane& lane, StartFn&& start, StepFn&& step) {
 // and where AdamW runs), reset to the start before each phase; step k fills
 // batch k and takes AdamW step k+1.
 void run_lane(const Options& o, const Start& s, const train::Lane& which, const Program& grad, Lane& lane) {
-  BackendOptions bo = o.backend;
-  bo.cuda.tf32 = o.tf32;
-  bo.cuda.cuda_graph = true;
-  bo.cuda.nccl = nullptr;
-  bo.communicator = nullptr;
   const std::unique_ptr<train::Stepper> stepper =
-      train::make_stepper(which, train::step_program(which, grad, s.names, o.adamw), s.names, o.adamw, 0.f, bo);
+      train::make_stepper(which, train::step_program(which, grad, s.names, o.adamw), s.names, o.adamw, 0.f,
+                          train::lane_backend_options(o.backend, o.tf32, nullptr, nullptr));
   const train::State start{s.names, s.params, zeros_like(s.params), zeros_like(s.params)};
   Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens;
   run_phases(

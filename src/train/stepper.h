@@ -49,6 +49,12 @@ class Stepper {
   virtual BackendInfo describe() const = 0;
 };
 
+// `base` with what a lane sets itself: TF32 dots as asked, a CUDA graph, and
+// the replicas its all_reduce equations sum over (nccl on CUDA, comm on the
+// host; nullptr: one replica).
+BackendOptions lane_backend_options(const BackendOptions& base, bool tf32, cuda::NcclCommunicator* nccl,
+                                    Communicator* comm);
+
 // The program a lane's step runs: `grad` (value_and_grad of the loss program
 // over every parameter, its first inputs in `names` order, then "tokens" and
 // "targets", possibly through optim::data_parallel and optim::clip_grad_norm),

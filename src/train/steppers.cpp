@@ -179,6 +179,16 @@ class FusedStepper final : public Stepper {
 
 }  // namespace
 
+BackendOptions lane_backend_options(const BackendOptions& base, bool tf32, cuda::NcclCommunicator* nccl,
+                                    Communicator* comm) {
+  BackendOptions bo = base;
+  bo.cuda.tf32 = tf32;
+  bo.cuda.cuda_graph = true;
+  bo.cuda.nccl = nccl;
+  bo.communicator = comm;
+  return bo;
+}
+
 Program step_program(const Lane& lane, const Program& grad, const std::vector<std::string>& names, const optim::AdamW& o) {
   return lane.adamw_in_program ? optim::with_adamw(grad, names, o) : grad;
 }

@@ -248,12 +248,8 @@ Result train(const Options& o) {
   const Program step = step_program(r.lane_used, grad, state.names, o.adamw);
   check_host_memory(o, r.lane_used.backend == BackendKind::host, step, o.val_fraction > 0 ? &forward_program : nullptr);
   if (o.val_fraction > 0) forward = std::make_unique<host::Interpreter>(std::move(forward_program), o.backend.host);
-  BackendOptions bo = o.backend;
-  bo.cuda.tf32 = o.tf32;
-  bo.cuda.cuda_graph = true;
-  bo.cuda.nccl = nccl;
-  bo.communicator = o.comm;
-  std::unique_ptr<Stepper> stepper = make_stepper(r.lane_used, step, state.names, o.adamw, clip, bo);
+  std::unique_ptr<Stepper> stepper = make_stepper(r.lane_used, step, state.names, o.adamw, clip,
+                                                  lane_backend_options(o.backend, o.tf32, nccl, o.comm));
   stepper->set_state(state);
   state = State{};
 

@@ -13,6 +13,7 @@ struct TrainStep::Impl {
   optim::AdamW o;
   std::vector<int> state_in[3];  // parameters, m, v: their input indices
   int sc[4] = {-1, -1, -1, -1};
+  std::vector<char> role;        // per input: 0 the caller's, 1 state, 2 an AdamW scalar
   int loss_out = -1;
   int64_t steps = 0;
   Array scalar{Type{DType::f32, {}}}, loss;
@@ -29,6 +30,10 @@ struct TrainStep::Impl {
       }
     for (int i = 0; i < 4; ++i) sc[i] = b->input(optim::kScalarNames[i]);
     loss_out = b->output("loss");
+    role.assign(p.inputs.size(), 0);
+    for (const std::vector<int>& g : state_in)
+      for (int i : g) role[static_cast<size_t>(i)] = 1;
+    for (int i : sc) role[static_cast<size_t>(i)] = 2;
   }
   static std::string state_name(int g, const std::string& name) {
     return g == 0 ? name : g == 1 ? optim::moment1_name(name) : optim::moment2_name(name);
@@ -112,12 +117,10 @@ void TrainStep::save(const std::string& path) const {
 
 void TrainStep::set(const std::string& input, const Array& a) {
   const int i = impl_->b->input(input);
-  for (int g = 0; g < 3; ++g)
-    for (int s : impl_->state_in[g])
-      if (s == i)
-        throw Error("TrainStep::set: \"" + input + "\" is the step's state; set it with init() or load()");
-  for (int s : impl_->sc)
-    if (s == i) throw Error("TrainStep::set: \"" + input + "\" is an AdamW scalar; step() fills it");
+  if (impl_->role[static_cast<size_t>(i)] == 1)
+    throw Error("TrainStep::set: \"" + input + "\" is the step's state; set it with init() or load()");
+  if (impl_->role[static_cast<size_t>(i)] == 2)
+    throw Error("TrainStep::set: \"" + input + "\" is an AdamW scalar; step() fills it");
   impl_->b->set_input(i, a);
 }
 
