@@ -51,14 +51,14 @@ using test::TempDir;
 
 // The CUDA built-ins the generated kernels use, for a host compiler.
 const char* const kShim = R"(#pragma once
-#include <atomic>
-#include <barrier>
-#include <deque>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <functional>
-#include <thread>
+#include <stdexcept>
 #include <vector>
+#include <sys/mman.h>
+#include <ucontext.h>
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
 inline thread_local dim3 threadIdx, blockIdx;
 inline dim3 gridDim, blockDim;
@@ -73,82 +73,114 @@ inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); retu
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 inline long long __double_as_longlong(double d) { long long u; std::memcpy(&u, &d, 8); return u; }
 namespace capstep_emu {
-struct Warp { std::barrier<> bar{32}; unsigned char slot[32][8]; };
-inline thread_local Warp* warp = nullptr;
-// 32 lane threads, reused warp after warp: each warp's lanes meet at every shuffle.
-struct Lanes {
-  std::barrier<> start{33}, done{33};
-  const std::function<void()>* task = nullptr;
-  unsigned block = 0, first = 0;
-  bool quit = false;
-  Warp wp;
-  std::vector<std::thread> lanes;
-  Lanes() {
-    for (unsigned l = 0; l < 32; ++l)
-      lanes.emplace_back([this, l] {
-        for (;;) {
-          start.arrive_and_wait();
-          if (quit) return;
-          blockIdx = {block, 1, 1};
-          threadIdx = {first + l, 1, 1};
-          warp = &wp;
-          (*task)();
-          done.arrive_and_wait();
-        }
-      });
-  }
-  ~Lanes() {
-    quit = true;
-    start.arrive_and_wait();
-    for (auto& t : lanes) t.join();
-  }
-  void run(const std::function<void()>& f, unsigned b, unsigned w) {
-    task = &f;
-    block = b;
-    first = w * 32;
-    start.arrive_and_wait();
-    done.arrive_and_wait();
+// Threads that meet (a warp's shuffles, a block's __syncthreads, the
+// persistent kernel's grid barrier) run as fibers (ucontext) on the calling
+// thread, each in turn until it waits: one OS thread, no locks, and always
+// the same order of switches. A kernel's threads that never meet run one
+// after another as plain calls.
+void yield();
+// n fibers meet here: each waits until the last one arrives.
+struct Bar {
+  unsigned n, count = 0, gen = 0;
+  explicit Bar(unsigned n) : n(n) {}
+  void arrive_and_wait() {
+    const unsigned g = gen;
+    if (++count == n) { count = 0; ++gen; return; }
+    while (gen == g) yield();
   }
 };
+struct Warp { Bar bar{32}; unsigned char slot[32][8]; };
+inline thread_local Warp* warp = nullptr;
+inline thread_local Bar* block_bar = nullptr;
+struct Fiber {
+  ucontext_t ctx;
+  void* stack = nullptr;
+  dim3 tid, bid;
+  Warp* warp = nullptr;
+  Bar* bar = nullptr;
+  bool done = false;
+};
+constexpr size_t kStack = size_t(1) << 18;  // mapped, so only the pages a thread touches are memory
+struct Scheduler {
+  ucontext_t main;
+  std::deque<Fiber> fibers;  // their stacks are reused from launch to launch
+  size_t current = 0;
+  const std::function<void()>* task = nullptr;
+};
+inline Scheduler sched;
+inline void yield() { swapcontext(&sched.fibers[sched.current].ctx, &sched.main); }
+inline void fiber_main() {
+  (*sched.task)();
+  sched.fibers[sched.current].done = true;  // returns to sched.main (uc_link)
+}
+// Runs f on `count` fibers, set(i, fiber) giving fiber i its indices, warp
+// and block barrier; round after round until every one has returned.
+template <class Set> void run_fibers(unsigned count, const Set& set, const std::function<void()>& f) {
+  while (sched.fibers.size() < count) {
+    Fiber& fb = sched.fibers.emplace_back();
+    fb.stack = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (fb.stack == MAP_FAILED) throw std::runtime_error("no memory for a fiber's stack");
+  }
+  for (unsigned i = 0; i < count; ++i) {
+    Fiber& fb = sched.fibers[i];
+    getcontext(&fb.ctx);
+    fb.ctx.uc_stack.ss_sp = fb.stack;
+    fb.ctx.uc_stack.ss_size = kStack;
+    fb.ctx.uc_link = &sched.main;
+    makecontext(&fb.ctx, fiber_main, 0);
+    fb.done = false;
+    set(i, fb);
+  }
+  sched.task = &f;
+  for (unsigned live = count; live > 0;)
+    for (unsigned i = 0; i < count; ++i) {
+      Fiber& fb = sched.fibers[i];
+      if (fb.done) continue;
+      sched.current = i;
+      threadIdx = fb.tid;
+      blockIdx = fb.bid;
+      warp = fb.warp;
+      block_bar = fb.bar;
+      swapcontext(&sched.main, &fb.ctx);
+      if (fb.done) --live;
+    }
+}
 // Blocks one after another; without lockstep every thread runs to the end on
 // its own (no kernel but the row kernels talks across threads); with it, each
 // warp's 32 lanes run together.
 inline void run(unsigned blocks, unsigned threads, bool lockstep, const std::function<void()>& f) {
-  static Lanes lanes;
   gridDim = {blocks, 1, 1};
   blockDim = {threads, 1, 1};
+  Warp wp;
   for (unsigned b = 0; b < blocks; ++b) {
     if (!lockstep) {
       for (unsigned t = 0; t < threads; ++t) { blockIdx = {b, 1, 1}; threadIdx = {t, 1, 1}; f(); }
       continue;
     }
-    for (unsigned w = 0; w < threads / 32; ++w) lanes.run(f, b, w);
+    for (unsigned w = 0; w < threads / 32; ++w)
+      run_fibers(32, [&](unsigned l, Fiber& fb) { fb.tid = {w * 32 + l, 1, 1}; fb.bid = {b, 1, 1}; fb.warp = &wp; fb.bar = nullptr; }, f);
   }
 }
-// The persistent kernel: every thread of every block at once (its grid
-// barrier needs all blocks resident), each warp's lanes meeting at shuffles,
-// each block's threads at __syncthreads.
-inline thread_local std::barrier<>* block_bar = nullptr;
-// blocks [first, first + count) of a grid of `blocks`, every thread of them at once
+// blocks [first, first + count) of a grid of `blocks`, every thread of them
+// at once: each warp's lanes meet at shuffles, each block's threads at
+// __syncthreads, and (the persistent kernel) all of them at its grid barrier.
 inline void run_concurrently(unsigned blocks, unsigned first, unsigned count, unsigned threads,
                              const std::function<void()>& f) {
   gridDim = {blocks, 1, 1};
   blockDim = {threads, 1, 1};
   std::vector<Warp> warps(count * threads / 32);
-  std::deque<std::barrier<>> bars;  // (not movable: a deque never moves them)
+  std::deque<Bar> bars;
   for (unsigned b = 0; b < count; ++b) bars.emplace_back(threads);
-  std::vector<std::thread> all;
-  for (unsigned b = 0; b < count; ++b)
-    for (unsigned t = 0; t < threads; ++t)
-      all.emplace_back([&, b, t] {
-        blockIdx = {first + b, 1, 1};
-        threadIdx = {t, 1, 1};
-        warp = &warps[b * threads / 32 + t / 32];
-        block_bar = &bars[b];
-        f();
-      });
-  for (auto& t : all) t.join();
+  run_fibers(count * threads, [&](unsigned i, Fiber& fb) {
+    const unsigned b = i / threads, t = i % threads;
+    fb.tid = {t, 1, 1};
+    fb.bid = {first + b, 1, 1};
+    fb.warp = &warps[i / 32];
+    fb.bar = &bars[b];
+  }, f);
 }
+// The persistent kernel: every thread of every block at once (its grid
+// barrier needs all blocks resident).
 inline void run_grid(unsigned blocks, unsigned threads, const std::function<void()>& f) {
   run_concurrently(blocks, 0, blocks, threads, f);
 }
@@ -164,13 +196,15 @@ inline void __syncthreads() { capstep_emu::block_bar->arrive_and_wait(); }
 #define CAPSTEP_SHARED(T, name, n) \
   static T name##_slots[64][n];    \
   T* const name = name##_slots[blockIdx.x % 64]
-inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-inline void __nanosleep(unsigned) { std::this_thread::yield(); }
-inline unsigned atomicAdd(unsigned* a, unsigned v) { return std::atomic_ref<unsigned>(*a).fetch_add(v); }
-inline unsigned atomicExch(unsigned* a, unsigned v) { return std::atomic_ref<unsigned>(*a).exchange(v); }
+inline void __threadfence() {}  // one OS thread: every write is seen at once
+inline void __nanosleep(unsigned) { capstep_emu::yield(); }  // a spin (the grid barrier) lets the others run
+// One OS thread, and a fiber switches only where it waits: these are plain.
+inline unsigned atomicAdd(unsigned* a, unsigned v) { const unsigned old = *a; *a = old + v; return old; }
+inline unsigned atomicExch(unsigned* a, unsigned v) { const unsigned old = *a; *a = v; return old; }
 inline int atomicCAS(int* a, int expected, int desired) {  // returns the old value, as CUDA's
-  std::atomic_ref<int>(*a).compare_exchange_strong(expected, desired);
-  return expected;
+  const int old = *a;
+  if (old == expected) *a = desired;
+  return old;
 }
 // The attention kernels (plan/attention_source.h) declare their shared
 // memory directly: blocks run one after another (run_blocks), so a
