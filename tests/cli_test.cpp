@@ -29,6 +29,7 @@
 #include "capstep/data.h"
 #include "capstep/interpreter.h"
 #include "capstep/nn.h"
+#include "capstep/stablehlo.h"
 #include "capstep/train.h"
 
 #include "process_util.h"
@@ -469,9 +470,9 @@ TEST(Cli, UsageErrorsExitTwoWithTheirMessage) {
       {{"bench", "--lane", "host"}, "--lane"},
       {{"bench", "--arch", "gpt2", "--kv-heads", "2"}, "--kv-heads: applies to --arch llama, not gpt2"},
       {{"bench", "--arch", "llama", "--kv-heads", "3"}, "kv_heads 3 must divide heads 4"},
-      {{"show", "--program", "backward"}, "--program: backward not in {forward,grad,fused}"},
+      {{"show", "--program", "backward"}, "--program: backward not in {forward,grad,fused,prefill,decode}"},
       {{"export", "--program", "grad"}, "--out is required"},
-      {{"export", "--program", "forward", "--out", d.file("x.mlir")}, "--program: forward not in {grad,fused}"},
+      {{"export", "--program", "forward", "--out", d.file("x.mlir")}, "--program: forward not in {grad,fused,prefill,decode}"},
   };
   for (const Case& c : cases) {
     std::string line;
@@ -812,6 +813,54 @@ TEST(Cli, ShowAndExportPrintThePrograms) {
   const Outcome e = run({"export", "--program", "grad", "--layers", "1", "--out", d.file("g.mlir")});
   ASSERT_EQ(e.code, 0) << e.err;
   EXPECT_EQ(slurp(d.file("g.mlir")).rfind("module @capstep", 0), 0u);
+}
+
+// The KV cache's two programs of `capstep sample`: show and export take
+// --program prefill|decode; the exported text reads back as the program the
+// library captures (its inputs by name and type); the options that do not
+// apply are usage errors naming themselves.
+TEST(Cli, ShowAndExportTheKvCachePrograms) {
+  NEED_BINARY();
+  TempDir d;
+  const std::vector<std::string> llama = {"--arch", "llama", "--layers", "1", "--heads", "4", "--kv-heads", "2"};
+  auto with = [&](std::vector<std::string> a) { a.insert(a.end(), llama.begin(), llama.end()); return a; };
+  const Outcome p = run(with({"export", "--program", "prefill", "--out", d.file("p.mlir")}));
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_NE(p.out.find("the prefill program of"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("over 16 prompt tokens"), std::string::npos) << p.out;
+  const Outcome q = run(with({"export", "--program", "decode", "--out", d.file("d.mlir")}));
+  ASSERT_EQ(q.code, 0) << q.err;
+  EXPECT_NE(q.out.find("one token over a cache of 256 rows"), std::string::npos) << q.out;
+  nn::LmConfig c;
+  c.arch = nn::Arch::llama;
+  c.n_layers = 1;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  const std::pair<std::string, Program> both[] = {{"p.mlir", nn::lm_prefill_program(c, c.seq)},
+                                                  {"d.mlir", nn::lm_decode_program(c, c.context)}};
+  for (const auto& [file, want] : both) {
+    const Program got = from_stablehlo(slurp(d.file(file)));
+    ASSERT_EQ(got.inputs.size(), want.inputs.size()) << file;
+    for (size_t i = 0; i < want.inputs.size(); ++i) {
+      EXPECT_EQ(got.inputs[i].name, want.inputs[i].name) << file;
+      EXPECT_EQ(got.input_type(static_cast<int>(i)).str(), want.input_type(static_cast<int>(i)).str()) << file;
+    }
+    ASSERT_EQ(got.outputs.size(), want.outputs.size()) << file;
+    for (size_t o = 0; o < want.outputs.size(); ++o) EXPECT_EQ(got.outputs[o].name, want.outputs[o].name) << file;
+  }
+  const Outcome k = run(with({"show", "--program", "decode", "--kernels"}));
+  ASSERT_EQ(k.code, 0) << k.err;
+  EXPECT_NE(k.out.find("total "), std::string::npos) << k.out;
+  for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"export", "--program", "decode", "--precision", "bf16"}, "--precision: the decode program is f32 only"},
+           {{"export", "--program", "prefill", "--fused-attention"}, "--fused-attention goes with --program forward, grad or fused"},
+           {{"show", "--program", "decode", "--data-parallel", "2"}, "--data-parallel goes with --program grad or fused"}}) {
+    std::vector<std::string> a = args;
+    if (a[0] == "export") a.insert(a.end(), {"--out", d.file("x.mlir")});
+    const Outcome r = run(a);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  }
 }
 
 // --precision bf16 (issue 11): train, bench and export run the mixed-precision

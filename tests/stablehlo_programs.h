@@ -308,6 +308,32 @@ inline Case fused_step_case(const nn::LmConfig& c, const std::string& name, doub
   return {name, fused, in};
 }
 
+// The KV cache's programs of `capstep sample` (nn::lm_prefill_program over
+// c.seq tokens, lm_decode_program over a cache of c.context rows), with
+// initial parameters, fixed tokens, random caches and the token at `pos`.
+inline Case kv_cache_case(const nn::LmConfig& c, bool decode, const std::string& name, int32_t pos = 0) {
+  Case k;
+  k.name = name;
+  k.program = decode ? nn::lm_decode_program(c, c.context) : nn::lm_prefill_program(c, c.seq);
+  std::vector<Array> params = nn::init_parameters(c, 42);
+  for (Array& a : params) k.inputs.push_back(std::move(a));
+  uint32_t seed = 300;
+  for (size_t i = k.inputs.size(); i < k.program.inputs.size(); ++i) {
+    const std::string& in = k.program.inputs[i].name;
+    const Type t = k.program.input_type(static_cast<int>(i));
+    if (in == "pos") {
+      k.inputs.push_back(Array::i32({1}, {pos}));
+    } else if (t.dtype == DType::i32) {  // "tokens" or "token"
+      std::vector<int32_t> tok(static_cast<size_t>(t.numel()));
+      for (size_t j = 0; j < tok.size(); ++j) tok[j] = static_cast<int32_t>((j * 7 + 3) % static_cast<size_t>(c.vocab));
+      k.inputs.push_back(Array::i32(t.shape, tok));
+    } else {  // a layer's k_cache or v_cache
+      k.inputs.push_back(random_array(t, -1, 1, seed++));
+    }
+  }
+  return k;
+}
+
 inline nn::LmConfig tiny_lm() {
   nn::LmConfig c;
   c.vocab = 11;

@@ -73,6 +73,14 @@ TEST(StablehloRoundTrip, ReadsJaxsSliceConcatenatePad) {
   EXPECT_EQ(out[1].get(9 + 8), 0);
   EXPECT_EQ(out[1].get(2 * 9 + 3), 11);
 }
+TEST(StablehloRoundTrip, PrefillAndDecodePrograms) {
+  for (const nn::Arch a : {nn::Arch::gpt2, nn::Arch::llama}) {
+    nn::LmConfig c = tiny_lm();
+    c.arch = a;
+    check_round_trip(kv_cache_case(c, false, std::string("prefill_") + nn::arch_name(a)));
+    check_round_trip(kv_cache_case(c, true, std::string("decode_") + nn::arch_name(a), 2));
+  }
+}
 TEST(StablehloRoundTrip, TinyFusedTrainingStep) { check_round_trip(fused_step_case(tiny_lm(), "tiny_step")); }
 
 // The check: the seed's full fused training step (311,936 parameters,

@@ -226,6 +226,24 @@ TEST(StablehloXla, TinyGpt2AndLlamaFusedTrainingSteps) {
   check_with_xla(fused_step_case(l, "tiny_llama_step", 0, true));
 }
 
+// The KV cache's prefill and decode programs (`capstep export --program
+// prefill|decode`) of the three architectures: XLA gives the interpreter's
+// logits and new key/value rows. The decode token sits inside the cache
+// (rows after it hold values it must not see) and at its last row.
+TEST(StablehloXla, PrefillAndDecodePrograms) {
+  REQUIRE_JAX();
+  for (const nn::Arch a : {nn::Arch::seed, nn::Arch::gpt2, nn::Arch::llama}) {
+    nn::LmConfig c = tiny_lm();
+    c.arch = a;
+    if (a == nn::Arch::llama) c.n_kv_heads = 1;
+    const std::string arch = nn::arch_name(a);
+    check_with_xla(kv_cache_case(c, false, "prefill_" + arch));
+    if (a != nn::Arch::gpt2) check_with_xla(kv_cache_case(c, true, "decode_" + arch + "_pos3", 3));
+    if (a != nn::Arch::seed)
+      check_with_xla(kv_cache_case(c, true, "decode_" + arch + "_last", static_cast<int32_t>(c.context - 1)));
+  }
+}
+
 // The check: the seed's full fused training step, exported, compiled
 // by XLA, run on the same inputs; loss, params', m', v' within 1e-5 relative of
 // the host interpreter, and params/m/v donated.

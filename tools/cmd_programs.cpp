@@ -22,8 +22,17 @@ namespace {
 // fused_attention the loss goes through fuse_attention first; bf16: then
 // through optim::mixed_precision_bf16. replicas > 0: the gradient program
 // through optim::data_parallel.
+// prefill: the KV cache's first program over --seq prompt tokens; decode: its
+// one-token program over a cache of --context rows (nn::lm_prefill_program,
+// lm_decode_program: what `capstep sample` runs), in f32.
 Program model_program(const nn::LmConfig& c, const std::string& which, optim::Precision precision, bool fused_attention,
                       int replicas) {
+  if (which == "prefill" || which == "decode") {
+    if (precision != optim::Precision::f32) throw UsageError("--precision: the " + which + " program is f32 only");
+    if (fused_attention) throw UsageError("--fused-attention goes with --program forward, grad or fused");
+    if (replicas > 0) throw UsageError("--data-parallel goes with --program grad or fused");
+    return which == "prefill" ? nn::lm_prefill_program(c, c.seq) : nn::lm_decode_program(c, c.context);
+  }
   Program loss = nn::lm_loss_program(c);
   if (fused_attention) loss = fuse_attention(loss);
   loss = optim::with_precision(loss, precision);
@@ -34,7 +43,7 @@ Program model_program(const nn::LmConfig& c, const std::string& which, optim::Pr
   if (replicas > 0) grad = optim::data_parallel(grad, names, replicas);
   if (which == "grad") return grad;
   if (which == "fused") return optim::with_adamw(grad, names, optim::AdamW{});
-  throw UsageError("--program: '" + which + "' is not one of forward, grad, fused");
+  throw UsageError("--program: '" + which + "' is not one of forward, grad, fused, prefill, decode");
 }
 
 }  // namespace
@@ -61,7 +70,7 @@ int run_show(const ShowArgs& a) {
 }
 
 int run_export(const ExportArgs& a) {
-  if (a.program == "forward") throw UsageError("--program: export takes grad or fused");
+  if (a.program == "forward") throw UsageError("--program: export takes grad, fused, prefill or decode");
   // "-": the program on standard output and the summary on standard error, so
   // that `capstep export --out - | tool` reads the program alone.
   const bool to_stdout = a.out == "-";
@@ -81,6 +90,8 @@ int run_export(const ExportArgs& a) {
       << (a.precision == optim::Precision::bf16 ? " bf16 mixed-precision" : "") << " program of \"" << c.describe()
       << "\" as StableHLO";
   if (replicas > 0) say << ", data-parallel over " << replicas << " replicas (batch " << c.batch << " each)";
+  if (a.program == "prefill") say << ", over " << c.seq << " prompt tokens";
+  if (a.program == "decode") say << ", one token over a cache of " << c.context << " rows";
   say << "\n";
   return kOk;
 }
