@@ -24,6 +24,7 @@
 #include "backend/pjrt/pjrt.h"
 #include "capstep/backend.h"
 #include "capstep/interpreter.h"
+#include "capstep/safetensors.h"
 #include "stablehlo_programs.h"
 #include "stablehlo_test_util.h"
 #include "test_util.h"
@@ -277,6 +278,84 @@ TEST(Pjrt, ACompileFailureCarriesTheCompilersMessage) {
     EXPECT_EQ(m.rfind("PJRT_Client_Compile: ", 0), 0u) << m;
     EXPECT_GT(m.size(), std::string("PJRT_Client_Compile: ").size() + 10) << m;
     std::printf("the plugin's message: %s\n", m.c_str());
+  }
+}
+
+// The compile cache (PjrtOptions::cache_dir): the first backend compiles and
+// saves, a second loads, and both give the same bits; a second program is a
+// second entry; an entry whose executable bytes are damaged, or whose key
+// line is another's, is compiled again and replaced; a cache directory that
+// cannot be made is an Error naming it.
+TEST(Pjrt, CompileCacheLoadsWhatItSavedAndReplacesWhatItCannotUse) {
+  std::string why;
+  BackendOptions o;
+  o.pjrt.plugin = test::pjrt_plugin(&why);
+  if (const std::string w = skip_reason(BackendKind::pjrt); !w.empty()) GTEST_SKIP() << w;
+  test::TempDir d;
+  o.pjrt.cache_dir = d.file("cache");
+  const Case c = fused_step_case(tiny_lm(), "tiny_step");
+  auto run = [&](const Program& p, const std::vector<Array>& in, std::string* plan) {
+    std::unique_ptr<Backend> b = make_backend(BackendKind::pjrt, p, o);
+    *plan = b->describe().plan;
+    for (size_t i = 0; i < in.size(); ++i) b->set_input(static_cast<int>(i), in[i]);
+    b->run();
+    std::vector<Array> out(p.outputs.size());
+    for (size_t j = 0; j < out.size(); ++j) b->read_output(static_cast<int>(j), out[j]);
+    return out;
+  };
+  auto entries = [&] {
+    std::vector<fs::path> e;
+    for (const auto& f : fs::directory_iterator(o.pjrt.cache_dir)) e.push_back(f.path());
+    return e;
+  };
+  auto expect_same = [&](const std::vector<Array>& a, const std::vector<Array>& b, const std::string& what) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t j = 0; j < a.size(); ++j) EXPECT_TRUE(a[j].bit_equal(b[j])) << what << ": output " << c.program.outputs[j].name;
+  };
+  std::string plan;
+  const std::vector<Array> first = run(c.program, c.inputs, &plan);
+  EXPECT_NE(plan.find("compiled, saved in the compile cache (" + o.pjrt.cache_dir), std::string::npos) << plan;
+  ASSERT_EQ(entries().size(), 1u);
+  const fs::path entry = entries()[0];
+  EXPECT_EQ(entry.extension(), ".pjrt");
+  expect_same(first, run(c.program, c.inputs, &plan), "loaded");
+  EXPECT_NE(plan.find("loaded from the compile cache (" + entry.string() + ")"), std::string::npos) << plan;
+
+  const Case s = sgd_step_case();
+  run(s.program, s.inputs, &plan);
+  EXPECT_NE(plan.find("compiled, saved"), std::string::npos) << plan;
+  EXPECT_EQ(entries().size(), 2u);
+
+  // The executable's bytes damaged (the key line kept): the plugin refuses
+  // them, so it is compiled again and the entry replaced.
+  std::string bytes = test::slurp(entry.string());
+  const size_t head = bytes.find('\n', bytes.find('\n') + 1) + 1;
+  ASSERT_LT(head, bytes.size());
+  const std::string good = bytes;
+  for (size_t i = head; i < bytes.size(); ++i) bytes[i] = static_cast<char>(bytes[i] ^ 0x5a);
+  write_file_atomically(entry.string(), bytes);
+  expect_same(first, run(c.program, c.inputs, &plan), "recompiled after damage");
+  EXPECT_NE(plan.find("the plugin could not load the entry there"), std::string::npos) << plan;
+  EXPECT_GT(test::slurp(entry.string()).size(), head);
+  run(c.program, c.inputs, &plan);
+  EXPECT_NE(plan.find("loaded from the compile cache"), std::string::npos) << "the replaced entry: " << plan;
+
+  // Another key line under this name (a collision, or a file of another
+  // version): not used.
+  std::string other = good;
+  other.replace(other.find("StableHLO "), 10, "StableHLX ");
+  write_file_atomically(entry.string(), other);
+  expect_same(first, run(c.program, c.inputs, &plan), "recompiled after another key");
+  EXPECT_NE(plan.find("for another program or plugin"), std::string::npos) << plan;
+
+  o.pjrt.cache_dir = entry.string() + "/sub";   // under a file: cannot be made
+  try {
+    run(c.program, c.inputs, &plan);
+    ADD_FAILURE() << "a cache directory under a file was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("PJRT compile cache: cannot make the directory '" + o.pjrt.cache_dir + "'"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -203,9 +203,11 @@ void check_output(const char* option, const std::string& path) {
 
 int run_train(TrainArgs a) {
   train::Options& o = a.opts;
-  const std::string plugin = o.backend.pjrt.plugin;  // --pjrt-plugin over CAPSTEP_PJRT_PLUGIN
+  // --pjrt-plugin and --pjrt-cache over CAPSTEP_PJRT_PLUGIN and CAPSTEP_PJRT_CACHE
+  const std::string plugin = o.backend.pjrt.plugin, cache = o.backend.pjrt.cache_dir;
   o.backend = env::backend_options(o.backend);
   if (!plugin.empty()) o.backend.pjrt.plugin = plugin;
+  if (!cache.empty()) o.backend.pjrt.cache_dir = cache;
   o.lane = !a.lane.empty() ? train::parse_lane(a.lane) : train::Lane{parse_backend(a.backend), a.adamw == "program"};
   // --data-parallel: this process is one rank of an MPI job. Every rank parses
   // the same options and takes the same decisions below; only rank 0 prints

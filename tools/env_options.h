@@ -38,7 +38,7 @@ inline void read_threads(const char* name, int* threads) {
   *threads = static_cast<int>(v);
 }
 
-// `o` with every CAPSTEP_HOST_*, CAPSTEP_CUDA_* and CAPSTEP_PJRT_PLUGIN variable that is set applied.
+// `o` with every CAPSTEP_HOST_*, CAPSTEP_CUDA_* and CAPSTEP_PJRT_{PLUGIN,CACHE} variable that is set applied.
 inline BackendOptions backend_options(BackendOptions o = {}) {
   read_threads("CAPSTEP_HOST_THREADS", &o.host_threads);
   read_switch("CAPSTEP_HOST_FUSION", &o.host.fuse);
@@ -49,6 +49,7 @@ inline BackendOptions backend_options(BackendOptions o = {}) {
   read_switch("CAPSTEP_CUDA_OWN_GEMM", &o.cuda.generated_gemm);
   read_switch("CAPSTEP_CUDA_PERSISTENT", &o.cuda.persistent);
   if (const char* e = std::getenv("CAPSTEP_PJRT_PLUGIN"); e != nullptr && *e != '\0') o.pjrt.plugin = e;
+  if (const char* e = std::getenv("CAPSTEP_PJRT_CACHE"); e != nullptr && *e != '\0') o.pjrt.cache_dir = e;
   return o;
 }
 

@@ -198,6 +198,10 @@ int main(int argc, char** argv) {
       ->excludes(backend_opt)->excludes(adamw_opt);
   train->add_option("--pjrt-plugin", ta.opts.backend.pjrt.plugin,
                     "the PJRT plugin (.so) of --backend pjrt (default: CAPSTEP_PJRT_PLUGIN)");
+  train->add_option("--pjrt-cache", ta.opts.backend.pjrt.cache_dir,
+                    "a directory of compiled XLA executables for --backend pjrt: a step compiled once is loaded from "
+                    "there afterwards (default: CAPSTEP_PJRT_CACHE; none)")
+      ->check(kNonEmpty);
   train->add_flag("--require-backend,--require-gpu", ta.opts.require_backend,
                   "fail (exit 1) instead of falling back to the host when the backend cannot run here");
   train->add_flag("!--no-tf32", ta.opts.tf32, "full f32 dots on the GPU (TF32 is the default)");

@@ -27,6 +27,10 @@ struct PjrtOptions {
   // For a GPU plugin: the most of the device's memory its allocator may take
   // (XLA's "memory_fraction"); 0: the plugin's default (0.75 in XLA).
   float memory_fraction = 0;
+  // A directory for compiled executables (made if missing): a program
+  // compiled once for this plugin and device is loaded from there by later
+  // backends and processes instead of compiled again. Empty: no cache.
+  std::string cache_dir;
 };
 
 struct BackendOptions {

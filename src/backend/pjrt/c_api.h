@@ -191,6 +191,28 @@ struct PJRT_Executable_NumOutputs_Args {
   size_t num_outputs;  // out
 };
 
+// ---- the compile cache: an executable to bytes and back (optional entries) ----
+struct PJRT_SerializedExecutable;
+struct PJRT_Executable_Serialize_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const PJRT_Executable* executable;
+  const char* serialized_bytes;   // out; lives as long as serialized_executable
+  size_t serialized_bytes_size;   // out
+  PJRT_SerializedExecutable* serialized_executable;                       // out
+  void (*serialized_executable_deleter)(PJRT_SerializedExecutable* exec);  // out; call once
+};
+struct PJRT_Executable_DeserializeAndLoad_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  const char* serialized_executable;
+  size_t serialized_executable_size;
+  PJRT_LoadedExecutable* loaded_executable;           // out
+  const char* overridden_serialized_compile_options;  // null: the options it was compiled with
+  size_t overridden_serialized_compile_options_size;
+};
+
 // ---- execute ---------------------------------------------------------------------
 struct PJRT_ExecuteOptions {
   size_t struct_size;
@@ -348,14 +370,14 @@ struct PJRT_Api {
   Unused PJRT_Executable_GetCostAnalysis;
   Unused PJRT_Executable_OutputMemoryKinds;
   Unused PJRT_Executable_OptimizedProgram;
-  Unused PJRT_Executable_Serialize;
+  Fn<PJRT_Executable_Serialize_Args> PJRT_Executable_Serialize;
   Fn<PJRT_LoadedExecutable_Destroy_Args> PJRT_LoadedExecutable_Destroy;
   Fn<PJRT_LoadedExecutable_GetExecutable_Args> PJRT_LoadedExecutable_GetExecutable;
   Unused PJRT_LoadedExecutable_AddressableDevices;
   Unused PJRT_LoadedExecutable_Delete;
   Unused PJRT_LoadedExecutable_IsDeleted;
   Fn<PJRT_LoadedExecutable_Execute_Args> PJRT_LoadedExecutable_Execute;
-  Unused PJRT_Executable_DeserializeAndLoad;
+  Fn<PJRT_Executable_DeserializeAndLoad_Args> PJRT_Executable_DeserializeAndLoad;
   Unused PJRT_LoadedExecutable_Fingerprint;
   Fn<PJRT_Buffer_Destroy_Args> PJRT_Buffer_Destroy;
   Unused PJRT_Buffer_ElementType;

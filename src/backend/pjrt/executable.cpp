@@ -1,6 +1,13 @@
 // Compiling StableHLO text with a PJRT plugin, and running the executable.
+#include <cstddef>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string_view>
+
 #include "backend/pjrt/pjrt.h"
 #include "capstep/ir.h"
+#include "capstep/safetensors.h"   // write_file_atomically
 
 namespace capstep::pjrt {
 
@@ -51,7 +58,13 @@ std::string compile_options(int64_t replicas, int64_t partitions) {
   return options;
 }
 
-Executable::Executable(const Client& c, const std::string& mlir) : c_(c) {
+namespace {
+
+// Whether the plugin's table reaches past entry `name` and fills it in.
+#define CAPSTEP_PJRT_HAS(api, name) \
+  ((api)->struct_size >= offsetof(PJRT_Api, name) + sizeof((api)->name) && (api)->name != nullptr)
+
+PJRT_LoadedExecutable* compile(const Client& c, const std::string& mlir, const std::string& opts) {
   std::string code = mlir;
   static const char kFormat[] = "mlir";
   PJRT_Program prog{};
@@ -60,7 +73,6 @@ Executable::Executable(const Client& c, const std::string& mlir) : c_(c) {
   prog.code_size = code.size();
   prog.format = kFormat;
   prog.format_size = sizeof kFormat - 1;
-  const std::string opts = compile_options(1, 1);
   PJRT_Client_Compile_Args a{};
   a.struct_size = CAPSTEP_PJRT_SIZE(PJRT_Client_Compile_Args, executable);
   a.client = c.client;
@@ -68,27 +80,146 @@ Executable::Executable(const Client& c, const std::string& mlir) : c_(c) {
   a.compile_options = opts.data();
   a.compile_options_size = opts.size();
   check(*c.plugin, c.api()->PJRT_Client_Compile(&a), "PJRT_Client_Compile");
-  exe_ = a.executable;
+  return a.executable;
+}
 
-  try {
+// The PJRT_Executable of a loaded one, destroyed with this object.
+class Unloaded {
+ public:
+  Unloaded(const Client& c, PJRT_LoadedExecutable* exe) : c_(c) {
     PJRT_LoadedExecutable_GetExecutable_Args g{};
     g.struct_size = CAPSTEP_PJRT_SIZE(PJRT_LoadedExecutable_GetExecutable_Args, executable);
-    g.loaded_executable = exe_;
+    g.loaded_executable = exe;
     check(*c.plugin, c.api()->PJRT_LoadedExecutable_GetExecutable(&g), "PJRT_LoadedExecutable_GetExecutable");
-    PJRT_Executable_NumOutputs_Args n{};
-    n.struct_size = CAPSTEP_PJRT_SIZE(PJRT_Executable_NumOutputs_Args, num_outputs);
-    n.executable = g.executable;
-    PJRT_Error* e = c.api()->PJRT_Executable_NumOutputs(&n);
+    e_ = g.executable;
+  }
+  ~Unloaded() {
     PJRT_Executable_Destroy_Args d{};
     d.struct_size = CAPSTEP_PJRT_SIZE(PJRT_Executable_Destroy_Args, executable);
-    d.executable = g.executable;
-    PJRT_Error* de = c.api()->PJRT_Executable_Destroy(&d);
-    if (e) {  // the first error is the one to report
-      discard(*c.plugin, de);
-      de = nullptr;
+    d.executable = e_;
+    discard(*c_.plugin, c_.api()->PJRT_Executable_Destroy(&d));  // does not fail in XLA's plugins
+  }
+  Unloaded(const Unloaded&) = delete;
+  Unloaded& operator=(const Unloaded&) = delete;
+  PJRT_Executable* get() const { return e_; }
+
+ private:
+  const Client& c_;
+  PJRT_Executable* e_ = nullptr;
+};
+
+// ---- the compile cache ----------------------------------------------------------------
+// An entry is one file, <dir>/<16 hex digits>.pjrt: a first line naming the
+// format, then the key (one line: the plugin, its API version, the platform
+// and device, hashes and sizes of the compile options and of the StableHLO
+// text), then the plugin's serialized executable. The file's name is the
+// key's hash; an entry is used only when its key line is the one asked for,
+// so a hash collision or a stale entry is a miss, never a wrong executable.
+constexpr std::string_view kCacheFormat = "capstep PJRT executable 1\n";
+
+uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char ch : s) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+std::string hex64(uint64_t v) {
+  static const char digits[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<size_t>(i)] = digits[v & 15];
+  return s;
+}
+
+// The entry at `path` if it exists, holds `key` and the plugin loads it;
+// otherwise nullptr, and `why` says why when an entry was there.
+PJRT_LoadedExecutable* load_cached(const Client& c, const std::string& path, const std::string& key, std::string& why) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return nullptr;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string bytes = ss.str();
+  const std::string head = std::string(kCacheFormat) + key;
+  if (bytes.compare(0, head.size(), head) != 0) {
+    why = "the entry there was for another program or plugin, or damaged; replaced";
+    return nullptr;
+  }
+  PJRT_Executable_DeserializeAndLoad_Args a{};
+  a.struct_size = CAPSTEP_PJRT_SIZE(PJRT_Executable_DeserializeAndLoad_Args, overridden_serialized_compile_options_size);
+  a.client = c.client;
+  a.serialized_executable = bytes.data() + head.size();
+  a.serialized_executable_size = bytes.size() - head.size();
+  try {
+    check(*c.plugin, c.api()->PJRT_Executable_DeserializeAndLoad(&a), "PJRT_Executable_DeserializeAndLoad");
+  } catch (const Error& e) {
+    why = std::string("the plugin could not load the entry there (") + e.what() + "); replaced";
+    return nullptr;
+  }
+  return a.loaded_executable;
+}
+
+void save_cached(const Client& c, PJRT_LoadedExecutable* exe, const std::string& dir, const std::string& path,
+                 const std::string& key) {
+  const Unloaded u(c, exe);
+  PJRT_Executable_Serialize_Args a{};
+  a.struct_size = CAPSTEP_PJRT_SIZE(PJRT_Executable_Serialize_Args, serialized_executable_deleter);
+  a.executable = u.get();
+  check(*c.plugin, c.api()->PJRT_Executable_Serialize(&a), "PJRT_Executable_Serialize");
+  std::string bytes = std::string(kCacheFormat) + key;
+  bytes.append(a.serialized_bytes, a.serialized_bytes_size);
+  if (a.serialized_executable_deleter) a.serialized_executable_deleter(a.serialized_executable);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error("PJRT compile cache: cannot make the directory '" + dir + "': " + ec.message());
+  try {
+    write_file_atomically(path, bytes);
+  } catch (const Error& e) {
+    throw Error(std::string("PJRT compile cache: ") + e.what());
+  }
+}
+
+}  // namespace
+
+Executable::Executable(const Client& c, const std::string& mlir, const std::string& cache_dir) : c_(c) {
+  const std::string opts = compile_options(1, 1);
+  const PJRT_Api* api = c.api();
+  std::string entry, key, why;
+  if (!cache_dir.empty()) {
+    if (!CAPSTEP_PJRT_HAS(api, PJRT_Executable_Serialize) || !CAPSTEP_PJRT_HAS(api, PJRT_Executable_DeserializeAndLoad)) {
+      why = "this plugin does not serialize executables, so the compile cache is not used";
+    } else {
+      key = "plugin " + c.plugin->path + ", PJRT C API " + c.plugin->version() + ", " + c.platform + " " +
+            c.platform_version + ", " + c.device_kind + ", compile options " + hex64(fnv1a(opts)) + ", StableHLO " +
+            std::to_string(mlir.size()) + " bytes " + hex64(fnv1a(mlir)) + "\n";
+      entry = (std::filesystem::path(cache_dir) / (hex64(fnv1a(key)) + ".pjrt")).string();
+      exe_ = load_cached(c, entry, key, why);
     }
-    check(*c.plugin, e, "PJRT_Executable_NumOutputs");
-    check(*c.plugin, de, "PJRT_Executable_Destroy");
+  }
+  if (exe_) {
+    from_cache_ = true;
+    origin_ = "loaded from the compile cache (" + entry + ")";
+  } else {
+    exe_ = compile(c, mlir, opts);
+    origin_ = "compiled";
+    try {
+      if (!entry.empty()) {
+        save_cached(c, exe_, cache_dir, entry, key);
+        origin_ += ", saved in the compile cache (" + entry + ")";
+      }
+    } catch (...) {
+      destroy(c, exe_);
+      throw;
+    }
+    if (!why.empty()) origin_ += "; " + why;
+  }
+
+  try {
+    const Unloaded u(c, exe_);
+    PJRT_Executable_NumOutputs_Args n{};
+    n.struct_size = CAPSTEP_PJRT_SIZE(PJRT_Executable_NumOutputs_Args, num_outputs);
+    n.executable = u.get();
+    check(*c.plugin, api->PJRT_Executable_NumOutputs(&n), "PJRT_Executable_NumOutputs");
     num_outputs_ = n.num_outputs;
   } catch (...) {
     destroy(c, exe_);

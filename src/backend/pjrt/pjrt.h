@@ -97,12 +97,20 @@ std::string compile_options(int64_t replicas, int64_t partitions);
 class Executable {
  public:
   // Compiles StableHLO text (MLIR) for the client's device: Error with the
-  // compiler's message.
-  Executable(const Client& c, const std::string& mlir);
+  // compiler's message. With a `cache_dir` (PjrtOptions::cache_dir), an
+  // executable compiled before for the same text, options, plugin and device
+  // is loaded from there instead, and one compiled here is saved there (an
+  // entry that does not load is compiled again and replaced; a directory
+  // that cannot be written is an Error).
+  Executable(const Client& c, const std::string& mlir, const std::string& cache_dir = "");
   ~Executable();
   Executable(const Executable&) = delete;
   Executable& operator=(const Executable&) = delete;
   size_t num_outputs() const { return num_outputs_; }
+  bool from_cache() const { return from_cache_; }
+  // "compiled", "compiled, saved in the compile cache (PATH)", "loaded from
+  // the compile cache (PATH)", and why a cache entry was not used.
+  const std::string& origin() const { return origin_; }
   // Runs once on `args` and waits. The inputs listed in `non_donatable` are
   // not donated; every other input that the program aliases to an output is,
   // and its buffer is deleted (the output takes its memory).
@@ -112,6 +120,8 @@ class Executable {
   const Client& c_;
   c::PJRT_LoadedExecutable* exe_ = nullptr;
   size_t num_outputs_ = 0;
+  bool from_cache_ = false;
+  std::string origin_;
 };
 
 }  // namespace capstep::pjrt

@@ -17,7 +17,7 @@ namespace {
 class PjrtBackend final : public Backend {
  public:
   PjrtBackend(Program p, const PjrtOptions& o)
-      : p_(std::move(p)), c_(client(o)), mlir_(to_stablehlo(p_)), exe_(c_, mlir_),
+      : p_(std::move(p)), c_(client(o)), mlir_(to_stablehlo(p_)), exe_(c_, mlir_, o.cache_dir),
         slots_(p_.inputs.size()), outs_(p_.outputs.size()), donated_to_(p_.inputs.size(), -1),
         donated_from_(p_.outputs.size(), -1) {
     if (exe_.num_outputs() != p_.outputs.size())
@@ -41,8 +41,9 @@ class PjrtBackend final : public Backend {
     b.device = "PJRT " + c_.platform + more(c_.device_kind, " ") + " (plugin " +
                std::filesystem::path(c_.plugin->path).filename().string() + ", PJRT C API " + c_.plugin->version() +
                more(c_.platform_version, ", ") + ")";
-    b.plan = "XLA executable compiled from " + std::to_string(mlir_.size()) + " bytes of StableHLO, " +
-             std::to_string(p_.eqns.size()) + " equations, " + std::to_string(p_.aliases.size()) + " donated inputs";
+    b.plan = "XLA executable of " + std::to_string(mlir_.size()) + " bytes of StableHLO, " +
+             std::to_string(p_.eqns.size()) + " equations, " + std::to_string(p_.aliases.size()) + " donated inputs; " +
+             exe_.origin();
     for (const Buffer& s : slots_)
       if (s) b.bytes += device_bytes(c_, s.get());
     for (const Buffer& s : outs_)
