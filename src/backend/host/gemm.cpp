@@ -356,6 +356,13 @@ bool isa_is_sse_only(const std::string& isa) {
   return isa.rfind("SSE", 0) == 0 || isa.rfind("SSSE", 0) == 0 || isa == "no JIT";
 }
 
+// The thread count: OpenBLAS starts its worker threads when it loads, one per
+// further core (or as OPENBLAS_NUM_THREADS, then GOTO_NUM_THREADS, then
+// OMP_NUM_THREADS say), and each spins (sched_yield) for a while after
+// start-up even when openblas_set_num_threads(1) follows
+// (configure_gemm_threads), competing with the host pool's threads for the
+// cores (bench/README.md: 90 ms of system time per process). Only the variable
+// keeps them from starting.
 std::vector<EnvVariable> openblas_environment() {
   std::vector<EnvVariable> v;
   if (std::string core = openblas_core_from_cpu_flags(); !core.empty()) v.push_back({"OPENBLAS_CORETYPE", core});
