@@ -33,6 +33,7 @@
 #include "capstep/nn.h"
 
 #if defined(LIB_CAPSTEP)
+#include "../tools/env_options.h"  // apply_openblas_environment, as the capstep command does
 #include "backend/host/gemm.h"
 #elif defined(LIB_OPENBLAS)
 #include <cblas.h>
@@ -153,6 +154,9 @@ double time_us(const Runner& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#if defined(LIB_CAPSTEP)
+  env::apply_openblas_environment();  // capstep's OpenBLAS kernel set and one thread, before it loads
+#endif
   const std::string which = argc > 1 ? argv[1] : "seed";
   nn::LmConfig c;
   if (which == "large") {

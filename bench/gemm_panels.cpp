@@ -14,12 +14,14 @@
 #include <functional>
 #include <vector>
 
+#include "../tools/env_options.h"  // apply_openblas_environment, as the capstep command does
 #include "backend/host/gemm.h"
 
 using capstep::host::gemm_batch;
 using capstep::host::gemm_prepare_f32;
 
 int main(int argc, char** argv) {
+  capstep::env::apply_openblas_environment();  // capstep's OpenBLAS kernel set and one thread, before it loads
   const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 41;
   struct Shape {
     bool ta;

@@ -17,11 +17,13 @@
 #include "capstep/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
+#include "../tools/env_options.h"  // apply_openblas_environment, as the capstep command does
 
 using namespace capstep;
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
+  env::apply_openblas_environment();  // capstep's OpenBLAS kernel set and one thread, before it loads
   const int steps = argc > 1 ? std::atoi(argv[1]) : 50;
   nn::LmConfig c;
   Program loss = nn::lm_loss_program(c);

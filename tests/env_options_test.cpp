@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "../tools/env_options.h"
@@ -82,6 +85,30 @@ TEST_F(Env, TheLibraryReadsNone) {
   const cuda::Options c;
   EXPECT_TRUE(c.fuse && c.lt_gemm && c.generated_gemm);
   EXPECT_FALSE(c.persistent);
+}
+
+// Nor does it read or change any other variable: changing the environment
+// races with any other thread of the user's process reading it, so the
+// programs do it at the start of main (OpenBLAS's variables:
+// apply_openblas_environment). No source of the library names the calls.
+TEST(Environment, TheLibraryReadsAndSetsNoVariable) {
+  namespace fs = std::filesystem;
+  const char* d = std::getenv("CAPSTEP_SOURCE_DIR");
+  const fs::path root = d != nullptr && *d != '\0' ? d : ".";
+  int files = 0;
+  for (const char* dir : {"src", "include"}) {
+    ASSERT_TRUE(fs::is_directory(root / dir)) << root / dir << " (CAPSTEP_SOURCE_DIR: the checkout)";
+    for (const auto& e : fs::recursive_directory_iterator(root / dir)) {
+      if (!e.is_regular_file()) continue;
+      std::ifstream f(e.path());
+      std::stringstream s;
+      s << f.rdbuf();
+      ++files;
+      for (const char* call : {"getenv", "setenv", "unsetenv", "putenv", "clearenv"})
+        EXPECT_EQ(s.str().find(call), std::string::npos) << call << " in " << e.path();
+    }
+  }
+  EXPECT_GT(files, 50);
 }
 
 }  // namespace

@@ -66,15 +66,21 @@ TEST(HostGemm, KernelsAreNotSseOnlyOnAnAvx2OrAvx512Cpu) {
   const std::string mine = host::openblas_core_from_cpu_flags();
   EXPECT_EQ(host::openblas_core_isa(mine), has_avx512() ? "AVX-512" : "AVX2") << mine;
 
-  // What OpenBLAS actually runs. A user's (or a machine's) OPENBLAS_CORETYPE
-  // wins over capstep's choice; only an SSE-only one given that way is not
-  // capstep's doing.
+  // What OpenBLAS actually runs. The tests' main (tests/test_main.cpp), as
+  // the capstep command, put capstep's choice into OPENBLAS_CORETYPE unless
+  // the user (or the machine) had set one, which wins: then the variable
+  // holds theirs, and only an SSE-only one given that way is not capstep's
+  // doing.
   const std::string forced = env("OPENBLAS_CORETYPE");
   if (!forced.empty() && host::isa_is_sse_only(host::openblas_core_isa(forced)))
     GTEST_SKIP() << "OPENBLAS_CORETYPE=" << forced << " in the environment asks for SSE kernels";
   EXPECT_FALSE(host::isa_is_sse_only(g.openblas_isa)) << g.line;
   EXPECT_NE(g.openblas_isa, "unknown") << g.line;
-  if (forced.empty()) {
+  if (g.core_source.rfind("OPENBLAS_CORETYPE=", 0) == 0) {
+    EXPECT_EQ(g.core_source, "OPENBLAS_CORETYPE=" + forced + " from the environment") << g.line;
+  } else {
+    EXPECT_EQ(g.core_source, "from the CPU's flags") << g.line;
+    EXPECT_EQ(forced, mine);
     EXPECT_EQ(g.openblas_isa, has_avx512() ? "AVX-512" : "AVX2") << g.line;
     EXPECT_EQ(g.openblas_core, mine) << g.line;
   }
@@ -86,6 +92,53 @@ TEST(HostGemm, KernelsAreNotSseOnlyOnAnAvx2OrAvx512Cpu) {
     EXPECT_EQ(g.xsmm_isa, has_avx512() ? "AVX-512" : "AVX2") << g.line;
   }
   EXPECT_EQ(g.line.find("Prescott"), std::string::npos) << g.line;
+}
+
+// ---- OpenBLAS's environment: computed by the library, set by the program -----
+
+TEST(HostGemm, CapstepAsksForItsKernelSetAndOneThread) {
+  const std::vector<host::EnvVariable> v = host::openblas_environment();
+  const std::string mine = host::openblas_core_from_cpu_flags();
+  ASSERT_EQ(v.size(), mine.empty() ? 1u : 2u);
+  if (!mine.empty()) {
+    EXPECT_EQ(v[0].name, "OPENBLAS_CORETYPE");
+    EXPECT_EQ(v[0].value, mine);
+  }
+  EXPECT_EQ(v.back().name, "OPENBLAS_NUM_THREADS");
+  EXPECT_EQ(v.back().value, "1");
+}
+
+TEST(HostGemm, CoreSourceSaysHowTheKernelSetWasChosen) {
+  using host::openblas_core_source;
+  host::OpenblasEnvironment untold, applied, users;
+  applied.applied = users.applied = true;
+  users.user_coretype = "Haswell";
+  EXPECT_EQ(openblas_core_source(applied, false, "SkylakeX", "SkylakeX"), "from the CPU's flags");
+  EXPECT_EQ(openblas_core_source(applied, false, "Cooperlake", "SkylakeX"),
+            "from the CPU's flags, asked for Cooperlake, OpenBLAS chose SkylakeX");
+  EXPECT_EQ(openblas_core_source(applied, false, "", "Prescott"), "OpenBLAS's own choice");
+  EXPECT_EQ(openblas_core_source(users, false, "SkylakeX", "Haswell"), "OPENBLAS_CORETYPE=Haswell from the environment");
+  EXPECT_EQ(openblas_core_source(users, true, "SkylakeX", "Haswell"),
+            "OpenBLAS was loaded by the program before capstep could choose");
+  // A program that did not say (the library reads no environment): whether
+  // OpenBLAS runs capstep's set, and how to ask for it where it does not.
+  EXPECT_EQ(openblas_core_source(untold, false, "", "Prescott"), "OpenBLAS's own choice");
+  EXPECT_EQ(openblas_core_source(untold, false, "SkylakeX", "SKYLAKEX"),
+            "the set capstep asks for; the program did not say whether it set OPENBLAS_CORETYPE");
+  const std::string own = openblas_core_source(untold, false, "SkylakeX", "Prescott");
+  for (const char* part : {"OpenBLAS's own choice", "capstep would ask for SkylakeX",
+                           "set OPENBLAS_CORETYPE=SkylakeX before the program starts", "docs/cli.md"})
+    EXPECT_NE(own.find(part), std::string::npos) << part << " in: " << own;
+}
+
+TEST(HostGemm, TheEnvironmentIsDescribedBeforeOpenblasLoads) {
+  host::gemm_info();  // loaded: what it was told then stays
+  const std::string before = host::gemm_info().core_source;
+  host::OpenblasEnvironment e;
+  e.applied = true;
+  e.user_coretype = "Prescott";
+  EXPECT_FALSE(host::describe_openblas_environment(e));
+  EXPECT_EQ(host::gemm_info().core_source, before);
 }
 
 // ---- results against a triple loop ------------------------------------------

@@ -7,6 +7,10 @@
 // is an Error naming the variable. CAPSTEP_HOST_THREADS is a whole number
 // from 1 to 64 (unset or empty: the CPUs this process may run on, at most 4).
 // docs/cli.md, "Environment", lists them.
+//
+// Also here, for the same programs and the tests' main: OpenBLAS's own
+// variables, which the library computes (host::openblas_environment) but
+// never sets (apply_openblas_environment).
 #pragma once
 
 #include <cstdlib>
@@ -51,6 +55,28 @@ inline BackendOptions backend_options(BackendOptions o = {}) {
   if (const char* e = std::getenv("CAPSTEP_PJRT_PLUGIN"); e != nullptr && *e != '\0') o.pjrt.plugin = e;
   if (const char* e = std::getenv("CAPSTEP_PJRT_CACHE"); e != nullptr && *e != '\0') o.pjrt.cache_dir = e;
   return o;
+}
+
+// Call first thing in main, before any thread exists and before OpenBLAS
+// loads (the first Interpreter): puts each of host::openblas_environment()
+// (capstep's kernel set for this CPU in OPENBLAS_CORETYPE,
+// OPENBLAS_NUM_THREADS=1) that the user has not set (unset or empty) into the
+// environment, and tells the library which the user had set, for GemmInfo and
+// OpenBLAS's thread count. setenv is safe here only because nothing else runs
+// yet; OpenBLAS reads both only when it loads. Child processes inherit them.
+inline host::OpenblasEnvironment apply_openblas_environment() {
+  auto users = [](const char* name) {
+    const char* e = std::getenv(name);
+    return std::string(e != nullptr ? e : "");
+  };
+  host::OpenblasEnvironment told;
+  told.applied = true;
+  told.user_coretype = users("OPENBLAS_CORETYPE");
+  told.user_num_threads = !users("OPENBLAS_NUM_THREADS").empty();
+  for (const host::EnvVariable& v : host::openblas_environment())
+    if (users(v.name.c_str()).empty()) ::setenv(v.name.c_str(), v.value.c_str(), 1);
+  host::describe_openblas_environment(told);
+  return told;
 }
 
 }  // namespace capstep::env

@@ -15,6 +15,7 @@
 #include "capstep/ir.h"
 #include "capstep/version.h"
 #include "commands.h"
+#include "env_options.h"
 
 namespace capstep::cli {
 namespace {
@@ -156,6 +157,14 @@ nn::LmConfig ModelArgs::checked() const {
 
 int main(int argc, char** argv) {
   using namespace capstep::cli;
+  // Before any thread and before OpenBLAS loads: capstep's kernel set and one
+  // OpenBLAS thread, where the user set neither (docs/cli.md, "Environment").
+  try {
+    capstep::env::apply_openblas_environment();
+  } catch (const std::exception& e) {
+    std::cerr << "capstep: " << e.what() << '\n';
+    return 1;
+  }
   CLI::App app{"capstep: capture a training step as a program, differentiate it, run it on the host or a GPU.\n"
                "Train a small causal language model on your own text, and sample from it."};
   app.footer("Exit codes: 0 success, 1 runtime failure, 2 usage error. `capstep SUBCOMMAND --help` for its options.");

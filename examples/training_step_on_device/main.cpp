@@ -10,9 +10,12 @@
 
 #include "lanes/lanes.h"
 #include "env_options.h"  // tools/: the CAPSTEP_HOST_* and CAPSTEP_CUDA_* switches, read as `capstep` reads them,
-                          // and CAPSTEP_PJRT_PLUGIN
+                          // and CAPSTEP_PJRT_PLUGIN; OpenBLAS's own variables
 
 int main(int argc, char** argv) {
+  // First: OpenBLAS's kernel set and thread count, before any thread exists
+  // and before it loads, where the user set neither (docs/cli.md, "Environment").
+  capstep::env::apply_openblas_environment();
   capstep::lanes::Options o;
   bool json = false, no_tf32 = false;
   CLI::App app{"One training step of a small causal LM, five ways, each timed."};

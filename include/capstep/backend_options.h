@@ -4,15 +4,64 @@
 // build. Each field has a fixed default: the library reads no environment
 // variable for them. The capstep command and the example fill this from
 // CAPSTEP_HOST_* and CAPSTEP_CUDA_* (tools/env_options.h, docs/cli.md).
+// Also here: the OpenBLAS variables a program puts into its environment at
+// the start of main (host::openblas_environment), which the library never sets.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "capstep/collective.h"
 #include "capstep/cuda.h"
 #include "capstep/interpreter.h"
 
 namespace capstep {
+
+namespace host {
+
+// OpenBLAS, which runs the host's larger GEMMs, takes two settings only from
+// the environment, once, inside its constructor when it loads (on the first
+// Interpreter): its kernel set (OPENBLAS_CORETYPE) and the worker threads it
+// starts (OPENBLAS_NUM_THREADS). The library sets no environment variable
+// (changing the environment races with any other thread reading it) and
+// reads none: it says what it would ask for, and the program applies that at
+// the very start of main, before any thread exists, where the user has not
+// set the variable (env::apply_openblas_environment in tools/env_options.h
+// does for the capstep command, the example, the benches and the tests;
+// docs/cli.md, "Environment"). A program that does not gets OpenBLAS's own
+// choices, and GemmInfo says so.
+struct EnvVariable {
+  std::string name, value;
+};
+
+// What capstep asks of OpenBLAS on this CPU:
+//  - OPENBLAS_CORETYPE, the kernel set from the CPU's feature flags
+//    (SkylakeX or Cooperlake on AVX-512, Haswell on AVX2, Sandybridge on AVX;
+//    none below AVX): Debian 12's OpenBLAS 0.3.21 picks by model number and
+//    runs its SSE3 kernels on CPUs newer than itself (6x slower there);
+//  - OPENBLAS_NUM_THREADS=1: the step's GEMMs are too small for OpenBLAS's
+//    own threads, whose start-up spinning competes with the host's threads
+//    even after openblas_set_num_threads(1).
+std::vector<EnvVariable> openblas_environment();
+
+// How the program set OpenBLAS's environment up, as it tells the library
+// (which reads no environment): GemmInfo reports it, and a thread count the
+// user chose is left alone.
+struct OpenblasEnvironment {
+  // The program put openblas_environment() into the environment where the
+  // user had not set the variable. false (nothing told): the library knows
+  // nothing of the environment, and GemmInfo says so.
+  bool applied = false;
+  std::string user_coretype;      // the user's own OPENBLAS_CORETYPE; "" when they set none
+  bool user_num_threads = false;  // the user set OPENBLAS_NUM_THREADS: OpenBLAS keeps their count
+};
+
+// Tells the library how the environment was set up. Takes effect only before
+// OpenBLAS loads (the first Interpreter, or GemmInfo); returns false, and
+// changes nothing, after.
+bool describe_openblas_environment(const OpenblasEnvironment& e);
+
+}  // namespace host
 
 // An XLA device through a PJRT plugin (capstep/backend.h, BackendKind::pjrt):
 // a shared library exporting GetPjrtApi, loaded at run time. The library

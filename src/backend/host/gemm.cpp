@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -27,6 +26,7 @@
 #define CAPSTEP_X86 1
 #endif
 
+#include "capstep/backend_options.h"
 #include "capstep/ir.h"
 
 // Set by CMake from the library it found: the file name to dlopen (found
@@ -111,6 +111,7 @@ struct Blas {
   decltype(&cblas_sgemm) sgemm = nullptr;
   decltype(&cblas_dgemm) dgemm = nullptr;
   decltype(&openblas_set_num_threads) set_num_threads = nullptr;
+  bool user_num_threads = false;  // the user chose OpenBLAS's thread count (OpenblasEnvironment)
   GemmInfo info;
 };
 
@@ -123,37 +124,63 @@ F symbol(void* h, const char* name) {
   return reinterpret_cast<F>(p);
 }
 
+// How the program set OpenBLAS's environment up (describe_openblas_environment),
+// and whether OpenBLAS has loaded since, after which it no longer matters.
+struct Told {
+  std::mutex mutex;
+  OpenblasEnvironment env;
+  bool loaded = false;
+};
+
+Told& told() {
+  static Told t;
+  return t;
+}
+
+}  // namespace
+
+std::string openblas_core_source(const OpenblasEnvironment& env, bool preloaded, const std::string& mine,
+                                 const std::string& core) {
+  if (preloaded) return "OpenBLAS was loaded by the program before capstep could choose";
+  const bool same = equal_nocase(mine, core);
+  if (!env.applied) {
+    // The library reads no environment: OPENBLAS_CORETYPE may or may not be
+    // set, and the program did not say.
+    if (mine.empty()) return "OpenBLAS's own choice";
+    if (same) return "the set capstep asks for; the program did not say whether it set OPENBLAS_CORETYPE";
+    return "OpenBLAS's own choice or an OPENBLAS_CORETYPE capstep was not told of; capstep would ask for " + mine +
+           ": set OPENBLAS_CORETYPE=" + mine + " before the program starts, see docs/cli.md";
+  }
+  if (!env.user_coretype.empty()) return "OPENBLAS_CORETYPE=" + env.user_coretype + " from the environment";
+  if (mine.empty()) return "OpenBLAS's own choice";
+  if (same) return "from the CPU's flags";
+  return "from the CPU's flags, asked for " + mine + ", OpenBLAS chose " + core;
+}
+
+namespace {
+
 Blas* load_blas() {
   auto b = std::make_unique<Blas>();
   GemmInfo& info = b->info;
   const Cpu& c = cpu();
   info.cpu = c.brand + " (family " + std::to_string(c.family) + ", model " + std::to_string(c.model) + ")";
 
-  std::string asked;  // the kernel set we hand OpenBLAS, if any
-  void* h = dlopen(CAPSTEP_OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-  const char* env = std::getenv("OPENBLAS_CORETYPE");
-  if (h != nullptr) {
-    info.core_source = "OpenBLAS was loaded by the program before capstep could choose";
-  } else if (env != nullptr && *env != '\0') {
-    info.core_source = std::string("OPENBLAS_CORETYPE=") + env + " from the environment";
-  } else {
-    asked = openblas_core_from_cpu_flags();
-    info.core_source = asked.empty() ? "OpenBLAS's own choice" : "from the CPU's flags";
+  // From here on the environment OpenBLAS sees is fixed: a later
+  // describe_openblas_environment changes nothing.
+  OpenblasEnvironment env;
+  {
+    std::lock_guard<std::mutex> lock(told().mutex);
+    env = told().env;
+    told().loaded = true;
   }
+  // OpenBLAS reads OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS once, in its
+  // constructor, i.e. inside this dlopen: what the program put into the
+  // environment at its start (openblas_environment) is what it gets. Linked
+  // instead of loaded here, its constructor would run before main, too early
+  // for that.
+  void* h = dlopen(CAPSTEP_OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  const bool preloaded = h != nullptr;
   if (h == nullptr) {
-    // OpenBLAS reads OPENBLAS_CORETYPE once, in its constructor, i.e. inside
-    // dlopen; the variable is removed again straight after, so child processes
-    // see the environment the user gave.
-    if (!asked.empty()) setenv("OPENBLAS_CORETYPE", asked.c_str(), 1);
-    // Likewise its thread count: OpenBLAS starts its worker threads inside
-    // dlopen, one per further core (or as GOTO_NUM_THREADS/OMP_NUM_THREADS
-    // say), and each spins (sched_yield) for a while after start-up even when
-    // openblas_set_num_threads(1) follows (configure_gemm_threads), competing
-    // with the host pool's threads for the cores. Unless the user set
-    // OPENBLAS_NUM_THREADS (which OpenBLAS reads before the other two, and
-    // configure_gemm_threads leaves alone), it starts with none.
-    const bool one_thread = std::getenv("OPENBLAS_NUM_THREADS") == nullptr;
-    if (one_thread) setenv("OPENBLAS_NUM_THREADS", "1", 1);
     std::string errors;
     for (const char* name : {CAPSTEP_OPENBLAS_SONAME, CAPSTEP_OPENBLAS_PATH}) {
       if (*name == '\0') continue;
@@ -162,8 +189,6 @@ Blas* load_blas() {
       const char* e = dlerror();
       errors += std::string(errors.empty() ? "" : "; ") + (e ? e : name);
     }
-    if (!asked.empty()) unsetenv("OPENBLAS_CORETYPE");
-    if (one_thread) unsetenv("OPENBLAS_NUM_THREADS");
     if (h == nullptr)
       throw Error("host GEMM: cannot load OpenBLAS (" + errors +
                   "); on Debian 12 install libopenblas0-pthread (scripts/install-deps does)");
@@ -171,6 +196,7 @@ Blas* load_blas() {
   b->sgemm = symbol<decltype(&cblas_sgemm)>(h, "cblas_sgemm");
   b->dgemm = symbol<decltype(&cblas_dgemm)>(h, "cblas_dgemm");
   b->set_num_threads = symbol<decltype(&openblas_set_num_threads)>(h, "openblas_set_num_threads");
+  b->user_num_threads = env.user_num_threads;
   const char* core = symbol<decltype(&openblas_get_corename)>(h, "openblas_get_corename")();
   const char* config = symbol<decltype(&openblas_get_config)>(h, "openblas_get_config")();
   info.openblas_core = core ? trim(core) : "unknown";
@@ -180,8 +206,7 @@ Blas* load_blas() {
   if (sp != std::string::npos) sp = cfg.find(' ', sp + 1);
   info.openblas = cfg.substr(0, sp);
   info.openblas_isa = openblas_core_isa(info.openblas_core);
-  if (!asked.empty() && !equal_nocase(asked, info.openblas_core))
-    info.core_source += " (asked for " + asked + ", OpenBLAS chose " + info.openblas_core + ")";
+  info.core_source = openblas_core_source(env, preloaded, openblas_core_from_cpu_flags(), info.openblas_core);
   return b.release();  // lives as long as the process, like the library
 }
 
@@ -331,6 +356,27 @@ bool isa_is_sse_only(const std::string& isa) {
   return isa.rfind("SSE", 0) == 0 || isa.rfind("SSSE", 0) == 0 || isa == "no JIT";
 }
 
+// The thread count: OpenBLAS starts its worker threads when it loads, one per
+// further core (or as OPENBLAS_NUM_THREADS, then GOTO_NUM_THREADS, then
+// OMP_NUM_THREADS say), and each spins (sched_yield) for a while after
+// start-up even when openblas_set_num_threads(1) follows
+// (configure_gemm_threads), competing with the host pool's threads for the
+// cores (bench/README.md: 90 ms of system time per process). Only the variable
+// keeps them from starting.
+std::vector<EnvVariable> openblas_environment() {
+  std::vector<EnvVariable> v;
+  if (std::string core = openblas_core_from_cpu_flags(); !core.empty()) v.push_back({"OPENBLAS_CORETYPE", core});
+  v.push_back({"OPENBLAS_NUM_THREADS", "1"});
+  return v;
+}
+
+bool describe_openblas_environment(const OpenblasEnvironment& e) {
+  std::lock_guard<std::mutex> lock(told().mutex);
+  if (told().loaded) return false;
+  told().env = e;
+  return true;
+}
+
 const GemmInfo& gemm_info() {
   static const GemmInfo info = [] {
     GemmInfo i = blas().info;
@@ -352,9 +398,13 @@ void configure_gemm_threads() {
     // threads cost more in wake-ups and sched_yield spinning than they save
     // (measured: lane 1 went from 7.9 ms to 2.6 ms a step with one thread), and
     // results then do not depend on the thread count either. A user who sets
-    // OPENBLAS_NUM_THREADS keeps their choice. This is process-wide.
+    // OPENBLAS_NUM_THREADS keeps their choice, as the program told
+    // (describe_openblas_environment). This is process-wide. Where the
+    // program put OPENBLAS_NUM_THREADS=1 into the environment, OpenBLAS
+    // started none and this changes nothing; where it did not, its workers
+    // were started when it loaded and are idle from here on.
     Blas& b = blas();
-    if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) b.set_num_threads(1);
+    if (!b.user_num_threads) b.set_num_threads(1);
   });
 }
 

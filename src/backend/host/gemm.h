@@ -1,12 +1,18 @@
 // The host's GEMMs, on kernels picked from what the CPU can do rather than
 // from its model number. bench/README.md ("Host GEMM library") has the
 // measurements behind the choice:
-//  - OpenBLAS, loaded at run time (dlopen) after its kernel set has been picked
-//    from the CPU's feature flags and handed to it in OPENBLAS_CORETYPE, which
-//    it reads once, when it loads. Debian 12's OpenBLAS 0.3.21 picks by model
-//    number and runs its SSE3 "Prescott" kernels on CPUs newer than itself
-//    (Intel family 6 model 207, AVX-512: 6x slower on the seed step's GEMMs).
-//    A user's own OPENBLAS_CORETYPE is left alone and wins.
+//  - OpenBLAS, loaded at run time (dlopen) on first use, with the kernel set
+//    picked from the CPU's feature flags (openblas_core_from_cpu_flags) when
+//    the program put it into OPENBLAS_CORETYPE, which OpenBLAS reads once,
+//    when it loads. Debian 12's OpenBLAS 0.3.21 picks by model number and
+//    runs its SSE3 "Prescott" kernels on CPUs newer than itself (Intel family
+//    6 model 207, AVX-512: 6x slower on the seed step's GEMMs). The library
+//    sets no environment variable (changing the environment races with any
+//    other thread reading it): openblas_environment() in
+//    capstep/backend_options.h says what it would ask for, and the programs
+//    in tools/, examples/, bench/ and the tests' main put that into the
+//    environment at the start of main where the user has not
+//    (tools/env_options.h). A user's own OPENBLAS_CORETYPE wins.
 //  - libxsmm's JIT (when built with it), for f32 GEMMs whose three matrices fit in 256 KiB: its
 //    kernels are generated for the instruction set at hand and skip BLAS's
 //    packing, which is most of the cost at these sizes. libxsmm 1.17 has no
@@ -19,6 +25,8 @@
 
 #include <cstdint>
 #include <string>
+
+#include "capstep/backend_options.h"  // OpenblasEnvironment
 
 namespace capstep::host {
 
@@ -35,9 +43,12 @@ struct GemmInfo {
 };
 
 // Loads OpenBLAS on first use (thread-safe); throws Error when it cannot.
-// That first use sets OPENBLAS_CORETYPE in the process's environment for the
-// moment of the dlopen and removes it again (setenv/unsetenv): every
-// Interpreter makes it in its constructor, before any step runs.
+// Every Interpreter makes that first use in its constructor, before any step
+// runs. core_source says how the kernel set was chosen, from what the program
+// told describe_openblas_environment (the library reads no environment): the
+// user's OPENBLAS_CORETYPE, "from the CPU's flags" where the program set
+// capstep's, or, where the program told nothing, whether OpenBLAS runs the
+// set capstep would ask for and how to ask for it.
 const GemmInfo& gemm_info();
 
 // The OpenBLAS kernel set for this CPU's flags ("" = leave it to OpenBLAS),
@@ -46,8 +57,16 @@ std::string openblas_core_from_cpu_flags();
 std::string openblas_core_isa(const std::string& core);
 bool isa_is_sse_only(const std::string& isa);   // "SSE2", "SSE3", "SSE4.2", "x87/MMX", ...
 
-// Sets OpenBLAS to one thread, once per process, unless OPENBLAS_NUM_THREADS
-// is set; loads it first. (configure_blas_threads in step.h calls this.)
+// GemmInfo::core_source's words: how OpenBLAS came to run the kernel set
+// `core`, given what the program told (env), whether the program had loaded
+// OpenBLAS itself before capstep did (preloaded), and the set capstep asks
+// for (`mine`, openblas_core_from_cpu_flags; "" below AVX).
+std::string openblas_core_source(const OpenblasEnvironment& env, bool preloaded, const std::string& mine,
+                                 const std::string& core);
+
+// Sets OpenBLAS to one thread, once per process, unless the program told
+// that the user set OPENBLAS_NUM_THREADS (OpenblasEnvironment); loads it
+// first. (configure_blas_threads in step.h calls this.)
 void configure_gemm_threads();
 
 // Row-major C[i] = op(A + a_off[i]) * op(B + b_off[i]) for i < batch, C's

@@ -133,8 +133,9 @@ Kernel scatter_add_rows_kernel(DType t);
 Kernel dot_general_kernel(DType t);       // t: the operands' dtype
 Kernel attention_kernel(Op op, DType t);  // attention, attention_grad (kernels_attention.cpp)
 
-// Sets OpenBLAS to one thread, once per process, unless OPENBLAS_NUM_THREADS
-// is set (see kernels_dot.cpp for why). Called by every Interpreter.
+// Sets OpenBLAS to one thread, once per process, unless the program told
+// that the user set OPENBLAS_NUM_THREADS (configure_gemm_threads in gemm.h).
+// Called by every Interpreter.
 void configure_blas_threads();
 
 // Plans dot_general for these operand types (strides from row-major layout).
