@@ -148,7 +148,7 @@ TEST(Tokenizer, ByteKindRoundTripsEveryByteSequence) {
             std::string::npos);
   const std::string m = error_of([] { Tokenizer::parse("bpe"); });
   EXPECT_NE(m.find("unknown tokenizer 'bpe'; the tokenizers are char, byte"), std::string::npos) << m;
-  EXPECT_EQ(Tokenizer::names(), (std::vector<std::string>{"char", "byte", "bpe:N", "unigram:N"}));
+  EXPECT_EQ(Tokenizer::names(), (std::vector<std::string>{"char", "byte", "bpe:N", "unigram:N", "bytelevel-bpe:N"}));
 }
 
 TEST(TokenIds, UseTheNarrowestWidthAndKeepEveryValue) {
