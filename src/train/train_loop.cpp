@@ -151,13 +151,13 @@ Result train(const Options& o) {
   // The text, read once and encoded in place: its ids, one byte each, are
   // the only copy held (the two parts below share them).
   data::Tokenizer tokenizer = data::Tokenizer::parse(o.tokenizer);
-  if (tokenizer.subword() && !o.resume_path.empty()) {
+  if (tokenizer.has_model() && !o.resume_path.empty()) {
     // Resumed: the pieces the run trained with, never a new training.
     if (resumed.tokenizer != o.tokenizer)
       throw Error("checkpoint '" + o.resume_path + "' was trained with the " + resumed.tokenizer +
                   " tokenizer, not " + o.tokenizer);
     tokenizer = checkpoint_tokenizer(resumed);
-  } else if (tokenizer.subword() && !o.tokenizer_model.empty()) {
+  } else if (tokenizer.has_model() && !o.tokenizer_model.empty()) {
     tokenizer = data::Tokenizer::from_model(o.tokenizer, o.tokenizer_model);   // --init-from's pieces
   }
   data::TextStats stats;
@@ -274,7 +274,7 @@ Result train(const Options& o) {
   };
   ckpt.model_config = o.model.to_json();
   ckpt.extra[kTrainMetadataKey] = train_metadata(o, text_name, text_hash);
-  if (tokenizer.subword()) ckpt.extra[kTokenizerModelKey] = base64_encode(tokenizer.model());
+  if (tokenizer.has_model()) ckpt.extra[kTokenizerModelKey] = base64_encode(tokenizer.model());
   auto save = [&](int64_t step) -> bool {
     stepper->state(ckpt);
     const std::string bad = first_non_finite(ckpt);
