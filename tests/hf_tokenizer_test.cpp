@@ -169,6 +169,24 @@ TEST(HfTokenizer, AnyBytesComeBack) {
   }
 }
 
+// A text of several MiB is encoded in parts cut where GPT-2's regex cuts
+// too: the ids are those of its pieces, each encoded alone.
+TEST(HfTokenizer, ByteLevelBpeLargeTextInParts) {
+  const data::Tokenizer t = data::Tokenizer::from_bytelevel(slurp(golden_dir("gpt2-bpe") + "/tokenizer.json"));
+  std::string text;
+  for (const std::string& s : random_texts(60000)) text += s + (s.size() % 3 ? "\n" : " \n");
+  ASSERT_GT(text.size(), size_t{2} << 20);
+  const std::vector<int32_t> got = t.encode(text).to_vector();
+  std::vector<int32_t> want;
+  size_t at = 0;
+  for (size_t n : data::bytelevel_pretokenize(text)) {
+    for (int32_t id : t.encode(text.substr(at, n)).to_vector()) want.push_back(id);
+    at += n;
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(t.decode(got), text);
+}
+
 // read_hf_dir: the directory's own tokenizer when config.json names none.
 TEST(HfTokenizer, ReadFromADirectory) {
   TempDir d;

@@ -416,21 +416,36 @@ const std::string& bytelevel_json(const ByteLevelModel& m) { return m.json; }
 int64_t bytelevel_size(const ByteLevelModel& m) { return static_cast<int64_t>(m.bytes.size()); }
 
 void bytelevel_encode(const ByteLevelModel& m, std::string_view text, TokenIds& out, TextStats& s) {
-  const std::vector<Char> ch = characters(text);
-  s.characters += ch.size();
   // Pieces repeat (words): their ids are kept, up to a bound on the cache.
   std::unordered_map<std::string_view, std::vector<int32_t>> cache;
   std::vector<int32_t> ids;
-  pretokenize(ch, [&](size_t b, size_t e) {
-    const size_t from = ch[b].at, to = ch[e - 1].at + ch[e - 1].len;
-    const std::string_view piece = text.substr(from, to - from);
-    auto it = piece.size() <= 64 ? cache.find(piece) : cache.end();
-    if (it == cache.end()) {
-      merge_piece(m, piece, ids);
-      if (piece.size() <= 64 && cache.size() < (size_t{1} << 20)) it = cache.emplace(piece, ids).first;
-    }
-    for (int32_t id : it != cache.end() ? it->second : ids) out.push_back(id);
-  });
+  // In parts of about 1 MiB (the characters of a part take 24 bytes each),
+  // cut where the regex cuts too: after a newline that is a whitespace run
+  // of its own between two printable ASCII characters ("x\ny": '\n' is a
+  // piece alone, and y starts the next, with or without the cut).
+  auto printable = [](char c) { return c > 0x20 && c < 0x7F; };
+  for (size_t begin = 0; begin < text.size();) {
+    size_t end = text.size();
+    for (size_t p = begin + (size_t{1} << 20); p + 1 < text.size(); ++p)
+      if (text[p] == '\n' && printable(text[p - 1]) && printable(text[p + 1])) {
+        end = p + 1;
+        break;
+      }
+    const std::string_view part = text.substr(begin, end - begin);
+    const std::vector<Char> ch = characters(part);
+    s.characters += ch.size();
+    pretokenize(ch, [&](size_t b, size_t e) {
+      const size_t from = ch[b].at, to = ch[e - 1].at + ch[e - 1].len;
+      const std::string_view piece = part.substr(from, to - from);
+      auto it = piece.size() <= 64 ? cache.find(piece) : cache.end();
+      if (it == cache.end()) {
+        merge_piece(m, piece, ids);
+        if (piece.size() <= 64 && cache.size() < (size_t{1} << 20)) it = cache.emplace(piece, ids).first;
+      }
+      for (int32_t id : it != cache.end() ? it->second : ids) out.push_back(id);
+    });
+    begin = end;
+  }
 }
 
 const std::string& bytelevel_piece(const ByteLevelModel& m, int32_t id) { return m.bytes[static_cast<size_t>(id)]; }
