@@ -164,7 +164,8 @@ Result train(const Options& o) {
   std::shared_ptr<const data::TokenIds> text;
   if (!tokenizer.trained()) {
     std::string raw = o.text_path.empty() ? data::builtin_corpus() : data::read_text_bytes(o.text_path);
-    say("training the " + tokenizer.name() + " tokenizer on " + which + " (SentencePiece)");
+    // (a byte-level BPE has no training: trained_on says where it comes from)
+    if (tokenizer.subword()) say("training the " + tokenizer.name() + " tokenizer on " + which + " (SentencePiece)");
     tokenizer = tokenizer.trained_on(raw);
     text = std::make_shared<const data::TokenIds>(
         data::text_tokens(std::move(raw), which, tokenizer, o.allow_unknown, &stats));
