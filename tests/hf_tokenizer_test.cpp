@@ -218,13 +218,35 @@ TEST(HfTokenizer, ReadFromADirectory) {
   std::ofstream(old + "/tokenizer.json") << j.dump();
   e = error_of([&] { nn::read_hf_dir(old); });
   EXPECT_NE(e.find("tokenizer.json': pre_tokenizer is {\"replacement\""), std::string::npos) << e;
-  // A size other than config.json's vocab_size: both numbers.
+  // More ids than config.json's vocab_size: both numbers.
   j = nlohmann::json::parse(slurp(golden_dir("gpt2-bpe") + "/tokenizer.json"));
   j["model"]["vocab"]["extra"] = 400;
   std::ofstream(old + "/tokenizer.json") << j.dump();
   e = error_of([&] { nn::read_hf_dir(old); });
-  EXPECT_NE(e.find("tokenizer.json' has 401 ids (the bytelevel-bpe:401 tokenizer) but config.json's vocab_size is 400"),
+  EXPECT_NE(e.find("tokenizer.json' has 401 ids (the bytelevel-bpe:401 tokenizer) but config.json's vocab_size is "
+                   "400: its ids do not fit in the model's"),
             std::string::npos) << e;
+  // Fewer: the tokenizer padded to vocab_size (a padded config, as Llama's
+  // with an added pad token); the ids past it decode to nothing.
+  j["model"]["vocab"].erase("extra");
+  for (auto it = j["model"]["vocab"].begin(); it != j["model"]["vocab"].end(); ++it)
+    if (it.value() == 399) {
+      j["model"]["vocab"].erase(it.key());   // the last merge's token: 399 ids left
+      break;
+    }
+  j["model"]["merges"].erase(j["model"]["merges"].size() - 1);
+  std::ofstream(old + "/tokenizer.json") << j.dump();
+  const nn::HfModel padded = nn::read_hf_dir(old);
+  EXPECT_EQ(padded.tokenizer, "bytelevel-bpe:400");
+  EXPECT_EQ(data::Tokenizer::from_model(padded.tokenizer, padded.tokenizer_model).model_size(), 399);
+  fs::copy_file(golden_dir("gpt2-bpe") + "/tokenizer.json", old + "/tokenizer.json",
+                fs::copy_options::overwrite_existing);
+  std::string config = slurp(old + "/config.json");
+  const std::string vocab_size = "\"vocab_size\": 400";
+  config.replace(config.find(vocab_size), vocab_size.size(), "\"vocab_size\": 416");
+  std::ofstream(old + "/config.json") << config;
+  e = error_of([&] { nn::read_hf_dir(old); });
+  EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;   // the tokenizer passed; the weights are 400 rows
 
   // A Llama directory: its tokenizer.model, before its tokenizer.json.
   if (!data::have_sentencepiece()) return;
@@ -251,6 +273,25 @@ TEST(HfTokenizer, ReadFromADirectory) {
   std::ofstream(llama + "/tokenizer.model") << "not a model";
   e = error_of([&] { nn::read_hf_dir(llama); });
   EXPECT_NE(e.find("'" + llama + "/tokenizer.model': "), std::string::npos) << e;
+}
+
+// A tokenizer padded to a larger vocabulary: the same ids, nothing for the
+// ids past its own, and its name and model read back.
+TEST(HfTokenizer, PaddedVocabulary) {
+  const data::Tokenizer t = data::Tokenizer::from_bytelevel(slurp(golden_dir("gpt2-bpe") + "/tokenizer.json"));
+  const data::Tokenizer p = t.padded_to(416);
+  EXPECT_EQ(p.name(), "bytelevel-bpe:416");
+  EXPECT_EQ(p.vocab(), 416);
+  EXPECT_EQ(p.model_size(), 400);
+  check_golden(p, "gpt2-bpe");
+  EXPECT_EQ(p.decode(std::vector<int32_t>{400, 415}), "");
+  EXPECT_EQ(p.piece(415), "");
+  EXPECT_EQ(data::Tokenizer::from_model(p.name(), p.model()).vocab(), 416);
+  EXPECT_NE(error_of([&] { t.padded_to(399); }).find("400 ids do not fit in a vocabulary of 399"), std::string::npos);
+  EXPECT_NE(error_of([&] { data::Tokenizer::from_model("bytelevel-bpe:399", t.model()); }).find("more than its name's 399"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { data::Tokenizer(data::TokenizerKind::bytes).padded_to(300); }).find("only a tokenizer with a model"),
+            std::string::npos);
 }
 
 // export-hf of a byte-level BPE: config.json names it, tokenizer.json is its

@@ -164,7 +164,8 @@ class Tokenizer {
   static Tokenizer parse(std::string_view name);
   static std::vector<std::string> names();   // {"char", "byte", "bpe:N", "unigram:N", "bytelevel-bpe:N"}
   // A trained tokenizer of this name from its model (empty for char and byte);
-  // Error when the model does not load or has another size.
+  // Error when the model does not load or has more ids than the name's N (a
+  // model of fewer is padded: padded_to).
   static Tokenizer from_model(std::string_view name, const std::string& model);
   // A SentencePiece model made anywhere (a Llama directory's tokenizer.model):
   // "bpe:N" or "unigram:N" by its type and piece count. Error when it does not
@@ -184,6 +185,14 @@ class Tokenizer {
   // A kind with a model a checkpoint must keep (the subword ones and bytelevel-bpe).
   bool has_model() const { return subword() || kind_ == TokenizerKind::bytelevel_bpe; }
   bool trained() const { return !has_model() || model_ != nullptr || bytelevel_ != nullptr; }
+  // The ids its model has (the pieces, the byte-level BPE's largest id + 1);
+  // vocab() for char and byte.
+  int64_t model_size() const;
+  // The same model in a vocabulary of `vocab` ids, named by it
+  // ("bytelevel-bpe:50304"): for a config.json whose vocab_size pads the
+  // tokenizer's. The ids past the model's are never encoded and decode to
+  // nothing. Error for char and byte, or a vocab smaller than model_size().
+  Tokenizer padded_to(int64_t vocab) const;
   // A subword tokenizer trained on `text` (Error naming SentencePiece's reason,
   // e.g. a vocabulary too large for the text); char and byte return themselves.
   Tokenizer trained_on(std::string_view text) const;

@@ -112,8 +112,9 @@ void write_hf_dir(const std::string& dir, const LmConfig& c, const std::vector<A
 //                     kind (model.type "WordPiece", a Metaspace pre-tokenizer)
 //                     is an Error naming the field
 //   vocab.json + merges.txt   the same from GPT-2's older files
-// whose size must equal config.json's vocab_size (Error naming both), or
-// none (tokenizer empty). Error naming the file and what is wrong.
+// whose ids must fit in config.json's vocab_size (Error naming both
+// numbers; a larger vocab_size pads the tokenizer, data::Tokenizer::padded_to),
+// or none (tokenizer empty). Error naming the file and what is wrong.
 HfModel read_hf_dir(const std::string& dir);
 
 }  // namespace capstep::nn

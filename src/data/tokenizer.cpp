@@ -3,6 +3,7 @@
 // tokenizer (Tokenizer "byte"), the subword ones' front (their SentencePiece
 // side is subword.cpp) and the byte-level BPE's (bytelevel.cpp), with the
 // compact TokenIds they produce.
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstdio>
@@ -209,8 +210,9 @@ Tokenizer Tokenizer::from_model(std::string_view name, const std::string& model)
   if (model.empty()) throw Error("the " + t.name() + " tokenizer's model is missing");
   if (t.kind_ == TokenizerKind::bytelevel_bpe) {
     t.bytelevel_ = bytelevel_from_tokenizer_json(model);
-    if (bytelevel_size(*t.bytelevel_) != t.vocab_)
-      throw Error("the " + t.name() + " tokenizer's model has " + std::to_string(bytelevel_size(*t.bytelevel_)) + " ids");
+    if (bytelevel_size(*t.bytelevel_) > t.vocab_)
+      throw Error("the " + t.name() + " tokenizer's model has " + std::to_string(bytelevel_size(*t.bytelevel_)) +
+                  " ids, more than its name's " + std::to_string(t.vocab_));
     return t;
   }
   t.model_ = subword_load(model);
@@ -218,8 +220,9 @@ Tokenizer Tokenizer::from_model(std::string_view name, const std::string& model)
   if (type != (t.kind_ == TokenizerKind::bpe ? 2 : 1))
     throw Error("the " + t.name() + " tokenizer's model is of another type (" +
                 (type == 1 ? "unigram" : type == 2 ? "bpe" : type == 3 ? "word" : "char") + ")");
-  if (subword_size(*t.model_) != t.vocab_)
-    throw Error("the " + t.name() + " tokenizer's model has " + std::to_string(subword_size(*t.model_)) + " pieces");
+  if (subword_size(*t.model_) > t.vocab_)
+    throw Error("the " + t.name() + " tokenizer's model has " + std::to_string(subword_size(*t.model_)) +
+                " pieces, more than its name's " + std::to_string(t.vocab_));
   return t;
 }
 
@@ -245,6 +248,23 @@ Tokenizer Tokenizer::from_bytelevel(const std::string& json_or_vocab, const std:
   t.bytelevel_ = merges_txt ? bytelevel_from_vocab_merges(json_or_vocab, *merges_txt)
                             : bytelevel_from_tokenizer_json(json_or_vocab);
   t.vocab_ = bytelevel_size(*t.bytelevel_);
+  return t;
+}
+
+int64_t Tokenizer::model_size() const {
+  if (bytelevel_) return bytelevel_size(*bytelevel_);
+  if (model_) return subword_size(*model_);
+  return vocab_;
+}
+
+Tokenizer Tokenizer::padded_to(int64_t vocab) const {
+  if (!has_model() || !trained()) throw Error("only a tokenizer with a model is padded, not the " + name() + " one");
+  if (vocab < model_size())
+    throw Error("the " + name() + " tokenizer's " + std::to_string(model_size()) + " ids do not fit in a vocabulary of " +
+                std::to_string(vocab));
+  Tokenizer t = parse(name().substr(0, name().find(':')) + ":" + std::to_string(vocab));   // Error for a size out of range
+  t.model_ = model_;
+  t.bytelevel_ = bytelevel_;
   return t;
 }
 
@@ -327,15 +347,23 @@ std::string Tokenizer::decode(const TokenIds& ids) const {
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= vocab()) throw Error(id_error("decode", ids[i], i, vocab()));
+  // Ids past the model's (a padded vocabulary, padded_to) decode to nothing.
   if (kind_ == TokenizerKind::bytelevel_bpe) {
     if (!bytelevel_) throw Error("the " + name() + " tokenizer has no model: it has nothing to decode with");
     std::string out;
-    for (int32_t id : ids) out += bytelevel_piece(*bytelevel_, id);
+    const int64_t size = model_size();
+    for (int32_t id : ids)
+      if (id < size) out += bytelevel_piece(*bytelevel_, id);
     return out;
   }
   if (subword()) {
     if (!model_) throw Error("the " + name() + " tokenizer is not trained yet: it has nothing to decode with");
-    return subword_decode(*model_, ids);
+    const int64_t size = model_size();
+    if (std::all_of(ids.begin(), ids.end(), [&](int32_t id) { return id < size; })) return subword_decode(*model_, ids);
+    std::vector<int32_t> in_model;
+    for (int32_t id : ids)
+      if (id < size) in_model.push_back(id);
+    return subword_decode(*model_, in_model);
   }
   std::string out(ids.size(), '\0');
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -347,11 +375,11 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
 std::string Tokenizer::piece(int32_t id) const {
   if (bytelevel_) {
     if (id < 0 || id >= vocab_) throw Error(id_error("piece", id, 0, vocab_));
-    return bytelevel_piece(*bytelevel_, id);
+    return id < model_size() ? bytelevel_piece(*bytelevel_, id) : std::string();
   }
   if (subword() && model_) {
     if (id < 0 || id >= vocab_) throw Error(id_error("piece", id, 0, vocab_));
-    return subword_piece(*model_, id);
+    return id < model_size() ? subword_piece(*model_, id) : std::string();
   }
   return decode(std::vector<int32_t>{id});
 }

@@ -667,10 +667,19 @@ void read_foreign_tokenizer(const std::string& dir, HfModel& m) {
       throw Error("'" + dir + "': " + e.what());
     }
   }
-  if (t.vocab() != m.config.vocab)
+  // A vocab_size above the tokenizer's (padded, or with room for added
+  // tokens) is the tokenizer padded to it; below, its ids would not fit.
+  if (t.vocab() > m.config.vocab)
     throw Error("'" + file + "' has " + std::to_string(t.vocab()) + " ids (the " + t.name() +
                 " tokenizer) but config.json's vocab_size is " + std::to_string(m.config.vocab) +
-                "; capstep needs the two equal");
+                ": its ids do not fit in the model's");
+  if (t.vocab() < m.config.vocab) {
+    try {
+      t = t.padded_to(m.config.vocab);
+    } catch (const Error& e) {
+      throw Error("'" + file + "' with config.json's vocab_size " + std::to_string(m.config.vocab) + ": " + e.what());
+    }
+  }
   m.tokenizer = t.name();
   m.tokenizer_model = t.model();
   m.tokenizer_file = file;
