@@ -726,6 +726,65 @@ TEST(Cli, ExportHfWritesASubwordTokenizer) {
   }
 }
 
+// train --init-from a directory transformers made with its own tokenizer
+// (tests/golden/hf/gpt2-bpe: a GPT-2 and a byte-level BPE of 400 ids,
+// scripts/make-hf-goldens): the run encodes the text with that tokenizer,
+// the checkpoint keeps it, sample decodes with it and export-hf writes it
+// back; a directory with no tokenizer says what was looked for.
+TEST(Cli, InitFromATransformersGpt2WithItsTokenizer) {
+  NEED_BINARY();
+  const char* src = std::getenv("CAPSTEP_SOURCE_DIR");
+  const std::string dir =
+      (src ? std::string(src) : fs::path(__FILE__).parent_path().parent_path().string()) + "/tests/golden/hf/gpt2-bpe";
+  TempDir d;
+  std::string text;
+  for (int i = 0; i < 40; ++i)
+    text += "The tokenizer's pieces stand for bytes; it's " + std::to_string(i) + " lines of text.\n"
+            "    x[" + std::to_string(i) + "] = f(7, \"caf\xC3\xA9\");\n";
+  std::ofstream(d.file("text.txt")) << text;
+  const std::string ck = d.file("ck.st");
+  Outcome r = run({"train", "--init-from", dir, "--text", d.file("text.txt"), "--steps", "3", "--seq", "16",
+                   "--batch", "2", "--save", ck, "--no-progress"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("weights from '" + dir + "'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("; tokenizer bytelevel-bpe:400"), std::string::npos) << r.out;
+  const data::Tokenizer own = data::Tokenizer::from_bytelevel(slurp(dir + "/tokenizer.json"));
+  EXPECT_EQ(train::base64_decode(load_checkpoint(ck).extra.at("tokenizer_model")), own.model());
+
+  const std::string prompt = "The tokenizer's";
+  r = run({"sample", "--checkpoint", ck, "--prompt", prompt, "--tokens", "12", "--seed", "5"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.substr(0, prompt.size()), prompt) << r.out;
+  EXPECT_GT(r.out.size(), prompt.size() + 1) << r.out;
+
+  r = run({"export-hf", "--checkpoint", ck, "--out", d.file("out")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("tokenizer.json, tokenizer_config.json: "), std::string::npos) << r.out;   // no tokenizer.model
+  EXPECT_FALSE(fs::exists(d.file("out") + "/tokenizer.model"));
+  EXPECT_EQ(slurp(d.file("out") + "/tokenizer.json"), own.model());
+  EXPECT_NE(slurp(d.file("out") + "/config.json").find("\"capstep_tokenizer\": \"bytelevel-bpe:400\""),
+            std::string::npos);
+
+  r = run({"train", "--init-from", dir, "--steps", "1", "--tokenizer", "bpe:400"});
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.err.find("holds the bytelevel-bpe:400 tokenizer, whose pieces its weights' ids stand for ('" + dir +
+                       "/tokenizer.json')"),
+            std::string::npos) << r.err;
+  r = run({"train", "--tokenizer", "bytelevel-bpe:400", "--steps", "1"});
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.err.find("a byte-level BPE is not trained by capstep"), std::string::npos) << r.err;
+  // No tokenizer at all: what was looked for, and no subword hint.
+  fs::create_directories(d.file("bare"));
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(dir + "/" + f, d.file("bare") + "/" + f);
+  r = run({"train", "--init-from", d.file("bare"), "--steps", "1"});
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.err.find("holds no tokenizer of its own (looked for config.json's \"capstep_tokenizer\", "
+                       "tokenizer.model (SentencePiece), tokenizer.json (byte-level BPE) and vocab.json + merges.txt "
+                       "(GPT-2's)) for the vocab_size 400 of its config.json"),
+            std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("bpe:N"), std::string::npos) << r.err;
+}
+
 // --save, --log and --plot that cannot be written fail before the first
 // step, not after a run of hours, and leave nothing behind.
 TEST(Cli, OutputsThatCannotBeWrittenFailBeforeTraining) {

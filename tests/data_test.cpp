@@ -148,7 +148,7 @@ TEST(Tokenizer, ByteKindRoundTripsEveryByteSequence) {
             std::string::npos);
   const std::string m = error_of([] { Tokenizer::parse("bpe"); });
   EXPECT_NE(m.find("unknown tokenizer 'bpe'; the tokenizers are char, byte"), std::string::npos) << m;
-  EXPECT_EQ(Tokenizer::names(), (std::vector<std::string>{"char", "byte", "bpe:N", "unigram:N"}));
+  EXPECT_EQ(Tokenizer::names(), (std::vector<std::string>{"char", "byte", "bpe:N", "unigram:N", "bytelevel-bpe:N"}));
 }
 
 TEST(TokenIds, UseTheNarrowestWidthAndKeepEveryValue) {
@@ -253,8 +253,16 @@ TEST(Subword, IdsAreSentencePiecesOwnAndRoundTripExactly) {
     const Tokenizer again = Tokenizer::from_model(name, t.model());
     EXPECT_TRUE(again.encode(text) == ids);
     EXPECT_EQ(Tokenizer::parse(name).trained_on(text).model(), t.model());
-    EXPECT_THROW(Tokenizer::from_model(std::string(name).substr(0, std::string(name).find(':')) + ":700", t.model()),
-                 Error);   // another size than the model's
+    // A larger name pads the vocabulary (ids past the model's decode to
+    // nothing); a smaller one cannot hold the model's ids.
+    const std::string kind = std::string(name).substr(0, std::string(name).find(':'));
+    const Tokenizer padded = Tokenizer::from_model(kind + ":700", t.model());
+    EXPECT_EQ(padded.vocab(), 700);
+    EXPECT_EQ(padded.model_size(), t.vocab());
+    EXPECT_TRUE(padded.encode(text).to_vector() == ids.to_vector());
+    EXPECT_EQ(padded.decode(std::vector<int32_t>{static_cast<int32_t>(t.vocab()), 699}), "");
+    EXPECT_EQ(padded.piece(699), "");
+    EXPECT_THROW(Tokenizer::from_model(kind + ":300", t.model()), Error);
     EXPECT_THROW(Tokenizer::from_model(name, "not a model"), Error);
   }
 }

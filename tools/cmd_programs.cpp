@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "capstep/autodiff.h"
+#include "capstep/data.h"
 #include "capstep/hf.h"
 #include "capstep/safetensors.h"
 #include "capstep/stablehlo.h"
@@ -110,10 +111,10 @@ int run_export_hf(const ExportHfArgs& a) {
   for (const NamedArray& p : c.params) params.push_back(p.array);
   // The tokenizer is named in config.json ("capstep_tokenizer") for `capstep
   // train --init-from`, and written as tokenizer.json for transformers (a
-  // subword one also as tokenizer.model).
+  // SentencePiece one also as tokenizer.model).
   std::vector<std::string> warnings;
   nn::write_hf_dir(a.out, meta.model, params, meta.tokenizer, meta.tokenizer_model, &warnings);
-  const bool subword = !meta.tokenizer_model.empty();
+  const bool subword = data::Tokenizer::parse(meta.tokenizer).subword();
   std::cout << "wrote " << a.out << "/config.json, model.safetensors, tokenizer.json, tokenizer_config.json"
             << (subword ? ", tokenizer.model" : "") << ": \"" << meta.model.describe() << "\" as transformers' "
             << (meta.model.arch == nn::Arch::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM") << " at step " << c.step

@@ -252,23 +252,38 @@ int run_train(TrainArgs a) {
                        "/config.json'; leave out --arch, --layers, --d-model, --heads, --kv-heads, --rope-theta, "
                        "--context and --d-ff (--batch and --seq apply)");
     const nn::HfModel m = nn::read_hf_dir(a.init_from);
-    if (!a.tokenizer_given && !m.tokenizer.empty()) o.tokenizer = m.tokenizer;
-    // A subword tokenizer is the directory's own pieces (tokenizer.model),
-    // which the weights' ids stand for: new pieces trained on the text would
-    // not be, so another subword tokenizer is refused.
-    if (data::Tokenizer::parse(o.tokenizer).subword()) {
+    const std::string vocab_size = std::to_string(m.config.vocab);
+    // For a directory without a tokenizer of its own: what was looked for,
+    // and the one of capstep's that has its vocabulary, if any.
+    const std::string none = "no tokenizer of its own (looked for " + nn::hf_tokenizer_files() + ")";
+    const std::string fits = m.config.vocab == 256 ? "; its ids may be bytes: give --tokenizer byte"
+                             : m.config.vocab == data::kVocabSize ? "; its ids may be characters: give --tokenizer char"
+                                                                  : "";
+    if (!a.tokenizer_given) {
+      if (m.tokenizer.empty())
+        throw UsageError("--init-from: '" + a.init_from + "' holds " + none + " for the vocab_size " + vocab_size +
+                         " of its config.json" + fits);
+      o.tokenizer = m.tokenizer;
+    }
+    // A tokenizer with a model is the directory's own (tokenizer.model,
+    // tokenizer.json), whose ids the weights stand for: new pieces trained
+    // on the text would not be, so another such tokenizer is refused.
+    if (data::Tokenizer::parse(o.tokenizer).has_model()) {
       if (o.tokenizer != m.tokenizer)
         throw UsageError("--init-from: '" + a.init_from + "' holds " +
-                         (m.tokenizer.empty() ? std::string("no capstep tokenizer") : "the " + m.tokenizer + " tokenizer") +
-                         ", whose pieces its weights' ids stand for; a subword tokenizer cannot be trained anew for "
-                         "it: leave --tokenizer out" + (m.tokenizer.empty() ? " and give char or byte" : ""));
+                         (m.tokenizer.empty() ? none : "the " + m.tokenizer + " tokenizer") +
+                         ", whose pieces its weights' ids stand for" +
+                         (m.tokenizer_file.empty() ? "" : " ('" + m.tokenizer_file + "')") + "; a " + o.tokenizer +
+                         " tokenizer cannot be made anew for it: leave --tokenizer out" +
+                         (m.tokenizer.empty() ? fits : ""));
       o.tokenizer_model = m.tokenizer_model;
     }
     const int64_t vocab = data::Tokenizer::parse(o.tokenizer).vocab();
     if (vocab != m.config.vocab)
-      throw UsageError("--init-from: '" + a.init_from + "/config.json' has vocab_size " + std::to_string(m.config.vocab) +
-                       " but the " + o.tokenizer + " tokenizer has " + std::to_string(vocab) +
-                       " symbols; give --tokenizer with as many (byte: 256, char: 64, bpe:N or unigram:N: N)");
+      throw UsageError("--init-from: '" + a.init_from + "/config.json' has vocab_size " + vocab_size + " but the " +
+                       o.tokenizer + " tokenizer has " + std::to_string(vocab) + " symbols; " +
+                       (m.tokenizer.empty() ? "the directory holds " + none + fits
+                                            : "leave --tokenizer out for the directory's own, the " + m.tokenizer));
     nn::LmConfig c = m.config;
     c.batch = a.model.config.batch;
     c.seq = a.model.config.seq;
@@ -278,6 +293,9 @@ int run_train(TrainArgs a) {
   } else if (!o.resume_path.empty()) {
     adopt_checkpoint(a);
   } else {
+    if (data::Tokenizer::parse(o.tokenizer).kind() == data::TokenizerKind::bytelevel_bpe)
+      throw UsageError("--tokenizer " + o.tokenizer + ": a byte-level BPE is not trained by capstep; it comes from "
+                       "a Hugging Face directory's tokenizer.json or vocab.json + merges.txt (--init-from DIR)");
     a.model.config.vocab = data::Tokenizer::parse(o.tokenizer).vocab();   // the model's vocabulary is the tokenizer's
     o.model = a.model.checked();
   }

@@ -127,37 +127,77 @@ std::string describe_unknown(const TextStats& s, const std::string& tokenizer_na
 //              nothing is unknown; elsewhere the ids are SentencePiece's own.
 //              Needs a build with SentencePiece (have_sentencepiece()); Error
 //              otherwise.
-// A subword tokenizer is parsed untrained; trained_on() or from_model() give
-// one that encodes. Its model (SentencePiece's serialized ModelProto) is what
-// a checkpoint keeps. Copies share the trained model.
-enum class TokenizerKind { chars, bytes, bpe, unigram };
+//              A SentencePiece model made elsewhere (a Llama directory's
+//              tokenizer.model, see from_model) is one of these too, named by
+//              its type and piece count; when it adds a dummy prefix (a space
+//              before the text, as Llama's does) capstep does too, and decode
+//              takes that one space off again, so the text still round-trips.
+//              No BOS or EOS id is ever added.
+//   bytelevel-bpe:N  GPT-2's byte-level BPE of N ids, read from a Hugging
+//              Face tokenizer.json or vocab.json + merges.txt (never trained
+//              by capstep): the text is cut by GPT-2's regex (\p{L} and \p{N}
+//              of Unicode 14, src/data/unicode_classes.inc), each piece's bytes
+//              merged by rank. Any bytes round-trip exactly (a byte that is not
+//              valid UTF-8 is a piece of its own), nothing is unknown, and
+//              added tokens such as "<|endoftext|>" are never made from the
+//              text (transformers would take that string as the special
+//              token; capstep takes its characters).
+// A subword or byte-level tokenizer is parsed untrained; trained_on() (not for
+// bytelevel-bpe) or from_model() give one that encodes. Its model
+// (SentencePiece's serialized ModelProto; the byte-level BPE's tokenizer.json
+// as capstep writes it) is what a checkpoint keeps. Copies share the model.
+enum class TokenizerKind { chars, bytes, bpe, unigram, bytelevel_bpe };
 constexpr int64_t kMinSubwordVocab = 300;   // the 256 byte pieces, <unk> and room for merges
 constexpr size_t kSubwordTrainingBytes = size_t{32} << 20;
 bool have_sentencepiece();
 
-struct SubwordModel;   // src/data/subword.cpp
+struct SubwordModel;     // src/data/subword.cpp
+struct ByteLevelModel;   // src/data/bytelevel.cpp
 
 class Tokenizer {
  public:
   // char or byte; Error for a subword kind (it needs a size: parse "bpe:N").
   explicit Tokenizer(TokenizerKind k = TokenizerKind::chars);
-  // "char", "byte", "bpe:N" or "unigram:N"; Error naming the allowed names
-  // otherwise, or N out of range, or a subword kind without SentencePiece.
+  // "char", "byte", "bpe:N", "unigram:N" or "bytelevel-bpe:N"; Error naming
+  // the allowed names otherwise, or N out of range, or a subword kind without
+  // SentencePiece.
   static Tokenizer parse(std::string_view name);
-  static std::vector<std::string> names();            // {"char", "byte", "bpe:N", "unigram:N"}
+  static std::vector<std::string> names();   // {"char", "byte", "bpe:N", "unigram:N", "bytelevel-bpe:N"}
   // A trained tokenizer of this name from its model (empty for char and byte);
-  // Error when the model does not load or has another size.
+  // Error when the model does not load or has more ids than the name's N (a
+  // model of fewer is padded: padded_to).
   static Tokenizer from_model(std::string_view name, const std::string& model);
+  // A SentencePiece model made anywhere (a Llama directory's tokenizer.model):
+  // "bpe:N" or "unigram:N" by its type and piece count. Error when it does not
+  // load, is of another type (word, char), has no byte pieces (byte fallback),
+  // or normalizes the text (normalizer_spec.name other than "identity",
+  // remove_extra_whitespaces): its text would not come back.
+  static Tokenizer from_sentencepiece(const std::string& model);
+  // A byte-level BPE from a tokenizer.json's text, or from vocab.json and
+  // merges.txt (merges_txt given): "bytelevel-bpe:N". Error naming the field.
+  static Tokenizer from_bytelevel(const std::string& json_or_vocab, const std::string* merges_txt = nullptr);
 
   TokenizerKind kind() const { return kind_; }
   std::string name() const;                           // "char", "byte", "bpe:4000", ...
   int64_t vocab() const { return vocab_; }            // 64, 256 or N
+  // SentencePiece's kinds (bpe:N, unigram:N).
   bool subword() const { return kind_ == TokenizerKind::bpe || kind_ == TokenizerKind::unigram; }
-  bool trained() const { return !subword() || model_ != nullptr; }
+  // A kind with a model a checkpoint must keep (the subword ones and bytelevel-bpe).
+  bool has_model() const { return subword() || kind_ == TokenizerKind::bytelevel_bpe; }
+  bool trained() const { return !has_model() || model_ != nullptr || bytelevel_ != nullptr; }
+  // The ids its model has (the pieces, the byte-level BPE's largest id + 1);
+  // vocab() for char and byte.
+  int64_t model_size() const;
+  // The same model in a vocabulary of `vocab` ids, named by it
+  // ("bytelevel-bpe:50304"): for a config.json whose vocab_size pads the
+  // tokenizer's. The ids past the model's are never encoded and decode to
+  // nothing. Error for char and byte, or a vocab smaller than model_size().
+  Tokenizer padded_to(int64_t vocab) const;
   // A subword tokenizer trained on `text` (Error naming SentencePiece's reason,
   // e.g. a vocabulary too large for the text); char and byte return themselves.
   Tokenizer trained_on(std::string_view text) const;
-  // SentencePiece's serialized model; empty for char and byte.
+  // SentencePiece's serialized model, or the byte-level BPE's tokenizer.json;
+  // empty for char and byte.
   std::string model() const;
 
   // Encodes `text`, reusing its buffer for the ids when the ids are one byte
@@ -168,13 +208,15 @@ class Tokenizer {
   std::string decode(const TokenIds& ids) const;
   std::string decode(const std::vector<int32_t>& ids) const;
   // The text of one id: one character (char), one byte (byte), a piece with
-  // its spaces, or one byte of a character (a subword byte piece).
+  // its spaces, one byte of a character (a subword byte piece), or the bytes
+  // of a byte-level BPE token.
   std::string piece(int32_t id) const;
 
  private:
   TokenizerKind kind_;
   int64_t vocab_;
   std::shared_ptr<const SubwordModel> model_;
+  std::shared_ptr<const ByteLevelModel> bytelevel_;
 };
 
 // The largest share of unknown characters a text may have before it is

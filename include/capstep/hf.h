@@ -51,9 +51,16 @@ LmConfig config_from_hf(const std::string& json);
 struct HfModel {
   LmConfig config;
   std::vector<Array> params;        // lm_parameters order
-  std::string tokenizer;            // config.json's "capstep_tokenizer", or empty
-  std::string tokenizer_model;      // a subword tokenizer's SentencePiece model (tokenizer.model), else empty
+  // The tokenizer: config.json's "capstep_tokenizer", or the one of the
+  // directory's own files (read_hf_dir), or empty when it has none.
+  std::string tokenizer;
+  // Its model (data::Tokenizer::model): a SentencePiece model (tokenizer.model)
+  // or a byte-level BPE's tokenizer.json as capstep writes it; else empty.
+  std::string tokenizer_model;
+  std::string tokenizer_file;       // the file it was read from, or empty
 };
+// What read_hf_dir looks for, in words, for a message saying none was there.
+std::string hf_tokenizer_files();
 // tokenizer.json (the `tokenizers` library's format, which transformers'
 // AutoTokenizer reads) for capstep's tokenizer `t`, giving capstep's ids for
 // any text (a Python str: valid UTF-8) and capstep's text back:
@@ -97,7 +104,17 @@ void write_hf_dir(const std::string& dir, const LmConfig& c, const std::vector<A
                   std::vector<std::string>* warnings = nullptr);
 // A directory as above, or as transformers' save_pretrained writes one
 // (config.json, model.safetensors in f32); a subword "capstep_tokenizer"
-// needs its tokenizer.model. Error naming the file and what is wrong.
+// needs its tokenizer.model, a bytelevel-bpe one its tokenizer.json. Without
+// "capstep_tokenizer", the directory's own tokenizer, the first of:
+//   tokenizer.model   a SentencePiece model (a Llama directory's; bpe:N or
+//                     unigram:N, data::Tokenizer::from_sentencepiece)
+//   tokenizer.json    a byte-level BPE (GPT-2's; bytelevel-bpe:N); another
+//                     kind (model.type "WordPiece", a Metaspace pre-tokenizer)
+//                     is an Error naming the field
+//   vocab.json + merges.txt   the same from GPT-2's older files
+// whose ids must fit in config.json's vocab_size (Error naming both
+// numbers; a larger vocab_size pads the tokenizer, data::Tokenizer::padded_to),
+// or none (tokenizer empty). Error naming the file and what is wrong.
 HfModel read_hf_dir(const std::string& dir);
 
 }  // namespace capstep::nn

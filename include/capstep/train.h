@@ -123,10 +123,11 @@ struct Options {
   bool fused_attention = false;          // fuse_attention (trace.h) on the loss program: the attention primitives
   std::string text_path;                 // empty: the built-in corpus
   // data::Tokenizer::parse's name: "char" (the seed's, vocab 64), "byte"
-  // (vocab 256), "bpe:N" or "unigram:N" (vocab N); model.vocab must be the
-  // tokenizer's vocabulary. A subword tokenizer is trained on the text before
-  // the first step (or, resuming, taken from the checkpoint, whose tokenizer
-  // must be this one) and saved in every checkpoint.
+  // (vocab 256), "bpe:N" or "unigram:N" (vocab N), or "bytelevel-bpe:N"
+  // (only with tokenizer_model); model.vocab must be the tokenizer's
+  // vocabulary. A subword tokenizer is trained on the text before the first
+  // step (or taken from tokenizer_model, or, resuming, from the checkpoint,
+  // whose tokenizer must be this one) and saved in every checkpoint.
   std::string tokenizer = "char";
   // A text with more than data::kMaxUnknownShare characters the tokenizer
   // cannot represent is refused (data::UnknownTextError) unless this is set;
@@ -141,11 +142,12 @@ struct Options {
   // config.json must describe `model` but for batch and seq (Error otherwise).
   // Not with resume_path.
   std::string init_from;
-  // A subword tokenizer's SentencePiece model (data::Tokenizer::model) to use
-  // instead of training one on the text: the pieces of an init_from
-  // directory's tokenizer.model, whose ids its weights were trained on.
-  // Empty: trained (or, resuming, the checkpoint's). Only with a subword
-  // `tokenizer` of its size, and not with resume_path.
+  // The model (data::Tokenizer::model) of a subword or byte-level tokenizer
+  // to use instead of training one on the text: an init_from directory's
+  // own (nn::HfModel::tokenizer_model: its tokenizer.model, or its byte-level
+  // BPE), whose ids its weights were trained on. Empty: trained (or,
+  // resuming, the checkpoint's). Only with a `tokenizer` of its kind and
+  // size, and not with resume_path.
   std::string tokenizer_model;
   // Data parallelism (issue 14): with a communicator of R replicas (ranks),
   // every rank runs this same loop; model.batch is the local batch and the
@@ -225,9 +227,10 @@ constexpr const char* kTrainMetadataKey = "train";
 // With a validation split, also "best_val_loss": the lowest validation loss
 // of the run up to the checkpoint (a decimal number, %.9g).
 constexpr const char* kBestValLossKey = "best_val_loss";
-// With a subword tokenizer, also "tokenizer_model": its SentencePiece model
-// (data::Tokenizer::model()) in base64, so sample and resume use the very
-// pieces the run trained with.
+// With a subword or byte-level tokenizer, also "tokenizer_model": its model
+// (data::Tokenizer::model(): SentencePiece's, or the byte-level BPE's
+// tokenizer.json) in base64, so sample and resume use the very pieces the
+// run trained with.
 constexpr const char* kTokenizerModelKey = "tokenizer_model";
 
 struct TrainMeta {

@@ -20,6 +20,12 @@ struct SubwordModel {
   sentencepiece::SentencePieceProcessor sp;
   std::string proto;
   int byte_id[256] = {};   // the byte fallback's pieces "<0x00>".."<0xFF>"
+  // The model adds a dummy prefix (normalizer_spec.add_dummy_prefix, as
+  // Llama's): SentencePiece is loaded without it and the text is encoded
+  // with one space before it instead, once, however the text is cut into
+  // runs; decode takes that space off again.
+  bool dummy_prefix = false;
+  int model_type = 1;   // trainer_spec.model_type: 1 unigram, 2 bpe, 3 word, 4 char
 };
 
 bool have_sentencepiece() { return true; }
@@ -84,10 +90,115 @@ Error sp_error(const std::string& what, const sentencepiece::util::Status& s) {
   return Error(what + ": SentencePiece: " + s.ToString());
 }
 
+// ---- a minimal reading of SentencePiece's ModelProto (protobuf wire format),
+// for the fields the installed headers do not expose: trainer_spec (2) .model_type
+// (3); normalizer_spec (3) .name (1), .add_dummy_prefix (3, default true),
+// .remove_extra_whitespaces (4, default true).
+struct Field {
+  uint32_t number = 0;
+  uint32_t wire = 0;
+  uint64_t value = 0;      // varint
+  std::string_view bytes;  // length-delimited
+  size_t begin = 0, end = 0;
+};
+
+bool read_varint(std::string_view s, size_t& at, uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (at >= s.size()) return false;
+    const unsigned char c = static_cast<unsigned char>(s[at++]);
+    v |= static_cast<uint64_t>(c & 0x7F) << shift;
+    if (!(c & 0x80)) return true;
+  }
+  return false;
+}
+
+// The fields of a message; false when it is not well formed.
+bool fields(std::string_view s, std::vector<Field>& out) {
+  out.clear();
+  for (size_t at = 0; at < s.size();) {
+    Field f;
+    f.begin = at;
+    uint64_t tag;
+    if (!read_varint(s, at, tag)) return false;
+    f.number = static_cast<uint32_t>(tag >> 3);
+    f.wire = static_cast<uint32_t>(tag & 7);
+    if (f.wire == 0) {
+      if (!read_varint(s, at, f.value)) return false;
+    } else if (f.wire == 2) {
+      uint64_t n;
+      if (!read_varint(s, at, n) || n > s.size() - at) return false;
+      f.bytes = s.substr(at, n);
+      at += n;
+    } else if (f.wire == 1 || f.wire == 5) {
+      at += f.wire == 1 ? 8 : 4;
+      if (at > s.size()) return false;
+    } else {
+      return false;
+    }
+    f.end = at;
+    out.push_back(f);
+  }
+  return true;
+}
+
+void write_varint(std::string& s, uint64_t v) {
+  do {
+    s += static_cast<char>((v & 0x7F) | (v > 0x7F ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+}
+
+// Reads the fields above into m and returns the proto SentencePiece loads:
+// the same, with add_dummy_prefix off when it was on (set m.dummy_prefix).
+std::string inspect(SubwordModel& m, const std::string& what) {
+  std::vector<Field> top, sub;
+  if (!fields(m.proto, top)) return m.proto;   // SentencePiece names what is wrong
+  bool dummy = true, extra_spaces = true;
+  std::string name;
+  bool has_normalizer = false;
+  for (const Field& f : top) {
+    if (f.number == 2 && f.wire == 2 && fields(f.bytes, sub))
+      for (const Field& g : sub)
+        if (g.number == 3 && g.wire == 0) m.model_type = static_cast<int>(g.value);
+    if (f.number == 3 && f.wire == 2 && fields(f.bytes, sub)) {
+      has_normalizer = true;
+      for (const Field& g : sub) {
+        if (g.number == 1 && g.wire == 2) name = std::string(g.bytes);
+        if (g.number == 3 && g.wire == 0) dummy = g.value != 0;
+        if (g.number == 4 && g.wire == 0) extra_spaces = g.value != 0;
+      }
+    }
+  }
+  if (!has_normalizer) return m.proto;
+  if (name != "identity")
+    throw Error(what + ": normalizer_spec.name is \"" + name +
+                "\"; capstep reads SentencePiece models that leave the text as it is (\"identity\"), so that "
+                "it comes back exactly");
+  if (extra_spaces)
+    throw Error(what + ": normalizer_spec.remove_extra_whitespaces is on; capstep reads SentencePiece models that "
+                "keep every space, so that the text comes back exactly");
+  m.dummy_prefix = dummy;
+  if (!dummy) return m.proto;
+  std::string out;
+  for (const Field& f : top) {
+    if (f.number != 3) {
+      out.append(m.proto, f.begin, f.end - f.begin);
+      continue;
+    }
+    out += '\x1A';   // field 3, length-delimited
+    write_varint(out, f.bytes.size() + 2);
+    out.append(f.bytes);
+    out += "\x18";   // field 3 (add_dummy_prefix) = false: the last value wins
+    out += '\0';
+  }
+  return out;
+}
+
 // Loads m->proto and finds the 256 byte pieces (a model without them, made
 // elsewhere without byte fallback, cannot give every text back: refused).
 void load(SubwordModel& m, const std::string& what) {
-  const auto st = m.sp.LoadFromSerializedProto(m.proto);
+  const auto st = m.sp.LoadFromSerializedProto(inspect(m, what));
   if (!st.ok()) throw sp_error(what, st);
   for (int b = 0; b < 256; ++b) {
     char piece[8];
@@ -146,13 +257,35 @@ const std::string& subword_proto(const SubwordModel& m) { return m.proto; }
 
 int64_t subword_size(const SubwordModel& m) { return m.sp.GetPieceSize(); }
 
+int subword_type(const SubwordModel& m) { return m.model_type; }
+
+bool subword_dummy_prefix(const SubwordModel& m) { return m.dummy_prefix; }
+
 void subword_encode(const SubwordModel& m, std::string_view text, TokenIds& out, TextStats& s) {
   // SentencePiece encodes runs of valid UTF-8 without U+2581; what it could
   // not give back (a byte that is not UTF-8 would come back as U+FFFD, U+2581
   // as a space) goes in as its bytes' pieces. So every text comes back, and
   // nothing is unknown.
   std::vector<int> ids;
+  bool prefix = m.dummy_prefix && !text.empty();   // the space still to put before the text
   auto run = [&](size_t begin, size_t end) {
+    if (prefix) {
+      // The first run (perhaps empty) with the model's dummy prefix.
+      prefix = false;
+      size_t stop = std::min(end, begin + (size_t{1} << 20));
+      if (stop < end) {
+        const size_t nl = text.substr(0, end).find('\n', stop);
+        stop = nl == std::string_view::npos ? end : nl + 1;
+      }
+      std::string first;
+      first.reserve(stop - begin + 1);
+      first += ' ';
+      first.append(text.substr(begin, stop - begin));
+      const auto st = m.sp.Encode(first, &ids);
+      if (!st.ok()) throw sp_error("cannot encode the text", st);
+      for (int id : ids) out.push_back(id);
+      begin = stop;
+    }
     // In pieces of about 1 MiB ending at a newline: no piece spans a newline
     // (training saw lines only, so '\n' is a byte piece of its own), so the
     // ids are those of the whole run, without its ids as int twice over.
@@ -189,6 +322,7 @@ std::string subword_decode(const SubwordModel& m, const std::vector<int32_t>& id
   // bytes that are not UTF-8 into U+FFFD; these give every byte back.
   std::string text;
   for (int32_t id : ids) text += subword_piece(m, id);
+  if (m.dummy_prefix && !text.empty() && text[0] == ' ') text.erase(0, 1);   // the space encode put there
   return text;
 }
 
@@ -244,6 +378,8 @@ std::shared_ptr<const SubwordModel> subword_train(TokenizerKind, int64_t, std::s
 std::shared_ptr<const SubwordModel> subword_load(const std::string&) { absent(); }
 const std::string& subword_proto(const SubwordModel&) { absent(); }
 int64_t subword_size(const SubwordModel&) { absent(); }
+int subword_type(const SubwordModel&) { absent(); }
+bool subword_dummy_prefix(const SubwordModel&) { absent(); }
 void subword_encode(const SubwordModel&, std::string_view, TokenIds&, TextStats&) { absent(); }
 std::string subword_decode(const SubwordModel&, const std::vector<int32_t>&) { absent(); }
 std::string subword_piece(const SubwordModel&, int32_t) { absent(); }

@@ -18,6 +18,11 @@ std::shared_ptr<const SubwordModel> subword_train(TokenizerKind kind, int64_t vo
 std::shared_ptr<const SubwordModel> subword_load(const std::string& proto);
 const std::string& subword_proto(const SubwordModel& m);
 int64_t subword_size(const SubwordModel& m);
+// trainer_spec.model_type: 1 unigram, 2 bpe, 3 word, 4 char.
+int subword_type(const SubwordModel& m);
+// Whether the model puts a space before the text (normalizer_spec.add_dummy_prefix;
+// capstep's own models do not, Llama's do).
+bool subword_dummy_prefix(const SubwordModel& m);
 // Appends the ids of `text` to `out` and counts its characters into `s` (none
 // is unknown: what SentencePiece cannot give back goes in as byte pieces).
 void subword_encode(const SubwordModel& m, std::string_view text, TokenIds& out, TextStats& s);

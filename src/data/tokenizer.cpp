@@ -1,12 +1,15 @@
 // The tokenizers documented in include/capstep/data.h: the 64-symbol character
 // tokenizer (the free functions and Tokenizer "char"), the 256-symbol byte
-// tokenizer (Tokenizer "byte") and the subword ones' front (their SentencePiece
-// side is subword.cpp), with the compact TokenIds they produce.
+// tokenizer (Tokenizer "byte"), the subword ones' front (their SentencePiece
+// side is subword.cpp) and the byte-level BPE's (bytelevel.cpp), with the
+// compact TokenIds they produce.
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
 
+#include "bytelevel.h"
 #include "capstep/data.h"
 #include "subword.h"
 
@@ -156,6 +159,18 @@ Tokenizer Tokenizer::parse(std::string_view name) {
   if (name == "byte") return Tokenizer(TokenizerKind::bytes);
   const size_t colon = name.find(':');
   const std::string_view kind = name.substr(0, colon);
+  if (colon != std::string_view::npos && kind == "bytelevel-bpe") {
+    // Read from a directory, so any size its file has (at least the 256 bytes).
+    const std::string_view n = name.substr(colon + 1);
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), v);
+    if (n.empty() || ec != std::errc() || end != n.data() + n.size() || v < 256 || v > (int64_t{1} << 24))
+      throw Error("tokenizer '" + std::string(name) + "': the size must be an integer in [256, 16777216]");
+    Tokenizer t;
+    t.kind_ = TokenizerKind::bytelevel_bpe;
+    t.vocab_ = v;
+    return t;
+  }
   if (colon != std::string_view::npos && (kind == "bpe" || kind == "unigram")) {
     const std::string_view n = name.substr(colon + 1);
     int64_t v = 0;
@@ -169,10 +184,11 @@ Tokenizer Tokenizer::parse(std::string_view name) {
     t.vocab_ = v;
     return t;
   }
-  throw Error("unknown tokenizer '" + std::string(name) + "'; the tokenizers are char, byte, bpe:N, unigram:N");
+  throw Error("unknown tokenizer '" + std::string(name) +
+              "'; the tokenizers are char, byte, bpe:N, unigram:N, bytelevel-bpe:N");
 }
 
-std::vector<std::string> Tokenizer::names() { return {"char", "byte", "bpe:N", "unigram:N"}; }
+std::vector<std::string> Tokenizer::names() { return {"char", "byte", "bpe:N", "unigram:N", "bytelevel-bpe:N"}; }
 
 std::string Tokenizer::name() const {
   switch (kind_) {
@@ -180,34 +196,102 @@ std::string Tokenizer::name() const {
     case TokenizerKind::bytes: return "byte";
     case TokenizerKind::bpe: return "bpe:" + std::to_string(vocab_);
     case TokenizerKind::unigram: return "unigram:" + std::to_string(vocab_);
+    case TokenizerKind::bytelevel_bpe: return "bytelevel-bpe:" + std::to_string(vocab_);
   }
   return "?";
 }
 
 Tokenizer Tokenizer::from_model(std::string_view name, const std::string& model) {
   Tokenizer t = parse(name);
-  if (!t.subword()) {
+  if (!t.has_model()) {
     if (!model.empty()) throw Error("the " + t.name() + " tokenizer has no model, but one was given");
     return t;
   }
   if (model.empty()) throw Error("the " + t.name() + " tokenizer's model is missing");
+  if (t.kind_ == TokenizerKind::bytelevel_bpe) {
+    t.bytelevel_ = bytelevel_from_tokenizer_json(model);
+    if (bytelevel_size(*t.bytelevel_) > t.vocab_)
+      throw Error("the " + t.name() + " tokenizer's model has " + std::to_string(bytelevel_size(*t.bytelevel_)) +
+                  " ids, more than its name's " + std::to_string(t.vocab_));
+    return t;
+  }
   t.model_ = subword_load(model);
-  if (subword_size(*t.model_) != t.vocab_)
-    throw Error("the " + t.name() + " tokenizer's model has " + std::to_string(subword_size(*t.model_)) + " pieces");
+  const int type = subword_type(*t.model_);
+  if (type != (t.kind_ == TokenizerKind::bpe ? 2 : 1))
+    throw Error("the " + t.name() + " tokenizer's model is of another type (" +
+                (type == 1 ? "unigram" : type == 2 ? "bpe" : type == 3 ? "word" : "char") + ")");
+  if (subword_size(*t.model_) > t.vocab_)
+    throw Error("the " + t.name() + " tokenizer's model has " + std::to_string(subword_size(*t.model_)) +
+                " pieces, more than its name's " + std::to_string(t.vocab_));
+  return t;
+}
+
+Tokenizer Tokenizer::from_sentencepiece(const std::string& model) {
+  auto m = subword_load(model);
+  const int type = subword_type(*m);
+  if (type != 1 && type != 2)
+    throw Error(std::string("the SentencePiece model is of type ") + (type == 3 ? "word" : type == 4 ? "char" : "unknown") +
+                " (trainer_spec.model_type " + std::to_string(type) + "); capstep reads bpe and unigram models");
+  Tokenizer t;
+  t.kind_ = type == 2 ? TokenizerKind::bpe : TokenizerKind::unigram;
+  t.vocab_ = subword_size(*m);
+  if (t.vocab_ < kMinSubwordVocab || t.vocab_ > 65536)
+    throw Error("the SentencePiece model has " + std::to_string(t.vocab_) + " pieces; capstep reads " +
+                std::to_string(kMinSubwordVocab) + " to 65536");
+  t.model_ = std::move(m);
+  return t;
+}
+
+Tokenizer Tokenizer::from_bytelevel(const std::string& json_or_vocab, const std::string* merges_txt) {
+  Tokenizer t;
+  t.kind_ = TokenizerKind::bytelevel_bpe;
+  t.bytelevel_ = merges_txt ? bytelevel_from_vocab_merges(json_or_vocab, *merges_txt)
+                            : bytelevel_from_tokenizer_json(json_or_vocab);
+  t.vocab_ = bytelevel_size(*t.bytelevel_);
+  return t;
+}
+
+int64_t Tokenizer::model_size() const {
+  if (bytelevel_) return bytelevel_size(*bytelevel_);
+  if (model_) return subword_size(*model_);
+  return vocab_;
+}
+
+Tokenizer Tokenizer::padded_to(int64_t vocab) const {
+  if (!has_model() || !trained()) throw Error("only a tokenizer with a model is padded, not the " + name() + " one");
+  if (vocab < model_size())
+    throw Error("the " + name() + " tokenizer's " + std::to_string(model_size()) + " ids do not fit in a vocabulary of " +
+                std::to_string(vocab));
+  Tokenizer t = parse(name().substr(0, name().find(':')) + ":" + std::to_string(vocab));   // Error for a size out of range
+  t.model_ = model_;
+  t.bytelevel_ = bytelevel_;
   return t;
 }
 
 Tokenizer Tokenizer::trained_on(std::string_view text) const {
+  if (kind_ == TokenizerKind::bytelevel_bpe && !bytelevel_)
+    throw Error("the " + name() + " tokenizer is not trained by capstep: it is read from a Hugging Face "
+                "directory's tokenizer.json or vocab.json + merges.txt (capstep train --init-from DIR)");
   if (!subword()) return *this;
   Tokenizer t = *this;
   t.model_ = subword_train(kind_, vocab_, text);
   return t;
 }
 
-std::string Tokenizer::model() const { return model_ ? subword_proto(*model_) : std::string(); }
+std::string Tokenizer::model() const {
+  if (bytelevel_) return bytelevel_json(*bytelevel_);
+  return model_ ? subword_proto(*model_) : std::string();
+}
 
 TokenIds Tokenizer::encode(std::string text, TextStats* stats) const {
   TextStats s;
+  if (kind_ == TokenizerKind::bytelevel_bpe) {
+    if (!bytelevel_) throw Error("the " + name() + " tokenizer has no model: read it from a directory first");
+    TokenIds ids(vocab_);
+    bytelevel_encode(*bytelevel_, text, ids, s);
+    if (stats) *stats = s;
+    return ids;
+  }
   if (subword()) {
     if (!model_) throw Error("the " + name() + " tokenizer is not trained yet: train it on a text first");
     TokenIds ids(vocab_);
@@ -248,7 +332,7 @@ TokenIds Tokenizer::encode(std::string text, TextStats* stats) const {
 }
 
 std::string Tokenizer::decode(const TokenIds& ids) const {
-  if (subword()) return decode(ids.to_vector());
+  if (has_model()) return decode(ids.to_vector());
   if (ids.vocab() > vocab())
     throw Error("decode: ids of a vocabulary of " + std::to_string(ids.vocab()) + " for the " + name() +
                 " tokenizer's " + std::to_string(vocab()) + " symbols");
@@ -263,9 +347,23 @@ std::string Tokenizer::decode(const TokenIds& ids) const {
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= vocab()) throw Error(id_error("decode", ids[i], i, vocab()));
+  // Ids past the model's (a padded vocabulary, padded_to) decode to nothing.
+  if (kind_ == TokenizerKind::bytelevel_bpe) {
+    if (!bytelevel_) throw Error("the " + name() + " tokenizer has no model: it has nothing to decode with");
+    std::string out;
+    const int64_t size = model_size();
+    for (int32_t id : ids)
+      if (id < size) out += bytelevel_piece(*bytelevel_, id);
+    return out;
+  }
   if (subword()) {
     if (!model_) throw Error("the " + name() + " tokenizer is not trained yet: it has nothing to decode with");
-    return subword_decode(*model_, ids);
+    const int64_t size = model_size();
+    if (std::all_of(ids.begin(), ids.end(), [&](int32_t id) { return id < size; })) return subword_decode(*model_, ids);
+    std::vector<int32_t> in_model;
+    for (int32_t id : ids)
+      if (id < size) in_model.push_back(id);
+    return subword_decode(*model_, in_model);
   }
   std::string out(ids.size(), '\0');
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -275,9 +373,13 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
 }
 
 std::string Tokenizer::piece(int32_t id) const {
+  if (bytelevel_) {
+    if (id < 0 || id >= vocab_) throw Error(id_error("piece", id, 0, vocab_));
+    return id < model_size() ? bytelevel_piece(*bytelevel_, id) : std::string();
+  }
   if (subword() && model_) {
     if (id < 0 || id >= vocab_) throw Error(id_error("piece", id, 0, vocab_));
-    return subword_piece(*model_, id);
+    return id < model_size() ? subword_piece(*model_, id) : std::string();
   }
   return decode(std::vector<int32_t>{id});
 }

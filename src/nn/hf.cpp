@@ -512,20 +512,33 @@ nlohmann::json subword_tokenizer_json(const data::Tokenizer& t, std::vector<std:
              {"vocab", vocab},
              {"merges", merges}};
   }
+  nlohmann::json decoders = {{{"type", "ByteFallback"}}, {{"type", "Fuse"}}};
+  nlohmann::json normalizer = nullptr;
+  if (data::subword_dummy_prefix(*sm)) {
+    // A model that puts a space before the text (Llama's): so does the
+    // normalizer, and the decoder takes it off again, as capstep does.
+    normalizer = {{"type", "Prepend"}, {"prepend", " "}};
+    decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  }
   return {{"version", "1.0"},
           {"truncation", nullptr},
           {"padding", nullptr},
           {"added_tokens", nlohmann::json::array()},
-          {"normalizer", nullptr},
+          {"normalizer", normalizer},
           {"pre_tokenizer", nullptr},
           {"post_processor", nullptr},
-          {"decoder", {{"type", "Sequence"}, {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}}},
+          {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
           {"model", model}};
 }
 
 }  // namespace
 
 std::string hf_tokenizer_json(const data::Tokenizer& t, std::vector<std::string>* warnings) {
+  if (t.kind() == data::TokenizerKind::bytelevel_bpe) {
+    // Its model is the tokenizer.json capstep writes for it.
+    if (!t.trained()) throw Error("no tokenizer.json for the " + t.name() + " tokenizer: it has no model");
+    return t.model();
+  }
   if (t.subword()) {
     if (!t.trained()) throw Error("no tokenizer.json for the " + t.name() + " tokenizer: it is not trained");
     return subword_tokenizer_json(t, warnings).dump() + "\n";   // one line: thousands of pieces
@@ -605,6 +618,80 @@ void write_hf_dir(const std::string& dir, const LmConfig& c, const std::vector<A
   write_file_atomically(dir + "/tokenizer_config.json", tc.dump(2) + "\n");
 }
 
+namespace {
+
+// The bytes of a file; false when it does not exist. Error when it exists
+// and cannot be read.
+bool read_if_there(const std::string& path, std::string* out) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return false;
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+// A directory's own tokenizer when config.json names none (one made by
+// transformers): tokenizer.model (SentencePiece, Llama's), else
+// tokenizer.json (a byte-level BPE, GPT-2's), else vocab.json + merges.txt
+// (GPT-2's older files). Sets m.tokenizer and m.tokenizer_model, or leaves
+// them empty when there is none of these files.
+void read_foreign_tokenizer(const std::string& dir, HfModel& m) {
+  std::string text, merges;
+  data::Tokenizer t;
+  std::string file;
+  if (read_if_there(file = dir + "/tokenizer.model", &text)) {
+    try {
+      t = data::Tokenizer::from_sentencepiece(text);
+    } catch (const Error& e) {
+      throw Error("'" + file + "': " + e.what());
+    }
+  } else if (read_if_there(file = dir + "/tokenizer.json", &text)) {
+    try {
+      t = data::Tokenizer::from_bytelevel(text);
+    } catch (const Error& e) {
+      throw Error("'" + file + "': " + e.what());
+    }
+  } else {
+    const bool vocab = read_if_there(dir + "/vocab.json", &text), merged = read_if_there(dir + "/merges.txt", &merges);
+    if (!vocab && !merged) return;
+    if (!vocab || !merged)
+      throw Error("'" + dir + "' has " + (vocab ? "vocab.json but no merges.txt" : "merges.txt but no vocab.json") +
+                  "; a GPT-2 tokenizer needs both");
+    file = dir + "/vocab.json";
+    try {
+      t = data::Tokenizer::from_bytelevel(text, &merges);
+    } catch (const Error& e) {
+      throw Error("'" + dir + "': " + e.what());
+    }
+  }
+  // A vocab_size above the tokenizer's (padded, or with room for added
+  // tokens) is the tokenizer padded to it; below, its ids would not fit.
+  if (t.vocab() > m.config.vocab)
+    throw Error("'" + file + "' has " + std::to_string(t.vocab()) + " ids (the " + t.name() +
+                " tokenizer) but config.json's vocab_size is " + std::to_string(m.config.vocab) +
+                ": its ids do not fit in the model's");
+  if (t.vocab() < m.config.vocab) {
+    try {
+      t = t.padded_to(m.config.vocab);
+    } catch (const Error& e) {
+      throw Error("'" + file + "' with config.json's vocab_size " + std::to_string(m.config.vocab) + ": " + e.what());
+    }
+  }
+  m.tokenizer = t.name();
+  m.tokenizer_model = t.model();
+  m.tokenizer_file = file;
+}
+
+}  // namespace
+
+std::string hf_tokenizer_files() {
+  return "config.json's \"capstep_tokenizer\", tokenizer.model (SentencePiece), tokenizer.json (byte-level BPE) "
+         "and vocab.json + merges.txt (GPT-2's)";
+}
+
 HfModel read_hf_dir(const std::string& dir) {
   const std::string cfg = dir + "/config.json", weights = dir + "/model.safetensors";
   std::ifstream f(cfg, std::ios::binary);
@@ -620,9 +707,25 @@ HfModel read_hf_dir(const std::string& dir) {
   } catch (const Error& e) {
     throw Error("'" + cfg + "': " + e.what());
   }
-  if (!m.tokenizer.empty() && m.tokenizer != "char" && m.tokenizer != "byte") {
+  if (m.tokenizer.empty()) {
+    read_foreign_tokenizer(dir, m);
+  } else if (data::Tokenizer::parse(m.tokenizer).kind() == data::TokenizerKind::bytelevel_bpe) {
+    // A byte-level BPE: its tokenizer.json, as export-hf wrote it.
+    const std::string file = dir + "/tokenizer.json";
+    std::string text;
+    if (!read_if_there(file, &text))
+      throw Error("cannot read '" + file + "': config.json names the " + m.tokenizer +
+                  " tokenizer (\"capstep_tokenizer\"), whose vocabulary and merges are that file");
+    try {
+      m.tokenizer_model = data::Tokenizer::from_model(m.tokenizer, text).model();
+    } catch (const Error& e) {
+      throw Error("'" + file + "': " + e.what());
+    }
+    m.tokenizer_file = file;
+  } else if (m.tokenizer != "char" && m.tokenizer != "byte") {
     // A subword tokenizer: its SentencePiece model, as export-hf wrote it.
     const std::string model = dir + "/tokenizer.model";
+    m.tokenizer_file = model;
     std::ifstream t(model, std::ios::binary);
     if (!t)
       throw Error("cannot read '" + model + "': config.json names the " + m.tokenizer +

@@ -151,20 +151,21 @@ Result train(const Options& o) {
   // The text, read once and encoded in place: its ids, one byte each, are
   // the only copy held (the two parts below share them).
   data::Tokenizer tokenizer = data::Tokenizer::parse(o.tokenizer);
-  if (tokenizer.subword() && !o.resume_path.empty()) {
+  if (tokenizer.has_model() && !o.resume_path.empty()) {
     // Resumed: the pieces the run trained with, never a new training.
     if (resumed.tokenizer != o.tokenizer)
       throw Error("checkpoint '" + o.resume_path + "' was trained with the " + resumed.tokenizer +
                   " tokenizer, not " + o.tokenizer);
     tokenizer = checkpoint_tokenizer(resumed);
-  } else if (tokenizer.subword() && !o.tokenizer_model.empty()) {
+  } else if (tokenizer.has_model() && !o.tokenizer_model.empty()) {
     tokenizer = data::Tokenizer::from_model(o.tokenizer, o.tokenizer_model);   // --init-from's pieces
   }
   data::TextStats stats;
   std::shared_ptr<const data::TokenIds> text;
   if (!tokenizer.trained()) {
     std::string raw = o.text_path.empty() ? data::builtin_corpus() : data::read_text_bytes(o.text_path);
-    say("training the " + tokenizer.name() + " tokenizer on " + which + " (SentencePiece)");
+    // (a byte-level BPE has no training: trained_on says where it comes from)
+    if (tokenizer.subword()) say("training the " + tokenizer.name() + " tokenizer on " + which + " (SentencePiece)");
     tokenizer = tokenizer.trained_on(raw);
     text = std::make_shared<const data::TokenIds>(
         data::text_tokens(std::move(raw), which, tokenizer, o.allow_unknown, &stats));
@@ -274,7 +275,7 @@ Result train(const Options& o) {
   };
   ckpt.model_config = o.model.to_json();
   ckpt.extra[kTrainMetadataKey] = train_metadata(o, text_name, text_hash);
-  if (tokenizer.subword()) ckpt.extra[kTokenizerModelKey] = base64_encode(tokenizer.model());
+  if (tokenizer.has_model()) ckpt.extra[kTokenizerModelKey] = base64_encode(tokenizer.model());
   auto save = [&](int64_t step) -> bool {
     stepper->state(ckpt);
     const std::string bad = first_non_finite(ckpt);

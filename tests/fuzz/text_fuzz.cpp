@@ -15,7 +15,14 @@
 //   - with SentencePiece in the build (CAPSTEP_HAVE_SENTENCEPIECE), a bpe
 //     tokenizer trained once on a fixed text: any bytes come back exactly
 //     with nothing unknown, and on valid UTF-8 without U+2581 the ids are
-//     SentencePiece's own encoder's.
+//     SentencePiece's own encoder's;
+//   - with CAPSTEP_GOLDEN_DIR (tests/golden/hf), the byte-level BPE of
+//     gpt2-bpe/tokenizer.json and (with SentencePiece) Llama's kind of
+//     SentencePiece model, llama-sp/tokenizer.model, whose dummy prefix capstep
+//     puts before the text itself: any bytes come back exactly, piece by piece
+//     for the byte-level BPE, with nothing unknown and every character
+//     counted; and the Llama model's ids are SentencePiece's own (with the
+//     dummy prefix) on valid UTF-8 without U+2581.
 // A broken invariant is __builtin_trap(), which libFuzzer reports as a crash.
 #include <unistd.h>
 
@@ -24,6 +31,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "capstep/data.h"
@@ -116,11 +125,42 @@ Utf8Count utf8_count(const std::string& t) {
 }
 #endif
 
+#ifdef CAPSTEP_GOLDEN_DIR
+std::string golden(const std::string& name) {
+  std::ifstream f(std::string(CAPSTEP_GOLDEN_DIR) + "/" + name, std::ios::binary);
+  require(static_cast<bool>(f));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+const Tokenizer& bytelevel() {
+  static const Tokenizer* t = new Tokenizer(Tokenizer::from_bytelevel(golden("gpt2-bpe/tokenizer.json")));
+  return *t;
+}
+#ifdef CAPSTEP_HAVE_SENTENCEPIECE
+const Subword& llama() {
+  static const Subword* s = [] {
+    const std::string model = golden("llama-sp/tokenizer.model");
+    auto* r = new Subword{Tokenizer::from_sentencepiece(model), {}};
+    require(r->sp.LoadFromSerializedProto(model).ok());
+    return r;
+  }();
+  return *s;
+}
+#endif
+#endif
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
 #ifdef CAPSTEP_HAVE_SENTENCEPIECE
   subword();   // trained before the first input, not timed as one
+#endif
+#ifdef CAPSTEP_GOLDEN_DIR
+  bytelevel();
+#ifdef CAPSTEP_HAVE_SENTENCEPIECE
+  llama();
+#endif
 #endif
   return 0;
 }
@@ -235,6 +275,34 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     require(sw.sp.Encode(text, &own).ok());
     require(mine.size() == own.size() && std::equal(mine.begin(), mine.end(), own.begin()));
   }
+#endif
+
+#ifdef CAPSTEP_GOLDEN_DIR
+  // ---- tokenizers transformers made: any bytes back, nothing unknown
+  {
+    const Tokenizer& bl = bytelevel();
+    TextStats bs;
+    const TokenIds bids2 = bl.encode(text, &bs);
+    require(bs.unknown == 0);
+    require(bl.decode(bids2) == text);
+    std::string parts;
+    for (int32_t id : bids2.to_vector()) parts += bl.piece(id);
+    require(parts == text);
+  }
+#ifdef CAPSTEP_HAVE_SENTENCEPIECE
+  {
+    const Subword& ll = llama();
+    TextStats ls;
+    const TokenIds lids = ll.tok.encode(text, &ls);
+    require(ls.unknown == 0 && ll.tok.decode(lids) == text);
+    if (utf8_count(text).lost == 0) {
+      std::vector<int> own;
+      require(ll.sp.Encode(text, &own).ok());
+      const std::vector<int32_t> got = lids.to_vector();
+      require(got.size() == own.size() && std::equal(got.begin(), got.end(), own.begin()));
+    }
+  }
+#endif
 #endif
   return 0;
 }

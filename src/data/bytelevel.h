@@ -1,0 +1,46 @@
+// The byte-level BPE tokenizer (GPT-2's: Tokenizer "bytelevel-bpe:N"), behind
+// data::Tokenizer: read from a Hugging Face tokenizer.json or vocab.json +
+// merges.txt, never trained by capstep. src/data/bytelevel.cpp.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "capstep/data.h"
+
+namespace capstep::data {
+
+struct ByteLevelModel;
+
+// A model from the text of a tokenizer.json: model.type "BPE" without
+// continuing_subword_prefix or end_of_word_suffix, no normalizer, the
+// pre_tokenizer ByteLevel with use_regex and without add_prefix_space, every
+// one of the 256 bytes a token, every merge's parts and result tokens.
+// Error naming the field and what is wrong ("model.type is \"WordPiece\"").
+std::shared_ptr<const ByteLevelModel> bytelevel_from_tokenizer_json(const std::string& json);
+// The same from GPT-2's older files: vocab.json (token -> id) and merges.txt
+// (one merge "a b" a line, by rank; a first line "#version: ..." skipped).
+// Error naming the file ("vocab.json", "merges.txt") and the entry.
+std::shared_ptr<const ByteLevelModel> bytelevel_from_vocab_merges(const std::string& vocab_json,
+                                                                   const std::string& merges_txt);
+// The model as a tokenizer.json capstep writes (the form above, merges as
+// "a b" strings, which every `tokenizers` version reads): what a checkpoint
+// keeps and what `capstep export-hf` writes. Reading it back gives the same model.
+const std::string& bytelevel_json(const ByteLevelModel& m);
+// The number of ids: one more than the largest id of the vocabulary (and of
+// added tokens outside it).
+int64_t bytelevel_size(const ByteLevelModel& m);
+// Appends the ids of `text` (any bytes) to `out`, counting its characters into
+// `s` (a byte that is not part of valid UTF-8 counts as one; none is unknown).
+void bytelevel_encode(const ByteLevelModel& m, std::string_view text, TokenIds& out, TextStats& s);
+// The bytes an id stands for (an id the vocabulary does not hold: empty;
+// an added token outside the byte alphabet: its text). Id checked by the caller.
+const std::string& bytelevel_piece(const ByteLevelModel& m, int32_t id);
+
+// The pre-tokenization alone (for tests): the byte lengths of the pieces
+// GPT-2's regex cuts `text` into; a byte that is not valid UTF-8 is a
+// character of its own that is neither a letter, a number nor a space.
+std::vector<size_t> bytelevel_pretokenize(std::string_view text);
+
+}  // namespace capstep::data

@@ -1,0 +1,318 @@
+// Tokenizers that transformers made, read from a Hugging Face directory (issue
+// 27, `capstep train --init-from` of a directory with its own tokenizer):
+// tests/golden/hf/gpt2-bpe (a byte-level BPE `tokenizers` trained, saved by
+// GPT2TokenizerFast: tokenizer.json, vocab.json, merges.txt) and
+// tests/golden/hf/llama-sp (a SentencePiece model made as Llama's is, with
+// the tokenizer.json transformers' LlamaTokenizer converts it to), each with
+// golden.json: texts and the ids transformers gives them without special
+// tokens (scripts/make-hf-goldens; no Python runs here). capstep must give
+// those ids exactly, give any bytes back, and say what it cannot read.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "capstep/data.h"
+#include "capstep/hf.h"
+#include "capstep/nn.h"
+#include "data/bytelevel.h"
+#include "test_util.h"
+
+using namespace capstep;
+using capstep::test::slurp;
+using capstep::test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string golden_dir(const std::string& name) {
+  const char* s = std::getenv("CAPSTEP_SOURCE_DIR");
+  const std::string root = s ? s : fs::path(__FILE__).parent_path().parent_path().string();
+  return root + "/tests/golden/hf/" + name;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Every golden text encodes to the ids under `key` ("ids": transformers';
+// "sentencepiece_ids") and decodes back; `skip` says where capstep differs
+// on purpose.
+void check_golden(const data::Tokenizer& t, const std::string& dir, const std::string& key = "ids",
+                  const std::function<bool(const std::string&)>& skip = nullptr) {
+  const nlohmann::json golden = nlohmann::json::parse(slurp(golden_dir(dir) + "/golden.json"));
+  ASSERT_EQ(golden["texts"].size(), golden[key].size());
+  ASSERT_GE(golden["texts"].size(), 10u);
+  size_t checked = 0;
+  for (size_t i = 0; i < golden["texts"].size(); ++i) {
+    const std::string text = golden["texts"][i].get<std::string>();
+    EXPECT_EQ(t.decode(t.encode(text)), text) << dir << ": " << text;
+    if (skip && skip(text)) continue;
+    const std::vector<int32_t> want = golden[key][i].get<std::vector<int32_t>>();
+    EXPECT_EQ(t.encode(text).to_vector(), want) << dir << " " << key << ": " << text;
+    EXPECT_EQ(t.decode(want), text) << dir << ": " << text;
+    ++checked;
+  }
+  EXPECT_GE(checked, 10u);
+}
+
+// Random texts: valid UTF-8 of every length class (ASCII, letters, digits,
+// spaces of several kinds, apostrophes, CJK, emoji), and random bytes.
+std::vector<std::string> random_texts(int n) {
+  std::mt19937_64 rng(27);
+  const std::vector<std::string> atoms = {"a", "Z", "7", " ", "  ", "\t", "\n", "\r\n", "'", "'s", "'ll", "é", "ß",
+                                          "日本", "🙂", "\u00a0", "\u3000", "\u2581", "٣", "x[0]", "<|endoftext|>",
+                                          "don't", ".", "\u200d", "e\u0301"};
+  std::vector<std::string> out;
+  for (int k = 0; k < n; ++k) {
+    std::string s;
+    const int len = static_cast<int>(rng() % 40);
+    if (k % 3 == 2) {
+      for (int i = 0; i < len; ++i) s += static_cast<char>(rng() % 256);   // any bytes
+    } else {
+      for (int i = 0; i < len; ++i) s += atoms[rng() % atoms.size()];
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(HfTokenizer, ByteLevelBpeGivesTransformersIds) {
+  const data::Tokenizer t = data::Tokenizer::from_bytelevel(slurp(golden_dir("gpt2-bpe") + "/tokenizer.json"));
+  EXPECT_EQ(t.name(), "bytelevel-bpe:400");
+  EXPECT_EQ(t.kind(), data::TokenizerKind::bytelevel_bpe);
+  check_golden(t, "gpt2-bpe");
+  // GPT-2's older files give the same tokenizer.
+  const std::string merges = slurp(golden_dir("gpt2-bpe") + "/merges.txt");
+  const data::Tokenizer old = data::Tokenizer::from_bytelevel(slurp(golden_dir("gpt2-bpe") + "/vocab.json"), &merges);
+  EXPECT_EQ(old.name(), t.name());
+  check_golden(old, "gpt2-bpe");
+  // What a checkpoint keeps (the model as capstep writes tokenizer.json) reads back the same.
+  const data::Tokenizer again = data::Tokenizer::from_model(t.name(), t.model());
+  EXPECT_EQ(again.model(), t.model());
+  check_golden(again, "gpt2-bpe");
+}
+
+// GPT-2's regex, piece by piece.
+TEST(HfTokenizer, ByteLevelPreTokenizer) {
+  auto pieces = [](const std::string& s) {
+    std::vector<std::string> out;
+    size_t at = 0;
+    for (size_t n : data::bytelevel_pretokenize(s)) out.push_back(s.substr(at, n)), at += n;
+    EXPECT_EQ(at, s.size());
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(pieces("Hello world"), (V{"Hello", " world"}));
+  EXPECT_EQ(pieces("it's we'll I'M"), (V{"it", "'s", " we", "'ll", " I", "'", "M"}));
+  EXPECT_EQ(pieces("a  b"), (V{"a", " ", " b"}));
+  EXPECT_EQ(pieces("a \n b"), (V{"a", " \n", " b"}));
+  EXPECT_EQ(pieces("x   "), (V{"x", "   "}));
+  EXPECT_EQ(pieces("f(7, 42)"), (V{"f", "(", "7", ",", " 42", ")"}));
+  EXPECT_EQ(pieces(" ..!? ab"), (V{" ..!?", " ab"}));
+  EXPECT_EQ(pieces("caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC"), (V{"caf\xC3\xA9", " \xE6\x97\xA5\xE6\x9C\xAC"}));
+  EXPECT_EQ(pieces("a\xFF\xFE" "b"), (V{"a", "\xFF\xFE", "b"}));   // bytes that are not UTF-8: other characters
+  EXPECT_EQ(pieces("\t\n"), (V{"\t\n"}));
+  EXPECT_EQ(pieces("\u3000x"), (V{"\u3000", "x"}));   // an ideographic space is \s, not the optional ' '
+}
+
+TEST(HfTokenizer, LlamaSentencePieceGivesTransformersIds) {
+  if (!data::have_sentencepiece()) GTEST_SKIP() << "built without SentencePiece";
+  const data::Tokenizer t = data::Tokenizer::from_sentencepiece(slurp(golden_dir("llama-sp") + "/tokenizer.model"));
+  EXPECT_EQ(t.name(), "bpe:600");
+  // SentencePiece's ids (Llama's training text was encoded with it), but for
+  // a U+2581 in the text, which SentencePiece and transformers take for a
+  // space and capstep encodes as its three bytes, so that it comes back (as
+  // with its own subword tokenizers).
+  auto has_2581 = [](const std::string& x) { return x.find("\u2581") != std::string::npos; };
+  check_golden(t, "llama-sp", "sentencepiece_ids", has_2581);
+  // transformers' too, but for a text that starts with a space: its
+  // Metaspace puts no dummy prefix before one, SentencePiece does.
+  check_golden(t, "llama-sp", "ids", [&](const std::string& x) { return has_2581(x) || x.rfind(" ", 0) == 0; });
+  // No BOS: the text's own pieces only (the first is the dummy prefix's).
+  const std::vector<int32_t> ids = t.encode("The cat").to_vector();
+  ASSERT_FALSE(ids.empty());
+  EXPECT_NE(ids[0], 1);
+  EXPECT_EQ(t.piece(ids[0]).substr(0, 1), " ");
+  const data::Tokenizer again = data::Tokenizer::from_model(t.name(), t.model());
+  check_golden(again, "llama-sp", "sentencepiece_ids", has_2581);
+}
+
+TEST(HfTokenizer, AnyBytesComeBack) {
+  std::vector<data::Tokenizer> ts = {
+      data::Tokenizer::from_bytelevel(slurp(golden_dir("gpt2-bpe") + "/tokenizer.json"))};
+  if (data::have_sentencepiece())
+    ts.push_back(data::Tokenizer::from_sentencepiece(slurp(golden_dir("llama-sp") + "/tokenizer.model")));
+  for (const data::Tokenizer& t : ts) {
+    for (const std::string& s : random_texts(3000)) {
+      data::TextStats st;
+      const data::TokenIds ids = t.encode(s, &st);
+      ASSERT_EQ(t.decode(ids), s) << t.name();
+      EXPECT_EQ(st.unknown, 0u);
+      std::string pieces;
+      for (int32_t id : ids.to_vector()) pieces += t.piece(id);
+      if (t.kind() == data::TokenizerKind::bytelevel_bpe) {
+        EXPECT_EQ(pieces, s);
+      }
+    }
+  }
+}
+
+// A text of several MiB is encoded in parts cut where GPT-2's regex cuts
+// too: the ids are those of its pieces, each encoded alone.
+TEST(HfTokenizer, ByteLevelBpeLargeTextInParts) {
+  const data::Tokenizer t = data::Tokenizer::from_bytelevel(slurp(golden_dir("gpt2-bpe") + "/tokenizer.json"));
+  std::string text;
+  for (const std::string& s : random_texts(60000)) text += s + (s.size() % 3 ? "\n" : " \n");
+  ASSERT_GT(text.size(), size_t{2} << 20);
+  const std::vector<int32_t> got = t.encode(text).to_vector();
+  std::vector<int32_t> want;
+  size_t at = 0;
+  for (size_t n : data::bytelevel_pretokenize(text)) {
+    for (int32_t id : t.encode(text.substr(at, n)).to_vector()) want.push_back(id);
+    at += n;
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(t.decode(got), text);
+}
+
+// read_hf_dir: the directory's own tokenizer when config.json names none.
+TEST(HfTokenizer, ReadFromADirectory) {
+  TempDir d;
+  const nn::HfModel g = nn::read_hf_dir(golden_dir("gpt2-bpe"));
+  EXPECT_EQ(g.tokenizer, "bytelevel-bpe:400");
+  EXPECT_EQ(g.tokenizer_file, golden_dir("gpt2-bpe") + "/tokenizer.json");
+  EXPECT_EQ(g.config.vocab, 400);
+  // vocab.json + merges.txt alone; one of them alone is refused.
+  const std::string old = d.file("old");
+  fs::create_directories(old);
+  for (const char* f : {"config.json", "model.safetensors", "vocab.json", "merges.txt"})
+    fs::copy_file(golden_dir("gpt2-bpe") + "/" + f, old + "/" + f);
+  EXPECT_EQ(nn::read_hf_dir(old).tokenizer_model, g.tokenizer_model);
+  fs::remove(old + "/merges.txt");
+  EXPECT_NE(error_of([&] { nn::read_hf_dir(old); }).find("has vocab.json but no merges.txt"), std::string::npos);
+  // None at all: no tokenizer, no error (--tokenizer char or byte may apply).
+  fs::remove(old + "/vocab.json");
+  EXPECT_EQ(nn::read_hf_dir(old).tokenizer, "");
+  EXPECT_NE(nn::hf_tokenizer_files().find("tokenizer.model (SentencePiece), tokenizer.json"), std::string::npos);
+
+  // A tokenizer.json capstep cannot read: the file and the field.
+  nlohmann::json j = nlohmann::json::parse(slurp(golden_dir("gpt2-bpe") + "/tokenizer.json"));
+  j["model"]["type"] = "WordPiece";
+  std::ofstream(old + "/tokenizer.json") << j.dump();
+  std::string e = error_of([&] { nn::read_hf_dir(old); });
+  EXPECT_NE(e.find("'" + old + "/tokenizer.json': model.type is \"WordPiece\""), std::string::npos) << e;
+  j["model"]["type"] = "BPE";
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}};
+  std::ofstream(old + "/tokenizer.json") << j.dump();
+  e = error_of([&] { nn::read_hf_dir(old); });
+  EXPECT_NE(e.find("tokenizer.json': pre_tokenizer is {\"replacement\""), std::string::npos) << e;
+  // More ids than config.json's vocab_size: both numbers.
+  j = nlohmann::json::parse(slurp(golden_dir("gpt2-bpe") + "/tokenizer.json"));
+  j["model"]["vocab"]["extra"] = 400;
+  std::ofstream(old + "/tokenizer.json") << j.dump();
+  e = error_of([&] { nn::read_hf_dir(old); });
+  EXPECT_NE(e.find("tokenizer.json' has 401 ids (the bytelevel-bpe:401 tokenizer) but config.json's vocab_size is "
+                   "400: its ids do not fit in the model's"),
+            std::string::npos) << e;
+  // Fewer: the tokenizer padded to vocab_size (a padded config, as Llama's
+  // with an added pad token); the ids past it decode to nothing.
+  j["model"]["vocab"].erase("extra");
+  for (auto it = j["model"]["vocab"].begin(); it != j["model"]["vocab"].end(); ++it)
+    if (it.value() == 399) {
+      j["model"]["vocab"].erase(it.key());   // the last merge's token: 399 ids left
+      break;
+    }
+  j["model"]["merges"].erase(j["model"]["merges"].size() - 1);
+  std::ofstream(old + "/tokenizer.json") << j.dump();
+  const nn::HfModel padded = nn::read_hf_dir(old);
+  EXPECT_EQ(padded.tokenizer, "bytelevel-bpe:400");
+  EXPECT_EQ(data::Tokenizer::from_model(padded.tokenizer, padded.tokenizer_model).model_size(), 399);
+  fs::copy_file(golden_dir("gpt2-bpe") + "/tokenizer.json", old + "/tokenizer.json",
+                fs::copy_options::overwrite_existing);
+  std::string config = slurp(old + "/config.json");
+  const std::string vocab_size = "\"vocab_size\": 400";
+  config.replace(config.find(vocab_size), vocab_size.size(), "\"vocab_size\": 416");
+  std::ofstream(old + "/config.json") << config;
+  e = error_of([&] { nn::read_hf_dir(old); });
+  EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;   // the tokenizer passed; the weights are 400 rows
+
+  // A Llama directory: its tokenizer.model, before its tokenizer.json.
+  if (!data::have_sentencepiece()) return;
+  nn::LmConfig c;
+  c.arch = nn::Arch::llama;
+  c.vocab = 600;
+  c.n_layers = 1, c.d_model = 16, c.n_heads = 2, c.d_ff = 16, c.context = 16, c.seq = 8;
+  const std::string llama = d.file("llama");
+  nn::write_hf_dir(llama, c, nn::init_parameters(c, 1));
+  for (const char* f : {"tokenizer.model", "tokenizer.json"})
+    fs::copy_file(golden_dir("llama-sp") + "/" + f, llama + "/" + f);
+  const nn::HfModel l = nn::read_hf_dir(llama);
+  EXPECT_EQ(l.tokenizer, "bpe:600");
+  EXPECT_EQ(l.tokenizer_model, slurp(llama + "/tokenizer.model"));
+  // export-hf of it: transformers' tokenizer.json puts the dummy prefix back and takes it off.
+  const std::string out = d.file("llama-out");
+  nn::write_hf_dir(out, c, l.params, l.tokenizer, l.tokenizer_model);
+  const nlohmann::json w = nlohmann::json::parse(slurp(out + "/tokenizer.json"));
+  EXPECT_EQ(w["normalizer"]["type"], "Prepend");
+  EXPECT_EQ(nn::read_hf_dir(out).tokenizer_model, l.tokenizer_model);
+  fs::remove(llama + "/tokenizer.model");   // then its tokenizer.json: not a byte-level BPE
+  e = error_of([&] { nn::read_hf_dir(llama); });
+  EXPECT_NE(e.find("'" + llama + "/tokenizer.json': "), std::string::npos) << e;
+  std::ofstream(llama + "/tokenizer.model") << "not a model";
+  e = error_of([&] { nn::read_hf_dir(llama); });
+  EXPECT_NE(e.find("'" + llama + "/tokenizer.model': "), std::string::npos) << e;
+}
+
+// A tokenizer padded to a larger vocabulary: the same ids, nothing for the
+// ids past its own, and its name and model read back.
+TEST(HfTokenizer, PaddedVocabulary) {
+  const data::Tokenizer t = data::Tokenizer::from_bytelevel(slurp(golden_dir("gpt2-bpe") + "/tokenizer.json"));
+  const data::Tokenizer p = t.padded_to(416);
+  EXPECT_EQ(p.name(), "bytelevel-bpe:416");
+  EXPECT_EQ(p.vocab(), 416);
+  EXPECT_EQ(p.model_size(), 400);
+  check_golden(p, "gpt2-bpe");
+  EXPECT_EQ(p.decode(std::vector<int32_t>{400, 415}), "");
+  EXPECT_EQ(p.piece(415), "");
+  EXPECT_EQ(data::Tokenizer::from_model(p.name(), p.model()).vocab(), 416);
+  EXPECT_NE(error_of([&] { t.padded_to(399); }).find("400 ids do not fit in a vocabulary of 399"), std::string::npos);
+  EXPECT_NE(error_of([&] { data::Tokenizer::from_model("bytelevel-bpe:399", t.model()); }).find("more than its name's 399"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { data::Tokenizer(data::TokenizerKind::bytes).padded_to(300); }).find("only a tokenizer with a model"),
+            std::string::npos);
+}
+
+// export-hf of a byte-level BPE: config.json names it, tokenizer.json is its
+// model, and the directory reads back to the same tokenizer.
+TEST(HfTokenizer, ByteLevelBpeExportReadsBack) {
+  TempDir d;
+  const nn::HfModel g = nn::read_hf_dir(golden_dir("gpt2-bpe"));
+  nn::LmConfig c = g.config;
+  nn::write_hf_dir(d.file("out"), c, g.params, g.tokenizer, g.tokenizer_model);
+  EXPECT_NE(slurp(d.file("out") + "/config.json").find("\"capstep_tokenizer\": \"bytelevel-bpe:400\""),
+            std::string::npos);
+  EXPECT_EQ(slurp(d.file("out") + "/tokenizer.json"), g.tokenizer_model);
+  EXPECT_FALSE(fs::exists(d.file("out") + "/tokenizer.model"));
+  const nn::HfModel back = nn::read_hf_dir(d.file("out"));
+  EXPECT_EQ(back.tokenizer, g.tokenizer);
+  EXPECT_EQ(back.tokenizer_model, g.tokenizer_model);
+  const nlohmann::json j = nlohmann::json::parse(g.tokenizer_model);
+  EXPECT_EQ(j["pre_tokenizer"]["type"], "ByteLevel");
+  EXPECT_EQ(j["decoder"]["type"], "ByteLevel");
+  EXPECT_EQ(j["model"]["vocab"].size(), 400u);
+  // bytelevel-bpe is never trained by capstep.
+  EXPECT_NE(error_of([] { data::Tokenizer::parse("bytelevel-bpe:400").trained_on("text"); }).find("is not trained by capstep"),
+            std::string::npos);
+}
