@@ -186,8 +186,8 @@ int main(int argc, char** argv) {
            },
            "char: 63 symbols (letters, space, newline, ! \" ' , - . : ; ?) and '~' for anything else, the seed's "
            "(default); byte: the 256 byte values, any file, nothing unknown; bpe:N or unigram:N: N subword pieces "
-           "(300 to 65536) trained on the text with SentencePiece, byte fallback on; a resumed run keeps the "
-           "checkpoint's")
+           "(300 to 65536) trained on the text with SentencePiece, byte fallback on; bytelevel-bpe:N: GPT-2's "
+           "byte-level BPE, read from --init-from's directory only; a resumed run keeps the checkpoint's")
       ->check(kTokenizer);
   train->add_flag("--allow-unknown", ta.opts.allow_unknown,
                   "train even when more than 1% of the text's characters are outside the tokenizer's symbols "
@@ -235,7 +235,8 @@ int main(int argc, char** argv) {
                     "start from the weights of this directory in the Hugging Face layout (config.json and "
                     "model.safetensors, from transformers or `capstep export-hf`); architecture and sizes come from "
                     "its config.json (--batch and --seq apply), the tokenizer from --tokenizer or the directory's "
-                    "capstep_tokenizer")
+                    "own (config.json's capstep_tokenizer, tokenizer.model, tokenizer.json, or vocab.json + "
+                    "merges.txt)")
       ->check(kNonEmpty)->check(CLI::ExistingDirectory);
   train->add_option("--seed", ta.opts.seed, "seed of the initial parameters and of the batch order")
       ->capture_default_str()->transform(kSeed)->each([&](const std::string&) { ta.seed_given = true; });
