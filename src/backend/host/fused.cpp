@@ -209,7 +209,7 @@ bool host_fusable(const Program& p, const plan::Group& g, const std::vector<Step
       case Op::divide: case Op::maximum: case Op::negate: case Op::exponential: case Op::log:
       case Op::tanh: case Op::rsqrt: case Op::sqrt: case Op::compare: case Op::select:
       case Op::convert: case Op::reshape: case Op::dot_general: case Op::gather_rows:
-      case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::all_reduce:
+      case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce:
       case Op::slice: case Op::pad: case Op::concatenate:
         return no(std::string(op_name(e.op)) + " in a group");
     }
@@ -629,7 +629,7 @@ FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::
       case Op::divide: case Op::maximum: case Op::negate: case Op::exponential: case Op::log:
       case Op::tanh: case Op::rsqrt: case Op::sqrt: case Op::compare: case Op::select:
       case Op::convert: case Op::reshape: case Op::dot_general: case Op::gather_rows:
-      case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::all_reduce:
+      case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce:
       case Op::slice: case Op::pad: case Op::concatenate:
         m.kind = FusedMember::Kind::kernel;
         m.step = st;

@@ -176,7 +176,7 @@ InPlaceOperands in_place_operands(Op op) {
       return {1, 2};
     case Op::constant: case Op::iota: case Op::compare: case Op::convert: case Op::broadcast_in_dim:
     case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
-    case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad:
+    case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw:
     case Op::slice: case Op::pad: case Op::concatenate:
       break;
   }
@@ -715,6 +715,8 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
       case Op::attention_grad:
         s.fn = attention_kernel(e.op, t.dtype);
         break;
+      case Op::adamw:  // the constructor runs expand_adamw's program: never here
+        throw Error("host interpreter: adamw reached a kernel unexpanded (expand_adamw first)");
       case Op::all_reduce:
         s.fn = &all_reduce_step;
         s.comm = &comm;
