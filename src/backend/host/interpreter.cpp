@@ -513,8 +513,14 @@ bool in_place_takes(const Program& ex, int b, int first, int x, const std::vecto
 
 }  // namespace
 
-Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only) : prog(std::move(p)) {
-  verify(prog);
+Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only) {
+  // AdamW known by name (ir.h adamw): the interpreter runs its expansion, the
+  // plain equations (unfused, the reference path, one by one); fused, each
+  // parameter's update is one loop group that runs as the host AdamW kernel,
+  // recognised from the expansion's record (match_adamw_group).
+  std::vector<ExpandedAdamW> updates;
+  prog = expand_adamw(p, &updates);  // verifies p
+  const AdamWOrigins adamw = opt.fuse ? AdamWOrigins(prog, std::move(updates)) : AdamWOrigins();
   configure_blas_threads();
   const std::vector<int> pack_of = all_reduce_packs(prog);  // per equation of prog
   if (opt.fuse) {
@@ -946,7 +952,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
   for (size_t k = 0; k < groups.size(); ++k) {
     const plan::Group& g = *group_src[k];
     const std::vector<Step> members(built.begin() + g.first, built.begin() + g.last + 1);
-    *groups[k] = build_fused_group(ex, g, members, root, def, tile_resident, splat, opt.tile_elems, host_threads(), opt.jit && !plan_only);
+    *groups[k] = build_fused_group(ex, g, members, root, adamw, tile_resident, splat, opt.tile_elems, host_threads(), opt.jit && !plan_only);
     tile_bytes = std::max(tile_bytes, groups[k]->scratch_stride * static_cast<size_t>(groups[k]->parts));
   }
 
