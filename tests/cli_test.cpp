@@ -869,6 +869,7 @@ TEST(Cli, ShowAndExportPrintThePrograms) {
   const Outcome g = run({"show", "--program", "fused", "--layers", "1"});
   ASSERT_EQ(g.code, 0) << g.err;
   EXPECT_NE(g.out.find("adamw.lr"), std::string::npos);
+  EXPECT_NE(g.out.find(" = adamw("), std::string::npos);  // AdamW by name: three per parameter
   const Outcome e = run({"export", "--program", "grad", "--layers", "1", "--out", d.file("g.mlir")});
   ASSERT_EQ(e.code, 0) << e.err;
   EXPECT_EQ(slurp(d.file("g.mlir")).rfind("module @capstep", 0), 0u);

@@ -283,6 +283,24 @@ TEST(GradCheck, AttentionGradHasNoVjp) {
   }
 }
 
+// The AdamW update (ir.h adamw, what with_adamw appends) is not differentiated.
+TEST(GradCheck, AdamwHasNoVjp) {
+  Tracer tr;
+  const Type t{DType::f32, {3}};
+  Tensor w = tr.input("w", t);
+  Tensor s = tr.input("s", {DType::f32, {}});
+  Attrs a;
+  a.literal = {0.9, 0.999, 1e-8};
+  Tensor np = tr.emit(Op::adamw, {w, w * w, w, w, s, s, s, s}, a);
+  Program p = tr.finish({{"loss", sum(np)}});
+  try {
+    value_and_grad(p, {"w"});
+    ADD_FAILURE() << "value_and_grad through adamw must refuse";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("adamw has no VJP"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GradCheck, DotGeneral) {
   std::mt19937 rng(10);
   struct C { const char* what; Shape a, b; DotDims d; };
@@ -633,6 +651,7 @@ const char* grad_test_of(Op op) {
     case Op::scatter_add_rows: return "ScatterAddRows";
     case Op::attention: return "Attention";
     case Op::attention_grad: return "AttentionGradHasNoVjp";
+    case Op::adamw: return "AdamwHasNoVjp";
     case Op::all_reduce: return "AllReduce";
     case Op::slice: return "Slice";
     case Op::pad: return "Pad";

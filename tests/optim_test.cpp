@@ -99,6 +99,103 @@ TEST(WithAdamW, FusedProgramOnHostMatchesHostAdamW) {
   }
 }
 
+// with_adamw as it was before AdamW had a name (ir.h adamw): the update
+// appended as plain equations. The reference for expand_adamw below.
+Program with_adamw_as_plain_equations(const Program& g, const std::vector<std::string>& params, const optim::AdamW& o) {
+  Tracer tr;
+  std::vector<int> remap(static_cast<size_t>(g.num_values()), -1);
+  std::vector<Tensor> P, M, V, S;
+  for (const std::string& name : params) {
+    const NamedValue& in = g.inputs[static_cast<size_t>(g.input_index(name))];
+    P.push_back(tr.input(in.name, g.type(in.value)));
+    remap[static_cast<size_t>(in.value)] = P.back().id();
+  }
+  for (size_t j = 0; j < params.size(); ++j) M.push_back(tr.input(optim::moment1_name(params[j]), P[j].type()));
+  for (size_t j = 0; j < params.size(); ++j) V.push_back(tr.input(optim::moment2_name(params[j]), P[j].type()));
+  for (const NamedValue& in : g.inputs)
+    if (remap[static_cast<size_t>(in.value)] < 0) remap[static_cast<size_t>(in.value)] = tr.input(in.name, g.type(in.value)).id();
+  for (const char* name : optim::kScalarNames) S.push_back(tr.input(name, {DType::f32, {}}));
+  for (const Eqn& e : g.eqns) {
+    std::vector<int> ins;
+    for (int v : e.inputs) ins.push_back(remap[static_cast<size_t>(v)]);
+    remap[static_cast<size_t>(e.out)] = tr.program().add_eqn_typed(e.op, std::move(ins), e.attrs, g.type(e.out));
+  }
+  const Tensor &lr = S[0], &bc1 = S[1], &bc2 = S[2], &decay = S[3];
+  std::vector<Tensor> newP, newM, newV;
+  for (size_t j = 0; j < params.size(); ++j) {
+    Tensor gr(&tr, remap[static_cast<size_t>(g.outputs[static_cast<size_t>(g.output_index("grad." + params[j]))].value)]);
+    Tensor m = M[j] * o.beta1 + gr * (1.0 - o.beta1);
+    Tensor v = V[j] * o.beta2 + (gr * gr) * (1.0 - o.beta2);
+    Tensor upd = (m * bc1) / (sqrt(v * bc2) + o.eps);
+    newP.push_back(P[j] * decay - lr * upd);
+    newM.push_back(m);
+    newV.push_back(v);
+  }
+  std::vector<std::pair<std::string, Tensor>> outs;
+  for (const NamedValue& out : g.outputs)
+    if (out.name.rfind("grad.", 0) != 0) outs.push_back({out.name, Tensor(&tr, remap[static_cast<size_t>(out.value)])});
+  const size_t first_new = outs.size();
+  for (size_t j = 0; j < params.size(); ++j) outs.push_back({optim::updated_name(params[j]), newP[j]});
+  for (size_t j = 0; j < params.size(); ++j) outs.push_back({optim::updated_name(optim::moment1_name(params[j])), newM[j]});
+  for (size_t j = 0; j < params.size(); ++j) outs.push_back({optim::updated_name(optim::moment2_name(params[j])), newV[j]});
+  Program r = tr.finish(outs);
+  r.name = g.name + "_adamw";
+  for (size_t j = 0; j < 3 * params.size(); ++j) r.aliases.push_back({static_cast<int>(first_new + j), static_cast<int>(j)});
+  return dead_code_eliminate(r);
+}
+
+// AdamW known by name: with_adamw writes three adamw equations per parameter
+// (p', m', v'), which read back from their text, and expand_adamw writes them
+// out as exactly the equations with_adamw appended before (so StableHLO, the
+// GPU's kernels and the host's reference path are what they were), with one
+// record per parameter for the fused host.
+TEST(WithAdamW, AdamwEquationsExpandToThePlainUpdate) {
+  nn::LmConfig c;
+  c.n_layers = 1;
+  optim::AdamW o;
+  o.beta1 = 0.85;
+  o.eps = 1e-7;
+  std::vector<std::string> names;
+  for (const auto& p : nn::lm_parameters(c)) names.push_back(p.name);
+  const Program grad = value_and_grad(nn::lm_loss_program(c), names);
+  const Program fused = optim::with_adamw(grad, names, o);
+  int adamw = 0;
+  for (const Eqn& e : fused.eqns) adamw += e.op == Op::adamw;
+  EXPECT_EQ(adamw, 3 * static_cast<int>(names.size()));
+  EXPECT_TRUE(has_adamw(fused));
+  EXPECT_EQ(to_text(parse_text(to_text(fused))), to_text(fused));
+  std::vector<ExpandedAdamW> ups;
+  const Program ex = expand_adamw(fused, &ups);
+  EXPECT_FALSE(has_adamw(ex));
+  EXPECT_EQ(to_text(ex), to_text(with_adamw_as_plain_equations(grad, names, o)));
+  ASSERT_EQ(ups.size(), names.size());
+  for (size_t j = 0; j < names.size(); ++j) {
+    EXPECT_EQ(ups[j].p, ex.inputs[j].value);
+    EXPECT_EQ(ups[j].p_out, ex.outputs[static_cast<size_t>(ex.output_index(names[j] + ".new"))].value);
+    for (int k : {ups[j].b1, ups[j].c1, ups[j].b2, ups[j].c2, ups[j].eps}) EXPECT_GE(k, 0) << names[j];
+  }
+  EXPECT_EQ(to_text(expand_adamw(grad)), to_text(grad));  // nothing to expand
+  // The shape rule names what is wrong.
+  Tracer tr;
+  Tensor w = tr.input("w", {DType::f32, {4}}), s = tr.input("s", {DType::f32, {}});
+  Tensor d = tr.input("d", {DType::f64, {4}});
+  Attrs a;
+  a.literal = {0.9, 0.999, 1e-8};
+  a.axis = 3;
+  auto message = [&](const std::vector<Tensor>& operands) -> std::string {
+    try {
+      tr.emit(Op::adamw, operands, a);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_THAT(message({w, w, w, w, s, s, s, s}), ::testing::HasSubstr("axis 3 must be 0 (p'), 1 (m') or 2 (v')"));
+  a.axis = 0;
+  EXPECT_THAT(message({d, d, d, d, s, s, s, s}), ::testing::HasSubstr("updates f32 parameters only"));
+  EXPECT_THAT(message({w, w, w, w, s, s, s, w}), ::testing::HasSubstr("lr, bc1, bc2 and decay must be f32[]"));
+}
+
 // Bad gradient programs are refused with a message naming what is wrong. A
 // scalar "grad.w" for a [4] parameter broadcast silently through the update
 // before with_adamw compared the types.

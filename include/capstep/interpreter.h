@@ -123,13 +123,15 @@ class Interpreter {
   // replica, all_reduce copies its operand.
   void set_communicator(Communicator* c);
 
+  // The program it runs: the one it was given, its adamw equations written
+  // out (expand_adamw; inputs and outputs as given).
   const Program& program() const;
   size_t arena_bytes() const;        // bytes of the planned intermediate arena
   MemoryPlan memory() const;         // what this one allocated (plan_memory's figures)
   int fused_groups() const;          // groups run tile by tile (0 when unfused)
   int fused_equations() const;       // equations inside those groups
-  // Of those groups, the ones that are one parameter's AdamW update as
-  // optim::with_adamw writes it: each runs as one loop (the host AdamW
+  // Of those groups, the ones that are one parameter's AdamW update (its
+  // adamw equations, ir.h, written out): each runs as one loop (the host AdamW
   // kernel: the same operations per element, so the same bits), or, on a run
   // whose buffers overlap in a way the loop cannot take, as its members.
   int adamw_groups() const;

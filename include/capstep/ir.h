@@ -75,6 +75,7 @@ void validate_type(const Type& t, const std::string& what);
   X(scatter_add_rows, "scatter_add_rows", 3)                                   \
   X(attention, "attention", 3)                                                 \
   X(attention_grad, "attention_grad", 5)                                       \
+  X(adamw, "adamw", 8)                                                         \
   X(all_reduce, "all_reduce", 1)                                               \
   X(slice, "slice", 1)                                                         \
   X(pad, "pad", 1)                                                             \
@@ -139,6 +140,20 @@ Cmp parse_cmp(const std::string& s);
 //                                  dq = dS k / sqrt(Dh), dk = dS^T q / sqrt(Dh), dv = p^T dout.
 //                                  It has no VJP (no second derivatives of attention).
 //                                  StableHLO export expands both (expand_attention).
+//  adamw(p, g, m, v, lr, bc1, bc2, decay) -> p type   one parameter's AdamW update,
+//                                  one composite primitive (optim::with_adamw
+//                                  writes three per parameter, capture never):
+//                                  p, g, m, v f32 of one shape; lr, bc1, bc2,
+//                                  decay f32[]; attrs.literal = {beta1, beta2, eps};
+//                                  attrs.axis: 0 p', 1 m', 2 v' of
+//                                  m' = m*beta1 + g*(1-beta1), v' = v*beta2 + g*g*(1-beta2),
+//                                  p' = p*decay - lr*((m'*bc1) / (sqrt(v'*bc2) + eps)),
+//                                  each operation rounded to f32 in that order.
+//                                  It has no VJP. expand_adamw (trace.h) writes it
+//                                  out as those plain equations: StableHLO export,
+//                                  the GPU planner and the host's reference path
+//                                  run that; the fused host runs each parameter's
+//                                  three as one AdamW loop.
 //  all_reduce(a) -> a's type       the sum of `a` over every replica of the run
 //                                  (data parallelism). The replica count belongs
 //                                  to the run, not to the program: one process
@@ -158,8 +173,8 @@ Cmp parse_cmp(const std::string& s);
 //                                  equal sizes on every other axis) one after the
 //                                  other along that axis
 struct Attrs {
-  std::vector<double> literal;      // constant
-  int64_t axis = 0;                  // iota, concatenate
+  std::vector<double> literal;      // constant; adamw: {beta1, beta2, eps}
+  int64_t axis = 0;                  // iota, concatenate, attention_grad, adamw
   Cmp cmp = Cmp::EQ;                 // compare
   std::vector<int64_t> dims;         // broadcast_in_dim, transpose, reduce_*
   std::vector<int64_t> lhs_batch, rhs_batch, lhs_contract, rhs_contract;  // dot_general

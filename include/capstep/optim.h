@@ -2,7 +2,8 @@
 // formula of torch.optim.AdamW). Two forms that round alike:
 //  - adamw_update: the host update (lanes 1 and 2);
 //  - with_adamw: a Program -> Program transform that appends the same update
-//    as ordinary equations, with output aliases params' -> params, m' -> m,
+//    as adamw equations (ir.h: AdamW known by name; expand_adamw writes them
+//    out as plain equations), with output aliases params' -> params, m' -> m,
 //    v' -> v (lane 3, and any backend or StableHLO consumer).
 #pragma once
 
@@ -114,7 +115,8 @@ extern const char* const kScalarNames[4];             // "adamw.lr", "adamw.bc1"
 // first moment, each second moment (in params order), then grad_program's other
 // inputs, then the four scalars (f32[]). Outputs: grad_program's outputs that
 // are not gradients (e.g. "loss"), then "<p>.new" for each param, each m, each v;
-// aliased to the inputs they replace.
+// aliased to the inputs they replace. Each parameter's update is three adamw
+// equations (p', m', v', in that order), one after the other.
 Program with_adamw(const Program& grad_program, const std::vector<std::string>& params, const AdamW& o);
 
 // ---- global gradient-norm clipping (issue 15) --------------------------------

@@ -95,7 +95,7 @@ Program simplify(const Program& p) {
       case Op::reduce_max:
       case Op::gather_rows:
       case Op::scatter_add_rows:
-      case Op::attention: case Op::attention_grad: case Op::all_reduce:
+      case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce:
         break;
     }
   }

@@ -218,6 +218,9 @@ std::vector<Tensor> vjp(Tracer& tr, const Eqn& e, const Tensor& g, const std::ve
       break;
     case Op::attention_grad:
       throw Error("value_and_grad: attention_grad has no VJP (second derivatives of attention are not supported)");
+    case Op::adamw:
+      throw Error("value_and_grad: adamw has no VJP (an optimizer update is not differentiated; apply with_adamw "
+                  "to the gradient program instead)");
     case Op::slice:
       gx[0] = unslice(g, p.type(e.inputs[0]), e.attrs);
       break;

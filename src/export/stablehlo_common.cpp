@@ -117,7 +117,7 @@ const char* simple_op_name(Op op) {
     case Op::constant: case Op::iota: case Op::compare: case Op::select: case Op::convert:
     case Op::broadcast_in_dim: case Op::reshape: case Op::transpose: case Op::dot_general:
     case Op::reduce_sum: case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows:
-    case Op::attention: case Op::attention_grad: case Op::all_reduce: case Op::slice: case Op::pad:
+    case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce: case Op::slice: case Op::pad:
     case Op::concatenate:
       return nullptr;
   }

@@ -265,8 +265,8 @@ class Writer {
            << "    }) : " << fn_type(e) << "\n";
         return;
       }
-      case Op::attention: case Op::attention_grad:
-        break;  // to_stablehlo expands them first (expand_attention)
+      case Op::attention: case Op::attention_grad: case Op::adamw:
+        break;  // to_stablehlo expands them first (expand_adamw, expand_attention)
       case Op::slice: {
         // [start:limit] per axis, ":stride" where it is not 1 (as JAX prints it)
         o_ << lhs << "stablehlo.slice " << operands(e) << " [";
@@ -326,9 +326,9 @@ std::string to_stablehlo(const Program& p, const std::string& module_name, int n
     throw Error("to_stablehlo: num_replicas must be in [1, " + std::to_string(kMaxReplicas) + "], got " +
                 std::to_string(num_replicas));
   verify(p);
-  // The attention primitives have no one StableHLO op: written out as the
-  // primitives they stand for.
-  const Program expanded = expand_attention(p);
+  // The composite primitives (adamw, attention, attention_grad) have no one
+  // StableHLO op: written out as the primitives they stand for.
+  const Program expanded = expand_attention(expand_adamw(p));
   std::ostringstream o;
   o << "module @" << module_name << " attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = " << num_replicas
     << " : i32} {\n";

@@ -184,6 +184,22 @@ Type infer_type(Op op, const std::vector<Type>& ts, const Attrs& at) {
       if (upd != want) fail(op, ts, "updates must be " + want.str());
       return operand;
     }
+    case Op::adamw: {
+      const Type& pt = ts[0];
+      if (pt.dtype != DType::f32) fail(op, ts, "updates f32 parameters only, got " + pt.str());
+      for (size_t i = 1; i < 4; ++i)
+        if (ts[i] != pt)
+          fail(op, ts, "p, g, m and v must have one type; operand " + std::to_string(i) + " is " + ts[i].str() +
+                           ", p is " + pt.str());
+      for (size_t i = 4; i < 8; ++i)
+        if (ts[i] != Type{DType::f32, {}})
+          fail(op, ts, "lr, bc1, bc2 and decay must be f32[]; operand " + std::to_string(i) + " is " + ts[i].str());
+      if (at.axis < 0 || at.axis > 2)
+        fail(op, ts, "axis " + std::to_string(at.axis) + " must be 0 (p'), 1 (m') or 2 (v')");
+      if (at.literal.size() != 3)
+        fail(op, ts, "literal must be {beta1, beta2, eps}, got " + std::to_string(at.literal.size()) + " values");
+      return pt;
+    }
     case Op::attention: case Op::attention_grad: {
       const Type& q = ts[0];
       if (q.rank() != 4) fail(op, ts, "q must be [B,H,T,Dh], got " + q.str());
@@ -317,7 +333,7 @@ void check_type(Op op, const std::vector<Type>& ts, const Attrs& at, const Type&
     case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
     case Op::compare: case Op::select: case Op::transpose: case Op::dot_general: case Op::reduce_sum:
     case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows: case Op::attention:
-    case Op::attention_grad: case Op::all_reduce: case Op::slice: case Op::pad: case Op::concatenate: {
+    case Op::attention_grad: case Op::adamw: case Op::all_reduce: case Op::slice: case Op::pad: case Op::concatenate: {
       Type t = infer_type(op, ts, at);
       if (t != out) fail(op, ts, "result type " + out.str() + " differs from the inferred " + t.str());
       return;

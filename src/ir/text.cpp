@@ -74,6 +74,12 @@ std::string eqn_text(const Program& p, const Eqn& e) {
       break;
     }
     case Op::iota: case Op::attention_grad: case Op::concatenate: in << "axis=" << a.axis; break;
+    case Op::adamw: {  // axis: which result; literal: beta1, beta2, eps
+      in << "axis=" << a.axis << ", literal=[";
+      for (size_t i = 0; i < a.literal.size(); ++i) in << (i ? "," : "") << num(a.literal[i]);
+      in << "]";
+      break;
+    }
     case Op::slice:
       in << "starts=" << list(a.starts) << ", limits=" << list(a.limits) << ", strides=" << list(a.strides);
       break;

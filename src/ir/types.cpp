@@ -104,7 +104,7 @@ bool is_elementwise(Op op) {
       return true;
     case Op::constant: case Op::iota: case Op::broadcast_in_dim: case Op::reshape:
     case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
-    case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::all_reduce:
+    case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce:
     case Op::slice: case Op::pad: case Op::concatenate:
       return false;
   }

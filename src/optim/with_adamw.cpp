@@ -1,5 +1,6 @@
-// with_adamw: appends the AdamW update to a gradient program, as ordinary
-// equations, and records which outputs replace which inputs.
+// with_adamw: appends the AdamW update to a gradient program, as three adamw
+// equations per parameter (AdamW known by name: ir.h, expand_adamw in
+// trace.h), and records which outputs replace which inputs.
 #include <algorithm>
 
 #include "capstep/optim.h"
@@ -57,17 +58,20 @@ Program with_adamw(const Program& g, const std::vector<std::string>& params, con
     remap[static_cast<size_t>(e.out)] = q.add_eqn_typed(e.op, std::move(ins), e.attrs, g.type(e.out));
   }
 
-  // The update, in the operation order of adamw_update (host), so both round alike.
+  // The update: three adamw equations per parameter (p', m', v'; ir.h), which
+  // expand_adamw writes out in the operation order of the host AdamW kernel.
   const Tensor &lr = S[0], &bc1 = S[1], &bc2 = S[2], &decay = S[3];
   std::vector<Tensor> newP, newM, newV;
   for (size_t j = 0; j < params.size(); ++j) {
     Tensor gr(&tr, remap[static_cast<size_t>(g.outputs[static_cast<size_t>(gout[j])].value)]);
-    Tensor m = M[j] * o.beta1 + gr * (1.0 - o.beta1);
-    Tensor v = V[j] * o.beta2 + (gr * gr) * (1.0 - o.beta2);
-    Tensor upd = (m * bc1) / (sqrt(v * bc2) + o.eps);
-    newP.push_back(P[j] * decay - lr * upd);
-    newM.push_back(m);
-    newV.push_back(v);
+    Attrs a;
+    a.literal = {o.beta1, o.beta2, o.eps};
+    const std::vector<Tensor> operands{P[j], gr, M[j], V[j], lr, bc1, bc2, decay};
+    std::vector<Tensor>* results[3] = {&newP, &newM, &newV};
+    for (int64_t axis = 0; axis < 3; ++axis) {
+      a.axis = axis;
+      results[axis]->push_back(tr.emit(Op::adamw, operands, a));
+    }
   }
 
   std::vector<std::pair<std::string, Tensor>> outs;

@@ -29,7 +29,7 @@ k::Unary unary_of(Op op, const std::string& what) {
     case Op::constant: case Op::iota: case Op::add: case Op::subtract: case Op::multiply: case Op::divide:
     case Op::maximum: case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
     case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
-    case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::all_reduce:
+    case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce:
     case Op::slice: case Op::pad: case Op::concatenate:
       break;
   }
@@ -46,7 +46,7 @@ k::Binary binary_of(Op op, const std::string& what) {
     case Op::constant: case Op::iota: case Op::negate: case Op::exponential: case Op::log: case Op::tanh:
     case Op::rsqrt: case Op::sqrt: case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
     case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
-    case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::all_reduce:
+    case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce:
     case Op::slice: case Op::pad: case Op::concatenate:
       break;
   }
@@ -301,6 +301,8 @@ void Executable::Impl::add_single_launch(const plan::Item& item) {
       case Op::attention: case Op::attention_grad:
         add_attention_launch(item);
         break;
+      case Op::adamw:  // the executable plans expand_adamw's program: never here
+        throw Error(what + ": adamw reached the CUDA backend unexpanded (expand_adamw first)");
       case Op::slice: {
         const Type& it = prog.type(e.inputs[0]);
         const plan::OffsetWalk w = plan::slice_walk(it.shape, ot.shape, e.attrs.starts, e.attrs.strides, what);

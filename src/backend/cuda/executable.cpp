@@ -11,6 +11,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/executable_impl.h"
+#include "capstep/trace.h"
 
 namespace capstep::cuda {
 
@@ -80,6 +81,7 @@ void Executable::Impl::check_device_error() {
 }
 
 Executable::Executable(Program p, Options o) : impl_(std::make_unique<Impl>()) {
+  p = expand_adamw(p);  // AdamW by name (ir.h): the GPU runs its plain equations
   check_supported(p);
   std::string why;
   if (!available(&why)) throw Error("cuda::Executable: " + why);

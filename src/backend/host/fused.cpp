@@ -209,7 +209,7 @@ bool host_fusable(const Program& p, const plan::Group& g, const std::vector<Step
       case Op::divide: case Op::maximum: case Op::negate: case Op::exponential: case Op::log:
       case Op::tanh: case Op::rsqrt: case Op::sqrt: case Op::compare: case Op::select:
       case Op::convert: case Op::reshape: case Op::dot_general: case Op::gather_rows:
-      case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::all_reduce:
+      case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce:
       case Op::slice: case Op::pad: case Op::concatenate:
         return no(std::string(op_name(e.op)) + " in a group");
     }
@@ -217,116 +217,51 @@ bool host_fusable(const Program& p, const plan::Group& g, const std::vector<Step
   return true;
 }
 
+AdamWOrigins::AdamWOrigins(const Program& expanded, std::vector<ExpandedAdamW> u) : updates(std::move(u)) {
+  if (updates.empty()) return;
+  of.assign(static_cast<size_t>(expanded.num_values()), -1);
+  std::vector<char> constant(static_cast<size_t>(expanded.num_values()), 0);
+  for (const Eqn& e : expanded.eqns) constant[static_cast<size_t>(e.out)] = e.op == Op::constant;
+  computed.assign(updates.size(), 0);
+  for (size_t k = 0; k < updates.size(); ++k)
+    for (int v : updates[k].values) {
+      of[static_cast<size_t>(v)] = static_cast<int>(k);
+      computed[k] += constant[static_cast<size_t>(v)] ? 0 : 1;
+    }
+}
+
 bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector<int>& root,
-                       const std::vector<int>& def, const std::vector<char>& tile_resident, AdamWShortcut& a) {
-  if (g.kind != GroupKind::loop || g.last - g.first > 32) return false;
-  auto in_group = [&](int d) { return d >= g.first && d <= g.last; };
-  std::vector<char> used(static_cast<size_t>(g.last - g.first + 1), 0);  // the equations the pattern covers
-  auto use = [&](int v) {
-    const int d = def[static_cast<size_t>(v)];
-    if (in_group(d)) used[static_cast<size_t>(d - g.first)] = 1;
-  };
-  auto full = [&](int v) { return p.type(v).dtype == DType::f32 && p.type(v).numel() == g.numel; };
-  // An equation of the group of this op on f32 values of N elements.
-  auto eqn = [&](int v, Op op) -> const Eqn* {
-    const int d = def[static_cast<size_t>(v)];
-    if (!in_group(d) || p.eqns[static_cast<size_t>(d)].op != op || !full(v)) return nullptr;
-    return &p.eqns[static_cast<size_t>(d)];
-  };
-  // The same value at every position: a splat f32 constant (src = it), or a
-  // broadcast of one f32 element (src = that element).
-  auto uniform = [&](int v, int& src) {
-    const int d = def[static_cast<size_t>(v)];
-    if (d < 0 || !full(v)) return false;
-    const Eqn& e = p.eqns[static_cast<size_t>(d)];
-    if (e.op == Op::constant && e.attrs.literal.size() == 1) {
-      src = v;
-    } else if (e.op == Op::broadcast_in_dim && in_group(d) && p.type(e.inputs[0]).numel() == 1 &&
-               p.type(e.inputs[0]).dtype == DType::f32) {
-      src = e.inputs[0];
-    } else {
-      return false;
-    }
-    return true;
-  };
-  // v = x * u or u * x, u uniform, x not: x and u's source.
-  auto times_uniform = [&](int v, int& x, int& src) {
-    const Eqn* e = eqn(v, Op::multiply);
-    if (!e) return false;
-    for (size_t k = 0; k < 2; ++k) {
-      int s0 = -1, s1 = -1;
-      const int xk = e->inputs[k], uk = e->inputs[1 - k];
-      if (uniform(uk, s0) && !uniform(xk, s1) && full(xk)) {
-        src = s0;
-        x = xk;
-        use(v);
-        use(uk);
-        return true;
-      }
-    }
+                       const std::vector<char>& tile_resident, const AdamWOrigins& origins, AdamWShortcut& a) {
+  if (g.kind != GroupKind::loop || origins.of.empty()) return false;
+  // The update that made the group's last equation; every other equation of
+  // the group one of its own or a constant, and every one of its own here.
+  const int u = origins.of[static_cast<size_t>(p.eqns[static_cast<size_t>(g.last)].out)];
+  if (u < 0) return false;
+  const ExpandedAdamW& x = origins.updates[static_cast<size_t>(u)];
+  if (x.p_out < 0 || x.m_out < 0 || x.v_out < 0 || x.b1 < 0 || x.c1 < 0 || x.b2 < 0 || x.c2 < 0 || x.eps < 0)
     return false;
-  };
-  // p' = p * decay - lr * upd
-  const Eqn& last = p.eqns[static_cast<size_t>(g.last)];
-  if (last.op != Op::subtract || !full(last.out)) return false;
-  int upd = -1, m = -1, v = -1, s_arg = -1;
-  if (!times_uniform(last.inputs[0], a.p, a.decay) || !times_uniform(last.inputs[1], upd, a.lr)) return false;
-  use(last.out);
-  // upd = (m * bc1) / (sqrt(v * bc2) + eps)
-  const Eqn* dv = eqn(upd, Op::divide);
-  if (!dv || !times_uniform(dv->inputs[0], m, a.bc1)) return false;
-  use(upd);
-  const Eqn* den = eqn(dv->inputs[1], Op::add);
-  if (!den) return false;
-  use(dv->inputs[1]);
-  for (int k = 0; k < 2 && s_arg < 0; ++k)
-    if (const Eqn* sq = eqn(den->inputs[static_cast<size_t>(k)], Op::sqrt);
-        sq && uniform(den->inputs[static_cast<size_t>(1 - k)], a.eps)) {
-      use(den->inputs[static_cast<size_t>(k)]);
-      use(den->inputs[static_cast<size_t>(1 - k)]);
-      s_arg = sq->inputs[0];
-    }
-  if (s_arg < 0 || !times_uniform(s_arg, v, a.bc2)) return false;
-  // v = V * b2 + (g * g) * c2
-  const Eqn* va = eqn(v, Op::add);
-  if (!va) return false;
-  use(v);
-  for (int k = 0; k < 2 && a.g < 0; ++k) {
-    int gg = -1;
-    if (!times_uniform(va->inputs[static_cast<size_t>(k)], gg, a.c2)) continue;
-    const Eqn* sq = eqn(gg, Op::multiply);
-    if (!sq || sq->inputs[0] != sq->inputs[1] || !times_uniform(va->inputs[static_cast<size_t>(1 - k)], a.v, a.b2)) continue;
-    use(gg);
-    a.g = sq->inputs[0];
+  int in_group = 0;
+  for (int d = g.first; d <= g.last; ++d) {
+    const Eqn& e = p.eqns[static_cast<size_t>(d)];
+    if (e.op == Op::constant) continue;
+    if (origins.of[static_cast<size_t>(e.out)] != u) return false;
+    ++in_group;
   }
-  if (a.g < 0) return false;
-  // m = M * b1 + g * c1
-  const Eqn* ma = eqn(m, Op::add);
-  if (!ma) return false;
-  use(m);
-  for (int k = 0; k < 2 && a.m < 0; ++k) {
-    int x = -1, y = -1;
-    if (times_uniform(ma->inputs[static_cast<size_t>(k)], x, a.c1) && x == a.g &&
-        times_uniform(ma->inputs[static_cast<size_t>(1 - k)], y, a.b1) && y != a.g)
-      a.m = y;
-  }
-  if (a.m < 0) return false;
-  // The parameter, its gradient and moments come from outside the group; every
-  // equation of the group is one of the pattern's; only the three results
-  // leave it.
-  for (int x : {a.p, a.g, a.m, a.v})
-    if (in_group(def[static_cast<size_t>(x)]) || !full(x)) return false;
-  for (char u : used)
-    if (!u) return false;
-  a.p_out = last.out;
-  a.m_out = m;
-  a.v_out = v;
+  if (in_group != origins.computed[static_cast<size_t>(u)]) return false;  // some of its equations run elsewhere
+  for (int v : {x.p, x.g, x.m, x.v, x.p_out, x.m_out, x.v_out})
+    if (p.type(v).dtype != DType::f32 || p.type(v).numel() != g.numel) return false;
+  // Only the three results leave the group: they live in buffers of their
+  // own, everything else it makes (constants aside) in its tiles.
   for (int d = g.first; d <= g.last; ++d) {
     const int out = p.eqns[static_cast<size_t>(d)].out;
-    const bool result = out == a.p_out || out == a.m_out || out == a.v_out;
+    const bool result = out == x.p_out || out == x.m_out || out == x.v_out;
     const bool resident = tile_resident[static_cast<size_t>(root[static_cast<size_t>(out)])] != 0;
     if (result == resident && p.eqns[static_cast<size_t>(d)].op != Op::constant) return false;
   }
+  a.p = x.p, a.g = x.g, a.m = x.m, a.v = x.v;
+  a.p_out = x.p_out, a.m_out = x.m_out, a.v_out = x.v_out;
+  a.b1 = x.b1, a.c1 = x.c1, a.b2 = x.b2, a.c2 = x.c2, a.eps = x.eps;
+  a.lr = x.lr, a.bc1 = x.bc1, a.bc2 = x.bc2, a.decay = x.decay;
   a.on = true;
   return true;
 }
@@ -507,7 +442,7 @@ void compile_runs(FusedGroup& G) {
 }  // namespace
 
 FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::vector<Step>& member_steps,
-                             const std::vector<int>& root, const std::vector<int>& def,
+                             const std::vector<int>& root, const AdamWOrigins& adamw,
                              const std::vector<char>& tile_resident, const std::vector<char>& splat,
                              int64_t tile_elems, int max_parts, bool jit) {
   FusedGroup G;
@@ -629,7 +564,7 @@ FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::
       case Op::divide: case Op::maximum: case Op::negate: case Op::exponential: case Op::log:
       case Op::tanh: case Op::rsqrt: case Op::sqrt: case Op::compare: case Op::select:
       case Op::convert: case Op::reshape: case Op::dot_general: case Op::gather_rows:
-      case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::all_reduce:
+      case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce:
       case Op::slice: case Op::pad: case Op::concatenate:
         m.kind = FusedMember::Kind::kernel;
         m.step = st;
@@ -661,7 +596,7 @@ FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::
   for (FusedMember& m : G.members) m.part_steps.assign(static_cast<size_t>(G.parts - 1), m.step);
   if (jit && jit_available()) compile_runs(G);
   AdamWShortcut a;
-  if (match_adamw_group(p, g, root, def, tile_resident, a)) G.adamw = a;
+  if (match_adamw_group(p, g, root, tile_resident, adamw, a)) G.adamw = a;
   return G;
 }
 

@@ -31,6 +31,7 @@
 #include "backend/host/loop_jit.h"
 #include "backend/host/step.h"
 #include "backend/plan/fusion.h"
+#include "capstep/trace.h"
 
 namespace capstep::host {
 
@@ -85,11 +86,11 @@ struct JitSegment {
   std::vector<FusedMember> members;  // the members it replaces
 };
 
-// A loop group that is exactly one parameter's AdamW update as
-// optim::with_adamw writes it: run as the host AdamW kernel (one loop in
-// registers, the same operations per element, so the same bits) instead of
-// its 19 members tile by tile, unless its buffers overlap (fused.cpp,
-// run_adamw). Values are slots (value ids); the constants
+// A loop group that is exactly one parameter's AdamW update (the equations
+// expand_adamw wrote for a parameter's adamw equations): run as the host AdamW
+// kernel (one loop in registers, the same operations per element, so the same
+// bits) instead of its 19 members tile by tile, unless its buffers overlap
+// (fused.cpp, run_adamw). Values are slots (value ids); the constants
 // and the four per-step scalars are read from their slots' first element.
 struct AdamWShortcut {
   bool on = false;
@@ -97,6 +98,17 @@ struct AdamWShortcut {
   int p_out = -1, m_out = -1, v_out = -1;          // their new values (the group's results)
   int b1 = -1, c1 = -1, b2 = -1, c2 = -1, eps = -1;  // beta1, 1 - beta1, beta2, 1 - beta2, eps
   int lr = -1, bc1 = -1, bc2 = -1, decay = -1;
+};
+
+// The AdamW updates of an expanded program (expand_adamw's record) and, per
+// value id, the update whose expansion made it (-1: none). The host knows
+// AdamW by name from these, not by the shape of its equations.
+struct AdamWOrigins {
+  std::vector<ExpandedAdamW> updates;
+  std::vector<int> of;        // per value id (empty: no updates)
+  std::vector<int> computed;  // per update: its values that are no constant
+  AdamWOrigins() = default;
+  AdamWOrigins(const Program& expanded, std::vector<ExpandedAdamW> u);
 };
 
 struct FusedGroup {
@@ -120,11 +132,11 @@ struct FusedGroup {
 };
 
 // Whether the loop group [g.first, g.last] of p is exactly one parameter's
-// with_adamw update, every value it makes but the three results (and its
-// constants) tile-resident; fills a. def: each value's defining equation
-// (-1 for inputs).
+// AdamW update of `origins`: every equation of the group one of the update's
+// (or a constant), all of the update's in it, every value it makes but the
+// three results (and its constants) tile-resident; fills a.
 bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector<int>& root,
-                       const std::vector<int>& def, const std::vector<char>& tile_resident, AdamWShortcut& a);
+                       const std::vector<char>& tile_resident, const AdamWOrigins& origins, AdamWShortcut& a);
 
 // Whether the equations [g.first, g.last] of p (a loop, row or col group)
 // can run tile by tile; why not in *why. member_steps as for build_fused_group.
@@ -136,14 +148,14 @@ void run_fused_group(const Step& s, void* const* slots);
 
 // Builds the executable group: `member_steps[d - g.first]` is the Step the
 // interpreter built for equation d (kernel chosen, views planned), slot of
-// each value = its value id (aliases resolved through `root`); `def`: each
-// value's defining equation (-1 for inputs); `tile_resident`
+// each value = its value id (aliases resolved through `root`); `adamw`: the
+// program's AdamW updates (AdamWOrigins); `tile_resident`
 // and `splat` (a splat constant) per root value; `tile_elems`: the tile size
 // in elements; `max_parts`: the most parts a loop or row group may run as
 // (host_threads()); `jit`: compile runs of elementwise members (JitSegment)
 // where jit_available().
 FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::vector<Step>& member_steps,
-                             const std::vector<int>& root, const std::vector<int>& def,
+                             const std::vector<int>& root, const AdamWOrigins& adamw,
                              const std::vector<char>& tile_resident, const std::vector<char>& splat,
                              int64_t tile_elems, int max_parts = 1, bool jit = false);
 

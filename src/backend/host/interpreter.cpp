@@ -176,7 +176,7 @@ InPlaceOperands in_place_operands(Op op) {
       return {1, 2};
     case Op::constant: case Op::iota: case Op::compare: case Op::convert: case Op::broadcast_in_dim:
     case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
-    case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad:
+    case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw:
     case Op::slice: case Op::pad: case Op::concatenate:
       break;
   }
@@ -513,8 +513,14 @@ bool in_place_takes(const Program& ex, int b, int first, int x, const std::vecto
 
 }  // namespace
 
-Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only) : prog(std::move(p)) {
-  verify(prog);
+Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only) {
+  // AdamW known by name (ir.h adamw): the interpreter runs its expansion, the
+  // plain equations (unfused, the reference path, one by one); fused, each
+  // parameter's update is one loop group that runs as the host AdamW kernel,
+  // recognised from the expansion's record (match_adamw_group).
+  std::vector<ExpandedAdamW> updates;
+  prog = expand_adamw(p, &updates);  // verifies p
+  const AdamWOrigins adamw = opt.fuse ? AdamWOrigins(prog, std::move(updates)) : AdamWOrigins();
   configure_blas_threads();
   const std::vector<int> pack_of = all_reduce_packs(prog);  // per equation of prog
   if (opt.fuse) {
@@ -715,6 +721,8 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
       case Op::attention_grad:
         s.fn = attention_kernel(e.op, t.dtype);
         break;
+      case Op::adamw:  // the constructor runs expand_adamw's program: never here
+        throw Error("host interpreter: adamw reached a kernel unexpanded (expand_adamw first)");
       case Op::all_reduce:
         s.fn = &all_reduce_step;
         s.comm = &comm;
@@ -944,7 +952,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
   for (size_t k = 0; k < groups.size(); ++k) {
     const plan::Group& g = *group_src[k];
     const std::vector<Step> members(built.begin() + g.first, built.begin() + g.last + 1);
-    *groups[k] = build_fused_group(ex, g, members, root, def, tile_resident, splat, opt.tile_elems, host_threads(), opt.jit && !plan_only);
+    *groups[k] = build_fused_group(ex, g, members, root, adamw, tile_resident, splat, opt.tile_elems, host_threads(), opt.jit && !plan_only);
     tile_bytes = std::max(tile_bytes, groups[k]->scratch_stride * static_cast<size_t>(groups[k]->parts));
   }
 

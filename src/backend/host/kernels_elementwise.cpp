@@ -211,7 +211,7 @@ Kernel binary_kernel(Op op, DType t) {
     case Op::tanh: case Op::rsqrt: case Op::sqrt: case Op::compare: case Op::select:
     case Op::convert: case Op::broadcast_in_dim: case Op::reshape: case Op::transpose:
     case Op::dot_general: case Op::reduce_sum: case Op::reduce_max: case Op::gather_rows:
-    case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::all_reduce:
+    case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce:
     case Op::slice: case Op::pad: case Op::concatenate:
       break;
   }
@@ -240,7 +240,7 @@ Kernel unary_kernel(Op op, DType t) {
     case Op::divide: case Op::maximum: case Op::compare: case Op::select: case Op::convert:
     case Op::broadcast_in_dim: case Op::reshape: case Op::transpose: case Op::dot_general:
     case Op::reduce_sum: case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows:
-    case Op::attention: case Op::attention_grad: case Op::all_reduce: case Op::slice: case Op::pad:
+    case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce: case Op::slice: case Op::pad:
     case Op::concatenate: break;
   }
 #undef CAPSTEP_FLOAT_UNARY

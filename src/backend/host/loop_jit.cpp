@@ -308,7 +308,7 @@ bool Code::build(const JitLoop& lp) {
       case Op::sqrt: case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
       case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum:
       case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows: case Op::attention:
-      case Op::attention_grad: case Op::all_reduce: case Op::slice: case Op::pad:
+      case Op::attention_grad: case Op::adamw: case Op::all_reduce: case Op::slice: case Op::pad:
       case Op::concatenate: vmovaps(Ymm(d), Ymm(ra)); break;
     }
     const int v = nin + i;
@@ -388,7 +388,7 @@ int jit_operands(Op op) {
     case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
     case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum:
     case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows: case Op::attention:
-    case Op::attention_grad: case Op::all_reduce: case Op::slice: case Op::pad:
+    case Op::attention_grad: case Op::adamw: case Op::all_reduce: case Op::slice: case Op::pad:
     case Op::concatenate: return 0;
   }
   return 0;  // a value outside the table

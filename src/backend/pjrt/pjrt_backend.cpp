@@ -10,6 +10,7 @@
 #include "backend/backends.h"
 #include "backend/pjrt/pjrt.h"
 #include "capstep/stablehlo.h"
+#include "capstep/trace.h"
 
 namespace capstep::pjrt {
 namespace {
@@ -17,7 +18,7 @@ namespace {
 class PjrtBackend final : public Backend {
  public:
   PjrtBackend(Program p, const PjrtOptions& o)
-      : p_(std::move(p)), c_(client(o)), mlir_(to_stablehlo(p_)), exe_(c_, mlir_, o.cache_dir),
+      : p_(expand_adamw(p)), c_(client(o)), mlir_(to_stablehlo(p_)), exe_(c_, mlir_, o.cache_dir),
         slots_(p_.inputs.size()), outs_(p_.outputs.size()), donated_to_(p_.inputs.size(), -1),
         donated_from_(p_.outputs.size(), -1) {
     if (exe_.num_outputs() != p_.outputs.size())

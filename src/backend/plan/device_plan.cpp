@@ -132,7 +132,7 @@ Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
       case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt:
       case Op::sqrt: case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
       case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
-      case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad:
+      case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw:
       case Op::all_reduce: case Op::slice: case Op::pad: case Op::concatenate:
         x.home = Home::arena;
         break;

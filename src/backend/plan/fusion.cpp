@@ -14,6 +14,8 @@
 #include <queue>
 #include <sstream>
 
+#include "capstep/trace.h"
+
 namespace capstep::plan {
 namespace {
 
@@ -179,6 +181,7 @@ const char* group_kind_name(GroupKind k) {
 }
 
 Fused fuse_program(const Program& p, const FuseOptions& fo) {
+  if (has_adamw(p)) return fuse_program(expand_adamw(p), fo);  // planned as the plain equations
   verify(p);
   const bool loops = fo.loops;
   const int E = static_cast<int>(p.eqns.size());

@@ -129,6 +129,8 @@ struct FuseOptions {
   // stored bf16 copy would hold), so no kernel stores the bf16 operand
   bool bf16_operand_views = false;
 };
+// A program with adamw equations (ir.h) is planned as expand_adamw(p): `program`
+// and old_index are then the expansion's.
 Fused fuse_program(const Program& p, const FuseOptions& o);
 inline Fused fuse_program(const Program& p, bool loops = true) { return fuse_program(p, FuseOptions{loops, 0}); }
 

@@ -121,6 +121,8 @@ void single_items(const Program& p, const std::vector<GemmLayout>& gemm, const s
       items.back().eqns = {d};
       return;
     }
+    case Op::adamw:  // plan_kernels plans expand_adamw's program: never here
+      throw Error("kernel plan: adamw reached the planner unexpanded (expand_adamw first)");
     case Op::attention_grad: {
       if (attention_group[static_cast<size_t>(d)] != d) return;  // computed by its group's first equation
       const AttentionLaunch a = attention_launch(ot);

@@ -103,7 +103,7 @@ const char* scalar_fn(Op op) {
     case Op::constant: case Op::iota: case Op::compare: case Op::select: case Op::convert:
     case Op::broadcast_in_dim: case Op::reshape: case Op::transpose: case Op::dot_general:
     case Op::reduce_sum: case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows:
-    case Op::attention: case Op::attention_grad: case Op::all_reduce: case Op::slice: case Op::pad:
+    case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce: case Op::slice: case Op::pad:
     case Op::concatenate: return nullptr;
   }
   return nullptr;  // a value outside the table
@@ -409,7 +409,7 @@ class Emitter {
         case Op::constant: case Op::iota: case Op::add: case Op::subtract: case Op::multiply:
         case Op::divide: case Op::maximum: case Op::negate: case Op::exponential: case Op::log:
         case Op::tanh: case Op::rsqrt: case Op::sqrt: case Op::reduce_sum: case Op::reduce_max:
-        case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::all_reduce:
+        case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce:
         case Op::slice: case Op::pad: case Op::concatenate:
           throw Error("kernel source: " + std::string(op_name(e.op)) + " cannot be computed elementwise in " + k_.name);
       }
