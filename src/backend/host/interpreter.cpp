@@ -1124,7 +1124,15 @@ void Interpreter::Impl::make_fused_groups(const InterpreterOptions& opt, bool pl
   for (size_t k = 0; k < groups.size(); ++k) {
     const plan::Group& g = *group_src[k];
     const std::vector<Step> members(built.begin() + g.first, built.begin() + g.last + 1);
-    *groups[k] = build_fused_group(ex, g, members, root, adamw, tile_resident, splat, opt.tile_elems, host_threads(), opt.jit && !plan_only);
+    *groups[k] = build_fused_group(FusedGroupSource{
+        .program = ex,
+        .group = g,
+        .member_steps = members,
+        .root = root,
+        .tile_resident = tile_resident,
+        .splat = splat,
+        .adamw = adamw,
+        .options = {.tile_elems = opt.tile_elems, .max_parts = host_threads(), .jit = opt.jit && !plan_only}});
     tile_bytes = std::max(tile_bytes, groups[k]->scratch_stride * static_cast<size_t>(groups[k]->parts));
   }
 }
