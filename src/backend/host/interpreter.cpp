@@ -585,7 +585,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
   choose_fused_groups(b);
   plan_lifetimes(b);
   mark_tile_values(b);
-  merge_in_place(ordered(), b.where, b.root, b.last, b.in_group);
+  merge_in_place(ordered(), b.where, b.root, b.last, b.in_group);  // elementwise results over dying operands
   pair_dot_generals(opt, b);
   plan_direct_outputs(b);
   plan_buffers(b);
