@@ -441,10 +441,17 @@ void compile_runs(FusedGroup& G) {
 
 }  // namespace
 
-FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::vector<Step>& member_steps,
-                             const std::vector<int>& root, const AdamWOrigins& adamw,
-                             const std::vector<char>& tile_resident, const std::vector<char>& splat,
-                             int64_t tile_elems, int max_parts, bool jit) {
+FusedGroup build_fused_group(const FusedGroupSource& src) {
+  const Program& p = src.program;
+  const plan::Group& g = src.group;
+  const std::vector<Step>& member_steps = src.member_steps;
+  const std::vector<int>& root = src.root;
+  const std::vector<char>& tile_resident = src.tile_resident;
+  const std::vector<char>& splat = src.splat;
+  const AdamWOrigins& adamw = src.adamw;
+  int64_t tile_elems = src.options.tile_elems;
+  const int max_parts = src.options.max_parts;
+  const bool jit = src.options.jit;
   FusedGroup G;
   G.kind = g.kind;
   G.numel = g.numel;

@@ -139,24 +139,42 @@ bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector
                        const std::vector<char>& tile_resident, const AdamWOrigins& origins, AdamWShortcut& a);
 
 // Whether the equations [g.first, g.last] of p (a loop, row or col group)
-// can run tile by tile; why not in *why. member_steps as for build_fused_group.
+// can run tile by tile; why not in *why. member_steps as in FusedGroupSource.
 bool host_fusable(const Program& p, const plan::Group& g, const std::vector<Step>& member_steps,
                   std::string* why = nullptr);
 
 // Runs the group (Step::group) over slots; the Kernel of a group Step.
 void run_fused_group(const Step& s, void* const* slots);
 
-// Builds the executable group: `member_steps[d - g.first]` is the Step the
-// interpreter built for equation d (kernel chosen, views planned), slot of
-// each value = its value id (aliases resolved through `root`); `adamw`: the
-// program's AdamW updates (AdamWOrigins); `tile_resident`
-// and `splat` (a splat constant) per root value; `tile_elems`: the tile size
-// in elements; `max_parts`: the most parts a loop or row group may run as
-// (host_threads()); `jit`: compile runs of elementwise members (JitSegment)
-// where jit_available().
-FusedGroup build_fused_group(const Program& p, const plan::Group& g, const std::vector<Step>& member_steps,
-                             const std::vector<int>& root, const AdamWOrigins& adamw,
-                             const std::vector<char>& tile_resident, const std::vector<char>& splat,
-                             int64_t tile_elems, int max_parts = 1, bool jit = false);
+// What build_fused_group builds a group from: the group and the interpreter's
+// decisions about the program's values, and how the group is to run. Only
+// references: it lives for the one call.
+struct FusedGroupSource {
+  // The group: the equations [group.first, group.last] of `program` (the
+  // equations in the order they run); `member_steps[d - group.first]` is the
+  // Step the interpreter built for equation d (kernel chosen, views planned).
+  const Program& program;
+  const plan::Group& group;
+  const std::vector<Step>& member_steps;
+  // Per value id: the value whose buffer it is (slot of each value = its
+  // value id, aliases resolved through `root`); per root value: a tile value
+  // (tile_resident) and a splat constant (splat); the program's AdamW updates
+  // (AdamWOrigins), to recognise an update's group.
+  const std::vector<int>& root;
+  const std::vector<char>& tile_resident;
+  const std::vector<char>& splat;
+  const AdamWOrigins& adamw;
+  // How it runs: `tile_elems`, the tile size in elements; `max_parts`, the
+  // most parts a loop or row group may run as (host_threads()); `jit`,
+  // compile runs of elementwise members (JitSegment) where jit_available().
+  struct Options {
+    int64_t tile_elems = 0;  // (at least 1 is used)
+    int max_parts = 1;
+    bool jit = false;
+  } options;
+};
+
+// Builds the executable group.
+FusedGroup build_fused_group(const FusedGroupSource& src);
 
 }  // namespace capstep::host

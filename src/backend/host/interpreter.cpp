@@ -430,6 +430,32 @@ struct Interpreter::Impl {
   void check_inputs(const std::vector<const Array*>& inputs) const;
   // Output j's bytes from src into outputs[j], retyped if needed.
   void copy_out(int j, const void* src, std::vector<Array>& outputs) const;
+
+ private:
+  // The constructor's working state (defined with the constructor): what one
+  // phase decides and a later one reads; dropped once the Impl is built.
+  struct Build;
+  // The constructor's phases, in the order it calls them; each says at its
+  // definition what it decides and why.
+  void expand_and_order(Program p, const InterpreterOptions& opt, Build& b);
+  void fold_transposes(Build& b);
+  void plan_steps(Build& b);
+  void choose_fused_groups(Build& b);
+  void plan_lifetimes(Build& b);
+  void mark_tile_values(Build& b);
+  void pair_dot_generals(const InterpreterOptions& opt, Build& b);
+  void plan_direct_outputs(Build& b);
+  void plan_buffers(Build& b);
+  void make_fused_groups(const InterpreterOptions& opt, bool plan_only, Build& b);
+  void allocate_and_set_slots(Build& b);
+  void plan_outputs_over_inputs(Build& b);
+  void order_steps(Build& b);
+  void pack_all_reduces(Build& b);
+  void plan_run_events(Build& b);
+  // The equations in the order they run (fused: fusion->program; its values
+  // and types are prog's), and the index in prog of the i-th of them.
+  const Program& ordered() const { return fusion ? fusion->program : prog; }
+  int orig_index(int i) const { return fusion ? fusion->old_index[static_cast<size_t>(i)] : i; }
 };
 
 namespace {
@@ -513,107 +539,184 @@ bool in_place_takes(const Program& ex, int b, int first, int x, const std::vecto
 
 }  // namespace
 
-Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only) {
-  // AdamW known by name (ir.h adamw): the interpreter runs its expansion, the
-  // plain equations (unfused, the reference path, one by one); fused, each
-  // parameter's update is one loop group that runs as the host AdamW kernel,
-  // recognised from the expansion's record (match_adamw_group).
-  std::vector<ExpandedAdamW> updates;
-  prog = expand_adamw(p, &updates);  // verifies p
-  const AdamWOrigins adamw = opt.fuse ? AdamWOrigins(prog, std::move(updates)) : AdamWOrigins();
-  configure_blas_threads();
-  const std::vector<int> pack_of = all_reduce_packs(prog);  // per equation of prog
-  if (opt.fuse) {
-    fusion = plan::fuse_program(prog, plan::FuseOptions{true, 0});
-    gather_packs(*fusion, pack_of);
-  }
-  // The order the equations run in (values and types are those of prog).
-  const Program& ex = fusion ? fusion->program : prog;
-  auto orig_index = [&](int i) { return fusion ? fusion->old_index[static_cast<size_t>(i)] : i; };
-  const int nv = prog.num_values();
-  const int ne = static_cast<int>(prog.eqns.size());
-  std::vector<Where> where(static_cast<size_t>(nv), Where::arena);
-  std::vector<int> root(static_cast<size_t>(nv));
-  std::vector<int> def(static_cast<size_t>(nv), -1);  // defining equation (of ex)
-  for (int i = 0; i < ne; ++i) def[static_cast<size_t>(ex.eqns[static_cast<size_t>(i)].out)] = i;
-  for (int v = 0; v < nv; ++v) root[static_cast<size_t>(v)] = v;
-  for (const NamedValue& in : prog.inputs) where[static_cast<size_t>(in.value)] = Where::input;
-
+// What the constructor's phases hand on to later ones. Per value (nv of them,
+// value ids of prog) or per equation (ne, in the order of ordered()).
+struct Interpreter::Impl::Build {
+  std::vector<int> pack_of;  // per equation of prog: its all_reduce pack (all_reduce_packs), or -1
+  AdamWOrigins adamw;        // fused: the expansion's AdamW updates (match_adamw_group)
+  int nv = 0, ne = 0;
+  std::vector<Where> where;  // per value: where it lives (see the top of this file)
+  std::vector<int> root;     // per value: the value whose buffer it is (itself unless an alias)
+  std::vector<int> def;      // per value: its defining equation, -1 for an input
+  // fold_transposes: per value, a transpose that its dot_generals read in
+  // place (folded), one that its dot_general wrote in its layout
+  // (folded_out), and such a dot_general's result (writes_transposed, with
+  // the strides it writes with in out_strides).
+  std::vector<char> folded, folded_out, writes_transposed;
+  std::vector<std::vector<int64_t>> out_strides;
   struct Scratch {
     size_t bytes;
     int eqn;
   };
-  std::vector<Scratch> scratch;
-  std::vector<Step> built;  // per equation of ex (fn null: no work)
+  std::vector<Scratch> scratch;  // the steps' scratch buffers (slot nv + k)
+  std::vector<Step> built;       // per equation (fn null: no work)
+  std::vector<int> in_group;     // per equation: its fused group, -1 outside one
+  std::vector<std::pair<int, int>> span;      // per equation: its group's [first, last] ({i, i} alone)
+  std::vector<const plan::Group*> group_src;  // per fused group: the plan's group it runs
+  std::vector<int> last;         // per root: the last equation reading it (ne: an output)
+  std::vector<char> tile_resident;  // per value: a tile value (Where::tile)
+  std::vector<int> pair_of;      // per equation: the dot_general it runs beside, or -1
+  std::vector<BufferLife> lives;  // the arena's buffers, then the scratch buffers
+  std::vector<int> buffer_slot;   // per entry of lives: its slot
+  ArenaPlan arena_plan;
+  std::vector<size_t> static_off;  // per static value: its offset in `statics`
+  std::vector<int> input_of;       // per value: its index in Program::inputs, or -1
+  std::vector<int> step_at;        // per equation: the step that runs it (order_steps)
+};
 
-  // ---- transposes that their dot_generals read in place: when every reader
-  // of a transpose is a dot_general that can read x with the dimension
-  // numbers mapped through the permutation (fold_transpose_dims) and without
-  // copying it first (dot_operand_in_place; a bf16 operand is copied, widened,
-  // either way), and the transpose is no output and runs outside fused
-  // groups, it moves nothing (an alias of x, read by those dots only) and
-  // each dot is planned on x.
-  // The attention heads' transposes of q, k, v and their cotangents are these.
-  std::vector<char> folded(static_cast<size_t>(nv), 0);
-  std::vector<char> folded_out(static_cast<size_t>(nv), 0), writes_transposed(static_cast<size_t>(nv), 0);
-  std::vector<std::vector<int64_t>> out_strides(static_cast<size_t>(nv));
-  {
-    std::vector<int> readers(static_cast<size_t>(nv), 0), folding(static_cast<size_t>(nv), 0);
-    std::vector<char> grouped(static_cast<size_t>(ne), 0);
-    if (fusion)
-      for (const plan::Group& g : fusion->groups)
-        if (g.size() > 1)
-          for (int d = g.first; d <= g.last; ++d) grouped[static_cast<size_t>(d)] = 1;
-    for (const NamedValue& out : prog.outputs) readers[static_cast<size_t>(out.value)] = -1;
-    for (int i = 0; i < ne; ++i) {
-      const Eqn& e = ex.eqns[static_cast<size_t>(i)];
-      for (size_t k = 0; k < e.inputs.size(); ++k) {
-        const size_t v = static_cast<size_t>(e.inputs[k]);
-        if (readers[v] < 0) continue;
-        ++readers[v];
-        const int d = def[v];
-        if (e.op != Op::dot_general || d < 0 || ex.eqns[static_cast<size_t>(d)].op != Op::transpose) continue;
-        Attrs at = e.attrs;
-        const Eqn& tr = ex.eqns[static_cast<size_t>(d)];
-        if (fold_transpose_dims(at, static_cast<int>(k), tr.attrs.dims) &&
-            dot_operand_in_place(prog.type(tr.inputs[0]), k == 0 ? at.lhs_batch : at.rhs_batch,
-                                 k == 0 ? at.lhs_contract : at.rhs_contract))
-          ++folding[v];
-      }
-    }
-    for (int i = 0; i < ne; ++i) {
-      const Eqn& e = ex.eqns[static_cast<size_t>(i)];
-      const size_t o = static_cast<size_t>(e.out);
-      folded[o] = e.op == Op::transpose && !grouped[static_cast<size_t>(i)] && readers[o] > 0 && readers[o] == folding[o];
-    }
-    // The other way round: a transpose that is the one reader of a
-    // dot_general's result (the attention output and dq, dk, dv, back to
-    // token-major): the dot writes its result in the transpose's layout
-    // (DotPlan::ldc, c_off), and the transpose is an alias of it.
-    for (int i = 0; i < ne; ++i) {
-      const Eqn& e = ex.eqns[static_cast<size_t>(i)];
-      const size_t o = static_cast<size_t>(e.out);
-      if (e.op != Op::transpose || folded[o] || grouped[static_cast<size_t>(i)] || readers[o] < 0) continue;
-      const size_t x = static_cast<size_t>(e.inputs[0]);
-      const int d = def[x];
-      if (d < 0 || readers[x] != 1 || grouped[static_cast<size_t>(d)]) continue;
-      const Eqn& dot = ex.eqns[static_cast<size_t>(d)];
-      if (dot.op != Op::dot_general || prog.type(dot.out).numel() == 0) continue;
-      const Type &lt = prog.type(dot.inputs[0]), &rt = prog.type(dot.inputs[1]);
-      int64_t k = 1;
-      for (int64_t a : dot.attrs.lhs_contract) k *= lt.shape[static_cast<size_t>(a)];
-      if (k == 0) continue;  // an empty sum fills C whole
-      DotPlan probe;
-      std::vector<int64_t> st = strides_through_transpose(prog.type(e.out), e.attrs.dims);
-      if (!dot_out_layout(dot.attrs, lt.rank(), rt.rank(), st, lt, rt, probe)) continue;
-      writes_transposed[x] = 1;
-      out_strides[x] = std::move(st);
-      folded_out[o] = 1;
+// Plans the program once: a short sequence of phases, each deciding one thing
+// that the ones after it read (Build). plan_only stops once every size is
+// known (plan_memory).
+Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only) {
+  Build b;
+  expand_and_order(std::move(p), opt, b);
+  fold_transposes(b);
+  plan_steps(b);
+  choose_fused_groups(b);
+  plan_lifetimes(b);
+  mark_tile_values(b);
+  merge_in_place(ordered(), b.where, b.root, b.last, b.in_group);  // elementwise results over dying operands
+  pair_dot_generals(opt, b);
+  plan_direct_outputs(b);
+  plan_buffers(b);
+  make_fused_groups(opt, plan_only, b);
+  // Every size is known: plan_memory() stops here, before allocating them.
+  if (plan_only) return;
+  allocate_and_set_slots(b);
+  plan_outputs_over_inputs(b);
+  order_steps(b);
+  pack_all_reduces(b);
+  plan_run_events(b);
+}
+
+// The program to run and its order. AdamW known by name (ir.h adamw): the
+// interpreter runs its expansion, the plain equations (unfused, the reference
+// path, one by one); fused, each parameter's update is one loop group that
+// runs as the host AdamW kernel, recognised from the expansion's record
+// (match_adamw_group). Fused, the equations run in plan::fuse_program's
+// order with each all_reduce pack's members together (gather_packs). Every
+// value starts as its own arena buffer, the inputs as the caller's Arrays.
+void Interpreter::Impl::expand_and_order(Program p, const InterpreterOptions& opt, Build& b) {
+  std::vector<ExpandedAdamW> updates;
+  prog = expand_adamw(p, &updates);  // verifies p
+  if (opt.fuse) b.adamw = AdamWOrigins(prog, std::move(updates));
+  configure_blas_threads();
+  b.pack_of = all_reduce_packs(prog);  // per equation of prog
+  if (opt.fuse) {
+    fusion = plan::fuse_program(prog, plan::FuseOptions{true, 0});
+    gather_packs(*fusion, b.pack_of);
+  }
+  const Program& ex = ordered();
+  const int nv = b.nv = prog.num_values();
+  const int ne = b.ne = static_cast<int>(prog.eqns.size());
+  b.where.assign(static_cast<size_t>(nv), Where::arena);
+  b.root.resize(static_cast<size_t>(nv));
+  b.def.assign(static_cast<size_t>(nv), -1);  // defining equation (of ex)
+  for (int i = 0; i < ne; ++i) b.def[static_cast<size_t>(ex.eqns[static_cast<size_t>(i)].out)] = i;
+  for (int v = 0; v < nv; ++v) b.root[static_cast<size_t>(v)] = v;
+  for (const NamedValue& in : prog.inputs) b.where[static_cast<size_t>(in.value)] = Where::input;
+}
+
+// Transposes that their dot_generals read in place: when every reader of a
+// transpose is a dot_general that can read x with the dimension numbers
+// mapped through the permutation (fold_transpose_dims) and without copying it
+// first (dot_operand_in_place; a bf16 operand is copied, widened, either
+// way), and the transpose is no output and runs outside fused groups, it
+// moves nothing (an alias of x, read by those dots only) and each dot is
+// planned on x. The attention heads' transposes of q, k, v and their
+// cotangents are these.
+void Interpreter::Impl::fold_transposes(Build& b) {
+  const Program& ex = ordered();
+  const int nv = b.nv, ne = b.ne;
+  const std::vector<int>& def = b.def;
+  std::vector<char>& folded = b.folded;
+  std::vector<char>& folded_out = b.folded_out;
+  std::vector<char>& writes_transposed = b.writes_transposed;
+  std::vector<std::vector<int64_t>>& out_strides = b.out_strides;
+  folded.assign(static_cast<size_t>(nv), 0);
+  folded_out.assign(static_cast<size_t>(nv), 0);
+  writes_transposed.assign(static_cast<size_t>(nv), 0);
+  out_strides.assign(static_cast<size_t>(nv), {});
+  std::vector<int> readers(static_cast<size_t>(nv), 0), folding(static_cast<size_t>(nv), 0);
+  std::vector<char> grouped(static_cast<size_t>(ne), 0);
+  if (fusion)
+    for (const plan::Group& g : fusion->groups)
+      if (g.size() > 1)
+        for (int d = g.first; d <= g.last; ++d) grouped[static_cast<size_t>(d)] = 1;
+  for (const NamedValue& out : prog.outputs) readers[static_cast<size_t>(out.value)] = -1;
+  for (int i = 0; i < ne; ++i) {
+    const Eqn& e = ex.eqns[static_cast<size_t>(i)];
+    for (size_t k = 0; k < e.inputs.size(); ++k) {
+      const size_t v = static_cast<size_t>(e.inputs[k]);
+      if (readers[v] < 0) continue;
+      ++readers[v];
+      const int d = def[v];
+      if (e.op != Op::dot_general || d < 0 || ex.eqns[static_cast<size_t>(d)].op != Op::transpose) continue;
+      Attrs at = e.attrs;
+      const Eqn& tr = ex.eqns[static_cast<size_t>(d)];
+      if (fold_transpose_dims(at, static_cast<int>(k), tr.attrs.dims) &&
+          dot_operand_in_place(prog.type(tr.inputs[0]), k == 0 ? at.lhs_batch : at.rhs_batch,
+                               k == 0 ? at.lhs_contract : at.rhs_contract))
+        ++folding[v];
     }
   }
+  for (int i = 0; i < ne; ++i) {
+    const Eqn& e = ex.eqns[static_cast<size_t>(i)];
+    const size_t o = static_cast<size_t>(e.out);
+    folded[o] = e.op == Op::transpose && !grouped[static_cast<size_t>(i)] && readers[o] > 0 && readers[o] == folding[o];
+  }
+  // The other way round: a transpose that is the one reader of a
+  // dot_general's result (the attention output and dq, dk, dv, back to
+  // token-major): the dot writes its result in the transpose's layout
+  // (DotPlan::ldc, c_off), and the transpose is an alias of it.
+  for (int i = 0; i < ne; ++i) {
+    const Eqn& e = ex.eqns[static_cast<size_t>(i)];
+    const size_t o = static_cast<size_t>(e.out);
+    if (e.op != Op::transpose || folded[o] || grouped[static_cast<size_t>(i)] || readers[o] < 0) continue;
+    const size_t x = static_cast<size_t>(e.inputs[0]);
+    const int d = def[x];
+    if (d < 0 || readers[x] != 1 || grouped[static_cast<size_t>(d)]) continue;
+    const Eqn& dot = ex.eqns[static_cast<size_t>(d)];
+    if (dot.op != Op::dot_general || prog.type(dot.out).numel() == 0) continue;
+    const Type &lt = prog.type(dot.inputs[0]), &rt = prog.type(dot.inputs[1]);
+    int64_t k = 1;
+    for (int64_t a : dot.attrs.lhs_contract) k *= lt.shape[static_cast<size_t>(a)];
+    if (k == 0) continue;  // an empty sum fills C whole
+    DotPlan probe;
+    std::vector<int64_t> st = strides_through_transpose(prog.type(e.out), e.attrs.dims);
+    if (!dot_out_layout(dot.attrs, lt.rank(), rt.rank(), st, lt, rt, probe)) continue;
+    writes_transposed[x] = 1;
+    out_strides[x] = std::move(st);
+    folded_out[o] = 1;
+  }
+}
 
-  // ---- one Step per equation; the switch has no default so that a primitive
-  // without a host kernel does not compile.
+// One Step per equation (Build::built): its kernel chosen and its views,
+// GEMM plan and scratch planned; the values that move nothing become aliases
+// of their operand and constants and iota statics. The switch has no default
+// so that a primitive without a host kernel does not compile.
+void Interpreter::Impl::plan_steps(Build& b) {
+  const Program& ex = ordered();
+  const int nv = b.nv, ne = b.ne;
+  std::vector<Where>& where = b.where;
+  std::vector<int>& root = b.root;
+  const std::vector<int>& def = b.def;
+  const std::vector<char>& folded = b.folded;
+  const std::vector<char>& folded_out = b.folded_out;
+  const std::vector<char>& writes_transposed = b.writes_transposed;
+  const std::vector<std::vector<int64_t>>& out_strides = b.out_strides;
+  std::vector<Build::Scratch>& scratch = b.scratch;
+  std::vector<Step>& built = b.built;
   for (int i = 0; i < ne; ++i) {
     const Eqn& e = ex.eqns[static_cast<size_t>(i)];
     const Type& t = prog.type(e.out);
@@ -771,13 +874,23 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
     }
     built.push_back(s);
   }
+}
 
-  // ---- fused groups: those that run tile by tile; span[i] = the equations
-  // [first, last] of equation i's group (i alone outside one).
-  std::vector<int> in_group(static_cast<size_t>(ne), -1);
-  std::vector<std::pair<int, int>> span(static_cast<size_t>(ne));
+// The fused groups that run tile by tile (one Step each, run_fused_group):
+// each loop, row or col group of the plan that host_fusable accepts, or its
+// tail from the first member on that it accepts. in_group[i]: equation i's
+// group; span[i] = the equations [first, last] of equation i's group (i alone
+// outside one).
+void Interpreter::Impl::choose_fused_groups(Build& b) {
+  const Program& ex = ordered();
+  const int ne = b.ne;
+  const std::vector<Step>& built = b.built;
+  std::vector<int>& in_group = b.in_group;
+  std::vector<std::pair<int, int>>& span = b.span;
+  std::vector<const plan::Group*>& group_src = b.group_src;
+  in_group.assign(static_cast<size_t>(ne), -1);
+  span.resize(static_cast<size_t>(ne));
   for (int i = 0; i < ne; ++i) span[static_cast<size_t>(i)] = {i, i};
-  std::vector<const plan::Group*> group_src;
   if (fusion)
     for (const plan::Group& whole : fusion->groups) {
       if (!plan::fused_kind(whole.kind) || whole.kind == plan::GroupKind::gemm || whole.size() < 2) continue;
@@ -807,21 +920,39 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
       group_src.push_back(&g);
       fused_eqns += g.size();
     }
+}
 
-  // ---- liveness: each arena buffer lives from its defining equation (its
-  // group's first) to the last equation reading it (its group's last) through
-  // any alias; outputs live to the end.
-  std::vector<int> last(static_cast<size_t>(nv), -1);
+// Liveness: each arena buffer lives from its defining equation (its group's
+// first) to the last equation reading it (its group's last) through any
+// alias; outputs live to the end (last = ne).
+void Interpreter::Impl::plan_lifetimes(Build& b) {
+  const Program& ex = ordered();
+  const int nv = b.nv, ne = b.ne;
+  const std::vector<int>& root = b.root;
+  const std::vector<std::pair<int, int>>& span = b.span;
+  std::vector<int>& last = b.last;
+  last.assign(static_cast<size_t>(nv), -1);
   for (int i = 0; i < ne; ++i)
     for (int v : ex.eqns[static_cast<size_t>(i)].inputs) {
       int& l = last[static_cast<size_t>(root[static_cast<size_t>(v)])];
       l = std::max(l, span[static_cast<size_t>(i)].second);
     }
   for (const NamedValue& out : prog.outputs) last[static_cast<size_t>(root[static_cast<size_t>(out.value)])] = ne;
+}
 
-  // ---- tile values: made in a fused group, read only inside it, of the
-  // group's element count (or, in a row group, one per row).
-  std::vector<char> tile_resident(static_cast<size_t>(nv), 0);
+// Tile values (Where::tile): made in a fused group, read only inside it, of
+// the group's element count (or, in a row group, one per row). They get no
+// arena buffer, only a tile in the group's scratch.
+void Interpreter::Impl::mark_tile_values(Build& b) {
+  const Program& ex = ordered();
+  const int nv = b.nv, ne = b.ne;
+  std::vector<Where>& where = b.where;
+  const std::vector<int>& root = b.root;
+  const std::vector<int>& def = b.def;
+  const std::vector<int>& in_group = b.in_group;
+  const std::vector<const plan::Group*>& group_src = b.group_src;
+  std::vector<char>& tile_resident = b.tile_resident;
+  tile_resident.assign(static_cast<size_t>(nv), 0);
   if (!groups.empty()) {
     auto group_of_value = [&](int r) {
       const int d = def[static_cast<size_t>(r)];
@@ -846,21 +977,30 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
       }
     }
   }
+}
 
-  merge_in_place(ex, where, root, last, in_group);
-
-  // ---- dot_generals side by side (InterpreterOptions::pair_dots, on two
-  // threads: measured there; with more, one thread per GEMM would leave
-  // threads idle that the GEMMs' own parts use): a
-  // dot_general (equation i) and the next equation that runs a step (j), when
-  // that is a dot_general too, neither in a fused group, j reads nothing that
-  // i writes (every operand made before i, or an alias made between them of
-  // something made before i), and neither does more than twice the other's
-  // multiply-adds. They run at once, so every buffer either touches lives
-  // over both: i's operands and result until j, j's result and both
-  // scratches from i. The GEMMs' own parts (DotPlan::parts) are fixed by
-  // their shapes, so their results do not change.
-  std::vector<int> pair_of(static_cast<size_t>(ne), -1);
+// dot_generals side by side (InterpreterOptions::pair_dots, on two
+// threads: measured there; with more, one thread per GEMM would leave
+// threads idle that the GEMMs' own parts use): a
+// dot_general (equation i) and the next equation that runs a step (j), when
+// that is a dot_general too, neither in a fused group, j reads nothing that
+// i writes (every operand made before i, or an alias made between them of
+// something made before i), and neither does more than twice the other's
+// multiply-adds. They run at once, so every buffer either touches lives
+// over both: i's operands and result until j, j's result and both
+// scratches from i. The GEMMs' own parts (DotPlan::parts) are fixed by
+// their shapes, so their results do not change.
+void Interpreter::Impl::pair_dot_generals(const InterpreterOptions& opt, Build& b) {
+  const Program& ex = ordered();
+  const int ne = b.ne;
+  const std::vector<Where>& where = b.where;
+  const std::vector<int>& root = b.root;
+  const std::vector<int>& def = b.def;
+  const std::vector<Step>& built = b.built;
+  const std::vector<int>& in_group = b.in_group;
+  std::vector<int>& last = b.last;
+  std::vector<int>& pair_of = b.pair_of;
+  pair_of.assign(static_cast<size_t>(ne), -1);
   if (opt.pair_dots && host_threads() == 2) {
     auto plain_dot = [&](int i) {
       return ex.eqns[static_cast<size_t>(i)].op == Op::dot_general && built[static_cast<size_t>(i)].fn &&
@@ -897,9 +1037,16 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
       i = j;
     }
   }
+}
 
-  // ---- outputs computed in the caller's Arrays: the first output on each
-  // arena buffer that has the output's size (one buffer, one Array).
+// Outputs computed in the caller's Arrays (Where::direct, Direct): the first
+// output on each arena buffer that has the output's size (one buffer, one
+// Array), so that nothing is copied out and the arena holds only true
+// intermediates.
+void Interpreter::Impl::plan_direct_outputs(Build& b) {
+  const int nv = b.nv;
+  std::vector<Where>& where = b.where;
+  const std::vector<int>& root = b.root;
   output_is_direct.assign(prog.outputs.size(), 0);
   for (size_t j = 0; j < prog.outputs.size(); ++j) {
     const size_t r = static_cast<size_t>(root[static_cast<size_t>(prog.outputs[j].value)]);
@@ -915,9 +1062,23 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
     direct.push_back(std::move(d));
     output_is_direct[j] = 1;
   }
+}
 
-  std::vector<BufferLife> lives;
-  std::vector<int> buffer_slot;
+// The arena: every arena value's buffer and every step's scratch, with its
+// lifetime (a dot pair's from the pair's first equation), packed by
+// pack_arena into buffers whose lifetimes do not overlap; then the statics'
+// offsets (constants and iota, computed once).
+void Interpreter::Impl::plan_buffers(Build& b) {
+  const int nv = b.nv;
+  const std::vector<Where>& where = b.where;
+  const std::vector<int>& def = b.def;
+  const std::vector<int>& pair_of = b.pair_of;
+  const std::vector<std::pair<int, int>>& span = b.span;
+  const std::vector<int>& last = b.last;
+  const std::vector<Build::Scratch>& scratch = b.scratch;
+  std::vector<BufferLife>& lives = b.lives;
+  std::vector<int>& buffer_slot = b.buffer_slot;
+  std::vector<size_t>& static_off = b.static_off;
   for (int v = 0; v < nv; ++v) {
     if (where[static_cast<size_t>(v)] != Where::arena) continue;
     const int dv = def[static_cast<size_t>(v)], p = pair_of[static_cast<size_t>(dv)];
@@ -930,21 +1091,32 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
     lives.push_back({scratch[k].bytes, p >= 0 ? std::min(e, p) : e, std::max(e, p)});
     buffer_slot.push_back(nv + static_cast<int>(k));
   }
-  const ArenaPlan plan = pack_arena(lives);
-  arena_bytes = plan.total;
+  b.arena_plan = pack_arena(lives);
+  arena_bytes = b.arena_plan.total;
 
-  // ---- statics: constants and iota, computed once.
-  std::vector<size_t> static_off(static_cast<size_t>(nv), 0);
+  // Statics: constants and iota, computed once.
+  static_off.assign(static_cast<size_t>(nv), 0);
   for (int v = 0; v < nv; ++v)
     if (where[static_cast<size_t>(v)] == Where::stat) {
       static_off[static_cast<size_t>(v)] = static_bytes;
       static_bytes += align_up(prog.type(v).bytes());
     }
+}
 
-  // ---- the fused groups' members and scratch tiles (one block: groups run
-  // one after another; a group's parts each have their own).
-  // Splat constants: a tile reads the first elements of the static array
-  // whatever its position (the same values), which stay in the cache.
+// The fused groups' members (build_fused_group) and their scratch tiles: one
+// block for all, as groups run one after another, of the largest group's
+// tiles (a group's parts each have their own). Splat constants: a tile reads
+// the first elements of the static array whatever its position (the same
+// values), which stay in the cache. plan_only compiles no loop.
+void Interpreter::Impl::make_fused_groups(const InterpreterOptions& opt, bool plan_only, Build& b) {
+  const Program& ex = ordered();
+  const int nv = b.nv;
+  const std::vector<Where>& where = b.where;
+  const std::vector<int>& root = b.root;
+  const std::vector<Step>& built = b.built;
+  const std::vector<const plan::Group*>& group_src = b.group_src;
+  const std::vector<char>& tile_resident = b.tile_resident;
+  const AdamWOrigins& adamw = b.adamw;
   std::vector<char> splat(static_cast<size_t>(nv), 0);
   for (const Eqn& e : ex.eqns)
     if (e.op == Op::constant && e.attrs.literal.size() == 1 && where[static_cast<size_t>(e.out)] == Where::stat)
@@ -952,22 +1124,44 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
   for (size_t k = 0; k < groups.size(); ++k) {
     const plan::Group& g = *group_src[k];
     const std::vector<Step> members(built.begin() + g.first, built.begin() + g.last + 1);
-    *groups[k] = build_fused_group(ex, g, members, root, adamw, tile_resident, splat, opt.tile_elems, host_threads(), opt.jit && !plan_only);
+    *groups[k] = build_fused_group(FusedGroupSource{
+        .program = ex,
+        .group = g,
+        .member_steps = members,
+        .root = root,
+        .tile_resident = tile_resident,
+        .splat = splat,
+        .adamw = adamw,
+        .options = {.tile_elems = opt.tile_elems, .max_parts = host_threads(), .jit = opt.jit && !plan_only}});
     tile_bytes = std::max(tile_bytes, groups[k]->scratch_stride * static_cast<size_t>(groups[k]->parts));
   }
+}
 
-  // Every size is known: plan_memory() stops here, before allocating them.
-  if (plan_only) return;
+// Allocates the arena, the statics and the tiles, fills the statics, and
+// sets every slot that does not change from run to run: arena buffers,
+// statics, aliases through their root; the slots of inputs are listed
+// (input_slots) and those of Direct outputs left, both set per run. Lists the
+// outputs that pass an input through (pass_through) and the others.
+void Interpreter::Impl::allocate_and_set_slots(Build& b) {
+  const Program& ex = ordered();
+  const int nv = b.nv, ne = b.ne;
+  const std::vector<Where>& where = b.where;
+  const std::vector<int>& root = b.root;
+  const std::vector<Build::Scratch>& scratch = b.scratch;
+  const std::vector<BufferLife>& lives = b.lives;
+  const std::vector<int>& buffer_slot = b.buffer_slot;
+  const ArenaPlan& arena_plan = b.arena_plan;
+  const std::vector<size_t>& static_off = b.static_off;
+  std::vector<int>& input_of = b.input_of;
   arena = alloc_block(arena_bytes);
   statics = alloc_block(static_bytes);
   tiles = alloc_block(tile_bytes);
-
-  // ---- slot addresses.
+  for (auto& g : groups) g->scratch = static_cast<char*>(tiles.get());
   slots.assign(static_cast<size_t>(nv) + scratch.size(), nullptr);
   char* arena_base = static_cast<char*>(arena.get());
   char* static_base = static_cast<char*>(statics.get());
-  for (size_t b = 0; b < lives.size(); ++b)
-    if (lives[b].bytes) slots[static_cast<size_t>(buffer_slot[b])] = arena_base + plan.offset[b];
+  for (size_t k = 0; k < lives.size(); ++k)
+    if (lives[k].bytes) slots[static_cast<size_t>(buffer_slot[k])] = arena_base + arena_plan.offset[k];
   for (int i = 0; i < ne; ++i) {
     const Eqn& e = ex.eqns[static_cast<size_t>(i)];
     const Type& t = prog.type(e.out);
@@ -977,7 +1171,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
     if (e.op == Op::constant) fill_constant(e.attrs, t, dst);
     else fill_iota(e.attrs, t, dst);
   }
-  std::vector<int> input_of(static_cast<size_t>(nv), -1);
+  input_of.assign(static_cast<size_t>(nv), -1);
   for (size_t i = 0; i < prog.inputs.size(); ++i) input_of[static_cast<size_t>(prog.inputs[i].value)] = static_cast<int>(i);
   for (int v = 0; v < nv; ++v) {
     const int r = root[static_cast<size_t>(v)];
@@ -995,46 +1189,68 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
       computed_outputs.push_back(static_cast<int>(j));
     }
   }
+}
 
-  // ---- outputs that may be written in place of an input (Direct::takes_input):
-  // of the input's type (run() writes in place only into an Array of the
-  // output's type), first written after every step that may throw.
-  {
-    int throws_until = -1;  // the last equation (its group's last) that may throw
-    for (int i = 0; i < ne; ++i) {
-      const Eqn& e = ex.eqns[static_cast<size_t>(i)];
-      if (!may_throw_at_run(e.op)) continue;
-      if (e.op != Op::all_reduce && built[static_cast<size_t>(i)].fn) {
-        const Where w = where[static_cast<size_t>(root[static_cast<size_t>(e.inputs[1])])];
-        if (w == Where::input || w == Where::stat) {
-          index_checks.push_back(built[static_cast<size_t>(i)]);
-          continue;
-        }
+// Outputs that may be written in place of an input (Direct::takes_input): of
+// the input's type (run() writes in place only into an Array of the output's
+// type), first written after every step that may throw (may_throw_at_run),
+// and where in_place_takes allows it. The gathers and scatters whose indices
+// are an input or a constant are checked before the first step instead
+// (index_checks), so that they do not hold the outputs back.
+void Interpreter::Impl::plan_outputs_over_inputs(Build& b) {
+  const Program& ex = ordered();
+  const int nv = b.nv, ne = b.ne;
+  const std::vector<Where>& where = b.where;
+  const std::vector<int>& root = b.root;
+  const std::vector<int>& def = b.def;
+  const std::vector<Step>& built = b.built;
+  const std::vector<int>& in_group = b.in_group;
+  const std::vector<std::pair<int, int>>& span = b.span;
+  const std::vector<int>& last = b.last;
+  int throws_until = -1;  // the last equation (its group's last) that may throw
+  for (int i = 0; i < ne; ++i) {
+    const Eqn& e = ex.eqns[static_cast<size_t>(i)];
+    if (!may_throw_at_run(e.op)) continue;
+    if (e.op != Op::all_reduce && built[static_cast<size_t>(i)].fn) {
+      const Where w = where[static_cast<size_t>(root[static_cast<size_t>(e.inputs[1])])];
+      if (w == Where::input || w == Where::stat) {
+        index_checks.push_back(built[static_cast<size_t>(i)]);
+        continue;
       }
-      throws_until = std::max(throws_until, span[static_cast<size_t>(i)].second);
     }
-    std::vector<int> first_write(static_cast<size_t>(nv), ne);  // per root: the first equation writing its buffer
-    for (int v = 0; v < nv; ++v) {
-      const int d = def[static_cast<size_t>(v)];
-      int& f = first_write[static_cast<size_t>(root[static_cast<size_t>(v)])];
-      if (d >= 0) f = std::min(f, d);
-    }
-    for (Direct& d : direct) {
-      d.takes_input.assign(prog.inputs.size(), 0);
-      const int r = root[static_cast<size_t>(prog.outputs[static_cast<size_t>(d.output)].value)];
-      const int first = first_write[static_cast<size_t>(r)];
-      if (first >= ne || span[static_cast<size_t>(first)].first <= throws_until) continue;
-      const Type& t = prog.output_type(d.output);
-      for (size_t k = 0; k < prog.inputs.size(); ++k)
-        if (prog.input_type(static_cast<int>(k)) == t)
-          d.takes_input[k] = in_place_takes(ex, r, first, prog.inputs[k].value, root, last, span, in_group, groups);
-    }
+    throws_until = std::max(throws_until, span[static_cast<size_t>(i)].second);
   }
-  for (auto& g : groups) g->scratch = static_cast<char*>(tiles.get());
-  // ---- the Steps in order. step_at[i]: the step that runs equation i (the
-  // members of a group: the group's; an equation that runs no step, such as
-  // an alias: the step before it, -1 before the first).
-  std::vector<int> step_at(static_cast<size_t>(ne), -1);
+  std::vector<int> first_write(static_cast<size_t>(nv), ne);  // per root: the first equation writing its buffer
+  for (int v = 0; v < nv; ++v) {
+    const int d = def[static_cast<size_t>(v)];
+    int& f = first_write[static_cast<size_t>(root[static_cast<size_t>(v)])];
+    if (d >= 0) f = std::min(f, d);
+  }
+  for (Direct& d : direct) {
+    d.takes_input.assign(prog.inputs.size(), 0);
+    const int r = root[static_cast<size_t>(prog.outputs[static_cast<size_t>(d.output)].value)];
+    const int first = first_write[static_cast<size_t>(r)];
+    if (first >= ne || span[static_cast<size_t>(first)].first <= throws_until) continue;
+    const Type& t = prog.output_type(d.output);
+    for (size_t k = 0; k < prog.inputs.size(); ++k)
+      if (prog.input_type(static_cast<int>(k)) == t)
+        d.takes_input[k] = in_place_takes(ex, r, first, prog.inputs[k].value, root, last, span, in_group, groups);
+  }
+}
+
+// The Steps in order: a step per equation that does work, one per fused
+// group (at its last member) and one per dot pair (at its first).
+// step_at[i]: the step that runs equation i (the members of a group: the
+// group's; an equation that runs no step, such as an alias: the step before
+// it, -1 before the first).
+void Interpreter::Impl::order_steps(Build& b) {
+  const int ne = b.ne;
+  const std::vector<Step>& built = b.built;
+  const std::vector<int>& in_group = b.in_group;
+  const std::vector<std::pair<int, int>>& span = b.span;
+  const std::vector<int>& pair_of = b.pair_of;
+  std::vector<int>& step_at = b.step_at;
+  step_at.assign(static_cast<size_t>(ne), -1);
   for (int i = 0; i < ne; ++i) {
     const int g = in_group[static_cast<size_t>(i)];
     const int p = pair_of[static_cast<size_t>(i)];
@@ -1061,9 +1277,14 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
     }
     step_at[static_cast<size_t>(i)] = p >= 0 && p < i ? step_at[static_cast<size_t>(p)] : static_cast<int>(steps.size()) - 1;
   }
+}
 
-  // ---- packs (all_reduce_packs): the members, consecutive here (fused:
-  // gather_packs), become one step, one message.
+// Packs (all_reduce_packs): the members, consecutive here (fused:
+// gather_packs), become one step, one message; step_at follows the steps to
+// their new places.
+void Interpreter::Impl::pack_all_reduces(Build& b) {
+  const std::vector<int>& pack_of = b.pack_of;
+  std::vector<int>& step_at = b.step_at;
   std::vector<Step> packed;
   std::vector<int> packed_at(steps.size(), -1);  // old step index -> new
   for (size_t i = 0; i < steps.size();) {
@@ -1097,8 +1318,17 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
   steps = std::move(packed);
   for (int& a : step_at)
     if (a >= 0) a = packed_at[static_cast<size_t>(a)];
+}
 
-  // ---- RunEvents: when each output is final and each input read no more.
+// RunEvents: after which step each output is final (a Direct output: after
+// its last writing step; the others at the end) and each input read no more
+// (after the step of its last reader; passed through: at the end).
+void Interpreter::Impl::plan_run_events(Build& b) {
+  const int ne = b.ne;
+  const std::vector<int>& root = b.root;
+  const std::vector<int>& def = b.def;
+  const std::vector<int>& last = b.last;
+  const std::vector<int>& step_at = b.step_at;
   ready_after.assign(steps.size(), {});
   released_after.assign(steps.size(), {});
   direct_of_output.assign(prog.outputs.size(), -1);
