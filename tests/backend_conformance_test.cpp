@@ -283,9 +283,10 @@ TEST(Pjrt, ACompileFailureCarriesTheCompilersMessage) {
 
 // The compile cache (PjrtOptions::cache_dir): the first backend compiles and
 // saves, a second loads, and both give the same bits; a second program is a
-// second entry; an entry whose executable bytes are damaged, or whose key
-// line is another's, is compiled again and replaced; a cache directory that
-// cannot be made is an Error naming it.
+// second entry; an entry whose executable is damaged or cut short, that the
+// plugin cannot load, or that holds another program's text, is compiled
+// again and replaced; a cache directory that cannot be made is an Error
+// naming it.
 TEST(Pjrt, CompileCacheLoadsWhatItSavedAndReplacesWhatItCannotUse) {
   std::string why;
   BackendOptions o;
@@ -326,27 +327,43 @@ TEST(Pjrt, CompileCacheLoadsWhatItSavedAndReplacesWhatItCannotUse) {
   EXPECT_NE(plan.find("compiled, saved"), std::string::npos) << plan;
   EXPECT_EQ(entries().size(), 2u);
 
-  // The executable's bytes damaged (the key line kept): the plugin refuses
-  // them, so it is compiled again and the entry replaced.
-  std::string bytes = test::slurp(entry.string());
-  const size_t head = bytes.find('\n', bytes.find('\n') + 1) + 1;
-  ASSERT_LT(head, bytes.size());
-  const std::string good = bytes;
-  for (size_t i = head; i < bytes.size(); ++i) bytes[i] = static_cast<char>(bytes[i] ^ 0x5a);
-  write_file_atomically(entry.string(), bytes);
-  expect_same(first, run(c.program, c.inputs, &plan), "recompiled after damage");
-  EXPECT_NE(plan.find("the plugin could not load the entry there"), std::string::npos) << plan;
-  EXPECT_GT(test::slurp(entry.string()).size(), head);
-  run(c.program, c.inputs, &plan);
-  EXPECT_NE(plan.find("loaded from the compile cache"), std::string::npos) << "the replaced entry: " << plan;
-
-  // Another key line under this name (a collision, or a file of another
-  // version): not used.
+  // The entry: everything before "executable <n> <hash>\n" names what it is
+  // for; then the executable.
+  const std::string good = test::slurp(entry.string());
+  const size_t line = good.find("\nexecutable ");
+  ASSERT_NE(line, std::string::npos);
+  const size_t payload = good.find('\n', line + 1) + 1;
+  ASSERT_LT(payload, good.size());
+  auto expect_replaced = [&](const std::string& bytes, const std::string& why) {
+    write_file_atomically(entry.string(), bytes);
+    std::string p;
+    expect_same(first, run(c.program, c.inputs, &p), why);
+    EXPECT_NE(p.find("compiled, saved in the compile cache"), std::string::npos) << p;
+    EXPECT_NE(p.find(why), std::string::npos) << p;
+    EXPECT_TRUE(test::slurp(entry.string()) != bytes) << "the entry is written again";
+    expect_same(first, run(c.program, c.inputs, &p), why + ", then loaded");
+    EXPECT_NE(p.find("loaded from the compile cache"), std::string::npos) << "the entry written again: " << p;
+  };
+  // A byte of the executable flipped: its hash no longer matches.
+  std::string flipped = good;
+  flipped[payload + (good.size() - payload) / 2] ^= 0x5a;
+  expect_replaced(flipped, "the entry there was damaged");
+  // Cut short.
+  expect_replaced(good.substr(0, payload + 10), "the entry there was damaged");
+  // Bytes the plugin cannot load, with a length and hash that match them.
+  std::string junk(1000, 'x');
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char ch : junk) h = (h ^ ch) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  expect_replaced(good.substr(0, line + 1) + "executable 1000 " + hex + "\n" + junk,
+                  "the plugin could not load the entry there");
+  // Another program's text under this name (a name collision): not used.
   std::string other = good;
-  other.replace(other.find("StableHLO "), 10, "StableHLX ");
-  write_file_atomically(entry.string(), other);
-  expect_same(first, run(c.program, c.inputs, &plan), "recompiled after another key");
-  EXPECT_NE(plan.find("for another program or plugin"), std::string::npos) << plan;
+  const size_t text = other.find("\ntext ");
+  ASSERT_NE(text, std::string::npos);
+  other[other.find('\n', text + 1) + 5] ^= 1;
+  expect_replaced(other, "for another program");
 
   o.pjrt.cache_dir = entry.string() + "/sub";   // under a file: cannot be made
   try {

@@ -131,7 +131,7 @@ TEST(HostGemm, CoreSourceSaysHowTheKernelSetWasChosen) {
     EXPECT_NE(own.find(part), std::string::npos) << part << " in: " << own;
 }
 
-TEST(HostGemm, TheEnvironmentIsDescribedBeforeOpenblasLoads) {
+TEST(HostGemm, ADescriptionAfterOpenblasLoadedIsRefusedAndChangesNothing) {
   host::gemm_info();  // loaded: what it was told then stays
   const std::string before = host::gemm_info().core_source;
   host::OpenblasEnvironment e;

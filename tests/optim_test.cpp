@@ -99,8 +99,9 @@ TEST(WithAdamW, FusedProgramOnHostMatchesHostAdamW) {
   }
 }
 
-// with_adamw as it was before AdamW had a name (ir.h adamw): the update
-// appended as plain equations. The reference for expand_adamw below.
+// The AdamW update appended to a gradient program as plain equations, written
+// independently of expand_adamw: the reference it must equal, equation for
+// equation.
 Program with_adamw_as_plain_equations(const Program& g, const std::vector<std::string>& params, const optim::AdamW& o) {
   Tracer tr;
   std::vector<int> remap(static_cast<size_t>(g.num_values()), -1);

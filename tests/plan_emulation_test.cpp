@@ -101,6 +101,7 @@ struct Fiber {
   bool done = false;
 };
 constexpr size_t kStack = size_t(1) << 18;  // mapped, so only the pages a thread touches are memory
+constexpr size_t kGuard = 1 << 16;          // below each stack, unmapped for access: an overflow faults
 struct Scheduler {
   ucontext_t main;
   std::deque<Fiber> fibers;  // their stacks are reused from launch to launch
@@ -118,8 +119,9 @@ inline void fiber_main() {
 template <class Set> void run_fibers(unsigned count, const Set& set, const std::function<void()>& f) {
   while (sched.fibers.size() < count) {
     Fiber& fb = sched.fibers.emplace_back();
-    fb.stack = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (fb.stack == MAP_FAILED) throw std::runtime_error("no memory for a fiber's stack");
+    void* m = mmap(nullptr, kGuard + kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED || mprotect(m, kGuard, PROT_NONE) != 0) throw std::runtime_error("no memory for a fiber's stack");
+    fb.stack = static_cast<char*>(m) + kGuard;
   }
   for (unsigned i = 0; i < count; ++i) {
     Fiber& fb = sched.fibers[i];

@@ -25,7 +25,8 @@ namespace {
 // through optim::data_parallel.
 // prefill: the KV cache's first program over --seq prompt tokens; decode: its
 // one-token program over a cache of --context rows (nn::lm_prefill_program,
-// lm_decode_program: what `capstep sample` runs), in f32.
+// lm_decode_program: the programs `capstep sample` builds, whose cache has
+// --window rows, by default the model's --seq), in f32.
 Program model_program(const nn::LmConfig& c, const std::string& which, optim::Precision precision, bool fused_attention,
                       int replicas) {
   if (which == "prefill" || which == "decode") {

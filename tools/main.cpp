@@ -377,7 +377,7 @@ int main(int argc, char** argv) {
   CLI::App* show = app.add_subcommand("show", "print the text of a captured program");
   show->add_option("--program", sh.program,
                    "forward (the loss), grad (loss and gradients), fused (with AdamW), or the KV cache's prefill (--seq "
-                   "tokens) and decode (one token, a cache of --context rows) programs of `capstep sample`")
+                   "tokens) and decode (one token, a cache of --context rows) programs, as `capstep sample --window` builds them")
       ->capture_default_str()->check(CLI::IsMember({"forward", "grad", "fused", "prefill", "decode"}));
   show->add_flag("--kernels", sh.kernels,
                  "print the kernel plan a GPU runs for one step instead: one line per kernel, the counts by kind, "
@@ -397,7 +397,7 @@ int main(int argc, char** argv) {
   CLI::App* exp = app.add_subcommand("export", "write a captured program as StableHLO text");
   exp->add_option("--program", ea.program,
                   "grad (loss and gradients), fused (with AdamW, parameters donated), or the KV cache's prefill (--seq "
-                  "tokens) and decode (one token, a cache of --context rows) programs of `capstep sample`")
+                  "tokens) and decode (one token, a cache of --context rows) programs, as `capstep sample --window` builds them")
       ->capture_default_str()->check(CLI::IsMember({"grad", "fused", "prefill", "decode"}));
   exp->add_option("--out", ea.out, "the .mlir file to write; - writes to standard output")->required()->check(kNonEmpty);
   add_precision_option(exp, ea.precision);

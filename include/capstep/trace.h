@@ -206,9 +206,8 @@ struct ExpandedAdamW {
 };
 // Program -> Program: each adamw equation written out as the plain equations
 // it stands for (ir.h), the ones of one parameter (same operands and
-// constants) once, in the order m', v', then the step and p': for
-// with_adamw's program, its update as the equations with_adamw wrote before
-// the primitive, value for value. A program without adamw comes back
+// constants) once, in the order m', v', then the step and p' (the host
+// AdamW kernel's operation order, so both round alike). A program without adamw comes back
 // unchanged. StableHLO export, the GPU planner and the host interpreter run
 // it; `updates` (when given) receives one entry per parameter.
 Program expand_adamw(const Program& p, std::vector<ExpandedAdamW>* updates = nullptr);

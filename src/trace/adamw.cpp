@@ -1,8 +1,8 @@
 // The adamw primitive (ir.h) on the trace side: expand_adamw writes each
-// parameter's update out as the plain equations it stands for, the ones
-// optim::with_adamw appended before AdamW had a name, in the same order and
-// with the same constants, so that StableHLO export, the GPU planner and the
-// host's reference path see the program they saw then, value for value.
+// parameter's update out as the plain equations it stands for, in the
+// operation order of the host AdamW kernel (adamw_update) and with the same
+// constants, so that StableHLO export, the GPU planner and the host's
+// reference path compute what the host kernel computes, value for value.
 #include <cstring>
 #include <map>
 

@@ -361,7 +361,7 @@ bool isa_is_sse_only(const std::string& isa) {
 // OMP_NUM_THREADS say), and each spins (sched_yield) for a while after
 // start-up even when openblas_set_num_threads(1) follows
 // (configure_gemm_threads), competing with the host pool's threads for the
-// cores (bench/README.md: 90 ms of system time per process). Only the variable
+// cores (bench/README.md measures it). Only the variable
 // keeps them from starting.
 std::vector<EnvVariable> openblas_environment() {
   std::vector<EnvVariable> v;

@@ -5,8 +5,8 @@
 //    picked from the CPU's feature flags (openblas_core_from_cpu_flags) when
 //    the program put it into OPENBLAS_CORETYPE, which OpenBLAS reads once,
 //    when it loads. Debian 12's OpenBLAS 0.3.21 picks by model number and
-//    runs its SSE3 "Prescott" kernels on CPUs newer than itself (Intel family
-//    6 model 207, AVX-512: 6x slower on the seed step's GEMMs). The library
+//    runs its SSE3 "Prescott" kernels on CPUs newer than itself (far slower
+//    than the AVX-512 ones: bench/README.md). The library
 //    sets no environment variable (changing the environment races with any
 //    other thread reading it): openblas_environment() in
 //    capstep/backend_options.h says what it would ask for, and the programs

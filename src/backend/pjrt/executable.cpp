@@ -1,5 +1,6 @@
 // Compiling StableHLO text with a PJRT plugin, and running the executable.
 #include <cstddef>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -109,13 +110,21 @@ class Unloaded {
 };
 
 // ---- the compile cache ----------------------------------------------------------------
-// An entry is one file, <dir>/<16 hex digits>.pjrt: a first line naming the
-// format, then the key (one line: the plugin, its API version, the platform
-// and device, hashes and sizes of the compile options and of the StableHLO
-// text), then the plugin's serialized executable. The file's name is the
-// key's hash; an entry is used only when its key line is the one asked for,
-// so a hash collision or a stale entry is a miss, never a wrong executable.
-constexpr std::string_view kCacheFormat = "capstep PJRT executable 1\n";
+// An entry is one file, <dir>/<16 hex digits>.pjrt:
+//   capstep PJRT executable 2
+//   <key: the plugin's path, size and modification time, its API version, the
+//    platform, its version and the device kind, the compile options in hex>
+//   text <bytes>
+//   <the StableHLO text, whole>
+//   executable <bytes> <64-bit FNV-1a of them>
+//   <the plugin's serialized executable>
+// The file's name is a hash of the key and the text. An entry is used only
+// when everything up to the executable is exactly what is asked for and the
+// executable's length and hash match, so a name collision, a stale entry or a
+// damaged file is a miss (compiled again and replaced), never a wrong
+// executable. Not in the key: XLA's own flags (XLA_FLAGS), which the plugin
+// reads from the environment; clear the directory after changing them.
+constexpr std::string_view kCacheFormat = "capstep PJRT executable 2\n";
 
 uint64_t fnv1a(std::string_view s) {
   uint64_t h = 14695981039346656037ull;
@@ -131,25 +140,52 @@ std::string hex64(uint64_t v) {
   for (int i = 15; i >= 0; --i, v >>= 4) s[static_cast<size_t>(i)] = digits[v & 15];
   return s;
 }
+std::string hex_bytes(std::string_view b) {
+  static const char digits[] = "0123456789abcdef";
+  std::string s;
+  for (unsigned char ch : b) s += {digits[ch >> 4], digits[ch & 15]};
+  return s;
+}
 
-// The entry at `path` if it exists, holds `key` and the plugin loads it;
-// otherwise nullptr, and `why` says why when an entry was there.
-PJRT_LoadedExecutable* load_cached(const Client& c, const std::string& path, const std::string& key, std::string& why) {
+// Everything an entry holds before the executable's own line.
+std::string entry_head(const Client& c, const std::string& opts, const std::string& mlir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto size = fs::file_size(c.plugin->path, ec);
+  const auto time = fs::last_write_time(c.plugin->path, ec).time_since_epoch().count();
+  return std::string(kCacheFormat) + "plugin " + c.plugin->path + " (" + std::to_string(ec ? 0 : size) + " bytes, modified " +
+         std::to_string(ec ? 0 : time) + "), PJRT C API " + c.plugin->version() + ", " + c.platform + " " +
+         c.platform_version + ", " + c.device_kind + ", compile options " + hex_bytes(opts) + "\ntext " +
+         std::to_string(mlir.size()) + "\n" + mlir + "\n";
+}
+
+// The entry at `path` if it exists, begins with `head`, its executable is
+// whole and the plugin loads it; otherwise nullptr, and `why` says why when
+// an entry was there.
+PJRT_LoadedExecutable* load_cached(const Client& c, const std::string& path, const std::string& head, std::string& why) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return nullptr;
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string bytes = ss.str();
-  const std::string head = std::string(kCacheFormat) + key;
   if (bytes.compare(0, head.size(), head) != 0) {
-    why = "the entry there was for another program or plugin, or damaged; replaced";
+    why = "the entry there was for another program, plugin or device; replaced";
+    return nullptr;
+  }
+  const size_t eol = bytes.find('\n', head.size());
+  unsigned long long n = 0;
+  char hash[17] = {};
+  if (eol == std::string::npos ||
+      std::sscanf(bytes.c_str() + head.size(), "executable %llu %16[0-9a-f]\n", &n, hash) != 2 ||
+      n != bytes.size() - eol - 1 || hex64(fnv1a(std::string_view(bytes).substr(eol + 1))) != hash) {
+    why = "the entry there was damaged (its executable's length or hash differs); replaced";
     return nullptr;
   }
   PJRT_Executable_DeserializeAndLoad_Args a{};
   a.struct_size = CAPSTEP_PJRT_SIZE(PJRT_Executable_DeserializeAndLoad_Args, overridden_serialized_compile_options_size);
   a.client = c.client;
-  a.serialized_executable = bytes.data() + head.size();
-  a.serialized_executable_size = bytes.size() - head.size();
+  a.serialized_executable = bytes.data() + eol + 1;
+  a.serialized_executable_size = n;
   try {
     check(*c.plugin, c.api()->PJRT_Executable_DeserializeAndLoad(&a), "PJRT_Executable_DeserializeAndLoad");
   } catch (const Error& e) {
@@ -159,16 +195,25 @@ PJRT_LoadedExecutable* load_cached(const Client& c, const std::string& path, con
   return a.loaded_executable;
 }
 
-void save_cached(const Client& c, PJRT_LoadedExecutable* exe, const std::string& dir, const std::string& path,
-                 const std::string& key) {
-  const Unloaded u(c, exe);
-  PJRT_Executable_Serialize_Args a{};
-  a.struct_size = CAPSTEP_PJRT_SIZE(PJRT_Executable_Serialize_Args, serialized_executable_deleter);
-  a.executable = u.get();
-  check(*c.plugin, c.api()->PJRT_Executable_Serialize(&a), "PJRT_Executable_Serialize");
-  std::string bytes = std::string(kCacheFormat) + key;
-  bytes.append(a.serialized_bytes, a.serialized_bytes_size);
-  if (a.serialized_executable_deleter) a.serialized_executable_deleter(a.serialized_executable);
+// Saves exe as the entry at `path`. A plugin that fails to serialize it
+// leaves no entry and returns why (the run goes on, compiled); a directory
+// that cannot be made or written is an Error (the caller asked for it).
+std::string save_cached(const Client& c, PJRT_LoadedExecutable* exe, const std::string& dir, const std::string& path,
+                        const std::string& head) {
+  std::string bytes = head;
+  try {
+    const Unloaded u(c, exe);
+    PJRT_Executable_Serialize_Args a{};
+    a.struct_size = CAPSTEP_PJRT_SIZE(PJRT_Executable_Serialize_Args, serialized_executable_deleter);
+    a.executable = u.get();
+    check(*c.plugin, c.api()->PJRT_Executable_Serialize(&a), "PJRT_Executable_Serialize");
+    const std::string_view payload(a.serialized_bytes, a.serialized_bytes_size);
+    bytes += "executable " + std::to_string(payload.size()) + " " + hex64(fnv1a(payload)) + "\n";
+    bytes += payload;
+    if (a.serialized_executable_deleter) a.serialized_executable_deleter(a.serialized_executable);
+  } catch (const Error& e) {
+    return std::string("not saved in the compile cache: ") + e.what();
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error("PJRT compile cache: cannot make the directory '" + dir + "': " + ec.message());
@@ -177,6 +222,7 @@ void save_cached(const Client& c, PJRT_LoadedExecutable* exe, const std::string&
   } catch (const Error& e) {
     throw Error(std::string("PJRT compile cache: ") + e.what());
   }
+  return "";
 }
 
 }  // namespace
@@ -184,16 +230,14 @@ void save_cached(const Client& c, PJRT_LoadedExecutable* exe, const std::string&
 Executable::Executable(const Client& c, const std::string& mlir, const std::string& cache_dir) : c_(c) {
   const std::string opts = compile_options(1, 1);
   const PJRT_Api* api = c.api();
-  std::string entry, key, why;
+  std::string entry, head, why;
   if (!cache_dir.empty()) {
     if (!CAPSTEP_PJRT_HAS(api, PJRT_Executable_Serialize) || !CAPSTEP_PJRT_HAS(api, PJRT_Executable_DeserializeAndLoad)) {
       why = "this plugin does not serialize executables, so the compile cache is not used";
     } else {
-      key = "plugin " + c.plugin->path + ", PJRT C API " + c.plugin->version() + ", " + c.platform + " " +
-            c.platform_version + ", " + c.device_kind + ", compile options " + hex64(fnv1a(opts)) + ", StableHLO " +
-            std::to_string(mlir.size()) + " bytes " + hex64(fnv1a(mlir)) + "\n";
-      entry = (std::filesystem::path(cache_dir) / (hex64(fnv1a(key)) + ".pjrt")).string();
-      exe_ = load_cached(c, entry, key, why);
+      head = entry_head(c, opts, mlir);
+      entry = (std::filesystem::path(cache_dir) / (hex64(fnv1a(head)) + ".pjrt")).string();
+      exe_ = load_cached(c, entry, head, why);
     }
   }
   if (exe_) {
@@ -204,8 +248,8 @@ Executable::Executable(const Client& c, const std::string& mlir, const std::stri
     origin_ = "compiled";
     try {
       if (!entry.empty()) {
-        save_cached(c, exe_, cache_dir, entry, key);
-        origin_ += ", saved in the compile cache (" + entry + ")";
+        const std::string not_saved = save_cached(c, exe_, cache_dir, entry, head);
+        origin_ += not_saved.empty() ? ", saved in the compile cache (" + entry + ")" : "; " + not_saved;
       }
     } catch (...) {
       destroy(c, exe_);
