@@ -86,6 +86,50 @@ std::vector<std::string> random_texts(int n) {
   return out;
 }
 
+// Protobuf wire format, to make SentencePiece models that differ from
+// llama-sp's in one field.
+std::string varint(uint64_t v) {
+  std::string s;
+  do {
+    s += static_cast<char>((v & 0x7F) | (v > 0x7F ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+  return s;
+}
+std::string bytes_field(uint32_t number, const std::string& bytes) {
+  return varint(number << 3 | 2) + varint(bytes.size()) + bytes;
+}
+std::string varint_field(uint32_t number, uint64_t v) { return varint(number << 3) + varint(v); }
+
+// llama-sp's tokenizer.model without its normalizer_spec (field 3): its
+// pieces (1) and trainer_spec (2), which are length-delimited fields.
+std::string llama_without_normalizer() {
+  const std::string m = slurp(golden_dir("llama-sp") + "/tokenizer.model");
+  std::string out;
+  for (size_t at = 0; at < m.size();) {
+    const size_t begin = at;
+    uint64_t tag = 0, n = 0;
+    for (int shift = 0;; shift += 7) {
+      tag |= static_cast<uint64_t>(m[at] & 0x7F) << shift;
+      if (!(m[at++] & 0x80)) break;
+    }
+    EXPECT_EQ(tag & 7, 2u);
+    for (int shift = 0;; shift += 7) {
+      n |= static_cast<uint64_t>(m[at] & 0x7F) << shift;
+      if (!(m[at++] & 0x80)) break;
+    }
+    at += n;
+    if (tag >> 3 != 3) out.append(m, begin, at - begin);
+  }
+  return out;
+}
+
+// llama-sp's normalizer_spec: identity, an empty charsmap, a dummy prefix,
+// every space kept.
+std::string llama_normalizer(const std::string& charsmap = "") {
+  return bytes_field(1, "identity") + bytes_field(2, charsmap) + varint_field(3, 1) + varint_field(4, 0);
+}
+
 }  // namespace
 
 TEST(HfTokenizer, ByteLevelBpeGivesTransformersIds) {
@@ -147,6 +191,58 @@ TEST(HfTokenizer, LlamaSentencePieceGivesTransformersIds) {
   EXPECT_EQ(t.piece(ids[0]).substr(0, 1), " ");
   const data::Tokenizer again = data::Tokenizer::from_model(t.name(), t.model());
   check_golden(again, "llama-sp", "sentencepiece_ids", has_2581);
+}
+
+// A SentencePiece model whose text would not come back is refused, whatever
+// the way it says so: SentencePiece's defaults where it has no
+// normalizer_spec, a charsmap under the name "identity", a later
+// normalizer_spec merged over the first; and one whose fields cannot be read.
+TEST(HfTokenizer, SentencePieceModelsThatNormalizeAreRefused) {
+  if (!data::have_sentencepiece()) GTEST_SKIP() << "built without SentencePiece";
+  const std::string base = llama_without_normalizer();
+  auto refusal = [](const std::string& model) {
+    return error_of([&] { data::Tokenizer::from_sentencepiece(model); });
+  };
+  // Rebuilt as it was, it reads as the golden one.
+  const data::Tokenizer t = data::Tokenizer::from_sentencepiece(base + bytes_field(3, llama_normalizer()));
+  EXPECT_EQ(t.name(), "bpe:600");
+  EXPECT_EQ(t.decode(t.encode("a  b")), "a  b");
+  EXPECT_EQ(t.encode("The  cat").to_vector(),
+            data::Tokenizer::from_sentencepiece(slurp(golden_dir("llama-sp") + "/tokenizer.model"))
+                .encode("The  cat")
+                .to_vector());
+
+  std::string e = refusal(base);
+  EXPECT_NE(e.find("normalizer_spec is missing, so SentencePiece's defaults apply (remove_extra_whitespaces on)"),
+            std::string::npos) << e;
+  e = refusal(base + bytes_field(3, llama_normalizer(std::string("\x04\0\0\0rule", 8))));
+  EXPECT_NE(e.find("normalizer_spec.precompiled_charsmap is not empty (8 bytes"), std::string::npos) << e;
+  e = refusal(base + bytes_field(3, llama_normalizer()) + bytes_field(3, varint_field(4, 1)));
+  EXPECT_NE(e.find("normalizer_spec.remove_extra_whitespaces is on"), std::string::npos) << e;
+  e = refusal(base + bytes_field(3, llama_normalizer()) + bytes_field(3, bytes_field(1, "nmt_nfkc")));
+  EXPECT_NE(e.find("normalizer_spec.name is \"nmt_nfkc\""), std::string::npos) << e;
+  e = refusal(base + bytes_field(3, bytes_field(2, "") + varint_field(4, 0)));
+  EXPECT_NE(e.find("normalizer_spec.name is \"\""), std::string::npos) << e;
+  // Fields that cannot be read.
+  e = refusal(base + bytes_field(3, "\x0A\x7F" "identity"));   // a length past the message's end
+  EXPECT_NE(e.find("normalizer_spec is not a well-formed protobuf message"), std::string::npos) << e;
+  e = refusal(base + varint_field(3, 0));
+  EXPECT_NE(e.find("normalizer_spec is not a message (protobuf wire type 0)"), std::string::npos) << e;
+  e = refusal(base + bytes_field(3, llama_normalizer()) + "\x0A\xFF");   // truncated
+  EXPECT_NE(e.find("not a well-formed protobuf ModelProto"), std::string::npos) << e;
+  e = refusal("");
+  EXPECT_NE(e.find("normalizer_spec is missing"), std::string::npos) << e;
+
+  // read_hf_dir names the file (its tokenizer is read before config.json's
+  // vocab_size or the weights are compared with it).
+  TempDir d;
+  const std::string dir = d.file("sp");
+  fs::create_directories(dir);
+  fs::copy_file(golden_dir("gpt2-bpe") + "/config.json", dir + "/config.json");
+  std::ofstream(dir + "/tokenizer.model", std::ios::binary) << base;
+  e = error_of([&] { nn::read_hf_dir(dir); });
+  EXPECT_NE(e.find("'" + dir + "/tokenizer.model': the tokenizer's model does not load: normalizer_spec is missing"),
+            std::string::npos) << e;
 }
 
 TEST(HfTokenizer, AnyBytesComeBack) {
