@@ -283,6 +283,46 @@ TEST(HfTokenizer, ByteLevelBpeLargeTextInParts) {
   EXPECT_EQ(t.decode(got), text);
 }
 
+// A tokenizer.json whose fields have the wrong type: an Error naming the
+// field and the type found (read_hf_dir adds the file), never another exception.
+TEST(HfTokenizer, WrongTypedFieldsAreNamed) {
+  const nlohmann::json good = nlohmann::json::parse(slurp(golden_dir("gpt2-bpe") + "/tokenizer.json"));
+  auto refusal = [&](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json j = good;
+    change(j);
+    try {
+      data::Tokenizer::from_bytelevel(j.dump());
+    } catch (const Error& e) {
+      return std::string(e.what());
+    } catch (const std::exception& e) {
+      return std::string("not an Error: ") + e.what();
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["model"]["dropout"] = "0.1"; }), "model.dropout is a string, not a number");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["model"]["dropout"] = 0.0; }), "(no error)");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["model"]["type"] = 3; }), "model.type is a number, not a string");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["model"]["ignore_merges"] = "false"; }),
+            "model.ignore_merges is a string, not a boolean");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["pre_tokenizer"]["type"] = nlohmann::json::array(); }),
+            "pre_tokenizer.type is an array, not a string");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["pre_tokenizer"]["add_prefix_space"] = 0; }),
+            "pre_tokenizer.add_prefix_space is a number, not a boolean");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["pre_tokenizer"]["use_regex"] = nullptr; }),
+            "pre_tokenizer.use_regex is null, not a boolean");
+  const data::Tokenizer t = data::Tokenizer::from_bytelevel(good.dump());
+  EXPECT_EQ(t.name(), "bytelevel-bpe:400");
+
+  TempDir d;
+  const std::string dir = d.file("gpt2");
+  fs::create_directories(dir);
+  fs::copy_file(golden_dir("gpt2-bpe") + "/config.json", dir + "/config.json");
+  nlohmann::json j = good;
+  j["model"]["dropout"] = {{"p", 0.1}};
+  std::ofstream(dir + "/tokenizer.json") << j.dump();
+  EXPECT_EQ(error_of([&] { nn::read_hf_dir(dir); }), "'" + dir + "/tokenizer.json': model.dropout is an object, not a number");
+}
+
 // read_hf_dir: the directory's own tokenizer when config.json names none.
 TEST(HfTokenizer, ReadFromADirectory) {
   TempDir d;

@@ -277,6 +277,29 @@ std::shared_ptr<const ByteLevelModel> build(const std::vector<std::pair<std::str
   return m;
 }
 
+// o[key] (o holds it) when it is of the type wanted (number_float: any
+// number); Error naming the field and the type found otherwise.
+const nlohmann::json& typed(const nlohmann::json& o, const char* key, const std::string& field,
+                            nlohmann::json::value_t want, const char* want_name) {
+  const nlohmann::json& v = o.at(key);
+  const bool ok = want == nlohmann::json::value_t::number_float ? v.is_number() : v.type() == want;
+  if (!ok) {
+    const std::string found = v.type_name();
+    throw Error(field + " is " + (v.is_null() ? "null" : (v.is_object() || v.is_array() ? "an " : "a ") + found) +
+                ", not " + want_name);
+  }
+  return v;
+}
+// The same for a string or a boolean, `fallback` when o has no such key.
+std::string string_field(const nlohmann::json& o, const char* key, const std::string& field, const std::string& fallback) {
+  if (!o.contains(key)) return fallback;
+  return typed(o, key, field, nlohmann::json::value_t::string, "a string").get<std::string>();
+}
+bool bool_field(const nlohmann::json& o, const char* key, const std::string& field, bool fallback) {
+  if (!o.contains(key)) return fallback;
+  return typed(o, key, field, nlohmann::json::value_t::boolean, "a boolean").get<bool>();
+}
+
 bool null_or_empty(const nlohmann::json& j, const char* key) {
   return !j.contains(key) || j[key].is_null() || (j[key].is_string() && j[key].get<std::string>().empty());
 }
@@ -316,9 +339,7 @@ void merge_piece(const ByteLevelModel& m, std::string_view piece, std::vector<in
   }
 }
 
-}  // namespace
-
-std::shared_ptr<const ByteLevelModel> bytelevel_from_tokenizer_json(const std::string& text) {
+std::shared_ptr<const ByteLevelModel> from_tokenizer_json(const std::string& text) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -327,23 +348,25 @@ std::shared_ptr<const ByteLevelModel> bytelevel_from_tokenizer_json(const std::s
   }
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) throw Error("no object \"model\"");
   const nlohmann::json& model = j["model"];
-  const std::string type = model.contains("type") && model["type"].is_string() ? model["type"].get<std::string>() : "";
+  const std::string type = string_field(model, "type", "model.type", "");
   if (type != "BPE")
     throw Error("model.type is \"" + type + "\"; capstep reads a byte-level BPE (\"BPE\", GPT-2's) from tokenizer.json");
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (!null_or_empty(model, k)) throw Error(std::string("model.") + k + " is set; a byte-level BPE has none");
-  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"].get<double>() != 0)
+  if (model.contains("dropout") && !model["dropout"].is_null() &&
+      typed(model, "dropout", "model.dropout", nlohmann::json::value_t::number_float, "a number").get<double>() != 0)
     throw Error("model.dropout is set; capstep's encoding is the deterministic one");
   if (!j.contains("normalizer") || !j["normalizer"].is_null())
     throw Error("normalizer is " + (j.contains("normalizer") ? j["normalizer"].dump() : std::string("missing")) +
                 "; a byte-level BPE has none (null)");
   const nlohmann::json pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : nlohmann::json();
-  if (!pre.is_object() || pre.value("type", "") != "ByteLevel")
+  if (!pre.is_object() || string_field(pre, "type", "pre_tokenizer.type", "") != "ByteLevel")
     throw Error("pre_tokenizer is " + pre.dump() +
                 ", not ByteLevel (GPT-2's regex and byte alphabet): capstep reads only that pre-tokenizer");
-  if (pre.value("add_prefix_space", false))
+  if (bool_field(pre, "add_prefix_space", "pre_tokenizer.add_prefix_space", false))
     throw Error("pre_tokenizer.add_prefix_space is true; capstep's byte-level BPE adds no space");
-  if (!pre.value("use_regex", true)) throw Error("pre_tokenizer.use_regex is false; capstep splits with GPT-2's regex");
+  if (!bool_field(pre, "use_regex", "pre_tokenizer.use_regex", true))
+    throw Error("pre_tokenizer.use_regex is false; capstep splits with GPT-2's regex");
   if (!model.contains("vocab") || !model["vocab"].is_object()) throw Error("model.vocab is not an object");
   std::vector<std::pair<std::string, int64_t>> vocab;
   for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
@@ -376,11 +399,11 @@ std::shared_ptr<const ByteLevelModel> bytelevel_from_tokenizer_json(const std::s
         if (id < 0 || id >= (int64_t{1} << 24)) throw Error("added_tokens: id " + std::to_string(id) + " out of range");
         added[id] = a["content"].get<std::string>();
       }
-  return build(vocab, merges, added, model.value("ignore_merges", false), "model.vocab", "model.merges");
+  return build(vocab, merges, added, bool_field(model, "ignore_merges", "model.ignore_merges", false), "model.vocab",
+               "model.merges");
 }
 
-std::shared_ptr<const ByteLevelModel> bytelevel_from_vocab_merges(const std::string& vocab_json,
-                                                                   const std::string& merges_txt) {
+std::shared_ptr<const ByteLevelModel> from_vocab_merges(const std::string& vocab_json, const std::string& merges_txt) {
   nlohmann::json v;
   try {
     v = nlohmann::json::parse(vocab_json);
@@ -409,6 +432,27 @@ std::shared_ptr<const ByteLevelModel> bytelevel_from_vocab_merges(const std::str
     merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
   }
   return build(vocab, merges, {}, false, "vocab.json", "merges.txt");
+}
+
+}  // namespace
+
+// The readers check every field they use; a JSON exception that still gets
+// out of them (a case they miss) is an Error naming the file, as theirs are.
+std::shared_ptr<const ByteLevelModel> bytelevel_from_tokenizer_json(const std::string& text) {
+  try {
+    return from_tokenizer_json(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("tokenizer.json: ") + e.what());
+  }
+}
+
+std::shared_ptr<const ByteLevelModel> bytelevel_from_vocab_merges(const std::string& vocab_json,
+                                                                   const std::string& merges_txt) {
+  try {
+    return from_vocab_merges(vocab_json, merges_txt);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("vocab.json and merges.txt: ") + e.what());
+  }
 }
 
 const std::string& bytelevel_json(const ByteLevelModel& m) { return m.json; }
