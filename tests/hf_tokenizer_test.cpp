@@ -323,6 +323,118 @@ TEST(HfTokenizer, WrongTypedFieldsAreNamed) {
   EXPECT_EQ(error_of([&] { nn::read_hf_dir(dir); }), "'" + dir + "/tokenizer.json': model.dropout is an object, not a number");
 }
 
+// GPT-2's bpe() as its Python has it, on one piece, from tokenizer.json's
+// vocab and merges: the bytes in GPT-2's alphabet, then the pair of the lowest
+// rank merged at every place from the left, again until no pair has a merge.
+class ReferenceBpe {
+ public:
+  explicit ReferenceBpe(const nlohmann::json& j) {
+    alphabet_.resize(256);
+    for (uint32_t b = 0, extra = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+      const uint32_t c = printable ? b : 256 + extra++;
+      alphabet_[b] = c < 0x80 ? std::string(1, static_cast<char>(c))
+                              : std::string{static_cast<char>(0xC0 | c >> 6), static_cast<char>(0x80 | (c & 0x3F))};
+    }
+    for (auto it = j["model"]["vocab"].begin(); it != j["model"]["vocab"].end(); ++it)
+      id_[it.key()] = it.value().get<int32_t>();
+    int32_t rank = 0;
+    for (const nlohmann::json& m : j["model"]["merges"])   // "a b" or ["a", "b"]
+      rank_.emplace(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>(),
+                    rank++);
+  }
+  std::vector<int32_t> encode(std::string_view piece) const {
+    std::vector<std::string> t;
+    for (char c : piece) t.push_back(alphabet_[static_cast<unsigned char>(c)]);
+    for (;;) {
+      int32_t best = INT32_MAX;
+      std::string l, r;
+      for (size_t i = 0; i + 1 < t.size(); ++i) {
+        auto it = rank_.find(t[i] + " " + t[i + 1]);
+        if (it != rank_.end() && it->second < best) best = it->second, l = t[i], r = t[i + 1];
+      }
+      if (best == INT32_MAX) break;
+      std::vector<std::string> u;
+      for (size_t i = 0; i < t.size(); ++i) {
+        if (i + 1 < t.size() && t[i] == l && t[i + 1] == r) {
+          u.push_back(l + r);
+          ++i;
+        } else {
+          u.push_back(t[i]);
+        }
+      }
+      t = std::move(u);
+    }
+    std::vector<int32_t> ids;
+    for (const std::string& s : t) ids.push_back(id_.at(s));
+    return ids;
+  }
+
+ private:
+  std::vector<std::string> alphabet_;
+  std::unordered_map<std::string, int32_t> id_, rank_;
+};
+
+// The merging gives the ids of GPT-2's bpe() (ReferenceBpe) on every piece,
+// and on long pieces of one class (a DNA line, a run of digits, of spaces, of
+// one letter), up to one of 1 MiB, which is one part of the text.
+TEST(HfTokenizer, ByteLevelBpeMergesAsGpt2OnLongPieces) {
+  // The golden BPE with merges that make long pieces of a, c, g, t merge
+  // many times over: runs of 'a' by doubling, every 2- and 4-mer.
+  nlohmann::json j = nlohmann::json::parse(slurp(golden_dir("gpt2-bpe") + "/tokenizer.json"));
+  auto add = [&](const std::string& l, const std::string& r) {
+    if (!j["model"]["vocab"].contains(l + r)) j["model"]["vocab"][l + r] = j["model"]["vocab"].size();
+    j["model"]["merges"].push_back({l, r});
+  };
+  for (std::string a = "a"; a.size() <= 1024; a += a) add(a, a);
+  const std::vector<std::string> bases = {"a", "c", "g", "t"};
+  std::vector<std::string> two;
+  for (const std::string& x : bases)
+    for (const std::string& y : bases) add(x, y), two.push_back(x + y);
+  for (const std::string& x : two)
+    for (const std::string& y : two) add(x, y);
+  const std::string json = j.dump();
+  const data::Tokenizer t = data::Tokenizer::from_bytelevel(json);
+  const ReferenceBpe ref(j);
+  for (const std::string& s : random_texts(3000)) {
+    size_t at = 0;
+    for (size_t n : data::bytelevel_pretokenize(s)) {
+      const std::string piece = s.substr(at, n);
+      ASSERT_EQ(t.encode(piece).to_vector(), ref.encode(piece)) << piece;
+      at += n;
+    }
+  }
+  std::mt19937_64 rng(3);
+  auto random_of = [&](const std::vector<std::string>& atoms, size_t bytes) {
+    std::string s;
+    while (s.size() < bytes) s += atoms[rng() % atoms.size()];
+    return s;
+  };
+  std::vector<std::string> pieces;
+  for (size_t n : {2, 3, 4, 5, 7, 8, 9, 16, 17, 31, 64, 100, 257, 5000}) pieces.push_back(std::string(n, 'a'));
+  pieces.push_back(random_of({"a", "c", "g", "t"}, 20000));
+  pieces.push_back(random_of({"A", "C", "G", "T"}, 20000));
+  pieces.push_back(random_of({"e", "t", "h", "\u00e9", "\u65e5"}, 20000));
+  pieces.push_back(random_of({"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}, 20000));
+  pieces.push_back(" " + random_of({"t", "h", "e", "r"}, 20000));
+  pieces.push_back(std::string(20000, ' '));
+  pieces.push_back(random_of({".", ",", "!", "(", ")", "=", "-"}, 20000));
+  for (const std::string& p : pieces) {
+    ASSERT_EQ(data::bytelevel_pretokenize(p).size(), 1u) << p.substr(0, 20);
+    EXPECT_EQ(t.encode(p).to_vector(), ref.encode(p)) << p.substr(0, 20) << " (" << p.size() << " bytes)";
+  }
+  EXPECT_EQ(t.encode(std::string(5000, 'a')).size(), 6u);      // 2 of 2048 'a', then 512, 256, 128, 8
+  EXPECT_LT(t.encode(pieces[14]).size(), pieces[14].size() / 2);   // a, c, g, t: mostly 4-mers
+  // A piece of 1 MiB and more (the whole text is one part: no newline).
+  const std::string dna = random_of({"a", "c", "g", "t"}, (size_t{1} << 20) + 7);
+  const data::TokenIds ids = t.encode(dna);
+  ASSERT_EQ(data::bytelevel_pretokenize(dna).size(), 1u);
+  EXPECT_EQ(t.decode(ids), dna);
+  EXPECT_LT(ids.size(), dna.size());
+  const std::vector<int32_t> head = t.encode(dna.substr(0, 4096)).to_vector();
+  EXPECT_EQ(ref.encode(dna.substr(0, 4096)), head);
+}
+
 // read_hf_dir: the directory's own tokenizer when config.json names none.
 TEST(HfTokenizer, ReadFromADirectory) {
   TempDir d;

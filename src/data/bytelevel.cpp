@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <unordered_map>
@@ -305,7 +306,13 @@ bool null_or_empty(const nlohmann::json& j, const char* key) {
 }
 
 // BPE on one piece's bytes: the pair of the lowest rank is merged, at every
-// place it occurs from the left, until no adjacent pair has a merge.
+// place it occurs from the left, until no adjacent pair has a merge. The
+// pieces are a list linked through `next` and `prev` (a merged right part
+// drops out: its id is -1), the pairs with a merge a heap by (rank,
+// position): all the places of the lowest rank are taken off at once and
+// merged from the left, each checked against the list as it is then (a place
+// whose pair a merge has changed is passed over), and a merge puts its new
+// pairs on the heap.
 void merge_piece(const ByteLevelModel& m, std::string_view piece, std::vector<int32_t>& ids) {
   ids.clear();
   if (m.ignore_merges) {
@@ -316,27 +323,56 @@ void merge_piece(const ByteLevelModel& m, std::string_view piece, std::vector<in
     }
   }
   for (char c : piece) ids.push_back(m.byte_id[static_cast<unsigned char>(c)]);
-  while (ids.size() > 1) {
-    int32_t best = INT32_MAX;
-    uint64_t best_key = 0;
-    for (size_t i = 0; i + 1 < ids.size(); ++i) {
-      const uint64_t key = static_cast<uint64_t>(ids[i]) << 32 | static_cast<uint32_t>(ids[i + 1]);
-      auto it = m.merges.find(key);
-      if (it != m.merges.end() && it->second.first < best) best = it->second.first, best_key = key;
+  const size_t n = ids.size();
+  if (n < 2) return;
+  constexpr size_t none = SIZE_MAX;
+  std::vector<size_t> next(n), prev(n);
+  for (size_t i = 0; i < n; ++i) next[i] = i + 1 < n ? i + 1 : none, prev[i] = i > 0 ? i - 1 : none;
+  // The merge of the pair that starts at i: (rank, merged id), or null.
+  auto merge_at = [&](size_t i) -> const std::pair<int32_t, int32_t>* {
+    if (next[i] == none) return nullptr;
+    auto it = m.merges.find(static_cast<uint64_t>(ids[i]) << 32 | static_cast<uint32_t>(ids[next[i]]));
+    return it == m.merges.end() ? nullptr : &it->second;
+  };
+  struct Place {
+    int32_t rank;
+    size_t at;
+  };
+  auto later = [](const Place& a, const Place& b) { return a.rank != b.rank ? a.rank > b.rank : a.at > b.at; };
+  std::vector<Place> heap;
+  auto push = [&](size_t i) {
+    if (const auto* g = merge_at(i)) {
+      heap.push_back({g->first, i});
+      std::push_heap(heap.begin(), heap.end(), later);
     }
-    if (best == INT32_MAX) return;
-    const int32_t merged = m.merges.at(best_key).second;
-    size_t j = 0;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (i + 1 < ids.size() && (static_cast<uint64_t>(ids[i]) << 32 | static_cast<uint32_t>(ids[i + 1])) == best_key) {
-        ids[j++] = merged;
-        ++i;
-      } else {
-        ids[j++] = ids[i];
-      }
+  };
+  for (size_t i = 0; i + 1 < n; ++i) push(i);
+  std::vector<size_t> places;
+  while (!heap.empty()) {
+    // Every place of the lowest rank, from the left: one pass of the rule
+    // above. A merge's new pairs are never of this rank (the merged id is
+    // neither of its parts), so none of them belongs to this pass.
+    const int32_t rank = heap.front().rank;
+    places.clear();
+    while (!heap.empty() && heap.front().rank == rank) {
+      places.push_back(heap.front().at);
+      std::pop_heap(heap.begin(), heap.end(), later);
+      heap.pop_back();
     }
-    ids.resize(j);
+    for (size_t i : places) {
+      if (ids[i] < 0) continue;
+      const auto* g = merge_at(i);
+      if (g == nullptr || g->first != rank) continue;
+      const size_t j = next[i];
+      ids[i] = g->second;
+      ids[j] = -1;
+      next[i] = next[j];
+      if (next[j] != none) prev[next[j]] = i;
+      if (prev[i] != none) push(prev[i]);
+      push(i);
+    }
   }
+  ids.erase(std::remove(ids.begin(), ids.end(), -1), ids.end());
 }
 
 std::shared_ptr<const ByteLevelModel> from_tokenizer_json(const std::string& text) {
