@@ -86,6 +86,50 @@ std::vector<std::string> random_texts(int n) {
   return out;
 }
 
+// Protobuf wire format, to make SentencePiece models that differ from
+// llama-sp's in one field.
+std::string varint(uint64_t v) {
+  std::string s;
+  do {
+    s += static_cast<char>((v & 0x7F) | (v > 0x7F ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+  return s;
+}
+std::string bytes_field(uint32_t number, const std::string& bytes) {
+  return varint(number << 3 | 2) + varint(bytes.size()) + bytes;
+}
+std::string varint_field(uint32_t number, uint64_t v) { return varint(number << 3) + varint(v); }
+
+// llama-sp's tokenizer.model without its normalizer_spec (field 3): its
+// pieces (1) and trainer_spec (2), which are length-delimited fields.
+std::string llama_without_normalizer() {
+  const std::string m = slurp(golden_dir("llama-sp") + "/tokenizer.model");
+  std::string out;
+  for (size_t at = 0; at < m.size();) {
+    const size_t begin = at;
+    uint64_t tag = 0, n = 0;
+    for (int shift = 0;; shift += 7) {
+      tag |= static_cast<uint64_t>(m[at] & 0x7F) << shift;
+      if (!(m[at++] & 0x80)) break;
+    }
+    EXPECT_EQ(tag & 7, 2u);
+    for (int shift = 0;; shift += 7) {
+      n |= static_cast<uint64_t>(m[at] & 0x7F) << shift;
+      if (!(m[at++] & 0x80)) break;
+    }
+    at += n;
+    if (tag >> 3 != 3) out.append(m, begin, at - begin);
+  }
+  return out;
+}
+
+// llama-sp's normalizer_spec: identity, an empty charsmap, a dummy prefix,
+// every space kept.
+std::string llama_normalizer(const std::string& charsmap = "") {
+  return bytes_field(1, "identity") + bytes_field(2, charsmap) + varint_field(3, 1) + varint_field(4, 0);
+}
+
 }  // namespace
 
 TEST(HfTokenizer, ByteLevelBpeGivesTransformersIds) {
@@ -149,6 +193,58 @@ TEST(HfTokenizer, LlamaSentencePieceGivesTransformersIds) {
   check_golden(again, "llama-sp", "sentencepiece_ids", has_2581);
 }
 
+// A SentencePiece model whose text would not come back is refused, whatever
+// the way it says so: SentencePiece's defaults where it has no
+// normalizer_spec, a charsmap under the name "identity", a later
+// normalizer_spec merged over the first; and one whose fields cannot be read.
+TEST(HfTokenizer, SentencePieceModelsThatNormalizeAreRefused) {
+  if (!data::have_sentencepiece()) GTEST_SKIP() << "built without SentencePiece";
+  const std::string base = llama_without_normalizer();
+  auto refusal = [](const std::string& model) {
+    return error_of([&] { data::Tokenizer::from_sentencepiece(model); });
+  };
+  // Rebuilt as it was, it reads as the golden one.
+  const data::Tokenizer t = data::Tokenizer::from_sentencepiece(base + bytes_field(3, llama_normalizer()));
+  EXPECT_EQ(t.name(), "bpe:600");
+  EXPECT_EQ(t.decode(t.encode("a  b")), "a  b");
+  EXPECT_EQ(t.encode("The  cat").to_vector(),
+            data::Tokenizer::from_sentencepiece(slurp(golden_dir("llama-sp") + "/tokenizer.model"))
+                .encode("The  cat")
+                .to_vector());
+
+  std::string e = refusal(base);
+  EXPECT_NE(e.find("normalizer_spec is missing, so SentencePiece's defaults apply (remove_extra_whitespaces on)"),
+            std::string::npos) << e;
+  e = refusal(base + bytes_field(3, llama_normalizer(std::string("\x04\0\0\0rule", 8))));
+  EXPECT_NE(e.find("normalizer_spec.precompiled_charsmap is not empty (8 bytes"), std::string::npos) << e;
+  e = refusal(base + bytes_field(3, llama_normalizer()) + bytes_field(3, varint_field(4, 1)));
+  EXPECT_NE(e.find("normalizer_spec.remove_extra_whitespaces is on"), std::string::npos) << e;
+  e = refusal(base + bytes_field(3, llama_normalizer()) + bytes_field(3, bytes_field(1, "nmt_nfkc")));
+  EXPECT_NE(e.find("normalizer_spec.name is \"nmt_nfkc\""), std::string::npos) << e;
+  e = refusal(base + bytes_field(3, bytes_field(2, "") + varint_field(4, 0)));
+  EXPECT_NE(e.find("normalizer_spec.name is \"\""), std::string::npos) << e;
+  // Fields that cannot be read.
+  e = refusal(base + bytes_field(3, "\x0A\x7F" "identity"));   // a length past the message's end
+  EXPECT_NE(e.find("normalizer_spec is not a well-formed protobuf message"), std::string::npos) << e;
+  e = refusal(base + varint_field(3, 0));
+  EXPECT_NE(e.find("normalizer_spec is not a message (protobuf wire type 0)"), std::string::npos) << e;
+  e = refusal(base + bytes_field(3, llama_normalizer()) + "\x0A\xFF");   // truncated
+  EXPECT_NE(e.find("not a well-formed protobuf ModelProto"), std::string::npos) << e;
+  e = refusal("");
+  EXPECT_NE(e.find("normalizer_spec is missing"), std::string::npos) << e;
+
+  // read_hf_dir names the file (its tokenizer is read before config.json's
+  // vocab_size or the weights are compared with it).
+  TempDir d;
+  const std::string dir = d.file("sp");
+  fs::create_directories(dir);
+  fs::copy_file(golden_dir("gpt2-bpe") + "/config.json", dir + "/config.json");
+  std::ofstream(dir + "/tokenizer.model", std::ios::binary) << base;
+  e = error_of([&] { nn::read_hf_dir(dir); });
+  EXPECT_NE(e.find("'" + dir + "/tokenizer.model': the tokenizer's model does not load: normalizer_spec is missing"),
+            std::string::npos) << e;
+}
+
 TEST(HfTokenizer, AnyBytesComeBack) {
   std::vector<data::Tokenizer> ts = {
       data::Tokenizer::from_bytelevel(slurp(golden_dir("gpt2-bpe") + "/tokenizer.json"))};
@@ -185,6 +281,179 @@ TEST(HfTokenizer, ByteLevelBpeLargeTextInParts) {
   }
   EXPECT_EQ(got, want);
   EXPECT_EQ(t.decode(got), text);
+}
+
+// A tokenizer.json whose fields have the wrong type: an Error naming the
+// field and the type found (read_hf_dir adds the file), never another exception.
+TEST(HfTokenizer, WrongTypedFieldsAreNamed) {
+  const nlohmann::json good = nlohmann::json::parse(slurp(golden_dir("gpt2-bpe") + "/tokenizer.json"));
+  auto refusal = [&](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json j = good;
+    change(j);
+    try {
+      data::Tokenizer::from_bytelevel(j.dump());
+    } catch (const Error& e) {
+      return std::string(e.what());
+    } catch (const std::exception& e) {
+      return std::string("not an Error: ") + e.what();
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["model"]["dropout"] = "0.1"; }), "model.dropout is a string, not a number");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["model"]["dropout"] = 0.0; }), "(no error)");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["model"]["type"] = 3; }), "model.type is a number, not a string");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["model"]["ignore_merges"] = "false"; }),
+            "model.ignore_merges is a string, not a boolean");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["pre_tokenizer"]["type"] = nlohmann::json::array(); }),
+            "pre_tokenizer.type is an array, not a string");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["pre_tokenizer"]["add_prefix_space"] = 0; }),
+            "pre_tokenizer.add_prefix_space is a number, not a boolean");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["pre_tokenizer"]["use_regex"] = nullptr; }),
+            "pre_tokenizer.use_regex is null, not a boolean");
+  const data::Tokenizer t = data::Tokenizer::from_bytelevel(good.dump());
+  EXPECT_EQ(t.name(), "bytelevel-bpe:400");
+
+  TempDir d;
+  const std::string dir = d.file("gpt2");
+  fs::create_directories(dir);
+  fs::copy_file(golden_dir("gpt2-bpe") + "/config.json", dir + "/config.json");
+  nlohmann::json j = good;
+  j["model"]["dropout"] = {{"p", 0.1}};
+  std::ofstream(dir + "/tokenizer.json") << j.dump();
+  EXPECT_EQ(error_of([&] { nn::read_hf_dir(dir); }), "'" + dir + "/tokenizer.json': model.dropout is an object, not a number");
+}
+
+// GPT-2's bpe() as its Python has it, on one piece, from tokenizer.json's
+// vocab and merges: the bytes in GPT-2's alphabet, then the pair of the lowest
+// rank merged at every place from the left, again until no pair has a merge.
+class ReferenceBpe {
+ public:
+  explicit ReferenceBpe(const nlohmann::json& j) {
+    alphabet_.resize(256);
+    for (uint32_t b = 0, extra = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+      const uint32_t c = printable ? b : 256 + extra++;
+      alphabet_[b] = c < 0x80 ? std::string(1, static_cast<char>(c))
+                              : std::string{static_cast<char>(0xC0 | c >> 6), static_cast<char>(0x80 | (c & 0x3F))};
+    }
+    for (auto it = j["model"]["vocab"].begin(); it != j["model"]["vocab"].end(); ++it)
+      id_[it.key()] = it.value().get<int32_t>();
+    int32_t rank = 0;
+    for (const nlohmann::json& m : j["model"]["merges"])   // "a b" or ["a", "b"]
+      rank_.emplace(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>(),
+                    rank++);
+  }
+  std::vector<int32_t> encode(std::string_view piece) const {
+    std::vector<std::string> t;
+    for (char c : piece) t.push_back(alphabet_[static_cast<unsigned char>(c)]);
+    for (;;) {
+      int32_t best = INT32_MAX;
+      std::string l, r;
+      for (size_t i = 0; i + 1 < t.size(); ++i) {
+        auto it = rank_.find(t[i] + " " + t[i + 1]);
+        if (it != rank_.end() && it->second < best) best = it->second, l = t[i], r = t[i + 1];
+      }
+      if (best == INT32_MAX) break;
+      std::vector<std::string> u;
+      for (size_t i = 0; i < t.size(); ++i) {
+        if (i + 1 < t.size() && t[i] == l && t[i + 1] == r) {
+          u.push_back(l + r);
+          ++i;
+        } else {
+          u.push_back(t[i]);
+        }
+      }
+      t = std::move(u);
+    }
+    std::vector<int32_t> ids;
+    for (const std::string& s : t) ids.push_back(id_.at(s));
+    return ids;
+  }
+
+ private:
+  std::vector<std::string> alphabet_;
+  std::unordered_map<std::string, int32_t> id_, rank_;
+};
+
+// The merging gives the ids of GPT-2's bpe() (ReferenceBpe) on every piece,
+// and on long pieces of one class (a DNA line, a run of digits, of spaces, of
+// one letter), up to one of 1 MiB, which is one part of the text.
+TEST(HfTokenizer, ByteLevelBpeMergesAsGpt2OnLongPieces) {
+  // The golden BPE with merges that make long pieces of a, c, g, t merge
+  // many times over: runs of 'a' by doubling, every 2- and 4-mer.
+  nlohmann::json j = nlohmann::json::parse(slurp(golden_dir("gpt2-bpe") + "/tokenizer.json"));
+  auto add = [&](const std::string& l, const std::string& r) {
+    if (!j["model"]["vocab"].contains(l + r)) j["model"]["vocab"][l + r] = j["model"]["vocab"].size();
+    j["model"]["merges"].push_back({l, r});
+  };
+  for (std::string a = "a"; a.size() <= 1024; a += a) add(a, a);
+  const std::vector<std::string> bases = {"a", "c", "g", "t"};
+  std::vector<std::string> two;
+  for (const std::string& x : bases)
+    for (const std::string& y : bases) add(x, y), two.push_back(x + y);
+  for (const std::string& x : two)
+    for (const std::string& y : two) add(x, y);
+  const std::string json = j.dump();
+  const data::Tokenizer t = data::Tokenizer::from_bytelevel(json);
+  const ReferenceBpe ref(j);
+  for (const std::string& s : random_texts(3000)) {
+    size_t at = 0;
+    for (size_t n : data::bytelevel_pretokenize(s)) {
+      const std::string piece = s.substr(at, n);
+      ASSERT_EQ(t.encode(piece).to_vector(), ref.encode(piece)) << piece;
+      at += n;
+    }
+  }
+  std::mt19937_64 rng(3);
+  auto random_of = [&](const std::vector<std::string>& atoms, size_t bytes) {
+    std::string s;
+    while (s.size() < bytes) s += atoms[rng() % atoms.size()];
+    return s;
+  };
+  std::vector<std::string> pieces;
+  for (size_t n : {2, 3, 4, 5, 7, 8, 9, 16, 17, 31, 64, 100, 257, 5000}) pieces.push_back(std::string(n, 'a'));
+  pieces.push_back(random_of({"a", "c", "g", "t"}, 20000));
+  pieces.push_back(random_of({"A", "C", "G", "T"}, 20000));
+  pieces.push_back(random_of({"e", "t", "h", "\u00e9", "\u65e5"}, 20000));
+  pieces.push_back(random_of({"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}, 20000));
+  pieces.push_back(" " + random_of({"t", "h", "e", "r"}, 20000));
+  pieces.push_back(std::string(20000, ' '));
+  pieces.push_back(random_of({".", ",", "!", "(", ")", "=", "-"}, 20000));
+  for (const std::string& p : pieces) {
+    ASSERT_EQ(data::bytelevel_pretokenize(p).size(), 1u) << p.substr(0, 20);
+    EXPECT_EQ(t.encode(p).to_vector(), ref.encode(p)) << p.substr(0, 20) << " (" << p.size() << " bytes)";
+  }
+  EXPECT_EQ(t.encode(std::string(5000, 'a')).size(), 6u);      // 2 of 2048 'a', then 512, 256, 128, 8
+  EXPECT_LT(t.encode(pieces[14]).size(), pieces[14].size() / 2);   // a, c, g, t: mostly 4-mers
+  // Merges of a merge's result ranked before that merge (no trainer makes
+  // them, a file may hold them): still bpe()'s passes, one rank at a time.
+  nlohmann::json odd = nlohmann::json::parse(slurp(golden_dir("gpt2-bpe") + "/tokenizer.json"));
+  nlohmann::json first = nlohmann::json::array();
+  for (const auto& [l, r] : std::vector<std::pair<std::string, std::string>>{
+           {"aa", "a"}, {"a", "aa"}, {"aa", "aa"}, {"aaa", "b"}, {"b", "aa"}, {"a", "a"}, {"a", "b"}, {"ab", "ab"}}) {
+    if (!odd["model"]["vocab"].contains(l + r)) odd["model"]["vocab"][l + r] = odd["model"]["vocab"].size();
+    for (const std::string& x : {l, r})
+      if (!odd["model"]["vocab"].contains(x)) odd["model"]["vocab"][x] = odd["model"]["vocab"].size();
+    first.push_back({l, r});
+  }
+  for (const nlohmann::json& m : odd["model"]["merges"]) first.push_back(m);
+  odd["model"]["merges"] = first;
+  const data::Tokenizer to = data::Tokenizer::from_bytelevel(odd.dump());
+  const ReferenceBpe ro(odd);
+  for (size_t n = 1; n <= 40; ++n) EXPECT_EQ(to.encode(std::string(n, 'a')).to_vector(), ro.encode(std::string(n, 'a'))) << n;
+  for (int k = 0; k < 200; ++k) {
+    const std::string p = random_of({"a", "b", "aa"}, 1 + rng() % 60);
+    EXPECT_EQ(to.encode(p).to_vector(), ro.encode(p)) << p;
+  }
+
+  // A piece of 1 MiB and more (the whole text is one part: no newline).
+  const std::string dna = random_of({"a", "c", "g", "t"}, (size_t{1} << 20) + 7);
+  const data::TokenIds ids = t.encode(dna);
+  ASSERT_EQ(data::bytelevel_pretokenize(dna).size(), 1u);
+  EXPECT_EQ(t.decode(ids), dna);
+  EXPECT_LT(ids.size(), dna.size());
+  const std::vector<int32_t> head = t.encode(dna.substr(0, 4096)).to_vector();
+  EXPECT_EQ(ref.encode(dna.substr(0, 4096)), head);
 }
 
 // read_hf_dir: the directory's own tokenizer when config.json names none.

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <unordered_map>
@@ -277,12 +278,41 @@ std::shared_ptr<const ByteLevelModel> build(const std::vector<std::pair<std::str
   return m;
 }
 
+// o[key] (o holds it) when it is of the type wanted (number_float: any
+// number); Error naming the field and the type found otherwise.
+const nlohmann::json& typed(const nlohmann::json& o, const char* key, const std::string& field,
+                            nlohmann::json::value_t want, const char* want_name) {
+  const nlohmann::json& v = o.at(key);
+  const bool ok = want == nlohmann::json::value_t::number_float ? v.is_number() : v.type() == want;
+  if (!ok) {
+    const std::string found = v.type_name();
+    throw Error(field + " is " + (v.is_null() ? "null" : (v.is_object() || v.is_array() ? "an " : "a ") + found) +
+                ", not " + want_name);
+  }
+  return v;
+}
+// The same for a string or a boolean, `fallback` when o has no such key.
+std::string string_field(const nlohmann::json& o, const char* key, const std::string& field, const std::string& fallback) {
+  if (!o.contains(key)) return fallback;
+  return typed(o, key, field, nlohmann::json::value_t::string, "a string").get<std::string>();
+}
+bool bool_field(const nlohmann::json& o, const char* key, const std::string& field, bool fallback) {
+  if (!o.contains(key)) return fallback;
+  return typed(o, key, field, nlohmann::json::value_t::boolean, "a boolean").get<bool>();
+}
+
 bool null_or_empty(const nlohmann::json& j, const char* key) {
   return !j.contains(key) || j[key].is_null() || (j[key].is_string() && j[key].get<std::string>().empty());
 }
 
 // BPE on one piece's bytes: the pair of the lowest rank is merged, at every
-// place it occurs from the left, until no adjacent pair has a merge.
+// place it occurs from the left, until no adjacent pair has a merge. The
+// pieces are a list linked through `next` and `prev` (a merged right part
+// drops out: its id is -1), the pairs with a merge a heap by (rank,
+// position): all the places of the lowest rank are taken off at once and
+// merged from the left, each checked against the list as it is then (a place
+// whose pair a merge has changed is passed over), and a merge puts its new
+// pairs on the heap.
 void merge_piece(const ByteLevelModel& m, std::string_view piece, std::vector<int32_t>& ids) {
   ids.clear();
   if (m.ignore_merges) {
@@ -293,32 +323,59 @@ void merge_piece(const ByteLevelModel& m, std::string_view piece, std::vector<in
     }
   }
   for (char c : piece) ids.push_back(m.byte_id[static_cast<unsigned char>(c)]);
-  while (ids.size() > 1) {
-    int32_t best = INT32_MAX;
-    uint64_t best_key = 0;
-    for (size_t i = 0; i + 1 < ids.size(); ++i) {
-      const uint64_t key = static_cast<uint64_t>(ids[i]) << 32 | static_cast<uint32_t>(ids[i + 1]);
-      auto it = m.merges.find(key);
-      if (it != m.merges.end() && it->second.first < best) best = it->second.first, best_key = key;
+  const size_t n = ids.size();
+  if (n < 2) return;
+  constexpr size_t none = SIZE_MAX;
+  std::vector<size_t> next(n), prev(n);
+  for (size_t i = 0; i < n; ++i) next[i] = i + 1 < n ? i + 1 : none, prev[i] = i > 0 ? i - 1 : none;
+  // The merge of the pair that starts at i: (rank, merged id), or null.
+  auto merge_at = [&](size_t i) -> const std::pair<int32_t, int32_t>* {
+    if (next[i] == none) return nullptr;
+    auto it = m.merges.find(static_cast<uint64_t>(ids[i]) << 32 | static_cast<uint32_t>(ids[next[i]]));
+    return it == m.merges.end() ? nullptr : &it->second;
+  };
+  struct Place {
+    int32_t rank;
+    size_t at;
+  };
+  auto later = [](const Place& a, const Place& b) { return a.rank != b.rank ? a.rank > b.rank : a.at > b.at; };
+  std::vector<Place> heap;
+  auto push = [&](size_t i) {
+    if (const auto* g = merge_at(i)) {
+      heap.push_back({g->first, i});
+      std::push_heap(heap.begin(), heap.end(), later);
     }
-    if (best == INT32_MAX) return;
-    const int32_t merged = m.merges.at(best_key).second;
-    size_t j = 0;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (i + 1 < ids.size() && (static_cast<uint64_t>(ids[i]) << 32 | static_cast<uint32_t>(ids[i + 1])) == best_key) {
-        ids[j++] = merged;
-        ++i;
-      } else {
-        ids[j++] = ids[i];
-      }
+  };
+  for (size_t i = 0; i + 1 < n; ++i) push(i);
+  std::vector<size_t> places;
+  while (!heap.empty()) {
+    // Every place of the lowest rank, from the left: one pass of the rule
+    // above. A merge's new pairs are never of this rank (the merged id is
+    // neither of its parts), so none of them belongs to this pass.
+    const int32_t rank = heap.front().rank;
+    places.clear();
+    while (!heap.empty() && heap.front().rank == rank) {
+      places.push_back(heap.front().at);
+      std::pop_heap(heap.begin(), heap.end(), later);
+      heap.pop_back();
     }
-    ids.resize(j);
+    for (size_t i : places) {
+      if (ids[i] < 0) continue;
+      const auto* g = merge_at(i);
+      if (g == nullptr || g->first != rank) continue;
+      const size_t j = next[i];
+      ids[i] = g->second;
+      ids[j] = -1;
+      next[i] = next[j];
+      if (next[j] != none) prev[next[j]] = i;
+      if (prev[i] != none) push(prev[i]);
+      push(i);
+    }
   }
+  ids.erase(std::remove(ids.begin(), ids.end(), -1), ids.end());
 }
 
-}  // namespace
-
-std::shared_ptr<const ByteLevelModel> bytelevel_from_tokenizer_json(const std::string& text) {
+std::shared_ptr<const ByteLevelModel> from_tokenizer_json(const std::string& text) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -327,23 +384,25 @@ std::shared_ptr<const ByteLevelModel> bytelevel_from_tokenizer_json(const std::s
   }
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) throw Error("no object \"model\"");
   const nlohmann::json& model = j["model"];
-  const std::string type = model.contains("type") && model["type"].is_string() ? model["type"].get<std::string>() : "";
+  const std::string type = string_field(model, "type", "model.type", "");
   if (type != "BPE")
     throw Error("model.type is \"" + type + "\"; capstep reads a byte-level BPE (\"BPE\", GPT-2's) from tokenizer.json");
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (!null_or_empty(model, k)) throw Error(std::string("model.") + k + " is set; a byte-level BPE has none");
-  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"].get<double>() != 0)
+  if (model.contains("dropout") && !model["dropout"].is_null() &&
+      typed(model, "dropout", "model.dropout", nlohmann::json::value_t::number_float, "a number").get<double>() != 0)
     throw Error("model.dropout is set; capstep's encoding is the deterministic one");
   if (!j.contains("normalizer") || !j["normalizer"].is_null())
     throw Error("normalizer is " + (j.contains("normalizer") ? j["normalizer"].dump() : std::string("missing")) +
                 "; a byte-level BPE has none (null)");
   const nlohmann::json pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : nlohmann::json();
-  if (!pre.is_object() || pre.value("type", "") != "ByteLevel")
+  if (!pre.is_object() || string_field(pre, "type", "pre_tokenizer.type", "") != "ByteLevel")
     throw Error("pre_tokenizer is " + pre.dump() +
                 ", not ByteLevel (GPT-2's regex and byte alphabet): capstep reads only that pre-tokenizer");
-  if (pre.value("add_prefix_space", false))
+  if (bool_field(pre, "add_prefix_space", "pre_tokenizer.add_prefix_space", false))
     throw Error("pre_tokenizer.add_prefix_space is true; capstep's byte-level BPE adds no space");
-  if (!pre.value("use_regex", true)) throw Error("pre_tokenizer.use_regex is false; capstep splits with GPT-2's regex");
+  if (!bool_field(pre, "use_regex", "pre_tokenizer.use_regex", true))
+    throw Error("pre_tokenizer.use_regex is false; capstep splits with GPT-2's regex");
   if (!model.contains("vocab") || !model["vocab"].is_object()) throw Error("model.vocab is not an object");
   std::vector<std::pair<std::string, int64_t>> vocab;
   for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
@@ -376,11 +435,11 @@ std::shared_ptr<const ByteLevelModel> bytelevel_from_tokenizer_json(const std::s
         if (id < 0 || id >= (int64_t{1} << 24)) throw Error("added_tokens: id " + std::to_string(id) + " out of range");
         added[id] = a["content"].get<std::string>();
       }
-  return build(vocab, merges, added, model.value("ignore_merges", false), "model.vocab", "model.merges");
+  return build(vocab, merges, added, bool_field(model, "ignore_merges", "model.ignore_merges", false), "model.vocab",
+               "model.merges");
 }
 
-std::shared_ptr<const ByteLevelModel> bytelevel_from_vocab_merges(const std::string& vocab_json,
-                                                                   const std::string& merges_txt) {
+std::shared_ptr<const ByteLevelModel> from_vocab_merges(const std::string& vocab_json, const std::string& merges_txt) {
   nlohmann::json v;
   try {
     v = nlohmann::json::parse(vocab_json);
@@ -409,6 +468,27 @@ std::shared_ptr<const ByteLevelModel> bytelevel_from_vocab_merges(const std::str
     merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
   }
   return build(vocab, merges, {}, false, "vocab.json", "merges.txt");
+}
+
+}  // namespace
+
+// The readers check every field they use; a JSON exception that still gets
+// out of them (a case they miss) is an Error naming the file, as theirs are.
+std::shared_ptr<const ByteLevelModel> bytelevel_from_tokenizer_json(const std::string& text) {
+  try {
+    return from_tokenizer_json(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("tokenizer.json: ") + e.what());
+  }
+}
+
+std::shared_ptr<const ByteLevelModel> bytelevel_from_vocab_merges(const std::string& vocab_json,
+                                                                   const std::string& merges_txt) {
+  try {
+    return from_vocab_merges(vocab_json, merges_txt);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("vocab.json and merges.txt: ") + e.what());
+  }
 }
 
 const std::string& bytelevel_json(const ByteLevelModel& m) { return m.json; }

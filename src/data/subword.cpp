@@ -92,8 +92,9 @@ Error sp_error(const std::string& what, const sentencepiece::util::Status& s) {
 
 // ---- a minimal reading of SentencePiece's ModelProto (protobuf wire format),
 // for the fields the installed headers do not expose: trainer_spec (2) .model_type
-// (3); normalizer_spec (3) .name (1), .add_dummy_prefix (3, default true),
-// .remove_extra_whitespaces (4, default true).
+// (3); normalizer_spec (3) .name (1), .precompiled_charsmap (2),
+// .add_dummy_prefix (3, default true), .remove_extra_whitespaces (4, default
+// true).
 struct Field {
   uint32_t number = 0;
   uint32_t wire = 0;
@@ -151,30 +152,51 @@ void write_varint(std::string& s, uint64_t v) {
 
 // Reads the fields above into m and returns the proto SentencePiece loads:
 // the same, with add_dummy_prefix off when it was on (set m.dummy_prefix).
+// Error when the model normalizes the text, or when these fields cannot be
+// read: SentencePiece would then apply what they say unchecked (an absent
+// normalizer_spec is its defaults, which remove spaces).
 std::string inspect(SubwordModel& m, const std::string& what) {
   std::vector<Field> top, sub;
-  if (!fields(m.proto, top)) return m.proto;   // SentencePiece names what is wrong
+  if (!fields(m.proto, top))
+    throw Error(what + ": it is not a SentencePiece model (not a well-formed protobuf ModelProto)");
+  // A field given twice is merged, the last value winning, as protobuf does.
   bool dummy = true, extra_spaces = true;
-  std::string name;
+  std::string name, charsmap;
   bool has_normalizer = false;
   for (const Field& f : top) {
-    if (f.number == 2 && f.wire == 2 && fields(f.bytes, sub))
+    if ((f.number == 2 || f.number == 3) && f.wire != 2)
+      throw Error(what + ": " + (f.number == 2 ? "trainer_spec" : "normalizer_spec") +
+                  " is not a message (protobuf wire type " + std::to_string(f.wire) + ")");
+    if (f.number == 2) {
+      if (!fields(f.bytes, sub))
+        throw Error(what + ": trainer_spec is not a well-formed protobuf message");
       for (const Field& g : sub)
         if (g.number == 3 && g.wire == 0) m.model_type = static_cast<int>(g.value);
-    if (f.number == 3 && f.wire == 2 && fields(f.bytes, sub)) {
+    }
+    if (f.number == 3) {
+      if (!fields(f.bytes, sub))
+        throw Error(what + ": normalizer_spec is not a well-formed protobuf message");
       has_normalizer = true;
       for (const Field& g : sub) {
         if (g.number == 1 && g.wire == 2) name = std::string(g.bytes);
+        if (g.number == 2 && g.wire == 2) charsmap = std::string(g.bytes);
         if (g.number == 3 && g.wire == 0) dummy = g.value != 0;
         if (g.number == 4 && g.wire == 0) extra_spaces = g.value != 0;
       }
     }
   }
-  if (!has_normalizer) return m.proto;
+  if (!has_normalizer)
+    throw Error(what + ": normalizer_spec is missing, so SentencePiece's defaults apply (remove_extra_whitespaces "
+                "on); capstep reads SentencePiece models that keep every space, so that the text comes back exactly");
   if (name != "identity")
     throw Error(what + ": normalizer_spec.name is \"" + name +
                 "\"; capstep reads SentencePiece models that leave the text as it is (\"identity\"), so that "
                 "it comes back exactly");
+  // The rules SentencePiece applies are the charsmap's, whatever the name says.
+  if (!charsmap.empty())
+    throw Error(what + ": normalizer_spec.precompiled_charsmap is not empty (" + std::to_string(charsmap.size()) +
+                " bytes of normalization rules); capstep reads SentencePiece models that leave the text as it is, "
+                "so that it comes back exactly");
   if (extra_spaces)
     throw Error(what + ": normalizer_spec.remove_extra_whitespaces is on; capstep reads SentencePiece models that "
                 "keep every space, so that the text comes back exactly");
