@@ -169,9 +169,11 @@ class Tokenizer {
   static Tokenizer from_model(std::string_view name, const std::string& model);
   // A SentencePiece model made anywhere (a Llama directory's tokenizer.model):
   // "bpe:N" or "unigram:N" by its type and piece count. Error when it does not
-  // load, is of another type (word, char), has no byte pieces (byte fallback),
-  // or normalizes the text (normalizer_spec.name other than "identity",
-  // remove_extra_whitespaces): its text would not come back.
+  // load or cannot be read field by field, is of another type (word, char),
+  // has no byte pieces (byte fallback), or may normalize the text (no
+  // normalizer_spec, whose defaults do; a name other than "identity"; a
+  // non-empty precompiled_charsmap; remove_extra_whitespaces): its text
+  // would not come back.
   static Tokenizer from_sentencepiece(const std::string& model);
   // A byte-level BPE from a tokenizer.json's text, or from vocab.json and
   // merges.txt (merges_txt given): "bytelevel-bpe:N". Error naming the field.
