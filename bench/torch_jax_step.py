@@ -94,7 +94,7 @@ LR, BETA1, BETA2, EPS, WD = 1e-2, 0.9, 0.999, 1e-8, 0.01
 def set_size(name, arch="seed", kv_heads=0, rope_theta=10000.0, eps_norm=1e-5):
     """The model's dimensions as module globals (every function reads them at
     call time). kv_heads (0: as many as heads) and rope_theta apply to llama;
-    capstep's bench runs llama with kv_heads = heads and rope_theta 10000."""
+    capstep bench takes the same --kv-heads (it runs rope_theta 10000)."""
     set_dims(arch, *SIZES[name], kv_heads, rope_theta, eps_norm)
 
 
@@ -696,7 +696,7 @@ def run_one(kind, threads, args, fused=False, extra_env=None):
     cmd = pin_prefix(threads) + [sys.executable, os.path.abspath(__file__), "--run", kind,
                                            "--threads", str(threads), "--warmup", str(args.warmup),
                                            "--steps", str(args.steps), "--seed", str(args.seed),
-                                           "--size", args.size, "--arch", args.arch]
+                                           "--size", args.size, "--arch", args.arch, "--kv-heads", str(args.kv_heads)]
     if fused:
         cmd.append("--fused")
     try:
@@ -728,7 +728,7 @@ def capstep_command(args):
     """The command before the lanes' options: the `capstep` CLI's `bench
     --arch A`, or examples/training_step_on_device (the seed's architecture only)."""
     if os.path.basename(args.capstep_bin).startswith("capstep"):
-        return [args.capstep_bin, "bench", "--arch", ARCH]
+        return [args.capstep_bin, "bench", "--arch", ARCH] + (["--kv-heads", str(KV)] if KV != H else [])
     if ARCH != "seed":
         raise SystemExit(f"--arch {ARCH}: --capstep-bin must be the capstep CLI (capstep bench --arch), "
                          f"not {args.capstep_bin}")
@@ -848,7 +848,7 @@ def table(args):
             if label == "capstep lane 1 (interpreter)" and sm:
                 cap_by_threads[threads.split(",")[0]] = sm
     out = [f"model: --arch {ARCH} --size {args.size} ({N_PARAMS:,} parameters, batch {B} x {T}"
-           f"{', key/value heads = heads, rope_theta %g' % THETA if ARCH == 'llama' else ''})",
+           f"{', key/value heads %d of %d, rope_theta %g' % (KV, H, THETA) if ARCH == 'llama' else ''})",
            f"ms per step (forward + backward + AdamW): median over {args.rounds} interleaved rounds of each "
            f"run's median of {args.steps} timed steps (after {args.warmup} warm-up)",
            "", f"| {'run':<48} | {'threads':<9} | {'wall ms':>8} | {'rounds min-max':>15} | {'CPU ms':>7} | "
@@ -934,7 +934,7 @@ GPU_RUNS = [  # (kind, label), fastest recipe first: each runs as its own proces
 def run_gpu_one(kind, args):
     cmd = [sys.executable, os.path.abspath(__file__), "--run", kind, "--device", args.device,
            "--warmup", str(args.warmup), "--steps", str(args.steps), "--seed", str(args.seed),
-           "--size", args.size, "--arch", args.arch]
+           "--size", args.size, "--arch", args.arch, "--kv-heads", str(args.kv_heads)]
     t0 = time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -1076,6 +1076,9 @@ def main():
     ap.add_argument("--size", choices=list(SIZES), default="seed", help="the model of the size ladder")
     ap.add_argument("--arch", choices=ARCHES, default="seed",
                     help="the architecture (capstep's --arch; gpt2 and llama need --capstep-bin to be the capstep CLI)")
+    ap.add_argument("--kv-heads", type=int, default=0,
+                    help="--arch llama: key/value heads, dividing the size's heads (grouped-query attention); "
+                         "0: as many as heads")
     ap.add_argument("--rows", choices=["all", "core"], default="all",
                     help="--table: all rows, or core: capstep lane 1, PyTorch eager, torch.compile and JAX jit "
                          "on each of --table-threads")
@@ -1088,7 +1091,9 @@ def main():
     global PIN_CPU, SIZE_NAME
     PIN_CPU = args.pin_cpu
     SIZE_NAME = args.size
-    set_size(args.size, args.arch)
+    if args.kv_heads and args.arch != "llama":
+        ap.error("--kv-heads applies to --arch llama")
+    set_size(args.size, args.arch, kv_heads=args.kv_heads)
     if args.warmup < 1 or args.steps < 1 or args.rounds < 1:
         ap.error("--warmup, --steps and --rounds must be at least 1")
     if args.run == "torch":
