@@ -35,14 +35,7 @@ std::string golden_dir(const std::string& name) {
   return root + "/tests/golden/hf/" + name;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 // Every golden text encodes to the ids under `key` ("ids": transformers';
 // "sentencepiece_ids") and decodes back; `skip` says where capstep differs
