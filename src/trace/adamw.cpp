@@ -35,19 +35,11 @@ Program expand_adamw(const Program& p, std::vector<ExpandedAdamW>* updates) {
   verify(p);
   if (updates) updates->clear();
   if (!has_adamw(p)) return p;
-  Tracer tr;
-  Program& q = tr.program();
-  std::vector<Tensor> val(static_cast<size_t>(p.num_values()));
-  for (const NamedValue& in : p.inputs) val[static_cast<size_t>(in.value)] = tr.input(in.name, p.type(in.value));
   std::vector<Update> ups;
   std::map<std::vector<int>, std::vector<size_t>> by_inputs;  // operands -> updates with them
-  for (const Eqn& e : p.eqns) {
-    if (e.op != Op::adamw) {
-      std::vector<int> ins;
-      for (int v : e.inputs) ins.push_back(val[static_cast<size_t>(v)].id());
-      val[static_cast<size_t>(e.out)] = Tensor(&tr, q.add_eqn_typed(e.op, ins, e.attrs, p.type(e.out)));
-      continue;
-    }
+  Program out = trace_detail::retrace(p, [&](Tracer& tr, const Eqn& e, const std::vector<Tensor>& val) -> Tensor {
+    if (e.op != Op::adamw) return {};  // copied as it is
+    const Program& q = tr.program();
     // The update of these operands and constants: the one met before, or a new one.
     std::vector<size_t>& same = by_inputs[e.inputs];
     Update* u = nullptr;
@@ -93,17 +85,11 @@ Program expand_adamw(const Program& p, std::vector<ExpandedAdamW>* updates) {
     r.m_out = u->m.valid() ? u->m.id() : -1;
     r.v_out = u->v.valid() ? u->v.id() : -1;
     r.p_out = u->p.valid() ? u->p.id() : -1;
-    val[static_cast<size_t>(e.out)] = e.attrs.axis == 0 ? u->p : e.attrs.axis == 1 ? u->m : u->v;
-  }
-  std::vector<std::pair<std::string, Tensor>> outs;
-  for (const NamedValue& o : p.outputs) outs.emplace_back(o.name, val[static_cast<size_t>(o.value)]);
-  Program r = tr.finish(outs);
-  r.name = p.name;
-  r.aliases = p.aliases;
-  verify(r);
+    return e.attrs.axis == 0 ? u->p : e.attrs.axis == 1 ? u->m : u->v;
+  });
   if (updates)
     for (Update& u : ups) updates->push_back(std::move(u.rec));
-  return r;
+  return out;
 }
 
 }  // namespace capstep

@@ -161,30 +161,12 @@ bool has_attention(const Program& p) {
 Program expand_attention(const Program& p) {
   verify(p);
   if (!has_attention(p)) return p;
-  Tracer tr;
-  std::vector<Tensor> val(static_cast<size_t>(p.num_values()));
-  for (const NamedValue& in : p.inputs) val[static_cast<size_t>(in.value)] = tr.input(in.name, p.type(in.value));
-  for (const Eqn& e : p.eqns) {
+  return trace_detail::retrace(p, [](Tracer& tr, const Eqn& e, const std::vector<Tensor>& val) -> Tensor {
     auto x = [&](size_t i) { return val[static_cast<size_t>(e.inputs[i])]; };
-    Tensor r;
-    if (e.op == Op::attention) {
-      r = causal_attention(x(0), x(1), x(2));
-    } else if (e.op == Op::attention_grad) {
-      r = attention_grad_expanded(tr, x(0), x(1), x(2), x(3), x(4), e.attrs.axis);
-    } else {
-      std::vector<int> ins;
-      for (int v : e.inputs) ins.push_back(val[static_cast<size_t>(v)].id());
-      r = Tensor(&tr, tr.program().add_eqn_typed(e.op, ins, e.attrs, p.type(e.out)));
-    }
-    val[static_cast<size_t>(e.out)] = r;
-  }
-  std::vector<std::pair<std::string, Tensor>> outs;
-  for (const NamedValue& o : p.outputs) outs.emplace_back(o.name, val[static_cast<size_t>(o.value)]);
-  Program q = tr.finish(outs);
-  q.name = p.name;
-  q.aliases = p.aliases;
-  verify(q);
-  return q;
+    if (e.op == Op::attention) return causal_attention(x(0), x(1), x(2));
+    if (e.op == Op::attention_grad) return attention_grad_expanded(tr, x(0), x(1), x(2), x(3), x(4), e.attrs.axis);
+    return {};  // copied as it is
+  });
 }
 
 }  // namespace capstep

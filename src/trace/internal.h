@@ -1,6 +1,7 @@
 // Helpers shared by the capture files (not part of the public API).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,15 @@ std::vector<int64_t> kept_axes(int rank, const std::vector<int64_t>& removed);
 // Broadcasts a reduction result (axes `reduced` removed) back to `shape`
 // directly with broadcast_in_dim, without a keepdims reshape.
 Tensor unreduce(const Tensor& reduced, const Shape& shape, const std::vector<int64_t>& reduced_axes);
+
+// Program -> Program by tracing p again: its inputs (same names and types),
+// then each equation through `expand`, which records on tr the equations it
+// stands for and returns its value, or returns an empty Tensor to have the
+// equation copied as it is; then p's outputs, name and aliases, verified.
+// `val` holds the new program's Tensor of each of p's values made so far.
+// The composites' expansions (expand_attention, expand_adamw) are this.
+using Expand = std::function<Tensor(Tracer& tr, const Eqn& e, const std::vector<Tensor>& val)>;
+Program retrace(const Program& p, const Expand& expand);
 
 // Marks the equation that made t (an equation of t's tracer) no_grad: value_and_grad
 // treats t as a constant (Attrs::no_grad).

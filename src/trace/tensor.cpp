@@ -122,6 +122,28 @@ Tensor unreduce(const Tensor& reduced, const Shape& shape, const std::vector<int
   return broadcast_in_dim(reduced, shape, kept_axes(static_cast<int>(shape.size()), reduced_axes));
 }
 
+Program retrace(const Program& p, const Expand& expand) {
+  Tracer tr;
+  std::vector<Tensor> val(static_cast<size_t>(p.num_values()));
+  for (const NamedValue& in : p.inputs) val[static_cast<size_t>(in.value)] = tr.input(in.name, p.type(in.value));
+  for (const Eqn& e : p.eqns) {
+    Tensor r = expand(tr, e, val);
+    if (!r.valid()) {
+      std::vector<int> ins;
+      for (int v : e.inputs) ins.push_back(val[static_cast<size_t>(v)].id());
+      r = Tensor(&tr, tr.program().add_eqn_typed(e.op, ins, e.attrs, p.type(e.out)));
+    }
+    val[static_cast<size_t>(e.out)] = r;
+  }
+  std::vector<std::pair<std::string, Tensor>> outs;
+  for (const NamedValue& o : p.outputs) outs.emplace_back(o.name, val[static_cast<size_t>(o.value)]);
+  Program q = tr.finish(outs);
+  q.name = p.name;
+  q.aliases = p.aliases;
+  verify(q);
+  return q;
+}
+
 void mark_no_grad(const Tensor& t) {
   if (!t.valid()) throw Error("mark_no_grad: an invalid tensor");
   std::vector<Eqn>& eqns = t.tracer()->program().eqns;
