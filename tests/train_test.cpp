@@ -63,6 +63,21 @@ train::Options small_options() {
 
 bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
+// `first` (small_options() on some lane, with its steps and save path) run,
+// then resumed from its checkpoint on the host lane up to `total` steps: the
+// losses of both parts, joined; `first_lane` gets the lane the first part ran on.
+std::vector<double> then_on_the_host(const train::Options& first, int64_t total, train::Lane* first_lane = nullptr) {
+  const train::Result r1 = train::train(first);
+  if (first_lane) *first_lane = r1.lane_used;
+  train::Options rest = small_options();
+  rest.steps = total;
+  rest.resume_path = first.save_path;
+  const train::Result r2 = train::train(rest);
+  std::vector<double> all = r1.losses;
+  all.insert(all.end(), r2.losses.begin(), r2.losses.end());
+  return all;
+}
+
 }  // namespace
 
 TEST(Train, ResumedLossesAreBitIdenticalToAnUninterruptedRun) {
@@ -622,14 +637,7 @@ TEST(Train, HostFusedLaneIsTheHostLaneBitForBit) {
   first.lane = train::parse_lane("host-fused");
   first.steps = 5;
   first.save_path = d.file("half.safetensors");
-  const train::Result r1 = train::train(first);
-  train::Options rest = small_options();
-  rest.steps = 10;
-  rest.resume_path = first.save_path;
-  const train::Result r2 = train::train(rest);
-  std::vector<double> all = r1.losses;
-  all.insert(all.end(), r2.losses.begin(), r2.losses.end());
-  EXPECT_EQ(all, reference.losses);
+  EXPECT_EQ(then_on_the_host(first, 10), reference.losses);
 }
 
 // On a machine with a GPU: both GPU lanes follow the host's losses within the
@@ -648,14 +656,9 @@ TEST(Train, GpuLanesFollowTheHostAndTheirCheckpointsResume) {
     g.lane = lane;
     g.require_backend = true;
     g.save_path = d.file(std::string(train::lane_name(lane)) + ".safetensors");
-    const train::Result first = train::train(g);
-    ASSERT_EQ(first.lane_used, lane);
-    train::Options rest = small_options();
-    rest.steps = 12;
-    rest.resume_path = g.save_path;
-    const train::Result second = train::train(rest);   // on the host
-    std::vector<double> all = first.losses;
-    all.insert(all.end(), second.losses.begin(), second.losses.end());
+    train::Lane used;
+    const std::vector<double> all = then_on_the_host(g, 12, &used);
+    ASSERT_EQ(used, lane);
     ASSERT_EQ(all.size(), 12u);
     for (size_t k = 0; k < 12; ++k)
       EXPECT_LE(std::fabs(all[k] - host.losses[k]) / std::fabs(host.losses[k]), 1e-3)
@@ -705,16 +708,10 @@ TEST(Train, PjrtLanesFollowTheHostAndTheirCheckpointsResume) {
   first.backend.pjrt.plugin = plugin;
   first.steps = 5;
   first.save_path = d.file("pjrt.safetensors");
-  const train::Result r1 = train::train(first);
-  train::Options rest = small_options();
-  rest.steps = 10;
-  rest.resume_path = first.save_path;
-  const train::Result r2 = train::train(rest);
-  ASSERT_EQ(r1.losses.size() + r2.losses.size(), 10u);
-  for (size_t k = 0; k < 10; ++k) {
-    const double got = k < 5 ? r1.losses[k] : r2.losses[k - 5];
-    EXPECT_LE(std::fabs(got - reference.losses[k]) / reference.losses[k], 1e-5) << "step " << k + 1;
-  }
+  const std::vector<double> all = then_on_the_host(first, 10);
+  ASSERT_EQ(all.size(), 10u);
+  for (size_t k = 0; k < 10; ++k)
+    EXPECT_LE(std::fabs(all[k] - reference.losses[k]) / reference.losses[k], 1e-5) << "step " << k + 1;
 }
 
 // Issue 15 on the GPU: warmup + cosine, clipping inside the step and the
