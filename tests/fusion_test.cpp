@@ -509,6 +509,59 @@ TEST(Fusion, AdamWUpdateOfEachParameterIsOneKernel) {
   }
 }
 
+// AdamW known by name to the planner: each loop group that is one whole
+// update names it (Group::adamw), from expand_adamw's record; the same
+// equations without the record (written out beforehand) name nothing.
+TEST(Fusion, ThePlannerNamesEachAdamwUpdateGroup) {
+  const nn::LmConfig c = small_config();
+  const auto names = param_names(c);
+  const Program fused = optim::with_adamw(value_and_grad(nn::lm_loss_program(c), names), names, optim::AdamW{});
+  const Fused f = plan::fuse_program(fused);
+  ASSERT_EQ(f.adamw.size(), names.size());
+  std::vector<int> named(f.adamw.size(), 0);
+  int loop_updates = 0;
+  for (const plan::Group& g : f.groups) {
+    if (g.adamw < 0) continue;
+    EXPECT_EQ(g.kind, plan::GroupKind::loop);
+    ASSERT_LT(static_cast<size_t>(g.adamw), f.adamw.size());
+    ++named[static_cast<size_t>(g.adamw)];
+    const ExpandedAdamW& u = f.adamw[static_cast<size_t>(g.adamw)];
+    std::vector<char> mine(static_cast<size_t>(f.program.num_values()), 0);
+    for (int v : u.values) mine[static_cast<size_t>(v)] = 1;
+    for (int d = g.first; d <= g.last; ++d) {
+      const Eqn& e = f.program.eqns[static_cast<size_t>(d)];
+      EXPECT_TRUE(e.op == Op::constant || mine[static_cast<size_t>(e.out)]) << "equation " << d;
+    }
+    EXPECT_EQ(f.group_of[static_cast<size_t>(g.last)], f.group_of[static_cast<size_t>(g.first)]);
+  }
+  // Every update whose three results come out of a loop group of its own
+  // (the AdamWUpdateOfEachParameterIsOneKernel test: all three share one
+  // group) is named once; the others (a gain's, merged into its gradient's
+  // column group) not at all.
+  for (size_t k = 0; k < f.adamw.size(); ++k) {
+    int group = -1;
+    for (size_t g = 0; g < f.groups.size(); ++g)
+      for (int x : f.groups[g].outputs)
+        if (x == f.adamw[k].p_out) group = static_cast<int>(g);
+    ASSERT_GE(group, 0);
+    const plan::Group& g = f.groups[static_cast<size_t>(group)];
+    bool only_this = g.kind == plan::GroupKind::loop;
+    std::vector<char> mine(static_cast<size_t>(f.program.num_values()), 0);
+    for (int v : f.adamw[k].values) mine[static_cast<size_t>(v)] = 1;
+    for (int d = g.first; d <= g.last; ++d) {
+      const Eqn& e = f.program.eqns[static_cast<size_t>(d)];
+      only_this = only_this && (e.op == Op::constant || mine[static_cast<size_t>(e.out)]);
+    }
+    EXPECT_EQ(named[k], only_this ? 1 : 0) << names[k];
+    loop_updates += only_this ? 1 : 0;
+  }
+  EXPECT_GT(loop_updates, 0);
+  const Fused written_out = plan::fuse_program(expand_adamw(fused));
+  EXPECT_TRUE(written_out.adamw.empty());
+  for (const plan::Group& g : written_out.groups) EXPECT_EQ(g.adamw, -1);
+  EXPECT_EQ(written_out.groups.size(), f.groups.size());
+}
+
 TEST(Fusion, SeedProgramsGroupByGroupEqualTheInterpreterBitForBit) {
   const nn::LmConfig c = small_config();
   const auto names = param_names(c);

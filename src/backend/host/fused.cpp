@@ -217,37 +217,13 @@ bool host_fusable(const Program& p, const plan::Group& g, const std::vector<Step
   return true;
 }
 
-AdamWOrigins::AdamWOrigins(const Program& expanded, std::vector<ExpandedAdamW> u) : updates(std::move(u)) {
-  if (updates.empty()) return;
-  of.assign(static_cast<size_t>(expanded.num_values()), -1);
-  std::vector<char> constant(static_cast<size_t>(expanded.num_values()), 0);
-  for (const Eqn& e : expanded.eqns) constant[static_cast<size_t>(e.out)] = e.op == Op::constant;
-  computed.assign(updates.size(), 0);
-  for (size_t k = 0; k < updates.size(); ++k)
-    for (int v : updates[k].values) {
-      of[static_cast<size_t>(v)] = static_cast<int>(k);
-      computed[k] += constant[static_cast<size_t>(v)] ? 0 : 1;
-    }
-}
-
 bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector<int>& root,
-                       const std::vector<char>& tile_resident, const AdamWOrigins& origins, AdamWShortcut& a) {
-  if (g.kind != GroupKind::loop || origins.of.empty()) return false;
-  // The update that made the group's last equation; every other equation of
-  // the group one of its own or a constant, and every one of its own here.
-  const int u = origins.of[static_cast<size_t>(p.eqns[static_cast<size_t>(g.last)].out)];
-  if (u < 0) return false;
-  const ExpandedAdamW& x = origins.updates[static_cast<size_t>(u)];
+                       const std::vector<char>& tile_resident, const std::vector<ExpandedAdamW>& updates,
+                       AdamWShortcut& a) {
+  if (g.kind != GroupKind::loop || g.adamw < 0) return false;
+  const ExpandedAdamW& x = updates[static_cast<size_t>(g.adamw)];
   if (x.p_out < 0 || x.m_out < 0 || x.v_out < 0 || x.b1 < 0 || x.c1 < 0 || x.b2 < 0 || x.c2 < 0 || x.eps < 0)
     return false;
-  int in_group = 0;
-  for (int d = g.first; d <= g.last; ++d) {
-    const Eqn& e = p.eqns[static_cast<size_t>(d)];
-    if (e.op == Op::constant) continue;
-    if (origins.of[static_cast<size_t>(e.out)] != u) return false;
-    ++in_group;
-  }
-  if (in_group != origins.computed[static_cast<size_t>(u)]) return false;  // some of its equations run elsewhere
   for (int v : {x.p, x.g, x.m, x.v, x.p_out, x.m_out, x.v_out})
     if (p.type(v).dtype != DType::f32 || p.type(v).numel() != g.numel) return false;
   // Only the three results leave the group: they live in buffers of their
@@ -448,7 +424,7 @@ FusedGroup build_fused_group(const FusedGroupSource& src) {
   const std::vector<int>& root = src.root;
   const std::vector<char>& tile_resident = src.tile_resident;
   const std::vector<char>& splat = src.splat;
-  const AdamWOrigins& adamw = src.adamw;
+  const std::vector<ExpandedAdamW>& adamw = src.adamw;
   int64_t tile_elems = src.options.tile_elems;
   const int max_parts = src.options.max_parts;
   const bool jit = src.options.jit;

@@ -100,17 +100,6 @@ struct AdamWShortcut {
   int lr = -1, bc1 = -1, bc2 = -1, decay = -1;
 };
 
-// The AdamW updates of an expanded program (expand_adamw's record) and, per
-// value id, the update whose expansion made it (-1: none). The host knows
-// AdamW by name from these, not by the shape of its equations.
-struct AdamWOrigins {
-  std::vector<ExpandedAdamW> updates;
-  std::vector<int> of;        // per value id (empty: no updates)
-  std::vector<int> computed;  // per update: its values that are no constant
-  AdamWOrigins() = default;
-  AdamWOrigins(const Program& expanded, std::vector<ExpandedAdamW> u);
-};
-
 struct FusedGroup {
   plan::GroupKind kind = plan::GroupKind::loop;
   int64_t numel = 0;      // N
@@ -131,12 +120,14 @@ struct FusedGroup {
   int jit_loops = 0;                 // members of Kind::jit
 };
 
-// Whether the loop group [g.first, g.last] of p is exactly one parameter's
-// AdamW update of `origins`: every equation of the group one of the update's
-// (or a constant), all of the update's in it, every value it makes but the
-// three results (and its constants) tile-resident; fills a.
+// Whether the group [g.first, g.last] of p, which the planner found to be
+// exactly one parameter's AdamW update (plan::Group::adamw, an entry of
+// `updates`, plan::Fused::adamw), can run as the host AdamW loop: all three
+// results wanted, f32 of the group's size, every value it makes but the three
+// results (and its constants) tile-resident; fills a.
 bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector<int>& root,
-                       const std::vector<char>& tile_resident, const AdamWOrigins& origins, AdamWShortcut& a);
+                       const std::vector<char>& tile_resident, const std::vector<ExpandedAdamW>& updates,
+                       AdamWShortcut& a);
 
 // Whether the equations [g.first, g.last] of p (a loop, row or col group)
 // can run tile by tile; why not in *why. member_steps as in FusedGroupSource.
@@ -159,11 +150,11 @@ struct FusedGroupSource {
   // Per value id: the value whose buffer it is (slot of each value = its
   // value id, aliases resolved through `root`); per root value: a tile value
   // (tile_resident) and a splat constant (splat); the program's AdamW updates
-  // (AdamWOrigins), to recognise an update's group.
+  // (plan::Fused::adamw), which a group that is one of them names.
   const std::vector<int>& root;
   const std::vector<char>& tile_resident;
   const std::vector<char>& splat;
-  const AdamWOrigins& adamw;
+  const std::vector<ExpandedAdamW>& adamw;
   // How it runs: `tile_elems`, the tile size in elements; `max_parts`, the
   // most parts a loop or row group may run as (host_threads()); `jit`,
   // compile runs of elementwise members (JitSegment) where jit_available().

@@ -543,7 +543,6 @@ bool in_place_takes(const Program& ex, int b, int first, int x, const std::vecto
 // value ids of prog) or per equation (ne, in the order of ordered()).
 struct Interpreter::Impl::Build {
   std::vector<int> pack_of;  // per equation of prog: its all_reduce pack (all_reduce_packs), or -1
-  AdamWOrigins adamw;        // fused: the expansion's AdamW updates (match_adamw_group)
   int nv = 0, ne = 0;
   std::vector<Where> where;  // per value: where it lives (see the top of this file)
   std::vector<int> root;     // per value: the value whose buffer it is (itself unless an alias)
@@ -602,18 +601,18 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
 // The program to run and its order. AdamW known by name (ir.h adamw): the
 // interpreter runs its expansion, the plain equations (unfused, the reference
 // path, one by one); fused, each parameter's update is one loop group that
-// runs as the host AdamW kernel, recognised from the expansion's record
-// (match_adamw_group). Fused, the equations run in plan::fuse_program's
+// runs as the host AdamW kernel: the planner names the groups that are one
+// update each (plan::Group::adamw, from the expansion's record), and
+// match_adamw_group checks the host can run it so. Fused, the equations run in plan::fuse_program's
 // order with each all_reduce pack's members together (gather_packs). Every
 // value starts as its own arena buffer, the inputs as the caller's Arrays.
 void Interpreter::Impl::expand_and_order(Program p, const InterpreterOptions& opt, Build& b) {
   std::vector<ExpandedAdamW> updates;
   prog = expand_adamw(p, &updates);  // verifies p
-  if (opt.fuse) b.adamw = AdamWOrigins(prog, std::move(updates));
   configure_blas_threads();
   b.pack_of = all_reduce_packs(prog);  // per equation of prog
   if (opt.fuse) {
-    fusion = plan::fuse_program(prog, plan::FuseOptions{true, 0});
+    fusion = plan::fuse_expanded(prog, std::move(updates), plan::FuseOptions{true, 0});
     gather_packs(*fusion, b.pack_of);
   }
   const Program& ex = ordered();
@@ -901,6 +900,7 @@ void Interpreter::Impl::choose_fused_groups(Build& b) {
       for (int f = whole.first; f < whole.last && !gp; ++f) {
         plan::Group sub = whole;
         sub.first = f;
+        if (f > whole.first) sub.adamw = -1;  // a part of an update is not the update
         const std::vector<Step> members(built.begin() + sub.first, built.begin() + sub.last + 1);
         if (!host_fusable(ex, sub, members)) continue;
         if (f == whole.first) {
@@ -1116,7 +1116,6 @@ void Interpreter::Impl::make_fused_groups(const InterpreterOptions& opt, bool pl
   const std::vector<Step>& built = b.built;
   const std::vector<const plan::Group*>& group_src = b.group_src;
   const std::vector<char>& tile_resident = b.tile_resident;
-  const AdamWOrigins& adamw = b.adamw;
   std::vector<char> splat(static_cast<size_t>(nv), 0);
   for (const Eqn& e : ex.eqns)
     if (e.op == Op::constant && e.attrs.literal.size() == 1 && where[static_cast<size_t>(e.out)] == Where::stat)
@@ -1131,7 +1130,7 @@ void Interpreter::Impl::make_fused_groups(const InterpreterOptions& opt, bool pl
         .root = root,
         .tile_resident = tile_resident,
         .splat = splat,
-        .adamw = adamw,
+        .adamw = fusion->adamw,
         .options = {.tile_elems = opt.tile_elems, .max_parts = host_threads(), .jit = opt.jit && !plan_only}});
     tile_bytes = std::max(tile_bytes, groups[k]->scratch_stride * static_cast<size_t>(groups[k]->parts));
   }

@@ -180,8 +180,54 @@ const char* group_kind_name(GroupKind k) {
   return "?";
 }
 
+namespace {
+
+// Group::adamw of each loop group that is exactly one update of `updates`
+// (expand_adamw's record for f.program): its last equation's value is the
+// update's, every other equation's too (or a constant), and the group holds
+// every one of the update's values that is no constant.
+void mark_adamw_groups(Fused& f, std::vector<ExpandedAdamW> updates) {
+  const Program& p = f.program;
+  std::vector<int> of(static_cast<size_t>(p.num_values()), -1);  // per value: its update
+  std::vector<char> constant(static_cast<size_t>(p.num_values()), 0);
+  for (const Eqn& e : p.eqns) constant[static_cast<size_t>(e.out)] = e.op == Op::constant;
+  std::vector<int> computed(updates.size(), 0);  // per update: its values that are no constant
+  for (size_t k = 0; k < updates.size(); ++k)
+    for (int v : updates[k].values) {
+      of[static_cast<size_t>(v)] = static_cast<int>(k);
+      computed[k] += constant[static_cast<size_t>(v)] ? 0 : 1;
+    }
+  for (Group& g : f.groups) {
+    if (g.kind != GroupKind::loop) continue;
+    const int u = of[static_cast<size_t>(p.eqns[static_cast<size_t>(g.last)].out)];
+    if (u < 0) continue;
+    int mine = 0;
+    bool only_u = true;
+    for (int d = g.first; d <= g.last && only_u; ++d) {
+      const Eqn& e = p.eqns[static_cast<size_t>(d)];
+      if (e.op == Op::constant) continue;
+      only_u = of[static_cast<size_t>(e.out)] == u;
+      ++mine;
+    }
+    if (only_u && mine == computed[static_cast<size_t>(u)]) g.adamw = u;
+  }
+  f.adamw = std::move(updates);
+}
+
+}  // namespace
+
+Fused fuse_expanded(const Program& expanded, std::vector<ExpandedAdamW> updates, const FuseOptions& fo) {
+  Fused f = fuse_program(expanded, fo);
+  mark_adamw_groups(f, std::move(updates));
+  return f;
+}
+
 Fused fuse_program(const Program& p, const FuseOptions& fo) {
-  if (has_adamw(p)) return fuse_program(expand_adamw(p), fo);  // planned as the plain equations
+  if (has_adamw(p)) {  // planned as the plain equations, each update known by its record
+    std::vector<ExpandedAdamW> updates;
+    const Program expanded = expand_adamw(p, &updates);
+    return fuse_expanded(expanded, std::move(updates), fo);
+  }
   verify(p);
   const bool loops = fo.loops;
   const int E = static_cast<int>(p.eqns.size());

@@ -66,6 +66,7 @@
 
 #include "backend/plan/view_layout.h"
 #include "capstep/ir.h"
+#include "capstep/trace.h"
 
 namespace capstep::plan {
 
@@ -87,11 +88,19 @@ struct Group {
   int wave = -1;               // fused groups: the wave (Fused::waves) it runs in
   std::vector<int> inputs;     // values read from outside the group, in first-read order
   std::vector<int> outputs;    // members' values read outside the group or Program outputs, in equation order
+  // A loop group that is exactly one adamw equation's expansion (its index in
+  // Fused::adamw): every equation of the group, constants aside, is one of
+  // that update's, and every one of them is here. -1: none. A backend may run
+  // such a group as its own AdamW kernel (the host does).
+  int adamw = -1;
   int size() const { return last - first + 1; }
 };
 
 struct Fused {
   Program program;             // the input's equations reordered so that each group is contiguous
+  // The program had adamw equations (ir.h): `program` is expand_adamw's, and
+  // this its record, one entry per parameter's update (value ids of `program`).
+  std::vector<ExpandedAdamW> adamw;
   std::vector<Group> groups;   // in execution order (a topological order of the groups)
   std::vector<int> group_of;   // per equation of `program`: its group
   std::vector<int> old_index;  // per equation of `program`: its index in the original Program
@@ -130,8 +139,13 @@ struct FuseOptions {
   bool bf16_operand_views = false;
 };
 // A program with adamw equations (ir.h) is planned as expand_adamw(p): `program`
-// and old_index are then the expansion's.
+// and old_index are then the expansion's, Fused::adamw its record, and each
+// loop group that is one whole update says so (Group::adamw): AdamW is known
+// by name to the planner, never by the shape of its equations.
 Fused fuse_program(const Program& p, const FuseOptions& o);
+// The same for a program that its caller has expanded already: `expanded` =
+// expand_adamw(p, &updates).
+Fused fuse_expanded(const Program& expanded, std::vector<ExpandedAdamW> updates, const FuseOptions& o);
 inline Fused fuse_program(const Program& p, bool loops = true) { return fuse_program(p, FuseOptions{loops, 0}); }
 
 // Where the elements of value x lie: in the buffer of `root`, through the
