@@ -146,9 +146,9 @@ std::string offset_code(const Walk& w, const std::string& idx) {
   std::string t = idx;
   bool first = true;
   for (int d = w.rank - 1; d >= lowest; --d) {
-    const std::string div = "(" + t + " / " + std::to_string(w.dims[d]) + "LL)";
+    const std::string div = "(" + t + " / " + std::to_string(w.size[d]) + "LL)";
     if (w.stride[d] != 0) {
-      const std::string c = d == 0 ? t : "(" + t + " % " + std::to_string(w.dims[d]) + "LL)";
+      const std::string c = d == 0 ? t : "(" + t + " % " + std::to_string(w.size[d]) + "LL)";
       s << (first ? "" : " + ") << c << (w.stride[d] == 1 ? "" : " * " + std::to_string(w.stride[d]) + "LL");
       first = false;
     }
