@@ -39,6 +39,21 @@ Walk make_walk(const std::vector<int64_t>& size, const std::vector<int64_t>& str
   return w;
 }
 
+std::string offset_code(const Walk& w, const std::string& idx) {
+  std::string e;
+  int64_t inner = 1;  // the product of the sizes after axis d
+  for (int d = w.rank - 1; d >= 0; --d) {
+    if (w.stride[d] != 0) {
+      std::string c = inner == 1 ? idx : "(" + idx + " / " + std::to_string(inner) + "LL)";
+      if (d > 0) c = "(" + c + " % " + std::to_string(w.size[d]) + "LL)";
+      if (w.stride[d] != 1) c += " * " + std::to_string(w.stride[d]) + "LL";
+      e += (e.empty() ? "" : " + ") + c;
+    }
+    inner *= w.size[d];
+  }
+  return e.empty() ? "0" : e;
+}
+
 Walk broadcast_walk(const Shape& in, const Shape& out, const std::vector<int64_t>& dims, const std::string& what) {
   const std::vector<int64_t> is = row_major_strides(in);
   std::vector<int64_t> stride(out.size(), 0);

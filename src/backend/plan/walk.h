@@ -62,6 +62,12 @@ CAPSTEP_WALK_HD int64_t walk_offset(const Walk& w, int64_t i) {
   return off;
 }
 
+// The C++ expression of walk_offset(w, idx) with the walk's constants, for the
+// text of generated kernels ("0" when no axis moves). idx must be a name or a
+// parenthesized expression; the outermost axis takes no modulo, so idx must
+// be below w.numel().
+std::string offset_code(const Walk& w, const std::string& idx);
+
 // Row-major strides (in elements) of a shape.
 std::vector<int64_t> row_major_strides(const Shape& s);
 
