@@ -781,7 +781,33 @@ TEST(Walks, ReduceOverAnyAxesMatchesTheInterpreter) {
       EXPECT_TRUE(got.bit_equal(want)) << op_name(op) << " over " << shape_str(axes);
     }
   }
-  EXPECT_THROW(plan::transpose_walk(Shape(9, 2), {0, 1, 2, 3, 4, 5, 6, 7, 8}, "rank 9"), Error);
+}
+
+// Walks come collapsed (walk.h): axes whose strides chain are one axis, so a
+// rank-9 identity transpose is a rank-1 copy; kMaxRank bounds the axes that
+// remain, and an axis-reversing transpose keeps every one of them.
+TEST(Walks, CollapseAndTheMaximumRank) {
+  const plan::Walk id = plan::transpose_walk(Shape(9, 2), {0, 1, 2, 3, 4, 5, 6, 7, 8}, "rank 9");
+  EXPECT_EQ(id.rank, 1);
+  EXPECT_TRUE(id.is_identity());
+  for (int rank : {plan::kMaxRank, plan::kMaxRank + 1}) {
+    std::vector<int64_t> perm;
+    for (int d = rank - 1; d >= 0; --d) perm.push_back(d);
+    const Shape s(static_cast<size_t>(rank), 2);
+    if (rank > plan::kMaxRank) {
+      EXPECT_THROW(plan::transpose_walk(s, perm, "reversed"), Error);
+      continue;
+    }
+    const plan::Walk w = plan::transpose_walk(s, perm, "reversed");
+    ASSERT_EQ(w.rank, rank);
+    // element i of the reversal is the input element whose index has i's bits reversed
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      int64_t want = 0;
+      for (int b = 0; b < rank; ++b)
+        if (i >> b & 1) want |= int64_t{1} << (rank - 1 - b);
+      ASSERT_EQ(plan::walk_offset(w, i), want) << i;
+    }
+  }
 }
 
 // Lane 3's program: the seed's model (smaller), its gradient, AdamW appended

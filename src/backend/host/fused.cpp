@@ -265,7 +265,7 @@ char jit_bcast(const FusedGroup& G, const FusedMember& m) {
       m.in[0].esz != 4)
     return 0;
   if (m.kind == FusedMember::Kind::row_bcast) return 'r';
-  const StridedView& v = m.view;
+  const Walk& v = m.view;
   if (m.kind == FusedMember::Kind::strided && m.in[0].tile_off < 0 && !m.in[0].splat && v.rank == 2 &&
       v.stride[0] == 0 && v.stride[1] == 1 && v.size[1] == G.cols)
     return 'c';
@@ -532,7 +532,7 @@ FusedGroup build_fused_group(const FusedGroupSource& src) {
           m.step = st;
           m.step.in[0] = 0;
           m.step.out = 3;
-          StridedView v;  // R rows of C: output stride 1 per row, 0 along the row
+          Walk v;  // R rows of C: output stride 1 per row, 0 along the row
           v.rank = 2;
           v.size[0] = g.rows;
           v.size[1] = g.cols;

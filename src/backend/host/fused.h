@@ -59,7 +59,7 @@ struct FusedMember {
   FusedOperand in[3], out;
   Step step;              // kernel: the interpreter's kernel and Step with in = {0,1,2}, out = 3; n per call
   std::vector<Step> part_steps;  // copies of step for parts 1.. of the group (each sets its own n)
-  StridedView view;       // strided: the source walk over the whole result; reduce_row: {R, C} strides {1, 0}
+  Walk view;              // strided: the source walk over the whole result; reduce_row: {R, C} strides {1, 0}
   int64_t cols = 0;       // row_bcast, reduce_row: C; reduce_col: K
   DType dtype = DType::f32;
   bool max = false;       // reduce_*: reduce_max

@@ -107,27 +107,6 @@ void fill_iota(const Attrs& a, const Type& t, void* dst) {
   store_doubles(t.dtype, dst, t.numel(), [&](int64_t i) { return static_cast<double>((i / inner) % size); });
 }
 
-// The source walk of broadcast_in_dim: operand axis i feeds output axis dims[i]
-// (stride 0 where the operand's axis has size 1).
-StridedView broadcast_view(const Type& in, const Type& out, const std::vector<int64_t>& dims,
-                           const std::string& what) {
-  const std::vector<int64_t> is = row_major_strides(in.shape);
-  std::vector<int64_t> stride(out.shape.size(), 0);
-  for (size_t i = 0; i < dims.size(); ++i)
-    if (in.shape[i] != 1) stride[static_cast<size_t>(dims[i])] = is[i];
-  return make_view(out.shape, stride, what);
-}
-
-StridedView transpose_view(const Type& in, const std::vector<int64_t>& perm, const std::string& what) {
-  const std::vector<int64_t> is = row_major_strides(in.shape);
-  std::vector<int64_t> size, stride;
-  for (int64_t p : perm) {
-    size.push_back(in.shape[static_cast<size_t>(p)]);
-    stride.push_back(is[static_cast<size_t>(p)]);
-  }
-  return make_view(size, stride, what);
-}
-
 // The strides, in transpose(x, perm)'s row-major buffer of type `out`, of
 // x's axes: result axis i is x's axis perm[i].
 std::vector<int64_t> strides_through_transpose(const Type& out, const std::vector<int64_t>& perm) {
@@ -756,7 +735,7 @@ void Interpreter::Impl::plan_steps(Build& b) {
         break;
       }
       case Op::broadcast_in_dim:
-        s.view = broadcast_view(prog.type(e.inputs[0]), t, e.attrs.dims, what);
+        s.view = plan::broadcast_walk(prog.type(e.inputs[0]).shape, t.shape, e.attrs.dims, what);
         if (s.view.is_identity()) alias_of_operand();
         else s.fn = strided_copy_kernel(t.dtype);
         break;
@@ -768,7 +747,7 @@ void Interpreter::Impl::plan_steps(Build& b) {
           alias_of_operand();               // the dot_general it reads wrote it in its layout
           break;
         }
-        s.view = transpose_view(prog.type(e.inputs[0]), e.attrs.dims, what);
+        s.view = plan::transpose_walk(prog.type(e.inputs[0]).shape, e.attrs.dims, what);
         if (s.view.is_identity()) alias_of_operand();
         else s.fn = strided_copy_kernel(t.dtype);
         break;
@@ -802,7 +781,7 @@ void Interpreter::Impl::plan_steps(Build& b) {
         const Type& in = prog.type(e.inputs[0]);
         s.fn = reduce_kernel(e.op, in.dtype);
         s.n_in = in.numel();
-        s.view = plan_reduce(in, e.attrs.dims, what);
+        s.view = plan::reduce_output_walk(in.shape, e.attrs.dims, what);
         if (in.dtype == DType::bf16) {  // the f32 accumulators
           s.scratch[0] = nv + static_cast<int>(scratch.size());
           scratch.push_back({static_cast<size_t>(s.n) * sizeof(float), i});
@@ -832,24 +811,18 @@ void Interpreter::Impl::plan_steps(Build& b) {
       case Op::slice: {
         // A copy always, even of a contiguous part: an alias would have to
         // start inside its operand's buffer, which no slot can.
-        const Type& in = prog.type(e.inputs[0]);
-        const std::vector<int64_t> is = row_major_strides(in.shape);
-        std::vector<int64_t> stride(is.size());
-        for (size_t d = 0; d < is.size(); ++d) {
-          // (an axis of one element is never stepped: its stride, however
-          // large, is not multiplied out)
-          stride[d] = t.shape[d] > 1 ? is[d] * e.attrs.strides[d] : 0;
-          s.offset += e.attrs.starts[d] * is[d];
-        }
-        s.view = make_view(t.shape, stride, what);
+        const plan::OffsetWalk w =
+            plan::slice_walk(prog.type(e.inputs[0]).shape, t.shape, e.attrs.starts, e.attrs.strides, what);
+        s.view = w.walk;
+        s.offset = w.offset;
         s.fn = slice_kernel(t.dtype);
         break;
       }
       case Op::pad: {
         const Type& in = prog.type(e.inputs[0]);
-        const std::vector<int64_t> os = row_major_strides(t.shape);
-        for (size_t d = 0; d < os.size(); ++d) s.offset += e.attrs.lows[d] * os[d];
-        s.view = make_view(in.shape, os, what);
+        const plan::OffsetWalk w = plan::embed_walk(in.shape, t.shape, e.attrs.lows, what);
+        s.view = w.walk;
+        s.offset = w.offset;
         s.n_in = in.numel();
         s.fn = pad_kernel(t.dtype);
         break;

@@ -56,14 +56,14 @@ std::vector<int64_t> batch_offsets(const Shape& shape, const std::vector<int64_t
   return offs;
 }
 
-StridedView pack_view(const Shape& shape, const std::vector<int64_t>& strides, const std::vector<int64_t>& order,
-                      const std::string& what) {
+Walk pack_view(const Shape& shape, const std::vector<int64_t>& strides, const std::vector<int64_t>& order,
+               const std::string& what) {
   std::vector<int64_t> sz, st;
   for (int64_t a : order) {
     sz.push_back(shape[static_cast<size_t>(a)]);
     st.push_back(strides[static_cast<size_t>(a)]);
   }
-  return make_view(sz, st, what);
+  return plan::make_walk(sz, st, what);
 }
 
 // Rows [lo, hi) of op(A) that part `part` of a single GEMM (batch 1) computes:
@@ -168,7 +168,7 @@ void k_dot(const Step& s, void* const* p) {
 }
 
 // The packing walk of strided_copy, widening bf16 to f32 (exact) on the way.
-void widen_strided(const StridedView& v, const uint16_t* __restrict src, float* __restrict dst) {
+void widen_strided(const Walk& v, const uint16_t* __restrict src, float* __restrict dst) {
   if (v.rank == 0) {
     dst[0] = bf16::to_float(src[0]);
     return;

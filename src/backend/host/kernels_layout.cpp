@@ -43,7 +43,7 @@ void k_pad(const Step& s, void* const* p) {
   std::memset(dst, 0, static_cast<size_t>(s.n) * sizeof(E));
   if (s.n_in == 0) return;
   dst += s.offset;
-  const StridedView& v = s.view;
+  const Walk& v = s.view;
   if (v.rank == 0) {  // one element
     dst[0] = src[0];
     return;
@@ -151,7 +151,7 @@ template <class T, bool Max, class In>
 CAPSTEP_HOST_CLONES void reduce_into(const Step& s, const In* __restrict in, T* __restrict out) {
   for (int64_t i = 0; i < s.n; ++i) out[i] = identity<T, Max>();
   if (s.n_in == 0) return;
-  const StridedView& v = s.view;
+  const Walk& v = s.view;
   if (v.rank == 0) {  // every axis had size 1
     out[0] = combine<T, Max>(out[0], load<T>(in[0]));
     return;
@@ -258,20 +258,6 @@ void k_scatter_add_rows_bf16(const Step& s, void* const* p) {
 
 void throw_index_error(const Step& s, int64_t position, int64_t value) {
   throw Error(index_error_text(*s.program, s.eqn, position, value));
-}
-
-StridedView plan_reduce(const Type& in, const std::vector<int64_t>& axes, const std::string& what) {
-  std::vector<int64_t> out_stride(in.shape.size(), 0);
-  int64_t st = 1;
-  for (size_t a = in.shape.size(); a-- > 0;) {
-    bool reduced = false;
-    for (int64_t r : axes) reduced |= (r == static_cast<int64_t>(a));
-    if (!reduced) {
-      out_stride[a] = st;
-      st *= in.shape[a];
-    }
-  }
-  return make_view(in.shape, out_stride, what);
 }
 
 Kernel strided_copy_kernel(DType t) {

@@ -37,7 +37,7 @@ struct DotPlan {
   int64_t lda = 1, ldb = 1;               // leading dimensions as BLAS takes them
   std::vector<int64_t> a_off, b_off;      // element offset of each batch's matrix
   bool pack_a = false, pack_b = false;    // copy the operand into scratch first
-  StridedView a_view, b_view;             // the packing walks ([B,M,K] and [B,K,N])
+  Walk a_view, b_view;                    // the packing walks ([B,M,K] and [B,K,N])
   // A batch (batch > 1, A not transposed) whose B is stored transposed
   // (trans_b, ldb) in f32 GEMMs that libxsmm would take untransposed
   // (gemm_nn_small_f32): the parts copy B's matrices transposed into the
@@ -92,7 +92,7 @@ struct Step {
   int64_t n = 0;                 // elements of the output
   int64_t n_in = 0;              // elements of the first operand (reduce)
   size_t elem_bytes = 0;         // width of one element (layout ops)
-  StridedView view;              // broadcast/transpose: source walk; reduce: output walk over input
+  Walk view;                     // broadcast/transpose: source walk; reduce: output walk over input
   // gather_rows / scatter_add_rows
   int64_t rows = 0;              // N: rows of the table / operand
   int64_t row_elems = 0;         // elements in one row
@@ -151,7 +151,5 @@ bool dot_operand_in_place(const Type& t, const std::vector<int64_t>& batch, cons
 // (ldc), the batch axes anywhere (c_off); sets d.ldc and d.c_off if so.
 bool dot_out_layout(const Attrs& at, int lhs_rank, int rhs_rank, const std::vector<int64_t>& st, const Type& lhs,
                     const Type& rhs, DotPlan& d);
-// Plans a reduce: the walk over the input with the output stride of each axis.
-StridedView plan_reduce(const Type& in, const std::vector<int64_t>& axes, const std::string& what);
 
 }  // namespace capstep::host

@@ -1,10 +1,8 @@
-// A strided walk over a row-major destination: the loop nest that broadcast_in_dim,
-// transpose, dot_general's operand packing and reduce all share.
-//
-// A StridedView holds, for each axis of a row-major iteration space, its size and
-// the stride (in elements) of a second array along that axis. Collapsing merges
-// adjacent axes whose strides chain, so the innermost loop is as long as possible;
-// after collapsing, a plain copy is rank 1 with stride 1.
+// The host's loops over a strided walk (plan/walk.h, the one strided type of
+// both backends): the loop nest that broadcast_in_dim, transpose, slice, pad,
+// dot_general's operand packing and reduce all share, with fast inner loops
+// for the innermost axis (a memcpy where it is contiguous, a fill where it
+// repeats). Walks come collapsed, so a plain copy is rank 1 with stride 1.
 #pragma once
 
 #include <algorithm>
@@ -12,38 +10,19 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/plan/walk.h"
 #include "capstep/ir.h"
 
 namespace capstep::host {
 
-// Loop counters live on the stack, so views have a fixed maximum rank.
-constexpr int kMaxRank = 16;
-
-struct StridedView {
-  int rank = 0;
-  int64_t size[kMaxRank] = {};
-  int64_t stride[kMaxRank] = {};
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int i = 0; i < rank; ++i) n *= size[i];
-    return n;
-  }
-  bool is_identity() const { return rank == 0 || (rank == 1 && stride[0] == 1); }
-};
-
-// Row-major strides (in elements) of a shape.
-std::vector<int64_t> row_major_strides(const Shape& s);
-
-// Builds a view from per-axis sizes and strides: drops size-1 axes and merges
-// axis a into a+1 when stride[a] == stride[a+1] * size[a+1]. Throws Error when
-// the collapsed rank exceeds kMaxRank (`what` names the equation).
-StridedView make_view(const std::vector<int64_t>& size, const std::vector<int64_t>& stride,
-                      const std::string& what);
+using plan::kMaxRank;
+using plan::row_major_strides;
+using plan::Walk;
 
 // One step of the row-major walk over the outer axes [0, rank-1) of v (the
 // innermost axis is the caller's own loop): advances idx and moves off by the
 // strides. Shared by strided_copy and the host's reduce kernel.
-inline void next_outer(const StridedView& v, int64_t* idx, int64_t& off) {
+inline void next_outer(const Walk& v, int64_t* idx, int64_t& off) {
   for (int a = v.rank - 2; a >= 0; --a) {
     if (++idx[a] < v.size[a]) {
       off += v.stride[a];
@@ -59,7 +38,7 @@ inline void next_outer(const StridedView& v, int64_t* idx, int64_t& off) {
 // the element's width (uint8_t, uint16_t, uint32_t, uint64_t): copying never
 // looks at values.
 template <class E>
-void strided_range(const StridedView& v, const E* __restrict src, int64_t begin, int64_t count, E* __restrict dst) {
+void strided_range(const Walk& v, const E* __restrict src, int64_t begin, int64_t count, E* __restrict dst) {
   if (count <= 0) return;
   if (v.rank == 0) {
     dst[0] = src[0];
@@ -96,14 +75,14 @@ void strided_range(const StridedView& v, const E* __restrict src, int64_t begin,
 
 // dst[0..n) (row-major over v) = src[offset(v)]: the whole walk.
 template <class E>
-void strided_copy(const StridedView& v, const E* __restrict src, E* __restrict dst) {
+void strided_copy(const Walk& v, const E* __restrict src, E* __restrict dst) {
   strided_range(v, src, 0, v.numel(), dst);
 }
 
 // Dispatch strided_range on an element width in bytes (1, 2, 4 or 8).
-void strided_range_bytes(const StridedView& v, size_t elem_bytes, const void* src, int64_t begin, int64_t count, void* dst);
+void strided_range_bytes(const Walk& v, size_t elem_bytes, const void* src, int64_t begin, int64_t count, void* dst);
 // Dispatches strided_copy on an element width in bytes (1, 2, 4 or 8).
-void strided_copy_bytes(const StridedView& v, size_t elem_bytes, const void* src, void* dst);
+void strided_copy_bytes(const Walk& v, size_t elem_bytes, const void* src, void* dst);
 
 // dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols: a 2-D f32
 // transpose, in 8 x 8 blocks (held in AVX2 registers when the CPU has them:

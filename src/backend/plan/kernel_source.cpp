@@ -135,63 +135,36 @@ const char* const kBf16DeviceText =
     "  return capstep_bf16_round(__uint_as_float(__float_as_uint(f) | 1u));  // to odd: the second rounding is exact\n"
     "}\n";
 
-// The offset expression of a broadcast's operand for element i: walk_offset
-// (walk.h) unrolled with the walk's constants.
-std::string offset_code(const Walk& w, const std::string& idx) {
-  int lowest = -1;  // the outermost axis with a non-zero stride
-  for (int d = 0; d < w.rank; ++d)
-    if (w.stride[d] != 0) { lowest = d; break; }
-  if (lowest < 0) return "0";
-  std::ostringstream s;
-  std::string t = idx;
-  bool first = true;
-  for (int d = w.rank - 1; d >= lowest; --d) {
-    const std::string div = "(" + t + " / " + std::to_string(w.dims[d]) + "LL)";
-    if (w.stride[d] != 0) {
-      const std::string c = d == 0 ? t : "(" + t + " % " + std::to_string(w.dims[d]) + "LL)";
-      s << (first ? "" : " + ") << c << (w.stride[d] == 1 ? "" : " * " + std::to_string(w.stride[d]) + "LL");
-      first = false;
-    }
-    t = div;
-  }
-  return s.str();
-}
-
-
 // A dot_general's operands as strided walks over their roots' buffers (through
 // reshapes and view transposes): batch, free and contracted axes of each side,
 // and the sizes B, M, N, K.
 struct DotLayout {
-  AxisLayout a_b, a_m, a_k, b_b, b_n, b_k;
+  Walk a_b, a_m, a_k, b_b, b_n, b_k;
   int a_root = -1, b_root = -1;
   bool a_round = false, b_round = false;  // read through a bf16 operand view: an f32 root, rounded to bf16 on load
   int64_t B = 1, M = 1, N = 1, K = 1;
 };
-int64_t layout_size(const AxisLayout& a) {
-  int64_t n = 1;
-  for (const SubAxis& s : a) n *= s.size;
-  return n;
-}
 DotLayout dot_layout(const Program& p, const std::vector<char>& view, const Eqn& e, const std::string& kernel) {
   const Attrs& at = e.attrs;
   const std::optional<ViewOf> va = view_of(p, view, e.inputs[0]), vb = view_of(p, view, e.inputs[1]);
   if (!va || !vb) throw Error("kernel source: an operand of a product in " + kernel + " has no strided layout");
   const int ra = static_cast<int>(p.type(e.inputs[0]).shape.size()), rb = static_cast<int>(p.type(e.inputs[1]).shape.size());
   DotLayout d;
-  d.a_b = combined(va->layout, at.lhs_batch);
-  d.a_m = combined(va->layout, dot_free_axes(ra, at.lhs_batch, at.lhs_contract));
-  d.a_k = combined(va->layout, at.lhs_contract);
-  d.b_b = combined(vb->layout, at.rhs_batch);
-  d.b_n = combined(vb->layout, dot_free_axes(rb, at.rhs_batch, at.rhs_contract));
-  d.b_k = combined(vb->layout, at.rhs_contract);
+  const std::string what = "dot_general in " + kernel;
+  d.a_b = combined(va->layout, at.lhs_batch, what);
+  d.a_m = combined(va->layout, dot_free_axes(ra, at.lhs_batch, at.lhs_contract), what);
+  d.a_k = combined(va->layout, at.lhs_contract, what);
+  d.b_b = combined(vb->layout, at.rhs_batch, what);
+  d.b_n = combined(vb->layout, dot_free_axes(rb, at.rhs_batch, at.rhs_contract), what);
+  d.b_k = combined(vb->layout, at.rhs_contract, what);
   d.a_root = va->root;
   d.b_root = vb->root;
   d.a_round = va->bf16_round;
   d.b_round = vb->bf16_round;
-  d.B = layout_size(d.a_b);
-  d.M = layout_size(d.a_m);
-  d.N = layout_size(d.b_n);
-  d.K = layout_size(d.a_k);
+  d.B = d.a_b.numel();
+  d.M = d.a_m.numel();
+  d.N = d.b_n.numel();
+  d.K = d.a_k.numel();
   return d;
 }
 
@@ -374,7 +347,7 @@ class Emitter {
         case Op::dot_general: {  // one element of the product, its k in order
           const std::vector<char> none;
           const DotLayout dl = dot_layout(p_, view_ ? *view_ : none, e, k_.name);
-          const AxisLayout &a_b = dl.a_b, &a_m = dl.a_m, &a_k = dl.a_k, &b_b = dl.b_b, &b_n = dl.b_n, &b_k = dl.b_k;
+          const Walk &a_b = dl.a_b, &a_m = dl.a_m, &a_k = dl.a_k, &b_b = dl.b_b, &b_n = dl.b_n, &b_k = dl.b_k;
           const int64_t M = dl.M, N = dl.N, K = dl.K;
           // the roots' dtypes (bf16: widened; an f32 root of a bf16 view: rounded), f32 products and sums
           const DType at = p_.type(dl.a_root).dtype, bt = p_.type(dl.b_root).dtype;
@@ -385,21 +358,21 @@ class Emitter {
               << ind << "{\n"
               << ind << "  const long long n" << id << " = " << idx << " % " << N << "LL, m" << id << " = (" << idx << " / " << N
               << "LL) % " << M << "LL, b" << id << " = " << idx << " / " << M * N << "LL;\n"
-              << ind << "  const long long oa = " << offset_expr(a_b, "b" + id) << " + " << offset_expr(a_m, "m" + id)
-              << ", ob = " << offset_expr(b_b, "b" + id) << " + " << offset_expr(b_n, "n" + id) << ";\n"
+              << ind << "  const long long oa = " << offset_code(a_b, "b" + id) << " + " << offset_code(a_m, "m" + id)
+              << ", ob = " << offset_code(b_b, "b" + id) << " + " << offset_code(b_n, "n" + id) << ";\n"
               // four partial sums (k = 4j, 4j+1, ...) for instruction-level parallelism, then added pairwise
               << ind << "  " << T << " s0 = " << T << "(0), s1 = " << T << "(0), s2 = " << T << "(0), s3 = " << T << "(0);\n"
               << ind << "  for (long long kk = 0; kk + 3 < " << K << "LL; kk += 4) {\n";
           for (int q = 0; q < 4; ++q) {
             const std::string kq = q == 0 ? "kk" : "(kk + " + std::to_string(q) + ")";
-            pre << ind << "    s" << q << " = s" << q << " + " << lda(in_name_.at(dl.a_root) + "[oa + " + offset_expr(a_k, kq) + "]")
-                << " * " << ldb(in_name_.at(dl.b_root) + "[ob + " + offset_expr(b_k, kq) + "]") << ";\n";
+            pre << ind << "    s" << q << " = s" << q << " + " << lda(in_name_.at(dl.a_root) + "[oa + " + offset_code(a_k, kq) + "]")
+                << " * " << ldb(in_name_.at(dl.b_root) + "[ob + " + offset_code(b_k, kq) + "]") << ";\n";
           }
           pre << ind << "  }\n";
           for (int64_t q = K / 4 * 4; q < K; ++q) {
             const std::string kq = std::to_string(q) + "LL";
-            pre << ind << "  s" << q % 4 << " = s" << q % 4 << " + " << lda(in_name_.at(dl.a_root) + "[oa + " + offset_expr(a_k, kq) + "]")
-                << " * " << ldb(in_name_.at(dl.b_root) + "[ob + " + offset_expr(b_k, kq) + "]") << ";\n";
+            pre << ind << "  s" << q % 4 << " = s" << q % 4 << " + " << lda(in_name_.at(dl.a_root) + "[oa + " + offset_code(a_k, kq) + "]")
+                << " * " << ldb(in_name_.at(dl.b_root) + "[ob + " + offset_code(b_k, kq) + "]") << ";\n";
           }
           pre << ind << "  " << v << " = (s0 + s1) + (s2 + s3);\n"
               << ind << "}\n";
@@ -867,14 +840,14 @@ KernelSource gemm_kernel_source(const Fused& f, int index) {
     // operand views rounded to bf16 on load; f32 products and sums
     const DType at = p.type(d.a_root).dtype, bt = p.type(d.b_root).dtype;
     s << "    " << T << " acc" << J << "[" << t << "][" << t << "] = {};\n    {\n"
-      << "      const long long oa = " << offset_expr(d.a_b, "bb") << ", ob = " << offset_expr(d.b_b, "bb") << ";\n"
+      << "      const long long oa = " << offset_code(d.a_b, "bb") << ", ob = " << offset_code(d.b_b, "bb") << ";\n"
       << "      long long am[" << t << "], bn[" << t << "];\n"
       << "#pragma unroll\n      for (int i = 0; i < " << t << "; ++i) {\n"
       << "        const long long m = tm * " << t << " + i, nn = tn * " << t << " + i;\n"
-      << "        am[i] = okm[i] ? " << offset_expr(d.a_m, "m") << " : 0;\n"
-      << "        bn[i] = okn[i] ? " << offset_expr(d.b_n, "nn") << " : 0;\n      }\n"
+      << "        am[i] = okm[i] ? " << offset_code(d.a_m, "m") << " : 0;\n"
+      << "        bn[i] = okn[i] ? " << offset_code(d.b_n, "nn") << " : 0;\n      }\n"
       << "      for (long long kk = 0; kk < " << d.K << "LL; ++kk) {\n"
-      << "        const long long ak = oa + " << offset_expr(d.a_k, "kk") << ", bk = ob + " << offset_expr(d.b_k, "kk") << ";\n"
+      << "        const long long ak = oa + " << offset_code(d.a_k, "kk") << ", bk = ob + " << offset_code(d.b_k, "kk") << ";\n"
       << "        " << T << " av[" << t << "], bv[" << t << "];\n"
       << "#pragma unroll\n        for (int i = 0; i < " << t << "; ++i) {\n"
       << "          av[i] = okm[i] ? " << operand_load(at, d.a_round, "a" + J + "[ak + am[i]]") << " : " << T << "(0);\n"

@@ -48,32 +48,14 @@ std::optional<Layout> reshape_layout(const Layout& l, const Shape& to) {
   return r;
 }
 
-AxisLayout combined(const Layout& l, const std::vector<int64_t>& axes) {
-  AxisLayout c;
+Walk combined(const Layout& l, const std::vector<int64_t>& axes, const std::string& what) {
+  std::vector<int64_t> size, stride;
   for (int64_t a : axes)
     for (const SubAxis& s : l[static_cast<size_t>(a)]) {
-      if (s.size == 1) continue;
-      if (!c.empty() && c.back().stride == s.size * s.stride) {  // one contiguous run
-        c.back().size *= s.size;
-        c.back().stride = s.stride;
-      } else {
-        c.push_back(s);
-      }
+      size.push_back(s.size);
+      stride.push_back(s.stride);
     }
-  return c;
-}
-
-std::string offset_expr(const AxisLayout& a, const std::string& var) {
-  std::string e;
-  int64_t inner = 1;
-  for (size_t j = a.size(); j-- > 0;) {
-    std::string c = inner == 1 ? var : "(" + var + " / " + std::to_string(inner) + "LL)";
-    if (j > 0) c = "(" + c + " % " + std::to_string(a[j].size) + "LL)";
-    if (a[j].stride != 1) c += " * " + std::to_string(a[j].stride) + "LL";
-    e += (e.empty() ? "" : " + ") + c;
-    inner *= a[j].size;
-  }
-  return e.empty() ? "0" : e;
+  return make_walk(size, stride, what);
 }
 
 }  // namespace capstep::plan

@@ -10,6 +10,14 @@
 // sizes after j. A row-major buffer has one sub-axis per axis; a transpose
 // permutes axes; a reshape regroups the flattened sub-axes, splitting one
 // where a new axis ends inside it (when its size divides).
+//
+// A layout is the grouping of strided sub-axes by value axis, not a second
+// strided type: it has to hold any value's sub-axes before collapsing (one per
+// axis, size-1 ones too, however many: a rank above kMaxRank included), and
+// transposes and reshapes act on its axis boundaries. Where the kernels read
+// it, the axes they index as one (a product's batch, free or contracted axes)
+// become one collapsed plan::Walk (combined), the type every strided loop of
+// both backends runs over.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/plan/walk.h"
 #include "capstep/ir.h"
 
 namespace capstep::plan {
@@ -32,10 +41,10 @@ Layout row_major_layout(const Shape& s);
 Layout transpose_layout(const Layout& l, const std::vector<int64_t>& perm);
 // nullopt when the new shape cuts a sub-axis at a size that does not divide it
 std::optional<Layout> reshape_layout(const Layout& l, const Shape& to);
-// The sub-axes of several axes taken as one index (outer axis first), with
-// neighbours that form one contiguous run merged, and size-1 ones dropped.
-AxisLayout combined(const Layout& l, const std::vector<int64_t>& axes);
-// C++ expression of the offset of index `var` along `a` ("0" when empty).
-std::string offset_expr(const AxisLayout& a, const std::string& var);
+// The sub-axes of several axes taken as one index (outer axis first) as a
+// walk: make_walk's collapse merges neighbours that form one contiguous run
+// and drops size-1 ones. Throws Error past kMaxRank (`what` names the
+// equation).
+Walk combined(const Layout& l, const std::vector<int64_t>& axes, const std::string& what);
 
 }  // namespace capstep::plan

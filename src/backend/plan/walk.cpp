@@ -3,31 +3,59 @@
 #include <algorithm>
 
 namespace capstep::plan {
-namespace {
 
-std::vector<int64_t> strides_of(const Shape& s) {
+std::vector<int64_t> row_major_strides(const Shape& s) {
   std::vector<int64_t> st(s.size(), 1);
   for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
   return st;
 }
 
-Walk make_walk(const Shape& dims, const std::vector<int64_t>& stride, const std::string& what) {
-  if (dims.size() > static_cast<size_t>(kMaxRank))
-    throw Error(what + ": rank " + std::to_string(dims.size()) + " exceeds the CUDA backend's limit of " +
-                std::to_string(kMaxRank));
+Walk make_walk(const std::vector<int64_t>& size, const std::vector<int64_t>& stride, const std::string& what) {
+  std::vector<int64_t> sz, st;
+  for (size_t a = 0; a < size.size(); ++a) {
+    if (size[a] == 1) continue;
+    if (size[a] == 0) {  // empty: one axis of size 0 says it all
+      sz.assign(1, 0);
+      st.assign(1, 1);
+      break;
+    }
+    if (!sz.empty() && st.back() == stride[a] * size[a]) {
+      sz.back() *= size[a];
+      st.back() = stride[a];
+    } else {
+      sz.push_back(size[a]);
+      st.push_back(stride[a]);
+    }
+  }
+  if (sz.size() > static_cast<size_t>(kMaxRank))
+    throw Error(what + ": a strided walk holds at most " + std::to_string(kMaxRank) +
+                " axes that do not merge, this needs " + std::to_string(sz.size()));
   Walk w;
-  w.rank = static_cast<int>(dims.size());
-  for (size_t d = 0; d < dims.size(); ++d) {
-    w.dims[d] = dims[d];
-    w.stride[d] = stride[d];
+  w.rank = static_cast<int>(sz.size());
+  for (int i = 0; i < w.rank; ++i) {
+    w.size[i] = sz[static_cast<size_t>(i)];
+    w.stride[i] = st[static_cast<size_t>(i)];
   }
   return w;
 }
 
-}  // namespace
+std::string offset_code(const Walk& w, const std::string& idx) {
+  std::string e;
+  int64_t inner = 1;  // the product of the sizes after axis d
+  for (int d = w.rank - 1; d >= 0; --d) {
+    if (w.stride[d] != 0) {
+      std::string c = inner == 1 ? idx : "(" + idx + " / " + std::to_string(inner) + "LL)";
+      if (d > 0) c = "(" + c + " % " + std::to_string(w.size[d]) + "LL)";
+      if (w.stride[d] != 1) c += " * " + std::to_string(w.stride[d]) + "LL";
+      e += (e.empty() ? "" : " + ") + c;
+    }
+    inner *= w.size[d];
+  }
+  return e.empty() ? "0" : e;
+}
 
 Walk broadcast_walk(const Shape& in, const Shape& out, const std::vector<int64_t>& dims, const std::string& what) {
-  const std::vector<int64_t> is = strides_of(in);
+  const std::vector<int64_t> is = row_major_strides(in);
   std::vector<int64_t> stride(out.size(), 0);
   for (size_t k = 0; k < dims.size(); ++k)
     if (in[k] != 1) stride[static_cast<size_t>(dims[k])] = is[k];
@@ -35,7 +63,7 @@ Walk broadcast_walk(const Shape& in, const Shape& out, const std::vector<int64_t
 }
 
 Walk transpose_walk(const Shape& in, const std::vector<int64_t>& perm, const std::string& what) {
-  const std::vector<int64_t> is = strides_of(in);
+  const std::vector<int64_t> is = row_major_strides(in);
   Shape dims;
   std::vector<int64_t> st;
   for (int64_t p : perm) {
@@ -45,12 +73,18 @@ Walk transpose_walk(const Shape& in, const std::vector<int64_t>& perm, const std
   return make_walk(dims, st, what);
 }
 
+namespace {
+bool is_reduced(const std::vector<int64_t>& axes, size_t a) {
+  return std::find(axes.begin(), axes.end(), static_cast<int64_t>(a)) != axes.end();
+}
+}  // namespace
+
 ReduceWalks reduce_walks(const Shape& in, const std::vector<int64_t>& axes, const std::string& what) {
-  const std::vector<int64_t> is = strides_of(in);
+  const std::vector<int64_t> is = row_major_strides(in);
   Shape kd, rd;
   std::vector<int64_t> ks, rs;
   for (size_t a = 0; a < in.size(); ++a) {
-    const bool red = std::find(axes.begin(), axes.end(), static_cast<int64_t>(a)) != axes.end();
+    const bool red = is_reduced(axes, a);
     (red ? rd : kd).push_back(in[a]);
     (red ? rs : ks).push_back(is[a]);
   }
@@ -62,9 +96,20 @@ ReduceWalks reduce_walks(const Shape& in, const std::vector<int64_t>& axes, cons
   return r;
 }
 
+Walk reduce_output_walk(const Shape& in, const std::vector<int64_t>& axes, const std::string& what) {
+  Shape kept;
+  std::vector<int64_t> to;  // kept axis k is the input's axis to[k]
+  for (size_t a = 0; a < in.size(); ++a)
+    if (!is_reduced(axes, a)) {
+      kept.push_back(in[a]);
+      to.push_back(static_cast<int64_t>(a));
+    }
+  return broadcast_walk(kept, in, to, what);
+}
+
 OffsetWalk slice_walk(const Shape& in, const Shape& out, const std::vector<int64_t>& starts,
                       const std::vector<int64_t>& strides, const std::string& what) {
-  const std::vector<int64_t> is = strides_of(in);
+  const std::vector<int64_t> is = row_major_strides(in);
   std::vector<int64_t> st(in.size());
   OffsetWalk r;
   for (size_t d = 0; d < in.size(); ++d) {
@@ -76,7 +121,7 @@ OffsetWalk slice_walk(const Shape& in, const Shape& out, const std::vector<int64
 }
 
 OffsetWalk embed_walk(const Shape& part, const Shape& whole, const std::vector<int64_t>& at, const std::string& what) {
-  const std::vector<int64_t> ws = strides_of(whole);
+  const std::vector<int64_t> ws = row_major_strides(whole);
   OffsetWalk r;
   for (size_t d = 0; d < whole.size(); ++d) r.offset += at[d] * ws[d];
   r.walk = make_walk(part, ws, what);

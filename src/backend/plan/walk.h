@@ -1,8 +1,19 @@
-// Strided walks: how the CUDA kernels for broadcast_in_dim, transpose,
-// reductions and dot_general packing find the source element of each output
-// element. Built on the host when a Program is compiled; walk_offset is the one
-// loop both the device kernels and the host tests run, so the index math that
-// the GPU uses is checked on machines without one.
+// Strided walks: the one strided-layout type of both backends. A walk is the
+// loop nest that broadcast_in_dim, transpose, slice, pad, concatenate,
+// reductions and dot_general's operand packing share: for each axis of a
+// row-major iteration space, its size and the stride (in elements) of a second
+// array along it. The host interpreter runs its kernels' loops over walks
+// (host/strided.h); the CUDA kernels find the source element of each output
+// element with walk_offset, built on the host when a Program is compiled, so
+// that the index math the GPU uses is checked on machines without one; the
+// generated kernels unroll the same offsets into their text (kernel_source.cpp).
+//
+// Every builder collapses: it drops size-1 axes and merges axis a into a+1
+// when stride[a] == stride[a+1] * size[a+1]. That leaves walk_offset's result
+// for every element unchanged (a merged pair of axes indexes the same offsets
+// as one axis of their product), makes the host's innermost loop as long as
+// possible (a plain copy is rank 1 with stride 1) and saves the device
+// divisions.
 #pragma once
 
 #include <cstdint>
@@ -19,37 +30,68 @@
 
 namespace capstep::plan {
 
-constexpr int kMaxRank = 8;
+// Axes that remain after collapsing. The host keeps loop counters on the
+// stack and the CUDA kernels take walks by value as kernel parameters (two of
+// 264 bytes for a reduce, far below the 4 KB parameter limit); the generated
+// kernels only print a walk's constants, never the struct. 16 is what the host
+// interpreter has always allowed, so no program it ran starts failing.
+constexpr int kMaxRank = 16;
 
-// Element i (row-major over dims) has source offset sum(c[d] * stride[d]) where
-// c are its coordinates; stride 0 repeats (broadcast).
+// Element i (row-major over size) has offset sum(c[d] * stride[d]) where c are
+// its coordinates; stride 0 repeats (broadcast).
 struct Walk {
   int rank = 0;
-  int64_t dims[kMaxRank] = {};
+  int64_t size[kMaxRank] = {};
   int64_t stride[kMaxRank] = {};
+  CAPSTEP_WALK_HD int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < rank; ++i) n *= size[i];
+    return n;
+  }
+  // Every element at its own row-major offset: a copy that moves no byte.
+  CAPSTEP_WALK_HD bool is_identity() const { return rank == 0 || (rank == 1 && stride[0] == 1); }
 };
 
 CAPSTEP_WALK_HD int64_t walk_offset(const Walk& w, int64_t i) {
   int64_t off = 0;
   for (int d = w.rank - 1; d >= 0; --d) {
-    const int64_t c = i % w.dims[d];
-    i /= w.dims[d];
+    const int64_t c = i % w.size[d];
+    i /= w.size[d];
     off += c * w.stride[d];
   }
   return off;
 }
 
-// broadcast_in_dim(in) -> out with operand axis k feeding output axis dims[k]
+// The C++ expression of walk_offset(w, idx) with the walk's constants, for the
+// text of generated kernels ("0" when no axis moves). idx must be a name or a
+// parenthesized expression; the outermost axis takes no modulo, so idx must
+// be below w.numel().
+std::string offset_code(const Walk& w, const std::string& idx);
+
+// Row-major strides (in elements) of a shape.
+std::vector<int64_t> row_major_strides(const Shape& s);
+
+// The walk with these per-axis sizes and strides, collapsed (above); an empty
+// one (some size 0) is one axis of size 0. Throws Error when more than
+// kMaxRank axes remain (`what` names the equation).
+Walk make_walk(const std::vector<int64_t>& size, const std::vector<int64_t>& stride, const std::string& what);
+
+// broadcast_in_dim(in) -> out with operand axis k feeding output axis dims[k]:
+// the operand's offset of each output element.
 Walk broadcast_walk(const Shape& in, const Shape& out, const std::vector<int64_t>& dims, const std::string& what);
 // transpose: output axis i is input axis perm[i]
 Walk transpose_walk(const Shape& in, const std::vector<int64_t>& perm, const std::string& what);
 // reduce over `axes`: `kept` walks the outputs (base offset of each), `reduced`
-// the reduced elements from that base.
+// the reduced elements from that base (the CUDA kernel: one block per output).
 struct ReduceWalks {
   Walk kept, reduced;
   int64_t n_out = 1, n_red = 1;
 };
 ReduceWalks reduce_walks(const Shape& in, const std::vector<int64_t>& axes, const std::string& what);
+// reduce over `axes` the other way round: the walk over the input, row-major,
+// with the offset of the output each element goes into (the host kernel: one
+// pass over the input). It is the output broadcast back to the input's shape.
+Walk reduce_output_walk(const Shape& in, const std::vector<int64_t>& axes, const std::string& what);
 // A walk that starts at an element other than the first.
 struct OffsetWalk {
   Walk walk;
