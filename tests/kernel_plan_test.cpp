@@ -128,7 +128,7 @@ TEST(KernelPlan, SeedStepKernelCount) {
 // kernel stores it), and the kernel count held to its ceiling (capstep show
 // --kernels --precision bf16 prints this plan). With library GEMMs the bf16
 // operands are buffers again, and a transpose -> reshape -> convert before a
-// GEMM is one loop kernel (FuseOptions::fold_reshapes).
+// GEMM is one loop kernel (Target::fold_reshapes).
 TEST(KernelPlan, SeedBf16StepKernelCount) {
   const nn::LmConfig c;
   std::vector<std::string> names;

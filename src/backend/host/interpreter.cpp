@@ -591,7 +591,7 @@ void Interpreter::Impl::expand_and_order(Program p, const InterpreterOptions& op
   configure_blas_threads();
   b.pack_of = all_reduce_packs(prog);  // per equation of prog
   if (opt.fuse) {
-    fusion = plan::fuse_expanded(prog, std::move(updates), plan::FuseOptions{true, 0});
+    fusion = plan::fuse_expanded(prog, std::move(updates), plan::host_target());
     gather_packs(*fusion, b.pack_of);
   }
   const Program& ex = ordered();

@@ -156,7 +156,7 @@ std::optional<ViewOf> view_of(const Program& p, const std::vector<char>& view, i
     const Eqn& e = p.eqns[static_cast<size_t>(chain[j])];
     if (e.op == Op::transpose) {
       r.layout = transpose_layout(r.layout, e.attrs.dims);
-    } else if (e.op == Op::convert) {  // f32 -> bf16 (FuseOptions::bf16_operand_views): the same layout, rounded on load
+    } else if (e.op == Op::convert) {  // f32 -> bf16 (Target::bf16_operand_views): the same layout, rounded on load
       r.bf16_round = true;
     } else {
       std::optional<Layout> l = reshape_layout(r.layout, p.type(e.out).shape);
@@ -216,20 +216,31 @@ void mark_adamw_groups(Fused& f, std::vector<ExpandedAdamW> updates) {
 
 }  // namespace
 
-Fused fuse_expanded(const Program& expanded, std::vector<ExpandedAdamW> updates, const FuseOptions& fo) {
-  Fused f = fuse_program(expanded, fo);
+Target host_target() {
+  return Target{.loops = true, .gemm_max_macs = 0, .fold_reshapes = false, .bf16_operand_views = false};
+}
+
+Target cuda_target(bool fuse, int64_t gemm_max_macs) {
+  return Target{.loops = fuse,
+                .gemm_max_macs = fuse ? gemm_max_macs : 0,
+                .fold_reshapes = fuse,
+                .bf16_operand_views = fuse};
+}
+
+Fused fuse_expanded(const Program& expanded, std::vector<ExpandedAdamW> updates, const Target& target) {
+  Fused f = fuse_program(expanded, target);
   mark_adamw_groups(f, std::move(updates));
   return f;
 }
 
-Fused fuse_program(const Program& p, const FuseOptions& fo) {
+Fused fuse_program(const Program& p, const Target& target) {
   if (has_adamw(p)) {  // planned as the plain equations, each update known by its record
     std::vector<ExpandedAdamW> updates;
     const Program expanded = expand_adamw(p, &updates);
-    return fuse_expanded(expanded, std::move(updates), fo);
+    return fuse_expanded(expanded, std::move(updates), target);
   }
   verify(p);
-  const bool loops = fo.loops;
+  const bool loops = target.loops;
   const int E = static_cast<int>(p.eqns.size());
   std::vector<int> producer(static_cast<size_t>(p.num_values()), -1);
   for (int d = 0; d < E; ++d) producer[static_cast<size_t>(p.eqns[static_cast<size_t>(d)].out)] = d;
@@ -248,12 +259,12 @@ Fused fuse_program(const Program& p, const FuseOptions& fo) {
   std::vector<char> is_output(static_cast<size_t>(p.num_values()), 0);
   for (const NamedValue& o : p.outputs) is_output[static_cast<size_t>(o.value)] = 1;
   for (int d = 0; d < E; ++d) {
-    is_gemm[static_cast<size_t>(d)] = loops && gemm_group_eqn(p, p.eqns[static_cast<size_t>(d)], fo.gemm_max_macs);
+    is_gemm[static_cast<size_t>(d)] = loops && gemm_group_eqn(p, p.eqns[static_cast<size_t>(d)], target.gemm_max_macs);
     view[static_cast<size_t>(d)] = p.eqns[static_cast<size_t>(d)].op == Op::reshape;
   }
   auto bf16_operand = [&](int d) {  // a convert f32 -> bf16 that may be read through as a view
     const Eqn& e = p.eqns[static_cast<size_t>(d)];
-    return fo.bf16_operand_views && e.op == Op::convert && p.type(e.out).dtype == DType::bf16 &&
+    return target.bf16_operand_views && e.op == Op::convert && p.type(e.out).dtype == DType::bf16 &&
            p.type(e.inputs[0]).dtype == DType::f32;
   };
   std::function<bool(int)> gemm_only = [&](int d) {  // every reader of equation d's value is a gemm group
@@ -360,7 +371,7 @@ Fused fuse_program(const Program& p, const FuseOptions& fo) {
   // reader merges with its operand's group; otherwise it stays a view.
   auto fold_reshape = [&](int d, int q) {
     // (the reader elementwise: a transpose or gather reader must read its operand from memory)
-    if (!fo.fold_reshapes || q < 0 || !view[static_cast<size_t>(q)] || p.eqns[static_cast<size_t>(q)].op != Op::reshape ||
+    if (!target.fold_reshapes || q < 0 || !view[static_cast<size_t>(q)] || p.eqns[static_cast<size_t>(q)].op != Op::reshape ||
         !is_elementwise(p.eqns[static_cast<size_t>(d)].op))
       return -1;
     if (is_output[static_cast<size_t>(p.eqns[static_cast<size_t>(q)].out)] || consumers[static_cast<size_t>(q)].size() != 1 ||

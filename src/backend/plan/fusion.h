@@ -30,7 +30,7 @@
 //           each block takes tiles of 8 kept elements and its 32 row lanes
 //           share the rows, combined in a fixed order (kernel_source.h).
 //   gemm    one dot_general small enough for a generated GEMM kernel
-//           (FuseOptions::gemm_max_macs), reading its operands through any
+//           (Target::gemm_max_macs), reading its operands through any
 //           reshapes and "view" transposes in place (view_layout.h), with the
 //           elementwise consumers of its result (loop members of its element
 //           count: an epilogue computed from each result in registers), and
@@ -122,10 +122,19 @@ bool row_broadcast(const Program& p, const Eqn& e);
 // (N elements) rather than a row / kept-element one.
 bool is_full_member(const Program& p, const Group& g, int eqn);
 
-struct FuseOptions {
+// The target: what differs between the backends that run a plan — which
+// equations may share a kernel and what stays a library call. The grouping is
+// one code for every backend (fuse_program); each backend describes itself
+// with a Target (host_target, cuda_target) and runs the groups it is given.
+// A backend may still run a group's members one by one where its kernels
+// cannot take the group whole (the host's host_fusable: 2-byte elements,
+// a member read at other indices); the groups themselves do not change.
+struct Target {
   bool loops = true;           // false: every equation a group of its own (the unfused baseline)
   // dot_generals (f32 / f64) of at most this many multiply-adds become gemm
-  // groups; 0: none (every dot_general is a single group, for a GEMM library)
+  // groups (a generated GEMM kernel with its epilogue); 0: none (every
+  // dot_general is a single group, a GEMM library call: OpenBLAS on the host,
+  // cuBLAS(Lt) on CUDA)
   int64_t gemm_max_macs = 0;
   // a reshape read only by one loop-geometry equation, between it and a loop
   // member of the same size (transpose -> reshape -> convert, as the bf16
@@ -138,15 +147,29 @@ struct FuseOptions {
   // stored bf16 copy would hold), so no kernel stores the bf16 operand
   bool bf16_operand_views = false;
 };
+// The host interpreter: loop, row and col groups run tile by tile in L1
+// (InterpreterOptions::tile_elems), every dot_general a library call (its
+// transposed operands folded by the host's own GEMM planning), reshapes views.
+Target host_target();
+// The CUDA backend: with `fuse`, small dot_generals as generated GEMMs
+// (gemm_max_macs) reading transposes, reshapes and bf16 rounding through
+// views, and reshapes folded into loop groups; without, one kernel an
+// equation (the baseline).
+Target cuda_target(bool fuse, int64_t gemm_max_macs);
 // A program with adamw equations (ir.h) is planned as expand_adamw(p): `program`
 // and old_index are then the expansion's, Fused::adamw its record, and each
 // loop group that is one whole update says so (Group::adamw): AdamW is known
 // by name to the planner, never by the shape of its equations.
-Fused fuse_program(const Program& p, const FuseOptions& o);
+Fused fuse_program(const Program& p, const Target& t);
 // The same for a program that its caller has expanded already: `expanded` =
 // expand_adamw(p, &updates).
-Fused fuse_expanded(const Program& expanded, std::vector<ExpandedAdamW> updates, const FuseOptions& o);
-inline Fused fuse_program(const Program& p, bool loops = true) { return fuse_program(p, FuseOptions{loops, 0}); }
+Fused fuse_expanded(const Program& expanded, std::vector<ExpandedAdamW> updates, const Target& t);
+// The host's grouping (loops) or none.
+inline Fused fuse_program(const Program& p, bool loops = true) {
+  Target t = host_target();
+  t.loops = loops;
+  return fuse_program(p, t);
+}
 
 // Where the elements of value x lie: in the buffer of `root`, through the
 // reshapes and view transposes (view[e] per equation of p) that make x

@@ -190,7 +190,7 @@ PlanOptions memory_options(const Fused& f) {
 
 KernelPlan plan_kernels(const Program& p, const KernelPlanOptions& o) {
   KernelPlan kp;
-  kp.fused = fuse_program(p, FuseOptions{o.fuse, o.fuse ? o.gemm_max_macs : 0, o.fuse, o.fuse});
+  kp.fused = fuse_program(p, cuda_target(o.fuse, o.gemm_max_macs));
   const Program& fp = kp.fused.program;
   const int E = static_cast<int>(fp.eqns.size());
   kp.gemm.resize(static_cast<size_t>(E));

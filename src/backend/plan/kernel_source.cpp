@@ -312,7 +312,7 @@ class Emitter {
           }
           break;
         }
-        case Op::reshape:  // a folded reshape (FuseOptions::fold_reshapes): the same flat index
+        case Op::reshape:  // a folded reshape (Target::fold_reshapes): the same flat index
           expr = operand(e.inputs[0]);
           break;
         case Op::transpose: {  // the operand is always made outside the group
