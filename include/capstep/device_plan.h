@@ -64,11 +64,12 @@ enum class Home : unsigned char {
              // the caller passes an input's Array as that output's Array, the
              // result is written over the input where the plan allows it
   view,      // no buffer of its own, nothing moved: the bytes of `root`. A
-             // reshape; a transpose read in place by the dot_generals that read
-             // it, or written in its layout by the dot_general it reads; on the
-             // host also a convert to its own dtype, a broadcast or transpose
-             // that moves nothing, and an elementwise result computed in place
-             // over an operand read for the last time
+             // reshape; a transpose (on the device also an f32 -> bf16 convert)
+             // whose readers, all dot_generals, read its operand in place
+             // (PlanOptions::view); on the host also a transpose written in its
+             // layout by the dot_general it reads, a convert to its own dtype, a
+             // broadcast or transpose that moves nothing, and an elementwise
+             // result computed in place over an operand read for the last time
   tile,      // a fused group's value that nothing outside the group reads: no
              // buffer, only the group's registers (device: PlanOptions::internal)
              // or its scratch tiles (host)
@@ -82,9 +83,9 @@ const char* home_name(Home h);
 // equation" (outputs, and the end-of-step copies).
 struct ValuePlan {
   Home home = Home::arena;
-  Loc loc;             // resolved address (a view has its root's); on the host the
-                       // offsets of arena and statics values (at kArenaAlign), the
-                       // caller's Arrays and the tiles having none (the default)
+  Loc loc;             // resolved address (a view has its root's). The host sets it
+                       // for arena and statics values only (offsets at kArenaAlign);
+                       // its inputs, outputs, views and tiles keep the default
   int root = -1;       // value whose buffer holds the bytes (itself unless a view)
   int input = -1;      // Home::input / Home::donated, and a view of one: which input
   int def = -1;        // defining equation; -1 for inputs
