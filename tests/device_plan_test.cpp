@@ -133,8 +133,8 @@ int pairwise_overlaps(const Program& p, const Plan& pl, const std::vector<size_t
   std::vector<B> bs;
   for (int id = 0; id < p.num_values(); ++id) {
     const auto& x = pl.values[static_cast<size_t>(id)];
-    if (x.home == Home::arena && x.bytes > 0)
-      bs.push_back({x.loc.offset, x.loc.offset + x.bytes, x.def, x.last, "%" + std::to_string(id)});
+    if (x.home == Home::arena && x.bytes > 0)  // live from its writer to its last reader (unread: at its writer)
+      bs.push_back({x.loc.offset, x.loc.offset + x.bytes, x.def, std::max(x.def, x.last), "%" + std::to_string(id)});
   }
   for (size_t d = 0; d < scratch.size(); ++d)
     if (scratch[d] > 0)
@@ -464,6 +464,9 @@ TEST(DevicePlan, SpansExtendLifetimesAndInternalValuesTakeNoBytes) {
   o.internal[static_cast<size_t>(b)] = o.internal[static_cast<size_t>(c)] = 1;
   pl = plan::plan_device_memory(p, o);
   EXPECT_EQ(pl.arena_bytes, 2 * plan::kDeviceAlign);
+  EXPECT_EQ(pl.values[static_cast<size_t>(b)].home, Home::tile);
+  EXPECT_EQ(pl.values[static_cast<size_t>(c)].home, Home::tile);
+  EXPECT_EQ(pl.values[static_cast<size_t>(a)].home, Home::arena);
   // malformed options are errors
   plan::PlanOptions bad;
   bad.span = {{0, 0}};

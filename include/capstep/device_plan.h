@@ -9,7 +9,9 @@
 //   arena    every other value, and per-equation scratch; two buffers share
 //            bytes only when their lifetimes do not overlap.
 // A reshape moves no bytes: its result is a view of its operand's buffer (the
-// operand's "root"), and the root's lifetime covers every view's reads.
+// operand's "root"), and the root's lifetime covers every view's reads. Every
+// value's home, root, lifetime and place is one ValuePlan (below), the table
+// the host interpreter plans with too.
 //
 // Donation (Program::aliases, output o -> input i): the output's producing
 // equation writes straight into input i's region ("direct write") when the
@@ -44,25 +46,56 @@ struct Loc {
   bool operator==(const Loc& o) const { return space == o.space && offset == o.offset; }
 };
 
+// Where a value lives: the one vocabulary of every backend's memory plan (the
+// device's here, the host interpreter's in src/backend/host/interpreter.cpp),
+// each value's ValuePlan::home. Two homes belong to one backend each (donated:
+// the device; output: the host); the others mean the same on both.
 enum class Home : unsigned char {
-  input,     // a Program input: its resident region
-  statics,   // constant / iota
-  arena,     // an equation's result in the arena
-  donated,   // an equation's result written straight into an input's region
-  view,      // reshape: the bytes of `root`
+  input,     // a Program input: its resident region on the device; on the host
+             // the caller's input Array, read in place (its address set per run)
+  statics,   // constant / iota: filled once when the Program is compiled
+  arena,     // an equation's result in a buffer of its own in the arena, which
+             // it shares only with buffers whose lifetimes do not overlap
+  donated,   // device: an equation's result written straight into an input's
+             // region (Program::aliases; see "Donation" above)
+  output,    // host: an equation's result written straight into the caller's
+             // Array of a Program output (its address set per run), so that
+             // nothing is copied out. The host's counterpart of donated: when
+             // the caller passes an input's Array as that output's Array, the
+             // result is written over the input where the plan allows it
+  view,      // no buffer of its own, nothing moved: the bytes of `root`. A
+             // reshape; a transpose (on the device also an f32 -> bf16 convert)
+             // whose readers, all dot_generals, read its operand in place
+             // (PlanOptions::view); on the host also a transpose written in its
+             // layout by the dot_general it reads, a convert to its own dtype, a
+             // broadcast or transpose that moves nothing, and an elementwise
+             // result computed in place over an operand read for the last time
+  tile,      // a fused group's value that nothing outside the group reads: no
+             // buffer, only the group's registers (device: PlanOptions::internal)
+             // or its scratch tiles (host)
 };
 const char* home_name(Home h);
 
-// Lifetimes are in equation indices: a value made by equation e is live from e
-// to its last read; E = number of equations stands for "after the last
+// The facts a memory plan holds about one value: one table of them, indexed by
+// value id, in both backends (Plan::values here; the host interpreter plans
+// with the same table). Equations are those of the Program as it runs (fused:
+// in the fused order); E = number of equations stands for "after the last
 // equation" (outputs, and the end-of-step copies).
 struct ValuePlan {
   Home home = Home::arena;
-  Loc loc;             // resolved address (a view has its root's)
+  Loc loc;             // resolved address (a view has its root's). The host sets it
+                       // for arena and statics values only (offsets at kArenaAlign);
+                       // its inputs, outputs, views and tiles keep the default
   int root = -1;       // value whose buffer holds the bytes (itself unless a view)
-  int input = -1;      // Home::input / Home::donated: which input's region
-  int def = -1;        // defining equation; -1 for inputs and statics
-  int last = -1;       // last equation that reads it through any view; E for outputs
+  int input = -1;      // Home::input / Home::donated, and a view of one: which input
+  int def = -1;        // defining equation; -1 for inputs
+  // Per root (a view's stays -1): the last equation that reads it through any
+  // view, a fused kernel's or group's reads counting at its span's last; E for
+  // outputs; -1 when nothing reads it. A buffer also lives over its writer's
+  // span, which the arena packer adds (a result nobody reads still gets
+  // written). The host extends it over the steps that run beside a reader
+  // (dot pairs) and to the last reader of a result computed in place over it.
+  int last = -1;
   size_t bytes = 0;
 };
 
@@ -99,7 +132,7 @@ Plan plan_device_memory(const Program& p, const std::vector<size_t>& eqn_scratch
 // every reader of that input in the span is elementwise with equal widths (the
 // same thread reads element k of every operand before writing element k).
 // `internal[v]` (empty or one per value): v lives in registers only and gets no
-// buffer.
+// buffer (a result that would have an arena buffer gets Home::tile).
 // `no_in_place[e]` (empty or one per equation): e reads its operands more
 // than once during its kernel (a row group's passes), so no output it writes
 // may share a buffer with an input it reads. `part[e]` (empty or one per

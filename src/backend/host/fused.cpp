@@ -217,9 +217,8 @@ bool host_fusable(const Program& p, const plan::Group& g, const std::vector<Step
   return true;
 }
 
-bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector<int>& root,
-                       const std::vector<char>& tile_resident, const std::vector<ExpandedAdamW>& updates,
-                       AdamWShortcut& a) {
+bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector<plan::ValuePlan>& values,
+                       const std::vector<ExpandedAdamW>& updates, AdamWShortcut& a) {
   if (g.kind != GroupKind::loop || g.adamw < 0) return false;
   const ExpandedAdamW& x = updates[static_cast<size_t>(g.adamw)];
   if (x.p_out < 0 || x.m_out < 0 || x.v_out < 0 || x.b1 < 0 || x.c1 < 0 || x.b2 < 0 || x.c2 < 0 || x.eps < 0)
@@ -231,7 +230,8 @@ bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector
   for (int d = g.first; d <= g.last; ++d) {
     const int out = p.eqns[static_cast<size_t>(d)].out;
     const bool result = out == x.p_out || out == x.m_out || out == x.v_out;
-    const bool resident = tile_resident[static_cast<size_t>(root[static_cast<size_t>(out)])] != 0;
+    const plan::ValuePlan& r = values[static_cast<size_t>(values[static_cast<size_t>(out)].root)];
+    const bool resident = r.home == plan::Home::tile;
     if (result == resident && p.eqns[static_cast<size_t>(d)].op != Op::constant) return false;
   }
   a.p = x.p, a.g = x.g, a.m = x.m, a.v = x.v;
@@ -421,8 +421,9 @@ FusedGroup build_fused_group(const FusedGroupSource& src) {
   const Program& p = src.program;
   const plan::Group& g = src.group;
   const std::vector<Step>& member_steps = src.member_steps;
-  const std::vector<int>& root = src.root;
-  const std::vector<char>& tile_resident = src.tile_resident;
+  const std::vector<plan::ValuePlan>& values = src.values;
+  auto root = [&](int v) { return values[static_cast<size_t>(v)].root; };
+  auto tile_resident = [&](int r) { return values[static_cast<size_t>(r)].home == plan::Home::tile; };
   const std::vector<char>& splat = src.splat;
   const std::vector<ExpandedAdamW>& adamw = src.adamw;
   int64_t tile_elems = src.options.tile_elems;
@@ -445,7 +446,7 @@ FusedGroup build_fused_group(const FusedGroupSource& src) {
   auto hoist = [&](int d) {
     const Eqn& e = p.eqns[static_cast<size_t>(d)];
     return e.op == Op::broadcast_in_dim && member_steps[static_cast<size_t>(d - g.first)].fn &&
-           p.type(e.inputs[0]).numel() == 1 && tile_resident[static_cast<size_t>(root[static_cast<size_t>(e.out)])];
+           p.type(e.inputs[0]).numel() == 1 && tile_resident(root(e.out));
   };
   // The tile values' scratch: packed by their lifetimes among the members
   // (memory_plan.h), so that a long group needs only a few tiles at a time and
@@ -462,12 +463,12 @@ FusedGroup build_fused_group(const FusedGroupSource& src) {
     for (int d = g.first; d <= g.last; ++d) {
       const Eqn& e = p.eqns[static_cast<size_t>(d)];
       if (!member_steps[static_cast<size_t>(d - g.first)].fn) continue;
-      if (hoist(d)) hoisted_roots.push_back(root[static_cast<size_t>(e.out)]);
+      if (hoist(d)) hoisted_roots.push_back(root(e.out));
       std::vector<int> touched(e.inputs.begin(), e.inputs.end());
       touched.push_back(e.out);
       for (int v : touched) {
-        const int r = root[static_cast<size_t>(v)];
-        if (!tile_resident[static_cast<size_t>(r)]) continue;
+        const int r = root(v);
+        if (!tile_resident(r)) continue;
         int& l = life_of[static_cast<size_t>(r)];
         if (l < 0) {
           l = static_cast<int>(lives.size());
@@ -494,10 +495,10 @@ FusedGroup build_fused_group(const FusedGroupSource& src) {
     o.value = v;
     o.esz = dtype_size(p.type(v).dtype);
     o.small = p.type(v).numel() != g.numel;
-    const size_t r = static_cast<size_t>(root[static_cast<size_t>(v)]);
+    const size_t r = static_cast<size_t>(root(v));
     o.root = static_cast<int>(r);
     o.splat = splat[r] != 0;
-    if (tile_resident[r]) o.tile_off = off[r];
+    if (tile_resident(o.root)) o.tile_off = off[r];
     return o;
   };
   for (int d = g.first; d <= g.last; ++d) {
@@ -579,7 +580,7 @@ FusedGroup build_fused_group(const FusedGroupSource& src) {
   for (FusedMember& m : G.members) m.part_steps.assign(static_cast<size_t>(G.parts - 1), m.step);
   if (jit && jit_available()) compile_runs(G);
   AdamWShortcut a;
-  if (match_adamw_group(p, g, root, tile_resident, adamw, a)) G.adamw = a;
+  if (match_adamw_group(p, g, values, adamw, a)) G.adamw = a;
   return G;
 }
 

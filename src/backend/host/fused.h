@@ -31,6 +31,7 @@
 #include "backend/host/loop_jit.h"
 #include "backend/host/step.h"
 #include "backend/plan/fusion.h"
+#include "capstep/device_plan.h"
 #include "capstep/trace.h"
 
 namespace capstep::host {
@@ -124,10 +125,10 @@ struct FusedGroup {
 // exactly one parameter's AdamW update (plan::Group::adamw, an entry of
 // `updates`, plan::Fused::adamw), can run as the host AdamW loop: all three
 // results wanted, f32 of the group's size, every value it makes but the three
-// results (and its constants) tile-resident; fills a.
-bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector<int>& root,
-                       const std::vector<char>& tile_resident, const std::vector<ExpandedAdamW>& updates,
-                       AdamWShortcut& a);
+// results (and its constants) tile-resident (Home::tile in `values`, the
+// interpreter's plan per value); fills a.
+bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector<plan::ValuePlan>& values,
+                       const std::vector<ExpandedAdamW>& updates, AdamWShortcut& a);
 
 // Whether the equations [g.first, g.last] of p (a loop, row or col group)
 // can run tile by tile; why not in *why. member_steps as in FusedGroupSource.
@@ -147,12 +148,12 @@ struct FusedGroupSource {
   const Program& program;
   const plan::Group& group;
   const std::vector<Step>& member_steps;
-  // Per value id: the value whose buffer it is (slot of each value = its
-  // value id, aliases resolved through `root`); per root value: a tile value
-  // (tile_resident) and a splat constant (splat); the program's AdamW updates
-  // (plan::Fused::adamw), which a group that is one of them names.
-  const std::vector<int>& root;
-  const std::vector<char>& tile_resident;
+  // Per value id: the interpreter's plan of it (the value whose buffer it is,
+  // root: slot of each value = its value id, views resolved through it; a
+  // root whose home is Home::tile is a tile value); per root value: a splat
+  // constant (splat); the program's AdamW updates (plan::Fused::adamw), which
+  // a group that is one of them names.
+  const std::vector<plan::ValuePlan>& values;
   const std::vector<char>& splat;
   const std::vector<ExpandedAdamW>& adamw;
   // How it runs: `tile_elems`, the tile size in elements; `max_parts`, the

@@ -1,31 +1,35 @@
 // capstep::host::Interpreter: verifies a Program, plans its memory once and runs
 // it with one precomputed Step per equation.
 //
-// Where each value lives, decided at construction:
+// Where each value lives, decided at construction, in the vocabulary and the
+// table of facts per value (home, root, def, last, loc) of the device's memory
+// plan (capstep/device_plan.h: plan::Home, plan::ValuePlan):
 //   input      the caller's Array, read in place (its address is set per run)
-//   static     constant and iota: computed once into storage owned here
-//   alias      reshape, and any broadcast/transpose/convert that moves nothing:
-//              the same bytes as its operand, no step at all. Two aliases
-//              hold another layout than their type's row-major one: a
-//              transpose that only dot_generals read holds its operand as it
-//              is (the dots read it through the permuted strides), and a
-//              dot_general whose one reader is a transpose holds its result in
-//              the transpose's layout (the transpose is then the alias); no
-//              other step reads either
-//              (see "transposes that their dot_generals read in place")
+//   statics    constant and iota: computed once into storage owned here
+//   view       (an "alias") reshape, and any broadcast/transpose/convert
+//              that moves nothing: the same bytes as its operand (its root), no
+//              step at all. Two views hold another layout than their type's
+//              row-major one: a transpose that only dot_generals read holds
+//              its operand as it is (the dots read it through the permuted
+//              strides), and a dot_general whose one reader is a transpose
+//              holds its result in the transpose's layout (the transpose is
+//              then the view); no other step reads either (see "transposes
+//              that their dot_generals read in place"). Also an elementwise
+//              result computed in place (below).
 //   arena      everything else: an offset in one arena shared by buffers whose
 //              lifetimes do not overlap (see memory_plan.h)
-//   direct     a buffer that ends as a program output: the caller's output Array
+//   output     a buffer that ends as a program output: the caller's output Array
 //              itself (its address is set per run), so nothing is copied out and
-//              the arena holds only true intermediates
+//              the arena holds only true intermediates (Direct)
+//   tile       a fused group's value that only the group reads (below)
 // dot_general's packing scratch lives in the same arena for the one step that
 // uses it. Elementwise results take over the buffer of an operand read for the
-// last time (in place). run() then only stores the input and output addresses,
-// calls each step's kernel and copies out what was not computed in place
-// (pass-through inputs, constants, a second output of one buffer, and an
-// output whose Array is also an input that it cannot be written over: see
-// Direct): no lookups, no allocation once the caller's output Arrays have
-// their types.
+// last time (in place: a view of the operand's root). run() then only stores
+// the input and output addresses, calls each step's kernel and copies out what
+// was not computed in place (pass-through inputs, constants, a second output
+// of one buffer, and an output whose Array is also an input that it cannot be
+// written over: see Direct): no lookups, no allocation once the caller's
+// output Arrays have their types.
 //
 // run() writes the Interpreter's own arena and slot table: one Interpreter runs
 // on one thread at a time (make one per thread to run in parallel).
@@ -61,7 +65,12 @@
 namespace capstep::host {
 namespace {
 
-enum class Where : uint8_t { input, stat, alias, arena, direct, tile };
+using plan::Home;
+using Values = std::vector<plan::ValuePlan>;  // per value id (the plan's table)
+
+// Value v's entry of the table.
+plan::ValuePlan& of(Values& t, int v) { return t[static_cast<size_t>(v)]; }
+const plan::ValuePlan& of(const Values& t, int v) { return t[static_cast<size_t>(v)]; }
 
 struct AlignedFree {
   void operator()(void* p) const { ::operator delete(p, std::align_val_t{kArenaAlign}); }
@@ -164,12 +173,11 @@ InPlaceOperands in_place_operands(Op op) {
 
 // In place: an elementwise result takes the buffer of an operand of its own
 // dtype whose last reader is this very equation (root and last are per buffer;
-// both are updated, and the output becomes an alias). Each element is read
-// before the same element is written, so the loop stays correct; the
-// elementwise kernels carry no __restrict for this reason.
+// both are updated, and the output becomes a view, its own last -1). Each
+// element is read before the same element is written, so the loop stays
+// correct; the elementwise kernels carry no __restrict for this reason.
 // Equations of fused groups (in_group[i] >= 0) are left out.
-void merge_in_place(const Program& prog, std::vector<Where>& where, std::vector<int>& root, std::vector<int>& last,
-                    const std::vector<int>& in_group) {
+void merge_in_place(const Program& prog, Values& values, const std::vector<int>& in_group) {
   const int nv = prog.num_values();
   const int ne = static_cast<int>(prog.eqns.size());
   std::vector<int> merged(static_cast<size_t>(nv));
@@ -181,21 +189,24 @@ void merge_in_place(const Program& prog, std::vector<Where>& where, std::vector<
   for (int i = 0; i < ne; ++i) {
     const Eqn& e = prog.eqns[static_cast<size_t>(i)];
     const size_t o = static_cast<size_t>(e.out);
-    if (where[o] != Where::arena || in_group[static_cast<size_t>(i)] >= 0) continue;
+    plan::ValuePlan& out = values[o];
+    if (out.home != Home::arena || in_group[static_cast<size_t>(i)] >= 0) continue;
     const auto [first, count] = in_place_operands(e.op);  // operands that may share the output's buffer
     for (int k = first; k < first + count; ++k) {
       const int v = e.inputs[static_cast<size_t>(k)];
-      const size_t r = static_cast<size_t>(find(root[static_cast<size_t>(v)]));
-      if (where[r] != Where::arena || last[r] != i || prog.type(v).dtype != prog.type(e.out).dtype ||
-          prog.type(static_cast<int>(r)).bytes() != prog.type(e.out).bytes())
+      const int r = find(of(values, v).root);
+      plan::ValuePlan& buf = of(values, r);
+      if (buf.home != Home::arena || buf.last != i || prog.type(v).dtype != prog.type(e.out).dtype ||
+          prog.type(r).bytes() != prog.type(e.out).bytes())
         continue;
-      merged[o] = static_cast<int>(r);
-      where[o] = Where::alias;
-      last[r] = std::max(i, last[o]);
+      merged[o] = r;
+      out.home = Home::view;
+      buf.last = std::max(i, out.last);
+      out.last = -1;
       break;
     }
   }
-  for (int v = 0; v < nv; ++v) root[static_cast<size_t>(v)] = find(root[static_cast<size_t>(v)]);
+  for (plan::ValuePlan& x : values) x.root = find(x.root);
 }
 
 // all_reduce: the operand's bytes (unless it was computed in place), then the
@@ -391,7 +402,7 @@ struct Interpreter::Impl {
   std::vector<Step> index_checks;
   // RunEvents: after steps[k], the outputs whose buffer holds its final value
   // (Direct outputs: their last writing step) and the inputs that no later
-  // step reads (through any alias); the rest at the start or the end.
+  // step reads (through any view); the rest at the start or the end.
   std::vector<std::vector<int>> ready_after, released_after;
   std::vector<int> ready_at_end, released_at_start, released_at_end;
   std::vector<int> direct_of_output;  // per output: its index in `direct`, or -1
@@ -446,8 +457,8 @@ namespace {
 // those filled once, then each tile's, then (col groups) those of K elements
 // once after every tile; a K-element x that a col group's tiles read is read
 // whole by every tile.
-bool group_reads_before_writing(const FusedGroup& g, int x, int b, const std::vector<int>& root) {
-  auto rt = [&](const FusedOperand& o) { return root[static_cast<size_t>(o.value)]; };
+bool group_reads_before_writing(const FusedGroup& g, int x, int b, const Values& values) {
+  auto rt = [&](const FusedOperand& o) { return of(values, o.value).root; };
   std::vector<const FusedMember*> order;
   for (const FusedMember& m : g.members)
     if (m.hoisted) order.push_back(&m);
@@ -490,29 +501,29 @@ void run_dot_pair(const Step& s, void* const* p) {
 // are checked before the first step instead: Impl::index_checks.)
 bool may_throw_at_run(Op op) { return op == Op::gather_rows || op == Op::scatter_add_rows || op == Op::all_reduce; }
 
-// Whether output buffer b (a root, Where::direct), first written by equation
+// Whether output buffer b (a root, Home::output), first written by equation
 // `first`, may be the very Array of the input value x: every step reading x
-// (through any alias) runs before that step, or the last reads are in that
+// (through any view) runs before that step, or the last reads are in that
 // step and it reads each element of x before it writes that element of b
 // (an op that in_place_operands lets write over an operand, or a fused group
 // whose members read x before they write b; an all_reduce, also such an op,
 // never gets here: it may throw, and b's first write comes after every step
 // that may). An x passed through to an output is read after every step (last = ne):
 // never.
-bool in_place_takes(const Program& ex, int b, int first, int x, const std::vector<int>& root,
-                    const std::vector<int>& last, const std::vector<std::pair<int, int>>& span,
-                    const std::vector<int>& in_group, const std::vector<std::unique_ptr<FusedGroup>>& groups) {
-  const int lx = last[static_cast<size_t>(x)];
+bool in_place_takes(const Program& ex, int b, int first, int x, const Values& values,
+                    const std::vector<std::pair<int, int>>& span, const std::vector<int>& in_group,
+                    const std::vector<std::unique_ptr<FusedGroup>>& groups) {
+  const int lx = of(values, x).last;
   const auto [s0, s1] = span[static_cast<size_t>(first)];
   if (lx < s0) return true;
   if (lx > s1) return false;
   const int g = in_group[static_cast<size_t>(first)];
-  if (g >= 0) return group_reads_before_writing(*groups[static_cast<size_t>(g)], x, b, root);
+  if (g >= 0) return group_reads_before_writing(*groups[static_cast<size_t>(g)], x, b, values);
   // One equation outside groups: an elementwise kernel over the same elements.
   const Eqn& e = ex.eqns[static_cast<size_t>(first)];
   if (in_place_operands(e.op).count == 0 || ex.type(e.out).bytes() != ex.type(x).bytes()) return false;
   for (int v : e.inputs)
-    if (root[static_cast<size_t>(v)] == x && ex.type(v).numel() != ex.type(e.out).numel()) return false;
+    if (of(values, v).root == x && ex.type(v).numel() != ex.type(e.out).numel()) return false;
   return true;
 }
 
@@ -523,9 +534,14 @@ bool in_place_takes(const Program& ex, int b, int first, int x, const std::vecto
 struct Interpreter::Impl::Build {
   std::vector<int> pack_of;  // per equation of prog: its all_reduce pack (all_reduce_packs), or -1
   int nv = 0, ne = 0;
-  std::vector<Where> where;  // per value: where it lives (see the top of this file)
-  std::vector<int> root;     // per value: the value whose buffer it is (itself unless an alias)
-  std::vector<int> def;      // per value: its defining equation, -1 for an input
+  // Per value: where it lives (home, see the top of this file), the value
+  // whose buffer it is (root: itself unless a view), its defining equation
+  // (def, of ordered(); -1 for an input), the last equation reading it (last,
+  // per root: its group's last for a group's reads; ne for an output), its
+  // index in Program::inputs (input: an input and its views), its bytes, and
+  // the offset of an arena or statics value (loc, at kArenaAlign). The table
+  // of the device's plan (plan::ValuePlan), decided phase by phase below.
+  Values values;
   // fold_transposes: per value, a transpose that its dot_generals read in
   // place (folded), one that its dot_general wrote in its layout
   // (folded_out), and such a dot_general's result (writes_transposed, with
@@ -541,14 +557,10 @@ struct Interpreter::Impl::Build {
   std::vector<int> in_group;     // per equation: its fused group, -1 outside one
   std::vector<std::pair<int, int>> span;      // per equation: its group's [first, last] ({i, i} alone)
   std::vector<const plan::Group*> group_src;  // per fused group: the plan's group it runs
-  std::vector<int> last;         // per root: the last equation reading it (ne: an output)
-  std::vector<char> tile_resident;  // per value: a tile value (Where::tile)
   std::vector<int> pair_of;      // per equation: the dot_general it runs beside, or -1
   std::vector<BufferLife> lives;  // the arena's buffers, then the scratch buffers
   std::vector<int> buffer_slot;   // per entry of lives: its slot
   ArenaPlan arena_plan;
-  std::vector<size_t> static_off;  // per static value: its offset in `statics`
-  std::vector<int> input_of;       // per value: its index in Program::inputs, or -1
   std::vector<int> step_at;        // per equation: the step that runs it (order_steps)
 };
 
@@ -563,7 +575,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
   choose_fused_groups(b);
   plan_lifetimes(b);
   mark_tile_values(b);
-  merge_in_place(ordered(), b.where, b.root, b.last, b.in_group);  // elementwise results over dying operands
+  merge_in_place(ordered(), b.values, b.in_group);  // elementwise results over dying operands
   pair_dot_generals(opt, b);
   plan_direct_outputs(b);
   plan_buffers(b);
@@ -597,12 +609,17 @@ void Interpreter::Impl::expand_and_order(Program p, const InterpreterOptions& op
   const Program& ex = ordered();
   const int nv = b.nv = prog.num_values();
   const int ne = b.ne = static_cast<int>(prog.eqns.size());
-  b.where.assign(static_cast<size_t>(nv), Where::arena);
-  b.root.resize(static_cast<size_t>(nv));
-  b.def.assign(static_cast<size_t>(nv), -1);  // defining equation (of ex)
-  for (int i = 0; i < ne; ++i) b.def[static_cast<size_t>(ex.eqns[static_cast<size_t>(i)].out)] = i;
-  for (int v = 0; v < nv; ++v) b.root[static_cast<size_t>(v)] = v;
-  for (const NamedValue& in : prog.inputs) b.where[static_cast<size_t>(in.value)] = Where::input;
+  b.values.assign(static_cast<size_t>(nv), plan::ValuePlan{});  // Home::arena, def and last -1
+  for (int v = 0; v < nv; ++v) {
+    of(b.values, v).root = v;
+    of(b.values, v).bytes = prog.type(v).bytes();
+  }
+  for (int i = 0; i < ne; ++i) of(b.values, ex.eqns[static_cast<size_t>(i)].out).def = i;  // of ex
+  for (size_t i = 0; i < prog.inputs.size(); ++i) {
+    plan::ValuePlan& x = of(b.values, prog.inputs[i].value);
+    x.home = Home::input;
+    x.input = static_cast<int>(i);
+  }
 }
 
 // Transposes that their dot_generals read in place: when every reader of a
@@ -610,13 +627,13 @@ void Interpreter::Impl::expand_and_order(Program p, const InterpreterOptions& op
 // mapped through the permutation (fold_transpose_dims) and without copying it
 // first (dot_operand_in_place; a bf16 operand is copied, widened, either
 // way), and the transpose is no output and runs outside fused groups, it
-// moves nothing (an alias of x, read by those dots only) and each dot is
+// moves nothing (a view of x, read by those dots only) and each dot is
 // planned on x. The attention heads' transposes of q, k, v and their
 // cotangents are these.
 void Interpreter::Impl::fold_transposes(Build& b) {
   const Program& ex = ordered();
   const int nv = b.nv, ne = b.ne;
-  const std::vector<int>& def = b.def;
+  auto def = [&](size_t v) { return b.values[v].def; };
   std::vector<char>& folded = b.folded;
   std::vector<char>& folded_out = b.folded_out;
   std::vector<char>& writes_transposed = b.writes_transposed;
@@ -638,7 +655,7 @@ void Interpreter::Impl::fold_transposes(Build& b) {
       const size_t v = static_cast<size_t>(e.inputs[k]);
       if (readers[v] < 0) continue;
       ++readers[v];
-      const int d = def[v];
+      const int d = def(v);
       if (e.op != Op::dot_general || d < 0 || ex.eqns[static_cast<size_t>(d)].op != Op::transpose) continue;
       Attrs at = e.attrs;
       const Eqn& tr = ex.eqns[static_cast<size_t>(d)];
@@ -656,13 +673,13 @@ void Interpreter::Impl::fold_transposes(Build& b) {
   // The other way round: a transpose that is the one reader of a
   // dot_general's result (the attention output and dq, dk, dv, back to
   // token-major): the dot writes its result in the transpose's layout
-  // (DotPlan::ldc, c_off), and the transpose is an alias of it.
+  // (DotPlan::ldc, c_off), and the transpose is a view of it.
   for (int i = 0; i < ne; ++i) {
     const Eqn& e = ex.eqns[static_cast<size_t>(i)];
     const size_t o = static_cast<size_t>(e.out);
     if (e.op != Op::transpose || folded[o] || grouped[static_cast<size_t>(i)] || readers[o] < 0) continue;
     const size_t x = static_cast<size_t>(e.inputs[0]);
-    const int d = def[x];
+    const int d = def(x);
     if (d < 0 || readers[x] != 1 || grouped[static_cast<size_t>(d)]) continue;
     const Eqn& dot = ex.eqns[static_cast<size_t>(d)];
     if (dot.op != Op::dot_general || prog.type(dot.out).numel() == 0) continue;
@@ -680,15 +697,13 @@ void Interpreter::Impl::fold_transposes(Build& b) {
 }
 
 // One Step per equation (Build::built): its kernel chosen and its views,
-// GEMM plan and scratch planned; the values that move nothing become aliases
+// GEMM plan and scratch planned; the values that move nothing become views
 // of their operand and constants and iota statics. The switch has no default
 // so that a primitive without a host kernel does not compile.
 void Interpreter::Impl::plan_steps(Build& b) {
   const Program& ex = ordered();
   const int nv = b.nv, ne = b.ne;
-  std::vector<Where>& where = b.where;
-  std::vector<int>& root = b.root;
-  const std::vector<int>& def = b.def;
+  Values& values = b.values;
   const std::vector<char>& folded = b.folded;
   const std::vector<char>& folded_out = b.folded_out;
   const std::vector<char>& writes_transposed = b.writes_transposed;
@@ -707,14 +722,15 @@ void Interpreter::Impl::plan_steps(Build& b) {
     for (size_t k = 0; k < e.inputs.size() && k < 5; ++k) s.in[k] = e.inputs[k];
     s.n = t.numel();
     s.elem_bytes = dtype_size(t.dtype);
-    auto alias_of_operand = [&] {
-      where[o] = Where::alias;
-      root[o] = root[static_cast<size_t>(e.inputs[0])];
+    auto alias_of_operand = [&] {  // a view: its operand's root, and an input's index with it
+      values[o].home = Home::view;
+      values[o].root = of(values, e.inputs[0]).root;
+      values[o].input = of(values, values[o].root).input;
     };
     switch (e.op) {
       case Op::constant:
       case Op::iota:
-        where[o] = Where::stat;
+        values[o].home = Home::statics;
         break;
       case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
         s.fn = binary_kernel(e.op, t.dtype);
@@ -759,7 +775,7 @@ void Interpreter::Impl::plan_steps(Build& b) {
         Type operand[2] = {prog.type(e.inputs[0]), prog.type(e.inputs[1])};
         for (int k = 0; k < 2; ++k) {
           if (!folded[static_cast<size_t>(e.inputs[static_cast<size_t>(k)])]) continue;
-          const Eqn& tr = ex.eqns[static_cast<size_t>(def[static_cast<size_t>(e.inputs[static_cast<size_t>(k)])])];
+          const Eqn& tr = ex.eqns[static_cast<size_t>(of(values, e.inputs[static_cast<size_t>(k)]).def)];
           if (!fold_transpose_dims(at, k, tr.attrs.dims))
             throw Error(what + ": internal: a folded transpose that this dot_general cannot read in place");
           operand[k] = prog.type(tr.inputs[0]);
@@ -897,57 +913,49 @@ void Interpreter::Impl::choose_fused_groups(Build& b) {
 
 // Liveness: each arena buffer lives from its defining equation (its group's
 // first) to the last equation reading it (its group's last) through any
-// alias; outputs live to the end (last = ne).
+// view; outputs live to the end (last = ne).
 void Interpreter::Impl::plan_lifetimes(Build& b) {
   const Program& ex = ordered();
-  const int nv = b.nv, ne = b.ne;
-  const std::vector<int>& root = b.root;
+  const int ne = b.ne;
+  Values& values = b.values;
   const std::vector<std::pair<int, int>>& span = b.span;
-  std::vector<int>& last = b.last;
-  last.assign(static_cast<size_t>(nv), -1);
+  for (plan::ValuePlan& x : values) x.last = -1;
   for (int i = 0; i < ne; ++i)
     for (int v : ex.eqns[static_cast<size_t>(i)].inputs) {
-      int& l = last[static_cast<size_t>(root[static_cast<size_t>(v)])];
+      int& l = of(values, of(values, v).root).last;
       l = std::max(l, span[static_cast<size_t>(i)].second);
     }
-  for (const NamedValue& out : prog.outputs) last[static_cast<size_t>(root[static_cast<size_t>(out.value)])] = ne;
+  for (const NamedValue& out : prog.outputs) of(values, of(values, out.value).root).last = ne;
 }
 
-// Tile values (Where::tile): made in a fused group, read only inside it, of
+// Tile values (Home::tile): made in a fused group, read only inside it, of
 // the group's element count (or, in a row group, one per row). They get no
 // arena buffer, only a tile in the group's scratch.
 void Interpreter::Impl::mark_tile_values(Build& b) {
   const Program& ex = ordered();
   const int nv = b.nv, ne = b.ne;
-  std::vector<Where>& where = b.where;
-  const std::vector<int>& root = b.root;
-  const std::vector<int>& def = b.def;
+  Values& values = b.values;
   const std::vector<int>& in_group = b.in_group;
   const std::vector<const plan::Group*>& group_src = b.group_src;
-  std::vector<char>& tile_resident = b.tile_resident;
-  tile_resident.assign(static_cast<size_t>(nv), 0);
   if (!groups.empty()) {
     auto group_of_value = [&](int r) {
-      const int d = def[static_cast<size_t>(r)];
+      const int d = of(values, r).def;
       return d < 0 ? -1 : in_group[static_cast<size_t>(d)];
     };
     std::vector<char> escapes(static_cast<size_t>(nv), 0);
     for (int i = 0; i < ne; ++i)
       for (int v : ex.eqns[static_cast<size_t>(i)].inputs) {
-        const int r = root[static_cast<size_t>(v)];
+        const int r = of(values, v).root;
         const int g = group_of_value(r);
         if (g < 0 || g != in_group[static_cast<size_t>(i)]) escapes[static_cast<size_t>(r)] = 1;
       }
-    for (const NamedValue& out : prog.outputs) escapes[static_cast<size_t>(root[static_cast<size_t>(out.value)])] = 1;
+    for (const NamedValue& out : prog.outputs) escapes[static_cast<size_t>(of(values, out.value).root)] = 1;
     for (int v = 0; v < nv; ++v) {
       const int g = group_of_value(v);
-      if (g < 0 || where[static_cast<size_t>(v)] != Where::arena || escapes[static_cast<size_t>(v)]) continue;
+      if (g < 0 || of(values, v).home != Home::arena || escapes[static_cast<size_t>(v)]) continue;
       const plan::Group& gr = *group_src[static_cast<size_t>(g)];
       const int64_t n = prog.type(v).numel();
-      if (n == gr.numel || (gr.kind == plan::GroupKind::row && n == gr.rows)) {
-        where[static_cast<size_t>(v)] = Where::tile;
-        tile_resident[static_cast<size_t>(v)] = 1;
-      }
+      if (n == gr.numel || (gr.kind == plan::GroupKind::row && n == gr.rows)) of(values, v).home = Home::tile;
     }
   }
 }
@@ -957,7 +965,7 @@ void Interpreter::Impl::mark_tile_values(Build& b) {
 // threads idle that the GEMMs' own parts use): a
 // dot_general (equation i) and the next equation that runs a step (j), when
 // that is a dot_general too, neither in a fused group, j reads nothing that
-// i writes (every operand made before i, or an alias made between them of
+// i writes (every operand made before i, or a view made between them of
 // something made before i), and neither does more than twice the other's
 // multiply-adds. They run at once, so every buffer either touches lives
 // over both: i's operands and result until j, j's result and both
@@ -966,12 +974,9 @@ void Interpreter::Impl::mark_tile_values(Build& b) {
 void Interpreter::Impl::pair_dot_generals(const InterpreterOptions& opt, Build& b) {
   const Program& ex = ordered();
   const int ne = b.ne;
-  const std::vector<Where>& where = b.where;
-  const std::vector<int>& root = b.root;
-  const std::vector<int>& def = b.def;
+  Values& values = b.values;
   const std::vector<Step>& built = b.built;
   const std::vector<int>& in_group = b.in_group;
-  std::vector<int>& last = b.last;
   std::vector<int>& pair_of = b.pair_of;
   pair_of.assign(static_cast<size_t>(ne), -1);
   if (opt.pair_dots && host_threads() == 2) {
@@ -991,10 +996,10 @@ void Interpreter::Impl::pair_dot_generals(const InterpreterOptions& opt, Build& 
       if (j >= ne || !plain_dot(j)) continue;
       bool independent = true;
       for (int v : ex.eqns[static_cast<size_t>(j)].inputs) {
-        const int r = root[static_cast<size_t>(v)];
-        const Where w = where[static_cast<size_t>(r)];
-        const int dv = def[static_cast<size_t>(v)], dr = def[static_cast<size_t>(r)];
-        const bool root_before = w == Where::input || w == Where::stat || (dr >= 0 && dr < i);
+        const int r = of(values, v).root;
+        const Home w = of(values, r).home;
+        const int dv = of(values, v).def, dr = of(values, r).def;
+        const bool root_before = w == Home::input || w == Home::statics || (dr >= 0 && dr < i);
         independent = independent && root_before && dv != i;
       }
       const double wi = work(i), wj = work(j);
@@ -1002,34 +1007,33 @@ void Interpreter::Impl::pair_dot_generals(const InterpreterOptions& opt, Build& 
       pair_of[static_cast<size_t>(i)] = j;
       pair_of[static_cast<size_t>(j)] = i;
       for (int v : ex.eqns[static_cast<size_t>(i)].inputs) {
-        int& l = last[static_cast<size_t>(root[static_cast<size_t>(v)])];
+        int& l = of(values, of(values, v).root).last;
         l = std::max(l, j);
       }
-      int& l = last[static_cast<size_t>(root[static_cast<size_t>(ex.eqns[static_cast<size_t>(i)].out)])];
+      int& l = of(values, of(values, ex.eqns[static_cast<size_t>(i)].out).root).last;
       l = std::max(l, j);
       i = j;
     }
   }
 }
 
-// Outputs computed in the caller's Arrays (Where::direct, Direct): the first
+// Outputs computed in the caller's Arrays (Home::output, Direct): the first
 // output on each arena buffer that has the output's size (one buffer, one
 // Array), so that nothing is copied out and the arena holds only true
 // intermediates.
 void Interpreter::Impl::plan_direct_outputs(Build& b) {
   const int nv = b.nv;
-  std::vector<Where>& where = b.where;
-  const std::vector<int>& root = b.root;
+  Values& values = b.values;
   output_is_direct.assign(prog.outputs.size(), 0);
   for (size_t j = 0; j < prog.outputs.size(); ++j) {
-    const size_t r = static_cast<size_t>(root[static_cast<size_t>(prog.outputs[j].value)]);
+    const int r = of(values, prog.outputs[j].value).root;
     const size_t bytes = prog.output_type(static_cast<int>(j)).bytes();
-    if (where[r] != Where::arena || bytes == 0 || prog.type(static_cast<int>(r)).bytes() != bytes) continue;
-    where[r] = Where::direct;
+    if (of(values, r).home != Home::arena || bytes == 0 || prog.type(r).bytes() != bytes) continue;
+    of(values, r).home = Home::output;
     Direct d;
     d.output = static_cast<int>(j);
     for (int v = 0; v < nv; ++v)
-      if (root[static_cast<size_t>(v)] == static_cast<int>(r)) d.slots.push_back(v);
+      if (of(values, v).root == r) d.slots.push_back(v);
     d.fallback_offset = fallback_bytes;
     fallback_bytes += align_up(bytes);
     direct.push_back(std::move(d));
@@ -1039,24 +1043,22 @@ void Interpreter::Impl::plan_direct_outputs(Build& b) {
 
 // The arena: every arena value's buffer and every step's scratch, with its
 // lifetime (a dot pair's from the pair's first equation), packed by
-// pack_arena into buffers whose lifetimes do not overlap; then the statics'
-// offsets (constants and iota, computed once).
+// pack_arena into buffers whose lifetimes do not overlap (each value's offset
+// in its loc); then the statics' offsets (constants and iota, computed once).
 void Interpreter::Impl::plan_buffers(Build& b) {
   const int nv = b.nv;
-  const std::vector<Where>& where = b.where;
-  const std::vector<int>& def = b.def;
+  Values& values = b.values;
   const std::vector<int>& pair_of = b.pair_of;
   const std::vector<std::pair<int, int>>& span = b.span;
-  const std::vector<int>& last = b.last;
   const std::vector<Build::Scratch>& scratch = b.scratch;
   std::vector<BufferLife>& lives = b.lives;
   std::vector<int>& buffer_slot = b.buffer_slot;
-  std::vector<size_t>& static_off = b.static_off;
   for (int v = 0; v < nv; ++v) {
-    if (where[static_cast<size_t>(v)] != Where::arena) continue;
-    const int dv = def[static_cast<size_t>(v)], p = pair_of[static_cast<size_t>(dv)];
+    const plan::ValuePlan& x = of(values, v);
+    if (x.home != Home::arena) continue;
+    const int dv = x.def, p = pair_of[static_cast<size_t>(dv)];
     const int d = p >= 0 ? std::min(dv, p) : span[static_cast<size_t>(dv)].first;  // a pair's: from the first
-    lives.push_back({prog.type(v).bytes(), d, std::max(d, last[static_cast<size_t>(v)])});
+    lives.push_back({x.bytes, d, std::max(d, x.last)});
     buffer_slot.push_back(v);
   }
   for (size_t k = 0; k < scratch.size(); ++k) {
@@ -1066,13 +1068,14 @@ void Interpreter::Impl::plan_buffers(Build& b) {
   }
   b.arena_plan = pack_arena(lives);
   arena_bytes = b.arena_plan.total;
+  for (size_t k = 0; k < lives.size(); ++k)
+    if (buffer_slot[k] < nv) of(values, buffer_slot[k]).loc = {plan::Space::arena, b.arena_plan.offset[k]};
 
   // Statics: constants and iota, computed once.
-  static_off.assign(static_cast<size_t>(nv), 0);
-  for (int v = 0; v < nv; ++v)
-    if (where[static_cast<size_t>(v)] == Where::stat) {
-      static_off[static_cast<size_t>(v)] = static_bytes;
-      static_bytes += align_up(prog.type(v).bytes());
+  for (plan::ValuePlan& x : values)
+    if (x.home == Home::statics) {
+      x.loc = {plan::Space::statics, static_bytes};
+      static_bytes += align_up(x.bytes);
     }
 }
 
@@ -1084,14 +1087,12 @@ void Interpreter::Impl::plan_buffers(Build& b) {
 void Interpreter::Impl::make_fused_groups(const InterpreterOptions& opt, bool plan_only, Build& b) {
   const Program& ex = ordered();
   const int nv = b.nv;
-  const std::vector<Where>& where = b.where;
-  const std::vector<int>& root = b.root;
+  const Values& values = b.values;
   const std::vector<Step>& built = b.built;
   const std::vector<const plan::Group*>& group_src = b.group_src;
-  const std::vector<char>& tile_resident = b.tile_resident;
   std::vector<char> splat(static_cast<size_t>(nv), 0);
   for (const Eqn& e : ex.eqns)
-    if (e.op == Op::constant && e.attrs.literal.size() == 1 && where[static_cast<size_t>(e.out)] == Where::stat)
+    if (e.op == Op::constant && e.attrs.literal.size() == 1 && of(values, e.out).home == Home::statics)
       splat[static_cast<size_t>(e.out)] = 1;
   for (size_t k = 0; k < groups.size(); ++k) {
     const plan::Group& g = *group_src[k];
@@ -1100,8 +1101,7 @@ void Interpreter::Impl::make_fused_groups(const InterpreterOptions& opt, bool pl
         .program = ex,
         .group = g,
         .member_steps = members,
-        .root = root,
-        .tile_resident = tile_resident,
+        .values = values,
         .splat = splat,
         .adamw = fusion->adamw,
         .options = {.tile_elems = opt.tile_elems, .max_parts = host_threads(), .jit = opt.jit && !plan_only}});
@@ -1111,20 +1111,17 @@ void Interpreter::Impl::make_fused_groups(const InterpreterOptions& opt, bool pl
 
 // Allocates the arena, the statics and the tiles, fills the statics, and
 // sets every slot that does not change from run to run: arena buffers,
-// statics, aliases through their root; the slots of inputs are listed
+// statics, views through their root; the slots of inputs are listed
 // (input_slots) and those of Direct outputs left, both set per run. Lists the
 // outputs that pass an input through (pass_through) and the others.
 void Interpreter::Impl::allocate_and_set_slots(Build& b) {
   const Program& ex = ordered();
   const int nv = b.nv, ne = b.ne;
-  const std::vector<Where>& where = b.where;
-  const std::vector<int>& root = b.root;
+  const Values& values = b.values;
   const std::vector<Build::Scratch>& scratch = b.scratch;
   const std::vector<BufferLife>& lives = b.lives;
   const std::vector<int>& buffer_slot = b.buffer_slot;
   const ArenaPlan& arena_plan = b.arena_plan;
-  const std::vector<size_t>& static_off = b.static_off;
-  std::vector<int>& input_of = b.input_of;
   arena = alloc_block(arena_bytes);
   statics = alloc_block(static_bytes);
   tiles = alloc_block(tile_bytes);
@@ -1137,25 +1134,24 @@ void Interpreter::Impl::allocate_and_set_slots(Build& b) {
   for (int i = 0; i < ne; ++i) {
     const Eqn& e = ex.eqns[static_cast<size_t>(i)];
     const Type& t = prog.type(e.out);
-    if (where[static_cast<size_t>(e.out)] != Where::stat || t.bytes() == 0) continue;
-    void* dst = static_base + static_off[static_cast<size_t>(e.out)];
+    if (of(values, e.out).home != Home::statics || t.bytes() == 0) continue;
+    void* dst = static_base + of(values, e.out).loc.offset;
     slots[static_cast<size_t>(e.out)] = dst;
     if (e.op == Op::constant) fill_constant(e.attrs, t, dst);
     else fill_iota(e.attrs, t, dst);
   }
-  input_of.assign(static_cast<size_t>(nv), -1);
-  for (size_t i = 0; i < prog.inputs.size(); ++i) input_of[static_cast<size_t>(prog.inputs[i].value)] = static_cast<int>(i);
   for (int v = 0; v < nv; ++v) {
-    const int r = root[static_cast<size_t>(v)];
-    if (where[static_cast<size_t>(r)] == Where::input) input_slots.emplace_back(v, input_of[static_cast<size_t>(r)]);
-    else if (where[static_cast<size_t>(r)] == Where::direct) continue;  // set per run
+    const int r = of(values, v).root;
+    const Home w = of(values, r).home;
+    if (w == Home::input) input_slots.emplace_back(v, of(values, r).input);
+    else if (w == Home::output) continue;  // set per run
     else if (r != v) slots[static_cast<size_t>(v)] = slots[static_cast<size_t>(r)];
   }
   for (const NamedValue& out : prog.outputs) output_slot.push_back(out.value);
   for (size_t j = 0; j < prog.outputs.size(); ++j) {
-    const int r = root[static_cast<size_t>(prog.outputs[j].value)];
-    if (where[static_cast<size_t>(r)] == Where::input) {
-      pass_through.push_back({static_cast<int>(j), input_of[static_cast<size_t>(r)], staging_bytes});
+    const plan::ValuePlan& r = of(values, of(values, prog.outputs[j].value).root);
+    if (r.home == Home::input) {
+      pass_through.push_back({static_cast<int>(j), r.input, staging_bytes});
       staging_bytes += align_up(prog.output_type(static_cast<int>(j)).bytes());
     } else {
       computed_outputs.push_back(static_cast<int>(j));
@@ -1172,20 +1168,17 @@ void Interpreter::Impl::allocate_and_set_slots(Build& b) {
 void Interpreter::Impl::plan_outputs_over_inputs(Build& b) {
   const Program& ex = ordered();
   const int nv = b.nv, ne = b.ne;
-  const std::vector<Where>& where = b.where;
-  const std::vector<int>& root = b.root;
-  const std::vector<int>& def = b.def;
+  const Values& values = b.values;
   const std::vector<Step>& built = b.built;
   const std::vector<int>& in_group = b.in_group;
   const std::vector<std::pair<int, int>>& span = b.span;
-  const std::vector<int>& last = b.last;
   int throws_until = -1;  // the last equation (its group's last) that may throw
   for (int i = 0; i < ne; ++i) {
     const Eqn& e = ex.eqns[static_cast<size_t>(i)];
     if (!may_throw_at_run(e.op)) continue;
     if (e.op != Op::all_reduce && built[static_cast<size_t>(i)].fn) {
-      const Where w = where[static_cast<size_t>(root[static_cast<size_t>(e.inputs[1])])];
-      if (w == Where::input || w == Where::stat) {
+      const Home w = of(values, of(values, e.inputs[1]).root).home;
+      if (w == Home::input || w == Home::statics) {
         index_checks.push_back(built[static_cast<size_t>(i)]);
         continue;
       }
@@ -1194,26 +1187,26 @@ void Interpreter::Impl::plan_outputs_over_inputs(Build& b) {
   }
   std::vector<int> first_write(static_cast<size_t>(nv), ne);  // per root: the first equation writing its buffer
   for (int v = 0; v < nv; ++v) {
-    const int d = def[static_cast<size_t>(v)];
-    int& f = first_write[static_cast<size_t>(root[static_cast<size_t>(v)])];
+    const int d = of(values, v).def;
+    int& f = first_write[static_cast<size_t>(of(values, v).root)];
     if (d >= 0) f = std::min(f, d);
   }
   for (Direct& d : direct) {
     d.takes_input.assign(prog.inputs.size(), 0);
-    const int r = root[static_cast<size_t>(prog.outputs[static_cast<size_t>(d.output)].value)];
+    const int r = of(values, prog.outputs[static_cast<size_t>(d.output)].value).root;
     const int first = first_write[static_cast<size_t>(r)];
     if (first >= ne || span[static_cast<size_t>(first)].first <= throws_until) continue;
     const Type& t = prog.output_type(d.output);
     for (size_t k = 0; k < prog.inputs.size(); ++k)
       if (prog.input_type(static_cast<int>(k)) == t)
-        d.takes_input[k] = in_place_takes(ex, r, first, prog.inputs[k].value, root, last, span, in_group, groups);
+        d.takes_input[k] = in_place_takes(ex, r, first, prog.inputs[k].value, values, span, in_group, groups);
   }
 }
 
 // The Steps in order: a step per equation that does work, one per fused
 // group (at its last member) and one per dot pair (at its first).
 // step_at[i]: the step that runs equation i (the members of a group: the
-// group's; an equation that runs no step, such as an alias: the step before
+// group's; an equation that runs no step, such as a view: the step before
 // it, -1 before the first).
 void Interpreter::Impl::order_steps(Build& b) {
   const int ne = b.ne;
@@ -1297,9 +1290,7 @@ void Interpreter::Impl::pack_all_reduces(Build& b) {
 // (after the step of its last reader; passed through: at the end).
 void Interpreter::Impl::plan_run_events(Build& b) {
   const int ne = b.ne;
-  const std::vector<int>& root = b.root;
-  const std::vector<int>& def = b.def;
-  const std::vector<int>& last = b.last;
+  const Values& values = b.values;
   const std::vector<int>& step_at = b.step_at;
   ready_after.assign(steps.size(), {});
   released_after.assign(steps.size(), {});
@@ -1309,12 +1300,12 @@ void Interpreter::Impl::plan_run_events(Build& b) {
     const int k = direct_of_output[j];
     int writer = -1;  // the last equation writing the output's buffer
     if (k >= 0)
-      for (int v : direct[static_cast<size_t>(k)].slots) writer = std::max(writer, def[static_cast<size_t>(v)]);
+      for (int v : direct[static_cast<size_t>(k)].slots) writer = std::max(writer, of(values, v).def);
     const int at = writer >= 0 ? step_at[static_cast<size_t>(writer)] : -1;
     (at >= 0 ? ready_after[static_cast<size_t>(at)] : ready_at_end).push_back(static_cast<int>(j));
   }
   for (size_t i = 0; i < prog.inputs.size(); ++i) {
-    const int l = last[static_cast<size_t>(root[static_cast<size_t>(prog.inputs[i].value)])];
+    const int l = of(values, of(values, prog.inputs[i].value).root).last;
     if (l >= ne) released_at_end.push_back(static_cast<int>(i));  // read at the end: passed through
     else if (l < 0 || step_at[static_cast<size_t>(l)] < 0) released_at_start.push_back(static_cast<int>(i));
     else released_after[static_cast<size_t>(step_at[static_cast<size_t>(l)])].push_back(static_cast<int>(i));

@@ -4,8 +4,9 @@
 //   1. homes and roots (inputs, statics, reshape views, arena)
 //   2. lifetimes per root (reads through any view; outputs live to the end)
 //   3. aliases: direct write when provably safe, else copy-back (with a note)
-//   4. snapshots of old input values that outputs still need
-//   5. arena packing, then every location resolved
+//   4. internal values that would have had an arena buffer: tiles
+//   5. snapshots of old input values that outputs still need
+//   6. arena packing, then every location resolved
 #include "capstep/device_plan.h"
 
 #include <algorithm>
@@ -47,7 +48,9 @@ const char* home_name(Home h) {
     case Home::statics: return "statics";
     case Home::arena: return "arena";
     case Home::donated: return "donated";
+    case Home::output: return "output";
     case Home::view: return "view";
+    case Home::tile: return "tile";
   }
   return "?";
 }
@@ -146,8 +149,6 @@ Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
       r.last = std::max(r.last, span_last(d));
     }
   for (const NamedValue& o : p.outputs) v[static_cast<size_t>(v[static_cast<size_t>(o.value)].root)].last = E;
-  for (ValuePlan& x : v)
-    if (x.home == Home::arena) x.last = std::max(x.last, span_last(x.def));  // a result nobody reads still gets written
 
   // 3. aliases
   plan.donated_input.assign(p.outputs.size(), -1);
@@ -195,7 +196,13 @@ Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
     written[static_cast<size_t>(a.input)] = 1;
   }
 
-  // 4. snapshots: an output (or a copy-back source) that is the old value of an
+  // 4. tiles: an internal value lives in its kernel's registers, and gets no
+  // buffer below. (No output is internal: plan::internal_values leaves out
+  // every value read outside its group.)
+  for (int id = 0; id < p.num_values(); ++id)
+    if (v[static_cast<size_t>(id)].home == Home::arena && internal(id)) v[static_cast<size_t>(id)].home = Home::tile;
+
+  // 5. snapshots: an output (or a copy-back source) that is the old value of an
   // input overwritten at the end of the step is saved first. (A donated input
   // never needs one: donation requires that nothing reads it after the write.)
   std::vector<Interval> buffers;
@@ -224,11 +231,12 @@ Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
       output_snapshot[o] = static_cast<long>(snapshot(r.input, static_cast<int>(o)));
   }
 
-  // 5. arena: roots computed per step, snapshots, scratch
+  // 6. arena: roots computed per step (over their writer's span at least: a
+  // result nobody reads still gets written), snapshots, scratch
   for (int id = 0; id < p.num_values(); ++id) {
     const ValuePlan& x = v[static_cast<size_t>(id)];
-    if (x.home != Home::arena || internal(id)) continue;
-    buffers.push_back({x.bytes, span_first(x.def), x.last});
+    if (x.home != Home::arena) continue;
+    buffers.push_back({x.bytes, span_first(x.def), std::max(x.last, span_last(x.def))});
     buffer_value.push_back(id);
   }
   plan.scratch_loc.assign(static_cast<size_t>(E), Loc{});
