@@ -391,16 +391,22 @@ TEST(Pjrt, DescribeNamesThePlatformAndThePlugin) {
   std::printf("%s\n%s\n%zu bytes\n", info.device.c_str(), info.plan.c_str(), info.bytes);
 }
 
-// Device memory: a program whose result cannot be allocated (a 1 TiB f32
-// vector, more than any machine of ours holds) is an Error carrying the
-// plugin's message, and the process lives on.
+// Device memory: a program whose result cannot be allocated (2^45 f32, as
+// many bytes as x86-64 gives a process's whole address space, so no overcommit
+// setting lets it through) is an Error carrying the plugin's message, and the
+// process lives on. Under AddressSanitizer a request that size aborts inside
+// malloc before the plugin sees it (allocation-size-too-big), so that build
+// skips it.
 TEST(Pjrt, AnAllocationTheDeviceCannotMakeIsAnError) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "under AddressSanitizer: its malloc aborts on a request this size instead of returning null";
+#endif
   std::string why;
   PjrtOptions o;
   o.plugin = test::pjrt_plugin(&why);
   if (const std::string w = skip_reason(BackendKind::pjrt); !w.empty()) GTEST_SKIP() << w;
   const pjrt::Client& c = pjrt::client(o);
-  const std::string n = std::to_string(int64_t{1} << 38);
+  const std::string n = std::to_string(int64_t{1} << 45);
   const std::string t = "tensor<" + n + "xf32>";
   try {
     pjrt::Executable e(c, "module @too_big { func.func public @main(%arg0: tensor<f32>) -> " + t +
@@ -410,11 +416,11 @@ TEST(Pjrt, AnAllocationTheDeviceCannotMakeIsAnError) {
     x.set(0, 1.0);
     pjrt::Buffer in = pjrt::upload(c, x);
     std::vector<pjrt::Buffer> out = e.execute({in.get()}, {});
-    FAIL() << "a 1 TiB result was allocated";
+    FAIL() << "a 128 TiB result was allocated";
   } catch (const Error& e) {
     const std::string m = e.what();
     std::printf("the plugin's message: %s\n", m.c_str());
     EXPECT_NE(m.find("out of device memory"), std::string::npos) << m;  // RESOURCE_EXHAUSTED, named
-    EXPECT_NE(m.find("1099511627776"), std::string::npos) << m;         // the plugin's own words
+    EXPECT_NE(m.find(std::to_string(int64_t{1} << 47)), std::string::npos) << m;  // the plugin's own words: the bytes
   }
 }

@@ -11,7 +11,7 @@
 // donated output may share its input's bytes; see device_plan.h).
 //   - an elementwise member reads an outside operand at i;
 //   - a broadcast_in_dim with a smaller operand reads it at the broadcast's
-//     index map (plan::broadcast_walk, unrolled with constant dims/strides);
+//     index map (plan::broadcast_walk, unrolled with constant sizes and strides);
 //   - a splat constant is a literal (exact: hex floats or bit patterns).
 #pragma once
 

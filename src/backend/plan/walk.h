@@ -3,8 +3,9 @@
 // reductions and dot_general's operand packing share: for each axis of a
 // row-major iteration space, its size and the stride (in elements) of a second
 // array along it. The host interpreter runs its kernels' loops over walks
-// (host/strided.h); the CUDA kernels find the source element of each output
-// element with walk_offset, built on the host when a Program is compiled, so
+// (host/strided.h); the CUDA kernels map each element to its element of the
+// other array (a copy's or reduction's source, a pad's or concatenate's
+// destination) with walk_offset, built on the host when a Program is compiled, so
 // that the index math the GPU uses is checked on machines without one; the
 // generated kernels unroll the same offsets into their text (kernel_source.cpp).
 //
@@ -30,11 +31,11 @@
 
 namespace capstep::plan {
 
-// Axes that remain after collapsing. The host keeps loop counters on the
-// stack and the CUDA kernels take walks by value as kernel parameters (two of
-// 264 bytes for a reduce, far below the 4 KB parameter limit); the generated
-// kernels only print a walk's constants, never the struct. 16 is what the host
-// interpreter has always allowed, so no program it ran starts failing.
+// Axes that remain after collapsing: 16, as many as the host's loop counters
+// on the stack hold. The CUDA kernels take walks by value as kernel
+// parameters (two of 264 bytes for a reduce, far below the 4 KB parameter
+// limit); the generated kernels only print a walk's constants, never the
+// struct.
 constexpr int kMaxRank = 16;
 
 // Element i (row-major over size) has offset sum(c[d] * stride[d]) where c are
