@@ -12,7 +12,10 @@
 #include "capstep/interpreter.h"
 #include "capstep/optim.h"
 
-namespace capstep::optim {
+namespace capstep::host {
+
+using optim::AdamW;
+using optim::AdamWScalars;
 
 namespace {
 // One element, in the operation order of the program with_adamw appends.
@@ -49,8 +52,17 @@ AdamWConstants adamw_constants(const AdamW& o) {
 // one part, 5.8 us as two (lane 1f, two threads, per-step timers). The update
 // is elementwise, so the parts do not change a result.
 int adamw_parts(int64_t n) {
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(host::host_threads(), n / 4096)));
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(host_threads(), n / 4096)));
 }
+
+}  // namespace capstep::host
+
+namespace capstep::optim {
+
+using host::adamw_constants;
+using host::adamw_parts;
+using host::adamw_range;
+using host::AdamWConstants;
 
 namespace {
 

@@ -654,19 +654,19 @@ bool run_adamw(const FusedGroup& g, void* const* slots) {
   if (!outs_apart || !same_or_apart(po, pi) || !same_or_apart(mo, mi) || !same_or_apart(vo, vi)) return false;
   const bool into = apart(po, pi) && apart(mo, mi) && apart(vo, vi);
   auto first = [&](int v) { return *f(v); };
-  const optim::AdamWConstants k{first(a.b1), first(a.c1), first(a.b2), first(a.c2), first(a.eps)};
+  const AdamWConstants k{first(a.b1), first(a.c1), first(a.b2), first(a.c2), first(a.eps)};
   const optim::AdamWScalars sc{first(a.lr), first(a.bc1), first(a.bc2), first(a.decay)};
-  const int parts = optim::adamw_parts(n);
+  const int parts = adamw_parts(n);
   auto part_fn = [&](int i) {
     int64_t b = 0, e = 0;
     part_range(n, parts, i, 16, b, e);
     if (e <= b) return;
-    if (into) return optim::adamw_range_into(k, sc, pi + b, gi + b, mi + b, vi + b, po + b, mo + b, vo + b, e - b);
+    if (into) return adamw_range_into(k, sc, pi + b, gi + b, mi + b, vi + b, po + b, mo + b, vo + b, e - b);
     const size_t bytes = static_cast<size_t>(e - b) * sizeof(float);
     if (po != pi) std::memcpy(po + b, pi + b, bytes);
     if (mo != mi) std::memcpy(mo + b, mi + b, bytes);
     if (vo != vi) std::memcpy(vo + b, vi + b, bytes);
-    optim::adamw_range(k, sc, po + b, gi + b, mo + b, vo + b, e - b);
+    adamw_range(k, sc, po + b, gi + b, mo + b, vo + b, e - b);
   };
   if (parts <= 1) part_fn(0);
   else parallel_parts(parts, part_fn);
