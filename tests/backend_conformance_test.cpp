@@ -23,6 +23,7 @@
 #include "backend/backends.h"
 #include "backend/pjrt/pjrt.h"
 #include "capstep/backend.h"
+#include "capstep/cuda.h"
 #include "capstep/interpreter.h"
 #include "capstep/safetensors.h"
 #include "stablehlo_programs.h"
@@ -423,4 +424,92 @@ TEST(Pjrt, AnAllocationTheDeviceCannotMakeIsAnError) {
     EXPECT_NE(m.find("out of device memory"), std::string::npos) << m;  // RESOURCE_EXHAUSTED, named
     EXPECT_NE(m.find(std::to_string(int64_t{1} << 47)), std::string::npos) << m;  // the plugin's own words: the bytes
   }
+}
+
+// One communicator for every backend (BackendOptions::communicator). A fake
+// of `n` replicas in this process: rank 0, and its all_reduce_sum stands for
+// n replicas that all hold the same values (each element times n), so the
+// host's result shows that it was called.
+namespace {
+class FakeReplicas final : public Communicator {
+ public:
+  explicit FakeReplicas(int n) : n_(n) {}
+  int rank() const override { return 0; }
+  int size() const override { return n_; }
+  void all_reduce_sum(void* data, DType dtype, int64_t n) override {
+    ++calls;
+    for (int64_t i = 0; i < n; ++i) {
+      if (dtype == DType::f32) static_cast<float*>(data)[i] *= static_cast<float>(n_);
+      if (dtype == DType::f64) static_cast<double*>(data)[i] *= n_;
+    }
+  }
+  int calls = 0;
+
+ private:
+  int n_;
+};
+}  // namespace
+
+// The host backend sums over the communicator it is given, and says so.
+TEST(OneCommunicator, TheHostBackendSumsOverIt) {
+  FakeReplicas two(2);
+  BackendOptions o;
+  o.communicator = &two;
+  const Case c = all_reduce_case();  // all_reduce(x * 2) + x
+  std::unique_ptr<Backend> b = make_backend(BackendKind::host, c.program, o);
+  b->set_input(0, c.inputs[0]);
+  b->run();
+  Array got;
+  b->read_output(0, got);
+  for (int64_t i = 0; i < got.numel(); ++i) EXPECT_FLOAT_EQ(got.get(i), 5 * c.inputs[0].get(i)) << i;
+  EXPECT_EQ(two.calls, 1);
+  EXPECT_EQ(b->describe().collective, "Communicator");
+  EXPECT_EQ(make_backend(BackendKind::host, c.program)->describe().collective, "");
+}
+
+// PJRT runs one replica: a communicator of two is refused when the backend
+// is made (before the plugin loads, so this runs with or without one), with
+// one replica it runs.
+TEST(OneCommunicator, ThePjrtBackendRefusesTwoReplicas) {
+  FakeReplicas two(2), one(1);
+  BackendOptions o = options_for(BackendKind::pjrt);  // the plugin where there is one
+  o.communicator = &two;
+  try {
+    make_backend(BackendKind::pjrt, all_reduce_case().program, o);
+    FAIL() << "the PJRT backend took a communicator of 2 replicas";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("the PJRT backend runs one replica: BackendOptions::communicator has 2"), std::string::npos)
+        << m;
+  }
+  if (const std::string w = skip_reason(BackendKind::pjrt); !w.empty()) GTEST_SKIP() << "one replica: " << w;
+  o.communicator = &one;
+  const Case c = all_reduce_case();
+  std::unique_ptr<Backend> b = make_backend(BackendKind::pjrt, c.program, o);
+  b->set_input(0, c.inputs[0]);
+  b->run();
+  Array got;
+  b->read_output(0, got);
+  for (int64_t i = 0; i < got.numel(); ++i) EXPECT_FLOAT_EQ(got.get(i), 3 * c.inputs[0].get(i)) << i;
+  EXPECT_EQ(one.calls, 0);  // XLA's all-reduce of one replica, not the host's
+}
+
+// The CUDA backend makes its NCCL communicator itself; without a GPU it fails
+// as it does without a communicator (no device), before any NCCL call. On a
+// GPU this would wait for a second rank that the fake does not have:
+// tests/data_parallel_nccl_test.cpp runs the NCCL path with one rank there.
+TEST(OneCommunicator, TheCudaBackendWithoutAGpuFailsForWantOfOne) {
+  std::string why;
+  if (cuda::available(&why)) GTEST_SKIP() << "a GPU is here: NCCL over a fake 2-rank communicator would wait for ever";
+  FakeReplicas two(2);
+  BackendOptions o;
+  o.communicator = &two;
+  try {
+    make_backend(BackendKind::cuda, all_reduce_case().program, o);
+    FAIL() << "the cuda backend was made without a GPU";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m, "the cuda backend cannot run here: " + why);
+  }
+  EXPECT_EQ(two.calls, 0);
 }

@@ -123,7 +123,10 @@ TEST(CudaNccl, AllReduceInTheStepGraphIsTheOperandOnOneRank) {
 }
 
 // The data-parallel step of one rank through NCCL gives the plain GPU lane's
-// losses and parameters after 5 steps, on both GPU lanes.
+// losses and parameters after 5 steps, on both GPU lanes. train passes its
+// Communicator to the CUDA backend (BackendOptions::communicator), which makes
+// the NCCL communicator itself; the first test above makes one directly, as a
+// unit test of NcclCommunicator and the Executable.
 TEST(CudaNccl, OneRankDataParallelEqualsThePlainGpuLane) {
   CAPSTEP_NEED_GPU_AND_NCCL();
   test::TempDir dir;

@@ -37,6 +37,10 @@ struct BackendInfo {
   std::string device;  // "host (2 threads)", "NVIDIA H200 (sm_90, 139 GiB)", "PJRT cpu (plugin ...)"
   std::string plan;    // how the program runs: fusion groups, kernels and launches, the compiler
   size_t bytes = 0;    // memory this backend holds for the program, the slots included
+  // How the program's all_reduce equations reach the other replicas
+  // (BackendOptions::communicator): "NCCL 2.28.9" on CUDA, "Communicator" on
+  // the host; empty without a communicator (one replica).
+  std::string collective;
 };
 
 class Backend {
@@ -90,9 +94,14 @@ class Backend {
   int runs_ = 0;
 };
 
-// Compiles `p` for `kind` with the switches in `o` (o.host, o.cuda, o.pjrt).
+// Compiles `p` for `kind` with the switches in `o` (o.host, o.cuda, o.pjrt)
+// and the replicas in o.communicator, the same for every kind. Data parallel:
+// every rank makes its backend at the same point in its run (the CUDA
+// backend's NCCL set-up is a collective over the communicator's ranks).
 // Errors: no device or plugin (the reason, e.g. "no CUDA device"), a program
-// the backend cannot run, a compile failure (the compiler's message).
+// the backend cannot run, a compile failure (the compiler's message), a
+// communicator of several replicas that the backend cannot sum over (PJRT;
+// CUDA built without NCCL).
 std::unique_ptr<Backend> make_backend(BackendKind kind, Program p, const BackendOptions& o = {});
 
 // Whether `kind` can run here; when not, *why says what is missing ("no CUDA

@@ -89,13 +89,24 @@ struct BackendOptions {
   // process from the start of the run; 0: the CPUs this process may run on,
   // at most 4.
   int host_threads = 0;
-  // fuse, lt_gemm, generated_gemm and persistent; a lane sets tf32, cuda_graph
-  // and nccl from its own options.
+  // fuse, lt_gemm, generated_gemm and persistent; a lane sets tf32 and
+  // cuda_graph from its own options. (cuda.nccl is the CUDA backend's own:
+  // it sets it from `communicator` below, over whatever the caller put there.)
   cuda::Options cuda;
   PjrtOptions pjrt;
-  // The replicas that a host backend's all_reduce equations sum over (not
-  // owned; must outlive the backend). nullptr: one replica. (On CUDA:
-  // cuda.nccl.)
+  // The replicas that the program's all_reduce equations sum over, for every
+  // backend (not owned; must outlive the backend). nullptr: one replica, and
+  // all_reduce is the identity.
+  //  - host: the interpreter calls it for each all_reduce (or pack of them).
+  //  - CUDA: the backend builds its own NCCL communicator from it (rank 0
+  //    makes the NCCL id, Communicator::broadcast carries it to the others),
+  //    on the current CUDA device, and each all_reduce is an ncclAllReduce on
+  //    the step's stream. That is a collective: every rank must make its CUDA
+  //    backend at the same point, or the ranks wait on each other for ever.
+  //    A communicator of one rank takes the same NCCL path (what a one-GPU
+  //    machine can test). Without NCCL in the build, a communicator of more
+  //    than one rank is an Error; of one rank, all_reduce is a device copy.
+  //  - PJRT: it runs one replica; a communicator of more than one is an Error.
   Communicator* communicator = nullptr;
 };
 

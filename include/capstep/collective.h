@@ -3,8 +3,9 @@
 // all_reduce equation, or once for a pack of them (consecutive all_reduce
 // equations: optim::DataParallelOptions::pack) with the pack's values in one
 // buffer (host::Interpreter::set_communicator); without one, a process is one
-// replica and all_reduce is the identity. The NCCL communicator of the GPU
-// lanes takes its id from rank 0 through broadcast().
+// replica and all_reduce is the identity. It is what every backend takes
+// (BackendOptions::communicator): the CUDA backend makes its own NCCL
+// communicator from it, whose id goes from rank 0 through broadcast().
 //
 // capstep ships one implementation over MPI (capstep/mpi.h, built when CMake
 // finds MPI). Tests may implement it in-process.

@@ -58,6 +58,10 @@ struct Options {
   // The replicas Op::all_reduce sums over on the GPU (not owned; must outlive
   // the Executable): each all_reduce is an ncclAllReduce on the step's stream,
   // inside its CUDA graph. nullptr: one replica, all_reduce is a device copy.
+  // Set by the CUDA backend (make_backend) from BackendOptions::communicator,
+  // which builds and owns the NcclCommunicator; a caller of make_backend
+  // leaves it alone (it is overwritten there), and only code inside capstep
+  // (src/backend/cuda/nccl.h) can make one.
   NcclCommunicator* nccl = nullptr;
 };
 

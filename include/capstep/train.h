@@ -156,9 +156,12 @@ struct Options {
   // does not depend on R. The step program is optim::data_parallel's (mean
   // all_reduce of the gradients and the loss), so every rank applies the same
   // update and reports the global loss. Only rank 0 writes checkpoints; every
-  // rank resumes from resume_path. R > 1 on a GPU lane needs NCCL in the
-  // build (an Error otherwise): one process per GPU, the all_reduces NCCL's
-  // (not yet run on a GPU). nullptr: one process, no all_reduce.
+  // rank resumes from resume_path. comm is the backend's
+  // BackendOptions::communicator on every lane; R > 1 on a GPU lane needs
+  // NCCL in the build (an Error otherwise): one process per GPU, the
+  // all_reduces NCCL's, on the communicator the CUDA backend makes from comm
+  // (several GPUs not yet run); the PJRT lane refuses R > 1. nullptr: one
+  // process, no all_reduce.
   Communicator* comm = nullptr;
   // With comm: optim::DataParallelOptions::pack (every gradient and the loss
   // in one all-reduce message per step; false: one message per value).

@@ -95,7 +95,7 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, Program p, const Backend
   switch (kind) {
     case BackendKind::host: return host::make_backend(std::move(p), o);
     case BackendKind::cuda: return cuda::make_backend(std::move(p), o);
-    case BackendKind::pjrt: return pjrt::make_backend(std::move(p), o.pjrt);
+    case BackendKind::pjrt: return pjrt::make_backend(std::move(p), o);
   }
   throw Error("make_backend: unknown backend kind");
 }

@@ -15,7 +15,8 @@ namespace capstep::cuda {
 std::unique_ptr<Backend> make_backend(Program p, const BackendOptions& o);
 }
 namespace capstep::pjrt {
-std::unique_ptr<Backend> make_backend(Program p, const PjrtOptions& o);
+// o.pjrt; o.communicator of more than one replica is an Error (one replica).
+std::unique_ptr<Backend> make_backend(Program p, const BackendOptions& o);
 bool available(const PjrtOptions& o, std::string* why);
 // What a PJRT backend lets one observe of donation (for the tests; Error for
 // another backend): the device address of input `input`'s slot (the

@@ -50,10 +50,9 @@ class Stepper {
 };
 
 // `base` with what a lane sets itself: TF32 dots as asked, a CUDA graph, and
-// the replicas its all_reduce equations sum over (nccl on CUDA, comm on the
-// host; nullptr: one replica).
-BackendOptions lane_backend_options(const BackendOptions& base, bool tf32, cuda::NcclCommunicator* nccl,
-                                    Communicator* comm);
+// the replicas its all_reduce equations sum over (comm, on every backend: the
+// CUDA backend makes its NCCL communicator from it; nullptr: one replica).
+BackendOptions lane_backend_options(const BackendOptions& base, bool tf32, Communicator* comm);
 
 // The program a lane's step runs: `grad` (value_and_grad of the loss program
 // over every parameter, its first inputs in `names` order, then "tokens" and
@@ -62,7 +61,7 @@ BackendOptions lane_backend_options(const BackendOptions& base, bool tf32, cuda:
 Program step_program(const Lane& lane, const Program& grad, const std::vector<std::string>& names, const optim::AdamW& o);
 // `step`: step_program's. clip_max_norm feeds optim::clip_grad_norm's
 // "clip.max_norm" input once. The backend is built with `bo` (the caller has
-// set cuda.tf32, cuda.nccl and communicator as it wants). The state is set by
+// set cuda.tf32 and communicator as it wants). The state is set by
 // set_state() before the first step.
 std::unique_ptr<Stepper> make_stepper(const Lane& lane, const Program& step, const std::vector<std::string>& names,
                                       const optim::AdamW& o, float clip_max_norm, const BackendOptions& bo);

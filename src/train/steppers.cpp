@@ -31,7 +31,8 @@ class HostStepper final : public Stepper {
  public:
   HostStepper(const Program& grad, const std::vector<std::string>& names, const optim::AdamW& o, float clip,
               const BackendOptions& bo)
-      : interp_(grad, bo.host), adamw_(o), names_(names), ins_(grad.inputs.size()) {
+      : interp_(grad, bo.host), adamw_(o), names_(names), ins_(grad.inputs.size()),
+        communicator_(bo.communicator != nullptr) {
     interp_.set_communicator(bo.communicator);
     clip_.data<float>()[0] = clip;
     if (const int c = grad.input_index(optim::kClipMaxNormName); c >= 0) ins_[static_cast<size_t>(c)] = &clip_;
@@ -62,6 +63,7 @@ class HostStepper final : public Stepper {
     b.device = "host";
     b.plan = interp_.fused_groups() > 0 ? "fused: " + std::to_string(interp_.fused_groups()) + " groups" : "unfused";
     b.bytes = interp_.memory().held();
+    if (communicator_) b.collective = "Communicator";
     return b;
   }
 
@@ -73,6 +75,7 @@ class HostStepper final : public Stepper {
   std::vector<const Array*> ins_;
   std::vector<Array> outs_;
   Array clip_{Type{DType::f32, {}}};
+  bool communicator_;  // all_reduce sums over BackendOptions::communicator
   int norm_out_ = -1;
   double norm_ = NAN;
 };
@@ -179,12 +182,10 @@ class FusedStepper final : public Stepper {
 
 }  // namespace
 
-BackendOptions lane_backend_options(const BackendOptions& base, bool tf32, cuda::NcclCommunicator* nccl,
-                                    Communicator* comm) {
+BackendOptions lane_backend_options(const BackendOptions& base, bool tf32, Communicator* comm) {
   BackendOptions bo = base;
   bo.cuda.tf32 = tf32;
   bo.cuda.cuda_graph = true;
-  bo.cuda.nccl = nccl;
   bo.communicator = comm;
   return bo;
 }

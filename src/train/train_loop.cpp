@@ -18,7 +18,6 @@
 #include "capstep/hf.h"
 #include "capstep/interpreter.h"
 #include "capstep/train.h"
-#include "backend/cuda/nccl.h"
 #include "memory.h"
 #include "stepper.h"
 
@@ -231,26 +230,20 @@ Result train(const Options& o) {
   // the step runs); the limit is a scalar input.
   if (o.clip_grad_norm > 0) grad = optim::clip_grad_norm(grad, state.names);
   const float clip = static_cast<float>(o.clip_grad_norm);
-  // Data parallel on a GPU lane: the all_reduce equations are NCCL's, one
-  // process per GPU, the NCCL id from rank 0 through o.comm (every rank takes
-  // the same lane decision above, or the job would stop here, waiting).
-  cuda::NcclCommunicator* nccl = nullptr;
-#ifdef CAPSTEP_HAVE_NCCL
-  std::unique_ptr<cuda::NcclCommunicator> nccl_owner;
-  if (o.comm && r.lane_used.backend == BackendKind::cuda) {
-    nccl_owner = std::make_unique<cuda::NcclCommunicator>(*o.comm);
-    nccl = nccl_owner.get();
-    say(std::string("data parallel on lane ") + lane_name(r.lane_used) + ": " + std::to_string(ranks) + " rank(s), " +
-        cuda::nccl_version());
-  }
-#endif
   // The run's host memory, planned, against the memory left (memory.h); only
   // then the validation interpreter, whose constants may take gigabytes.
   const Program step = step_program(r.lane_used, grad, state.names, o.adamw);
   check_host_memory(o, r.lane_used.backend == BackendKind::host, step, o.val_fraction > 0 ? &forward_program : nullptr);
   if (o.val_fraction > 0) forward = std::make_unique<host::Interpreter>(std::move(forward_program), o.backend.host);
+  // Data parallel: o.comm goes to the backend whatever it is. On a GPU lane
+  // the CUDA backend makes its NCCL communicator from it (the NCCL id from
+  // rank 0 through o.comm), one process per GPU: every rank takes the same
+  // lane decision above and gets here, or the job would stop here, waiting.
   std::unique_ptr<Stepper> stepper = make_stepper(r.lane_used, step, state.names, o.adamw, clip,
-                                                  lane_backend_options(o.backend, o.tf32, nccl, o.comm));
+                                                  lane_backend_options(o.backend, o.tf32, o.comm));
+  if (o.comm && r.lane_used.backend == BackendKind::cuda)
+    say(std::string("data parallel on lane ") + lane_name(r.lane_used) + ": " + std::to_string(ranks) + " rank(s), " +
+        stepper->describe().collective);
   stepper->set_state(state);
   state = State{};
 

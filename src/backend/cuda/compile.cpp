@@ -353,8 +353,8 @@ void Executable::Impl::add_single_launch(const plan::Item& item) {
         }
 #endif
         // Without a communicator one process is one replica: the sum over
-        // replicas is its own value. (train::train refuses several ranks on a
-        // GPU lane when NCCL is not built.)
+        // replicas is its own value. (The CUDA backend refuses a
+        // BackendOptions::communicator of several ranks when NCCL is not built.)
         device_copy(out, in[0], ot.bytes());
         break;
     }

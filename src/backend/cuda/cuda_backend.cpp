@@ -3,18 +3,63 @@
 // one, Executable's constructor throws "built without CUDA"). Each input's
 // slot is its device buffer (Executable::upload); a donated output is written
 // back into its input's buffer by the executable, so state stays on the device.
+//
+// Data parallel (BackendOptions::communicator): the backend builds and owns
+// the NCCL communicator its all_reduce equations run on (built with NCCL
+// only), so that a caller passes the same Communicator to every backend.
 #include "backend/backends.h"
+#include "backend/cuda/nccl.h"
 #include "capstep/cuda.h"
 
 namespace capstep::cuda {
 namespace {
 
+#ifdef CAPSTEP_HAVE_NCCL
+using Nccl = NcclCommunicator;
+#else
+struct Nccl {};  // never made: without NCCL only one replica runs here
+#endif
+
+// The NCCL communicator over `c`'s ranks (every rank calls this at the same
+// point: it is a collective), or nullptr without a communicator. Without
+// NCCL in the build, a communicator of one rank is one replica (nullptr) and
+// of several an Error.
+std::unique_ptr<Nccl> nccl_for(Communicator* c) {
+  if (c == nullptr) return nullptr;
+#ifdef CAPSTEP_HAVE_NCCL
+  return std::make_unique<NcclCommunicator>(*c);
+#else
+  if (c->size() > 1)
+    throw Error("the cuda backend cannot sum over the " + std::to_string(c->size()) +
+                " replicas of BackendOptions::communicator: this capstep was built without NCCL (CMake found no "
+                "nccl.h and libnccl: see docs/scaling.md); the host backend runs them over the Communicator");
+  return nullptr;
+#endif
+}
+
+Options with_nccl(Options o, Nccl* n) {
+#ifdef CAPSTEP_HAVE_NCCL
+  o.nccl = n;
+#else
+  (void)n;
+  o.nccl = nullptr;
+#endif
+  return o;
+}
+
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(Program p, const BackendOptions& o) : exe_(std::move(p), o.cuda) {}
+  CudaBackend(Program p, const BackendOptions& o)
+      : nccl_(nccl_for(o.communicator)), exe_(std::move(p), with_nccl(o.cuda, nccl_.get())) {}
   const Program& program() const override { return exe_.program(); }
   BackendKind kind() const override { return BackendKind::cuda; }
-  BackendInfo describe() const override { return {device_description(), exe_.describe_launches(), exe_.device_bytes()}; }
+  BackendInfo describe() const override {
+    BackendInfo b{device_description(), exe_.describe_launches(), exe_.device_bytes(), {}};
+#ifdef CAPSTEP_HAVE_NCCL
+    if (nccl_) b.collective = nccl_version();
+#endif
+    return b;
+  }
 
  protected:
   void set_slot(int i, const Array& a) override { exe_.upload(i, a); }
@@ -23,6 +68,9 @@ class CudaBackend final : public Backend {
   void get_input(int i, Array& dst) override { exe_.download_input(i, dst); }
 
  private:
+  // Declared before exe_: made first (the NCCL set-up precedes the compile,
+  // as every rank's does), destroyed after the executable that enqueues on it.
+  std::unique_ptr<Nccl> nccl_;
   Executable exe_;
 };
 

@@ -18,7 +18,7 @@ class HostBackend final : public Backend {
   HostBackend(Program p, const BackendOptions& o)
       : interp_(std::move(p), o.host), outs_(interp_.program().outputs.size()),
         own_(interp_.program().inputs.size()), ins_(interp_.program().inputs.size()),
-        donated_to_(interp_.program().inputs.size(), -1) {
+        donated_to_(interp_.program().inputs.size(), -1), communicator_(o.communicator != nullptr) {
     interp_.set_communicator(o.communicator);
     const Program& q = interp_.program();
     for (const Alias& a : q.aliases) donated_to_[static_cast<size_t>(a.input)] = a.output;
@@ -44,6 +44,7 @@ class HostBackend final : public Backend {
     b.bytes = m.held();
     for (const Array& a : own_) b.bytes += a.bytes();
     for (const Array& a : outs_) b.bytes += a.bytes();
+    if (communicator_) b.collective = "Communicator";
     return b;
   }
   const Interpreter& interpreter() const { return interp_; }
@@ -68,6 +69,7 @@ class HostBackend final : public Backend {
   std::vector<Array> own_;   // the slots of the inputs that are not donated
   std::vector<const Array*> ins_;
   std::vector<int> donated_to_;  // per input: the output it is donated to, or -1
+  bool communicator_;            // all_reduce sums over BackendOptions::communicator
 };
 
 }  // namespace

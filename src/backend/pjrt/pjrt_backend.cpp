@@ -113,8 +113,15 @@ bool available(const PjrtOptions& o, std::string* why) {
   }
 }
 
-std::unique_ptr<Backend> make_backend(Program p, const PjrtOptions& o) {
-  return std::make_unique<PjrtBackend>(std::move(p), o);
+std::unique_ptr<Backend> make_backend(Program p, const BackendOptions& o) {
+  // Refused before the plugin loads: a step whose all_reduce should sum over
+  // several replicas would otherwise run as if it were alone (XLA's
+  // all-reduce over one replica is the identity), each rank on its own.
+  if (o.communicator != nullptr && o.communicator->size() > 1)
+    throw Error("the PJRT backend runs one replica: BackendOptions::communicator has " +
+                std::to_string(o.communicator->size()) + " (rank " + std::to_string(o.communicator->rank()) +
+                "); data parallelism runs on the host and cuda backends");
+  return std::make_unique<PjrtBackend>(std::move(p), o.pjrt);
 }
 
 const void* slot_address(const Backend& b, int input) { return as_pjrt(b).slot_address(input); }
