@@ -769,6 +769,58 @@ TEST(Fusion, UnfusedGroupingEqualsTheInterpreter) {
   expect_bit_equal(run_grouped(f, in), host::run(grad, in), grad);
 }
 
+TEST(Fusion, LibraryGemmTransposeViewsLeaveTheGroupsAsTheyAre) {
+  // Target::library_gemm_reads_transpose: a transpose whose every reader is a
+  // dot_general (no gemm group) that the rule accepts on each side it reads
+  // it is a view, with loops and without, and the groups, their kinds and
+  // their order stay those of the plan without the rule.
+  const nn::LmConfig c = small_config();
+  const Program grad = value_and_grad(nn::lm_loss_program(c), param_names(c));
+  std::vector<std::pair<int, int>> asked;  // (dot equation's output, side)
+  for (const bool loops : {true, false}) {
+    plan::Target plain = plan::host_target();
+    plain.loops = loops;
+    plan::Target rule = plain;
+    rule.library_gemm_reads_transpose = [&](const Program&, const Eqn& dot, int side, const Eqn& tr) {
+      EXPECT_EQ(dot.op, Op::dot_general);
+      EXPECT_EQ(tr.op, Op::transpose);
+      EXPECT_EQ(dot.inputs[static_cast<size_t>(side)], tr.out);
+      asked.emplace_back(dot.out, side);
+      return side == 1;  // only right-hand operands read in place
+    };
+    const Fused a = plan::fuse_program(grad, plain), b = plan::fuse_program(grad, rule);
+    ASSERT_EQ(a.old_index, b.old_index);
+    ASSERT_EQ(a.groups.size(), b.groups.size());
+    for (size_t g = 0; g < a.groups.size(); ++g) {
+      EXPECT_EQ(a.groups[g].kind, b.groups[g].kind);
+      EXPECT_EQ(a.groups[g].first, b.groups[g].first);
+      EXPECT_EQ(a.groups[g].last, b.groups[g].last);
+      EXPECT_EQ(a.groups[g].wave, b.groups[g].wave);
+    }
+    // the expected views, from the readers alone
+    const Program& p = b.program;
+    std::vector<char> output(static_cast<size_t>(p.num_values()), 0);
+    for (const NamedValue& o : p.outputs) output[static_cast<size_t>(o.value)] = 1;
+    int views = 0;
+    for (size_t d = 0; d < p.eqns.size(); ++d) {
+      const Eqn& e = p.eqns[d];
+      bool expect = e.op == Op::transpose && !output[static_cast<size_t>(e.out)];
+      int readers = 0;
+      for (const Eqn& r : p.eqns)
+        for (size_t k = 0; k < r.inputs.size(); ++k)
+          if (r.inputs[k] == e.out) {
+            ++readers;
+            expect &= r.op == Op::dot_general && k == 1;
+          }
+      expect &= readers > 0;
+      EXPECT_EQ(b.view[d] != 0, expect || a.view[d] != 0) << "equation " << b.old_index[d];
+      views += expect;
+    }
+    EXPECT_GT(views, 0);  // the attention's transposed keys are read so
+  }
+  EXPECT_FALSE(asked.empty());
+}
+
 TEST(Fusion, SpanReadersBlockUnsafeDonation) {
   // out = broadcast(x[0..]) + x: the group reads input x through a broadcast,
   // so x's region cannot take the output while the kernel still reads it.

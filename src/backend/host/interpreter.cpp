@@ -147,6 +147,27 @@ bool fold_transpose_dims(Attrs& at, int side, const std::vector<int64_t>& perm) 
   return true;
 }
 
+// The host's rule for plan::Target::library_gemm_reads_transpose: plan_dot
+// reads transpose(x, perm) as operand `side` of `dot` in place when the
+// dimension numbers map onto x (fold_transpose_dims) and it reads x so
+// without copying it first (dot_operand_in_place; a bf16 operand is copied,
+// widened, either way).
+bool gemm_reads_transpose(const Program& p, const Eqn& dot, int side, const Eqn& transpose) {
+  Attrs at = dot.attrs;
+  return fold_transpose_dims(at, side, transpose.attrs.dims) &&
+         dot_operand_in_place(p.type(transpose.inputs[0]), side == 0 ? at.lhs_batch : at.rhs_batch,
+                              side == 0 ? at.lhs_contract : at.rhs_contract);
+}
+
+// The interpreter's plan::Target: the host's grouping (loops: fuse) and its
+// GEMMs' rule for reading transposes in place.
+plan::Target interpreter_target(bool fuse) {
+  plan::Target t = plan::host_target();
+  t.loops = fuse;
+  t.library_gemm_reads_transpose = gemm_reads_transpose;
+  return t;
+}
+
 // The operands [first, first + count) that an equation's kernel reads at the
 // very element it writes, so that its result may be written over one of them
 // (merge_in_place; in_place_takes); count 0: none.
@@ -542,6 +563,8 @@ struct Interpreter::Impl::Build {
   // the offset of an arena or statics value (loc, at kArenaAlign). The table
   // of the device's plan (plan::ValuePlan), decided phase by phase below.
   Values values;
+  // per equation: the planner's Fused::view (the unfused program's too)
+  std::vector<char> view;
   // fold_transposes: per value, a transpose that its dot_generals read in
   // place (folded), one that its dot_general wrote in its layout
   // (folded_out), and such a dot_general's result (writes_transposed, with
@@ -603,12 +626,20 @@ void Interpreter::Impl::expand_and_order(Program p, const InterpreterOptions& op
   configure_blas_threads();
   b.pack_of = all_reduce_packs(prog);  // per equation of prog
   if (opt.fuse) {
-    fusion = plan::fuse_expanded(prog, std::move(updates), plan::host_target());
+    fusion = plan::fuse_expanded(prog, std::move(updates), interpreter_target(true));
     gather_packs(*fusion, b.pack_of);
   }
   const Program& ex = ordered();
   const int nv = b.nv = prog.num_values();
   const int ne = b.ne = static_cast<int>(prog.eqns.size());
+  if (fusion) {
+    b.view = fusion->view;
+  } else {  // unfused: the planner's views without its groups (loops false), in prog's order
+    const plan::Fused one_by_one = plan::fuse_program(prog, interpreter_target(false));
+    b.view.assign(static_cast<size_t>(ne), 0);
+    for (int i = 0; i < ne; ++i)
+      b.view[static_cast<size_t>(one_by_one.old_index[static_cast<size_t>(i)])] = one_by_one.view[static_cast<size_t>(i)];
+  }
   b.values.assign(static_cast<size_t>(nv), plan::ValuePlan{});  // Home::arena, def and last -1
   for (int v = 0; v < nv; ++v) {
     of(b.values, v).root = v;
@@ -622,12 +653,12 @@ void Interpreter::Impl::expand_and_order(Program p, const InterpreterOptions& op
   }
 }
 
-// Transposes that their dot_generals read in place: when every reader of a
-// transpose is a dot_general that can read x with the dimension numbers
-// mapped through the permutation (fold_transpose_dims) and without copying it
-// first (dot_operand_in_place; a bf16 operand is copied, widened, either
-// way), and the transpose is no output and runs outside fused groups, it
-// moves nothing (a view of x, read by those dots only) and each dot is
+// Transposes that their dot_generals read in place (folded): the planner's
+// views (Fused::view, decided with the host's GEMM rule, interpreter_target):
+// every reader of the transpose is a dot_general that plan_dot runs on x with
+// the dimension numbers mapped through the permutation and without copying
+// x first; the transpose is no output, and as a view it joins no fused group.
+// It moves nothing (a view of x, read by those dots only) and each dot is
 // planned on x. The attention heads' transposes of q, k, v and their
 // cotangents are these.
 void Interpreter::Impl::fold_transposes(Build& b) {
@@ -642,7 +673,7 @@ void Interpreter::Impl::fold_transposes(Build& b) {
   folded_out.assign(static_cast<size_t>(nv), 0);
   writes_transposed.assign(static_cast<size_t>(nv), 0);
   out_strides.assign(static_cast<size_t>(nv), {});
-  std::vector<int> readers(static_cast<size_t>(nv), 0), folding(static_cast<size_t>(nv), 0);
+  std::vector<int> readers(static_cast<size_t>(nv), 0);
   std::vector<char> grouped(static_cast<size_t>(ne), 0);
   if (fusion)
     for (const plan::Group& g : fusion->groups)
@@ -651,29 +682,22 @@ void Interpreter::Impl::fold_transposes(Build& b) {
   for (const NamedValue& out : prog.outputs) readers[static_cast<size_t>(out.value)] = -1;
   for (int i = 0; i < ne; ++i) {
     const Eqn& e = ex.eqns[static_cast<size_t>(i)];
-    for (size_t k = 0; k < e.inputs.size(); ++k) {
-      const size_t v = static_cast<size_t>(e.inputs[k]);
-      if (readers[v] < 0) continue;
-      ++readers[v];
-      const int d = def(v);
-      if (e.op != Op::dot_general || d < 0 || ex.eqns[static_cast<size_t>(d)].op != Op::transpose) continue;
-      Attrs at = e.attrs;
-      const Eqn& tr = ex.eqns[static_cast<size_t>(d)];
-      if (fold_transpose_dims(at, static_cast<int>(k), tr.attrs.dims) &&
-          dot_operand_in_place(prog.type(tr.inputs[0]), k == 0 ? at.lhs_batch : at.rhs_batch,
-                               k == 0 ? at.lhs_contract : at.rhs_contract))
-        ++folding[v];
-    }
-  }
-  for (int i = 0; i < ne; ++i) {
-    const Eqn& e = ex.eqns[static_cast<size_t>(i)];
-    const size_t o = static_cast<size_t>(e.out);
-    folded[o] = e.op == Op::transpose && !grouped[static_cast<size_t>(i)] && readers[o] > 0 && readers[o] == folding[o];
+    for (int v : e.inputs)
+      if (readers[static_cast<size_t>(v)] >= 0) ++readers[static_cast<size_t>(v)];
+    folded[static_cast<size_t>(e.out)] = e.op == Op::transpose && b.view[static_cast<size_t>(i)];
+    if (folded[static_cast<size_t>(e.out)] && grouped[static_cast<size_t>(i)])
+      throw Error("equation " + std::to_string(orig_index(i)) +
+                  " (transpose): internal: a transpose that its dot_generals read in place is in a fused group");
   }
   // The other way round: a transpose that is the one reader of a
   // dot_general's result (the attention output and dq, dk, dv, back to
   // token-major): the dot writes its result in the transpose's layout
-  // (DotPlan::ldc, c_off), and the transpose is a view of it.
+  // (DotPlan::ldc, c_off), and the transpose is a view of it. Decided here,
+  // not by the planner: it depends on the groups the planner makes (such a
+  // transpose may join its readers' loop group, and is then read tile by
+  // tile), and its root, the dot's result, is stored in a layout that is not
+  // its type's row-major one, which Fused::view does not describe (plan::view_of
+  // reads every root as row-major).
   for (int i = 0; i < ne; ++i) {
     const Eqn& e = ex.eqns[static_cast<size_t>(i)];
     const size_t o = static_cast<size_t>(e.out);

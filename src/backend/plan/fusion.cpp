@@ -217,14 +217,19 @@ void mark_adamw_groups(Fused& f, std::vector<ExpandedAdamW> updates) {
 }  // namespace
 
 Target host_target() {
-  return Target{.loops = true, .gemm_max_macs = 0, .fold_reshapes = false, .bf16_operand_views = false};
+  return Target{.loops = true,
+                .gemm_max_macs = 0,
+                .fold_reshapes = false,
+                .bf16_operand_views = false,
+                .library_gemm_reads_transpose = {}};
 }
 
 Target cuda_target(bool fuse, int64_t gemm_max_macs) {
   return Target{.loops = fuse,
                 .gemm_max_macs = fuse ? gemm_max_macs : 0,
                 .fold_reshapes = fuse,
-                .bf16_operand_views = fuse};
+                .bf16_operand_views = fuse,
+                .library_gemm_reads_transpose = {}};
 }
 
 Fused fuse_expanded(const Program& expanded, std::vector<ExpandedAdamW> updates, const Target& target) {
@@ -276,8 +281,30 @@ Fused fuse_program(const Program& p, const Target& target) {
     }
     return true;
   };
-  for (int d = 0; d < E; ++d)
-    if ((p.eqns[static_cast<size_t>(d)].op == Op::transpose || bf16_operand(d)) && gemm_only(d)) view[static_cast<size_t>(d)] = 1;
+  // Transposes that library GEMMs read in place (Target::library_gemm_reads_transpose):
+  // views too, but kept out of `view` while the groups are made: such a
+  // transpose is a group of its own either way (its readers join no group and
+  // its operand is made outside its group), and its group keeps the kind and
+  // the level the grouping gives a transpose, so that the order of the groups,
+  // and with it a backend's memory plan, does not depend on the backend's rule.
+  std::vector<char> library_view(static_cast<size_t>(E), 0);
+  auto library_gemms_only = [&](int d) {  // every reader of transpose d such a library GEMM
+    const Eqn& tr = p.eqns[static_cast<size_t>(d)];
+    if (!target.library_gemm_reads_transpose || is_output[static_cast<size_t>(tr.out)] || consumers[static_cast<size_t>(d)].empty())
+      return false;
+    for (int c : consumers[static_cast<size_t>(d)]) {
+      const Eqn& e = p.eqns[static_cast<size_t>(c)];
+      if (e.op != Op::dot_general || is_gemm[static_cast<size_t>(c)]) return false;
+      for (int k = 0; k < 2; ++k)
+        if (e.inputs[static_cast<size_t>(k)] == tr.out && !target.library_gemm_reads_transpose(p, e, k, tr)) return false;
+    }
+    return true;
+  };
+  for (int d = 0; d < E; ++d) {
+    const Op op = p.eqns[static_cast<size_t>(d)].op;
+    if ((op == Op::transpose || bf16_operand(d)) && gemm_only(d)) view[static_cast<size_t>(d)] = 1;
+    else if (op == Op::transpose && library_gemms_only(d)) library_view[static_cast<size_t>(d)] = 1;
+  }
   for (bool changed = true; changed;) {  // a gemm operand without a strided layout: its transposes are copies
     changed = false;
     for (int d = 0; d < E; ++d) {
@@ -532,7 +559,7 @@ Fused fuse_program(const Program& p, const Target& target) {
       if (out) gr.outputs.push_back(e.out);
       f.program.eqns.push_back(e);
       f.old_index.push_back(d);
-      f.view.push_back(view[static_cast<size_t>(d)]);
+      f.view.push_back(view[static_cast<size_t>(d)] || library_view[static_cast<size_t>(d)]);
       f.group_of.push_back(static_cast<int>(f.groups.size()));
     }
     f.groups.push_back(std::move(gr));

@@ -49,6 +49,11 @@
 //   free    constant, iota (filled once), reshape (a view), and a transpose
 //           whose every reader is a gemm group, directly or through reshapes
 //           (a view too: Fused::view): no launch.
+//           A transpose whose every reader is a library GEMM (a dot_general of
+//           no gemm group) that reads it in place is a view as well
+//           (Target::library_gemm_reads_transpose), but its group of one keeps
+//           the kind and place the grouping gives it (loop; single without
+//           loops): the backend runs no step for it.
 //           A fused group reads them like any outside value; a splat constant
 //           is inlined into the kernel as a literal.
 //
@@ -60,6 +65,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -104,7 +110,7 @@ struct Fused {
   std::vector<Group> groups;   // in execution order (a topological order of the groups)
   std::vector<int> group_of;   // per equation of `program`: its group
   std::vector<int> old_index;  // per equation of `program`: its index in the original Program
-  std::vector<char> view;      // per equation of `program`: a reshape, a view transpose or a bf16 operand view (no buffer of its own)
+  std::vector<char> view;      // per equation of `program`: a reshape, a view transpose (a gemm group's or a library GEMM's operand) or a bf16 operand view (no buffer of its own)
   // Consecutive fused groups of one level: independent of each other, they run
   // as one kernel (each group on blocks of its own); a wave of one group is
   // that group's kernel.
@@ -146,10 +152,26 @@ struct Target {
   // value and rounds each element to bf16 as it loads it (the same values a
   // stored bf16 copy would hold), so no kernel stores the bf16 operand
   bool bf16_operand_views = false;
+  // Library GEMMs that read an operand through a transpose without copying
+  // it: given dot_general `dot` of p, which of its operands (0 lhs, 1 rhs)
+  // and the transpose equation that makes it, whether the backend's library
+  // GEMM reads the transpose's operand in place, the dimension numbers mapped
+  // through the permutation. A transpose (no Program output) whose every
+  // reader is such a dot_general, directly, is a view (Fused::view): it moves
+  // nothing. Its group (always of one equation) and the order of the groups
+  // stay what they are without the rule. Computed with `loops` false too, so
+  // that an unfused backend gets the same views. Empty: no library GEMM reads
+  // through a transpose (each is a copy). The rule is the backend's (the
+  // host's: its GEMM planning, src/backend/host/interpreter.cpp), hence a
+  // function.
+  std::function<bool(const Program& p, const Eqn& dot, int side, const Eqn& transpose)> library_gemm_reads_transpose;
 };
 // The host interpreter: loop, row and col groups run tile by tile in L1
-// (InterpreterOptions::tile_elems), every dot_general a library call (its
-// transposed operands folded by the host's own GEMM planning), reshapes views.
+// (InterpreterOptions::tile_elems), every dot_general a library call,
+// reshapes views. Without library_gemm_reads_transpose, which depends on the
+// host's GEMM planning: the interpreter adds it (interpreter_target in
+// src/backend/host/interpreter.cpp), so this is the host's grouping with
+// every transpose a copy.
 Target host_target();
 // The CUDA backend: with `fuse`, small dot_generals as generated GEMMs
 // (gemm_max_macs) reading transposes, reshapes and bf16 rounding through
