@@ -39,7 +39,8 @@ struct BackendInfo {
   size_t bytes = 0;    // memory this backend holds for the program, the slots included
   // How the program's all_reduce equations reach the other replicas
   // (BackendOptions::communicator): "NCCL 2.28.9" on CUDA, "Communicator" on
-  // the host; empty without a communicator (one replica).
+  // the host; empty where no communicator carries them (none given, PJRT, a
+  // CUDA program without all_reduce, or a CUDA build without NCCL on one rank).
   std::string collective;
 };
 

@@ -98,11 +98,13 @@ struct BackendOptions {
   // backend (not owned; must outlive the backend). nullptr: one replica, and
   // all_reduce is the identity.
   //  - host: the interpreter calls it for each all_reduce (or pack of them).
-  //  - CUDA: the backend builds its own NCCL communicator from it (rank 0
-  //    makes the NCCL id, Communicator::broadcast carries it to the others),
-  //    on the current CUDA device, and each all_reduce is an ncclAllReduce on
-  //    the step's stream. That is a collective: every rank must make its CUDA
-  //    backend at the same point, or the ranks wait on each other for ever.
+  //  - CUDA: for a program with all_reduce equations, the backend builds its
+  //    own NCCL communicator from it (rank 0 makes the NCCL id,
+  //    Communicator::broadcast carries it to the others), on the current CUDA
+  //    device, and each all_reduce is an ncclAllReduce on the step's stream.
+  //    That is a collective: every rank must make its CUDA backend for that
+  //    program at the same point, or the ranks wait on each other for ever.
+  //    A program without all_reduce joins no collective.
   //    A communicator of one rank takes the same NCCL path (what a one-GPU
   //    machine can test). Without NCCL in the build, a communicator of more
   //    than one rank is an Error; of one rank, all_reduce is a device copy.

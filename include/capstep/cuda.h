@@ -60,8 +60,8 @@ struct Options {
   // inside its CUDA graph. nullptr: one replica, all_reduce is a device copy.
   // Set by the CUDA backend (make_backend) from BackendOptions::communicator,
   // which builds and owns the NcclCommunicator; a caller of make_backend
-  // leaves it alone (it is overwritten there), and only code inside capstep
-  // (src/backend/cuda/nccl.h) can make one.
+  // leaves it alone (it is overwritten there); making one takes
+  // src/backend/cuda/nccl.h, which is not installed.
   NcclCommunicator* nccl = nullptr;
 };
 

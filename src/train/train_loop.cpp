@@ -241,9 +241,11 @@ Result train(const Options& o) {
   // lane decision above and gets here, or the job would stop here, waiting.
   std::unique_ptr<Stepper> stepper = make_stepper(r.lane_used, step, state.names, o.adamw, clip,
                                                   lane_backend_options(o.backend, o.tf32, o.comm));
-  if (o.comm && r.lane_used.backend == BackendKind::cuda)
+  if (o.comm && r.lane_used.backend == BackendKind::cuda) {
+    const std::string via = stepper->describe().collective;
     say(std::string("data parallel on lane ") + lane_name(r.lane_used) + ": " + std::to_string(ranks) + " rank(s), " +
-        stepper->describe().collective);
+        (via.empty() ? std::string("one replica (all_reduce a device copy: built without NCCL)") : via));
+  }
   stepper->set_state(state);
   state = State{};
 

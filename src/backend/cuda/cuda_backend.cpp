@@ -7,6 +7,8 @@
 // Data parallel (BackendOptions::communicator): the backend builds and owns
 // the NCCL communicator its all_reduce equations run on (built with NCCL
 // only), so that a caller passes the same Communicator to every backend.
+#include <algorithm>
+
 #include "backend/backends.h"
 #include "backend/cuda/nccl.h"
 #include "capstep/cuda.h"
@@ -20,12 +22,17 @@ using Nccl = NcclCommunicator;
 struct Nccl {};  // never made: without NCCL only one replica runs here
 #endif
 
-// The NCCL communicator over `c`'s ranks (every rank calls this at the same
-// point: it is a collective), or nullptr without a communicator. Without
-// NCCL in the build, a communicator of one rank is one replica (nullptr) and
-// of several an Error.
-std::unique_ptr<Nccl> nccl_for(Communicator* c) {
-  if (c == nullptr) return nullptr;
+// The NCCL communicator over `c`'s ranks for a program with all_reduce
+// equations (every rank calls this at the same point with the same program:
+// it is a collective), or nullptr without a communicator or without an
+// all_reduce to run (a program that sums nothing joins no collective, so a
+// backend made on one rank only, for an evaluation, waits for no other).
+// Without NCCL in the build, a communicator of one rank is one replica
+// (nullptr) and of several an Error.
+std::unique_ptr<Nccl> nccl_for(Communicator* c, const Program& p) {
+  if (c == nullptr ||
+      std::none_of(p.eqns.begin(), p.eqns.end(), [](const Eqn& e) { return e.op == Op::all_reduce; }))
+    return nullptr;
 #ifdef CAPSTEP_HAVE_NCCL
   return std::make_unique<NcclCommunicator>(*c);
 #else
@@ -50,7 +57,7 @@ Options with_nccl(Options o, Nccl* n) {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(Program p, const BackendOptions& o)
-      : nccl_(nccl_for(o.communicator)), exe_(std::move(p), with_nccl(o.cuda, nccl_.get())) {}
+      : nccl_(nccl_for(o.communicator, p)), exe_(std::move(p), with_nccl(o.cuda, nccl_.get())) {}
   const Program& program() const override { return exe_.program(); }
   BackendKind kind() const override { return BackendKind::cuda; }
   BackendInfo describe() const override {
