@@ -448,6 +448,15 @@ class FakeReplicas final : public Communicator {
  private:
   int n_;
 };
+
+// Output 0 of one run of the case's program on b.
+Array first_output(Backend& b, const Case& c) {
+  b.set_input(0, c.inputs[0]);
+  b.run();
+  Array got;
+  b.read_output(0, got);
+  return got;
+}
 }  // namespace
 
 // The host backend sums over the communicator it is given, and says so.
@@ -457,10 +466,7 @@ TEST(OneCommunicator, TheHostBackendSumsOverIt) {
   o.communicator = &two;
   const Case c = all_reduce_case();  // all_reduce(x * 2) + x
   std::unique_ptr<Backend> b = make_backend(BackendKind::host, c.program, o);
-  b->set_input(0, c.inputs[0]);
-  b->run();
-  Array got;
-  b->read_output(0, got);
+  const Array got = first_output(*b, c);
   for (int64_t i = 0; i < got.numel(); ++i) EXPECT_FLOAT_EQ(got.get(i), 5 * c.inputs[0].get(i)) << i;
   EXPECT_EQ(two.calls, 1);
   EXPECT_EQ(b->describe().collective, "Communicator");
@@ -486,10 +492,7 @@ TEST(OneCommunicator, ThePjrtBackendRefusesTwoReplicas) {
   o.communicator = &one;
   const Case c = all_reduce_case();
   std::unique_ptr<Backend> b = make_backend(BackendKind::pjrt, c.program, o);
-  b->set_input(0, c.inputs[0]);
-  b->run();
-  Array got;
-  b->read_output(0, got);
+  const Array got = first_output(*b, c);
   for (int64_t i = 0; i < got.numel(); ++i) EXPECT_FLOAT_EQ(got.get(i), 3 * c.inputs[0].get(i)) << i;
   EXPECT_EQ(one.calls, 0);  // XLA's all-reduce of one replica, not the host's
 }
