@@ -814,6 +814,7 @@ TEST(Fusion, LibraryGemmTransposeViewsLeaveTheGroupsAsTheyAre) {
           }
       expect &= readers > 0;
       EXPECT_EQ(b.view[d] != 0, expect || a.view[d] != 0) << "equation " << b.old_index[d];
+      if (expect) EXPECT_EQ(b.groups[static_cast<size_t>(b.group_of[d])].size(), 1) << "equation " << b.old_index[d];
       views += expect;
     }
     EXPECT_GT(views, 0);  // the attention's transposed keys are read so

@@ -656,8 +656,9 @@ void Interpreter::Impl::expand_and_order(Program p, const InterpreterOptions& op
 // Transposes that their dot_generals read in place (folded): the planner's
 // views (Fused::view, decided with the host's GEMM rule, interpreter_target):
 // every reader of the transpose is a dot_general that plan_dot runs on x with
-// the dimension numbers mapped through the permutation and without copying
-// x first; the transpose is no output, and as a view it joins no fused group.
+// the dimension numbers mapped through the permutation and without a
+// transposed copy of x (a bf16 operand is copied, widened, either way); the
+// transpose is no output, and as a view it joins no fused group.
 // It moves nothing (a view of x, read by those dots only) and each dot is
 // planned on x. The attention heads' transposes of q, k, v and their
 // cotangents are these.

@@ -564,6 +564,13 @@ Fused fuse_program(const Program& p, const Target& target) {
     }
     f.groups.push_back(std::move(gr));
   }
+  // A library GEMM's view transpose is a group of its own (its readers join
+  // no group and its operand is made outside it): a backend that runs no step
+  // for it relies on that, so a grouping that ever breaks it fails here.
+  for (size_t d = 0; d < f.program.eqns.size(); ++d)
+    if (library_view[static_cast<size_t>(f.old_index[d])] && f.groups[static_cast<size_t>(f.group_of[d])].size() != 1)
+      throw Error("fuse_program: equation " + std::to_string(f.old_index[d]) + " (transpose) of program \"" + p.name +
+                  "\", read in place by library GEMMs, was grouped with others (a bug in the grouping)");
   f.launches_before = 0;
   for (const Eqn& e : p.eqns) f.launches_before += !is_free(e.op);
   for (const Group& g : f.groups)

@@ -155,8 +155,8 @@ struct Target {
   // Library GEMMs that read an operand through a transpose without copying
   // it: given dot_general `dot` of p, which of its operands (0 lhs, 1 rhs)
   // and the transpose equation that makes it, whether the backend's library
-  // GEMM reads the transpose's operand in place, the dimension numbers mapped
-  // through the permutation. A transpose (no Program output) whose every
+  // GEMM reads the transpose's operand with the dimension numbers mapped
+  // through the permutation, with no transposed copy of it. A transpose (no Program output) whose every
   // reader is such a dot_general, directly, is a view (Fused::view): it moves
   // nothing. Its group (always of one equation) and the order of the groups
   // stay what they are without the rule. Computed with `loops` false too, so
