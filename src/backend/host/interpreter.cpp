@@ -685,10 +685,8 @@ void Interpreter::Impl::fold_transposes(Build& b) {
     const Eqn& e = ex.eqns[static_cast<size_t>(i)];
     for (int v : e.inputs)
       if (readers[static_cast<size_t>(v)] >= 0) ++readers[static_cast<size_t>(v)];
+    // (a group of its own: fuse_program checks it)
     folded[static_cast<size_t>(e.out)] = e.op == Op::transpose && b.view[static_cast<size_t>(i)];
-    if (folded[static_cast<size_t>(e.out)] && grouped[static_cast<size_t>(i)])
-      throw Error("equation " + std::to_string(orig_index(i)) +
-                  " (transpose): internal: a transpose that its dot_generals read in place is in a fused group");
   }
   // The other way round: a transpose that is the one reader of a
   // dot_general's result (the attention output and dq, dk, dv, back to

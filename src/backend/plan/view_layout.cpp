@@ -3,12 +3,9 @@
 namespace capstep::plan {
 
 Layout row_major_layout(const Shape& s) {
+  const std::vector<int64_t> st = row_major_strides(s);
   Layout l(s.size());
-  int64_t st = 1;
-  for (size_t a = s.size(); a-- > 0;) {
-    l[a] = {{s[a], st}};
-    st *= s[a];
-  }
+  for (size_t a = 0; a < s.size(); ++a) l[a] = {{s[a], st[a]}};
   return l;
 }
 
