@@ -10,6 +10,7 @@
 // U+0100 + their rank), so here every token is held as the bytes it stands
 // for, and decoding is their concatenation: exact for any bytes.
 #include "bytelevel.h"
+#include "json.h"
 
 #include <algorithm>
 #include <array>
@@ -376,12 +377,7 @@ void merge_piece(const ByteLevelModel& m, std::string_view piece, std::vector<in
 }
 
 std::shared_ptr<const ByteLevelModel> from_tokenizer_json(const std::string& text) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(std::string("not JSON: ") + e.what());
-  }
+  const nlohmann::json j = parse_json(text, "");
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) throw Error("no object \"model\"");
   const nlohmann::json& model = j["model"];
   const std::string type = string_field(model, "type", "model.type", "");
@@ -440,12 +436,7 @@ std::shared_ptr<const ByteLevelModel> from_tokenizer_json(const std::string& tex
 }
 
 std::shared_ptr<const ByteLevelModel> from_vocab_merges(const std::string& vocab_json, const std::string& merges_txt) {
-  nlohmann::json v;
-  try {
-    v = nlohmann::json::parse(vocab_json);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(std::string("vocab.json is not JSON: ") + e.what());
-  }
+  const nlohmann::json v = parse_json(vocab_json, "vocab.json");
   if (!v.is_object()) throw Error("vocab.json is not an object of token -> id");
   std::vector<std::pair<std::string, int64_t>> vocab;
   for (auto it = v.begin(); it != v.end(); ++it) {

@@ -3,6 +3,7 @@
 #include "capstep/hf.h"
 
 #include "capstep/data.h"
+#include "data/json.h"
 #include "data/subword.h"
 
 #include <algorithm>
@@ -264,13 +265,10 @@ std::string hf_config_json(const LmConfig& c, const std::string& extra) {
   return j.dump(2) + "\n";
 }
 
-LmConfig config_from_hf(const std::string& text) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(std::string("config.json is not JSON: ") + e.what());
-  }
+namespace {
+
+// config_from_hf of the parsed text.
+LmConfig config_from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw Error("config.json is not a JSON object");
   auto field = [&](const char* k) -> const nlohmann::json& {
     if (!j.contains(k) || j[k].is_null()) throw Error(std::string("config.json: field '") + k + "' is missing");
@@ -356,6 +354,10 @@ LmConfig config_from_hf(const std::string& text) {
   }
   return c;
 }
+
+}  // namespace
+
+LmConfig config_from_hf(const std::string& text) { return config_from_json(data::parse_json(text, "config.json")); }
 
 namespace {
 
@@ -700,8 +702,8 @@ HfModel read_hf_dir(const std::string& dir) {
   ss << f.rdbuf();
   HfModel m;
   try {
-    m.config = config_from_hf(ss.str());
-    const nlohmann::json j = nlohmann::json::parse(ss.str());
+    const nlohmann::json j = data::parse_json(ss.str(), "config.json");
+    m.config = config_from_json(j);
     if (j.contains("capstep_tokenizer") && j["capstep_tokenizer"].is_string())
       m.tokenizer = j["capstep_tokenizer"].get<std::string>();
   } catch (const Error& e) {
