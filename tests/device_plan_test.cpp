@@ -1,4 +1,5 @@
-// The device memory plan, checked without a device: buffers that are live at
+// The memory plan (plan::plan_memory, the device's and, with the host's
+// options, the interpreter's), checked without a device: buffers that are live at
 // the same time never share a byte (pairwise, exhaustively, on random
 // programs), and a byte-level simulation of one step on the planned addresses
 // reads every operand intact and leaves every output, donated ones included,
@@ -30,6 +31,14 @@ using plan::Plan;
 using plan::Space;
 
 Type f32(Shape s) { return {DType::f32, std::move(s)}; }
+
+// The planner's options for one scratch buffer of scratch[d] bytes per
+// equation d (none where 0).
+plan::PlanOptions with_scratch(const std::vector<size_t>& scratch) {
+  plan::PlanOptions o;
+  for (size_t bytes : scratch) o.eqn_scratch.push_back(bytes > 0 ? std::vector<size_t>{bytes} : std::vector<size_t>{});
+  return o;
+}
 
 // ---- a fake device: one tag per byte of each space --------------------------
 // A tag names the value whose bytes are there (its root's id), so a read that
@@ -74,7 +83,7 @@ int simulate(const Program& p, const Plan& pl, const std::vector<size_t>& scratc
   for (size_t d = 0; d < p.eqns.size(); ++d) {
     const Eqn& e = p.eqns[d];
     const bool has_scratch = d < scratch.size() && scratch[d] > 0;
-    if (has_scratch) dev.write(pl.scratch_loc[d], scratch[d], -1000 - static_cast<int>(d));
+    if (has_scratch) dev.write(pl.scratch_loc[d][0], scratch[d], -1000 - static_cast<int>(d));
     for (int x : e.inputs) {
       const auto& xv = pl.values[static_cast<size_t>(x)];
       if (!dev.holds(xv.loc, xv.bytes, tag(x))) {
@@ -84,7 +93,7 @@ int simulate(const Program& p, const Plan& pl, const std::vector<size_t>& scratc
     }
     const auto& ov = pl.values[static_cast<size_t>(e.out)];
     if (e.op != Op::constant && e.op != Op::iota && e.op != Op::reshape) dev.write(ov.loc, ov.bytes, tag(e.out));
-    if (has_scratch && !dev.holds(pl.scratch_loc[d], scratch[d], -1000 - static_cast<int>(d))) {
+    if (has_scratch && !dev.holds(pl.scratch_loc[d][0], scratch[d], -1000 - static_cast<int>(d))) {
       ++failures;
       ADD_FAILURE() << "equation " << d << ": its scratch overlaps its own result";
     }
@@ -138,7 +147,7 @@ int pairwise_overlaps(const Program& p, const Plan& pl, const std::vector<size_t
   }
   for (size_t d = 0; d < scratch.size(); ++d)
     if (scratch[d] > 0)
-      bs.push_back({pl.scratch_loc[d].offset, pl.scratch_loc[d].offset + scratch[d], static_cast<int>(d),
+      bs.push_back({pl.scratch_loc[d][0].offset, pl.scratch_loc[d][0].offset + scratch[d], static_cast<int>(d),
                     static_cast<int>(d), "scratch of eqn " + std::to_string(d)});
   for (const EndCopy& c : pl.end_copies)
     if (c.kind == EndCopy::snapshot)
@@ -267,7 +276,7 @@ TEST(DevicePlan, RandomProgramsNoLiveBuffersOverlapExhaustive) {
   for (int trial = 0; trial < 60; ++trial) {
     std::vector<size_t> scratch;
     Program p = random_program(rng, 30 + trial, 1 + trial % 4, &scratch);
-    Plan pl = plan::plan_device_memory(p, scratch);
+    Plan pl = plan::plan_memory(p, with_scratch(scratch));
     ASSERT_EQ(pairwise_overlaps(p, pl, scratch), 0) << to_text(p);
     ASSERT_EQ(simulate(p, pl, scratch), 0) << to_text(p) << plan::describe(p, pl);
     for (int d : pl.donated_input) donated += d >= 0;
@@ -286,7 +295,7 @@ TEST(DevicePlan, ArenaReusesBuffersAndReportsSizes) {
   int v = x;
   for (int i = 0; i < 20; ++i) v = p.add_eqn(Op::exponential, {v}, {});
   p.add_output("y", v);
-  Plan pl = plan::plan_device_memory(p);
+  Plan pl = plan::plan_memory(p);
   const size_t one = (37 * 53 * 4 + 255) / 256 * 256;
   EXPECT_EQ(pl.inputs_bytes, one);
   EXPECT_EQ(pl.arena_bytes, 2 * one);          // the op reads one buffer while writing another
@@ -305,7 +314,7 @@ TEST(DevicePlan, ReshapeIsAViewAndExtendsItsRootsLife) {
   int c = p.add_eqn(Op::negate, {r}, {});   // reads a (through r) after b is made
   p.add_output("b", b);
   p.add_output("c", c);
-  Plan pl = plan::plan_device_memory(p);
+  Plan pl = plan::plan_memory(p);
   EXPECT_EQ(pl.values[static_cast<size_t>(r)].home, Home::view);
   EXPECT_EQ(pl.values[static_cast<size_t>(r)].root, a);
   EXPECT_EQ(pl.values[static_cast<size_t>(r)].loc, pl.values[static_cast<size_t>(a)].loc);
@@ -330,7 +339,7 @@ TEST(DevicePlan, AliasWrittenInPlaceWhenSafe) {
   p.add_output("loss", loss);
   p.add_output("w'", w2);
   p.aliases.push_back({1, 0});
-  Plan pl = plan::plan_device_memory(p);
+  Plan pl = plan::plan_memory(p);
   EXPECT_EQ(pl.donated_input[1], 0);
   EXPECT_EQ(pl.donated_input[0], -1);
   EXPECT_EQ(pl.values[static_cast<size_t>(w2)].home, Home::donated);
@@ -351,7 +360,7 @@ TEST(DevicePlan, AliasCopiedBackWhenInputReadLater) {
   p.add_output("w'", w2);
   p.add_output("late", late);
   p.aliases.push_back({0, 0});
-  Plan pl = plan::plan_device_memory(p);
+  Plan pl = plan::plan_memory(p);
   EXPECT_EQ(pl.donated_input[0], -1);
   EXPECT_EQ(pl.values[static_cast<size_t>(w2)].home, Home::arena);
   ASSERT_EQ(pl.end_copies.size(), 1u);
@@ -373,7 +382,7 @@ TEST(DevicePlan, AliasNotInPlaceForNonElementwiseReader) {
   int wt = p.add_eqn(Op::transpose, {w}, t);
   p.add_output("wt", wt);
   p.aliases.push_back({0, 0});
-  Plan pl = plan::plan_device_memory(p);
+  Plan pl = plan::plan_memory(p);
   EXPECT_EQ(pl.donated_input[0], -1);
   ASSERT_EQ(pl.notes.size(), 1u);
   EXPECT_NE(pl.notes[0].find("not an elementwise op"), std::string::npos) << pl.notes[0];
@@ -392,7 +401,7 @@ TEST(DevicePlan, SwapAndOldValueOutputsAreSnapshotted) {
   p.add_output("old a", a);
   p.aliases.push_back({0, 0});
   p.aliases.push_back({1, 1});
-  Plan pl = plan::plan_device_memory(p);
+  Plan pl = plan::plan_memory(p);
   int snaps = 0, backs = 0;
   for (const EndCopy& c : pl.end_copies) (c.kind == EndCopy::snapshot ? snaps : backs) += 1;
   EXPECT_EQ(snaps, 2);
@@ -412,7 +421,7 @@ TEST(DevicePlan, OneValueAliasedToTwoInputs) {
   p.add_output("b'", s);
   p.aliases.push_back({0, 0});
   p.aliases.push_back({1, 1});
-  Plan pl = plan::plan_device_memory(p);
+  Plan pl = plan::plan_memory(p);
   EXPECT_EQ(pl.donated_input[0], 0);
   EXPECT_EQ(pl.donated_input[1], -1);
   ASSERT_EQ(pl.end_copies.size(), 1u);
@@ -431,7 +440,7 @@ TEST(DevicePlan, IdentityAliasNeedsNothingAndStaticsAreSeparate) {
   p.add_output("a", a);
   p.add_output("m", m);
   p.aliases.push_back({0, 0});
-  Plan pl = plan::plan_device_memory(p);
+  Plan pl = plan::plan_memory(p);
   EXPECT_TRUE(pl.end_copies.empty());
   EXPECT_EQ(pl.values[static_cast<size_t>(k)].home, Home::statics);
   EXPECT_EQ(pl.values[static_cast<size_t>(k)].loc.space, Space::statics);
@@ -451,18 +460,18 @@ TEST(DevicePlan, SpansExtendLifetimesAndInternalValuesTakeNoBytes) {
   const int d = p.add_eqn(Op::add, {c, c}, {});        // 3
   p.add_output("d", d);
   // unfused: a (0..1) and c (2..3) may share bytes
-  const Plan plain = plan::plan_device_memory(p);
+  const Plan plain = plan::plan_memory(p);
   EXPECT_EQ(plain.values[static_cast<size_t>(a)].loc, plain.values[static_cast<size_t>(c)].loc);
   // one kernel for equations 1..3: a is read at 3 and c is live from 1
   plan::PlanOptions o;
   o.span = {{0, 0}, {1, 3}, {1, 3}, {1, 3}};
-  Plan pl = plan::plan_device_memory(p, o);
+  Plan pl = plan::plan_memory(p, o);
   EXPECT_NE(pl.values[static_cast<size_t>(a)].loc, pl.values[static_cast<size_t>(c)].loc);
   EXPECT_NE(pl.values[static_cast<size_t>(a)].loc, pl.values[static_cast<size_t>(d)].loc);
   // b and c only in registers: the arena holds a and d
   o.internal.assign(static_cast<size_t>(p.num_values()), 0);
   o.internal[static_cast<size_t>(b)] = o.internal[static_cast<size_t>(c)] = 1;
-  pl = plan::plan_device_memory(p, o);
+  pl = plan::plan_memory(p, o);
   EXPECT_EQ(pl.arena_bytes, 2 * plan::kDeviceAlign);
   EXPECT_EQ(pl.values[static_cast<size_t>(b)].home, Home::tile);
   EXPECT_EQ(pl.values[static_cast<size_t>(c)].home, Home::tile);
@@ -470,12 +479,126 @@ TEST(DevicePlan, SpansExtendLifetimesAndInternalValuesTakeNoBytes) {
   // malformed options are errors
   plan::PlanOptions bad;
   bad.span = {{0, 0}};
-  EXPECT_THROW(plan::plan_device_memory(p, bad), Error);
+  EXPECT_THROW(plan::plan_memory(p, bad), Error);
   bad.span = {{0, 0}, {2, 3}, {2, 3}, {2, 3}};  // equation 1 outside its span
-  EXPECT_THROW(plan::plan_device_memory(p, bad), Error);
+  EXPECT_THROW(plan::plan_memory(p, bad), Error);
   bad.span.clear();
   bad.internal = {1};
-  EXPECT_THROW(plan::plan_device_memory(p, bad), Error);
+  EXPECT_THROW(plan::plan_memory(p, bad), Error);
+}
+
+// The host interpreter's options of the one planner: 64-byte alignment, a
+// same-dtype convert as a view, results in place over operands read for the
+// last time, outputs in the caller's Arrays, two scratch buffers for one
+// equation.
+TEST(DevicePlan, HostOptionsViewsInPlaceDirectOutputsAndScratch) {
+  Program p;
+  const int x = p.add_input("x", f32({8, 8}));                                // 256 bytes
+  const int a = p.add_eqn(Op::exponential, {x}, {});                          // 0
+  const int c = p.add_eqn_typed(Op::convert, {a}, {}, f32({8, 8}));           // 1: moves nothing
+  const int b = p.add_eqn(Op::negate, {c}, {});                               // 2: in place over a
+  Attrs mm;
+  mm.lhs_contract = {1};
+  mm.rhs_contract = {0};
+  const int m = p.add_eqn(Op::dot_general, {b, b}, mm);                       // 3: two scratch buffers
+  const int n = p.add_eqn(Op::add, {m, x}, {});                               // 4: in place over m
+  const int y = p.add_eqn(Op::multiply, {n, n}, {});                          // 5: not in place
+  Attrs k;
+  k.literal = {2.0};
+  const int s = p.add_eqn_typed(Op::constant, {}, k, f32({3}));               // 6: 12 bytes of statics
+  p.add_output("y", y);
+  p.add_output("s", s);
+  plan::PlanOptions o;
+  o.align = 64;
+  o.view = {0, 1, 0, 0, 0, 0, 0};
+  o.eqn_scratch.assign(p.eqns.size(), {});
+  o.eqn_scratch[3] = {1000, 64};
+  o.in_place = [](int eqn, int operand) { return (eqn == 2 || eqn == 4) && operand == 0; };
+  o.caller_arrays = true;
+  const Plan pl = plan::plan_memory(p, o);
+  auto at = [&](int v) { return pl.values[static_cast<size_t>(v)]; };
+  EXPECT_EQ(at(x).home, Home::input);
+  EXPECT_EQ(at(x).loc, Loc{});  // the caller's Array
+  EXPECT_EQ(pl.inputs_bytes, 0u);
+  EXPECT_EQ(at(c).home, Home::view);
+  EXPECT_EQ(at(c).root, a);
+  EXPECT_EQ(at(b).home, Home::view);  // in place over a, read last by b's equation
+  EXPECT_EQ(at(b).root, a);
+  EXPECT_EQ(at(b).last, -1);
+  EXPECT_EQ(at(a).last, 3);            // to b's last reader
+  EXPECT_EQ(at(n).home, Home::view);
+  EXPECT_EQ(at(n).root, m);
+  EXPECT_EQ(at(m).last, 5);
+  EXPECT_EQ(at(y).home, Home::output);  // computed in the caller's Array
+  EXPECT_EQ(at(y).loc, Loc{});
+  EXPECT_EQ(pl.output_direct, (std::vector<char>{1, 0}));
+  EXPECT_EQ(at(s).home, Home::statics);
+  EXPECT_EQ(pl.statics_bytes, 64u);
+  // the arena, largest first: the 1000-byte scratch (1024 at 64 bytes) at 0,
+  // then a (equations 0..3) and m (3..5), then the 64-byte scratch, all live at 3
+  ASSERT_EQ(pl.scratch_loc[3].size(), 2u);
+  EXPECT_EQ(pl.scratch_loc[3][0], (Loc{Space::arena, 0}));
+  EXPECT_EQ(at(a).loc, (Loc{Space::arena, 1024}));
+  EXPECT_EQ(at(m).loc, (Loc{Space::arena, 1280}));
+  EXPECT_EQ(pl.scratch_loc[3][1], (Loc{Space::arena, 1536}));
+  EXPECT_EQ(pl.arena_bytes, 1600u);
+  EXPECT_TRUE(pl.scratch_loc[0].empty());
+  // the device's options on the same program: no merges, every result a buffer
+  const Plan dev = plan::plan_memory(p);
+  EXPECT_EQ(dev.values[static_cast<size_t>(b)].home, Home::arena);
+  EXPECT_EQ(dev.values[static_cast<size_t>(c)].home, Home::arena);
+  EXPECT_EQ(dev.values[static_cast<size_t>(y)].home, Home::arena);
+  EXPECT_EQ(dev.statics_bytes, plan::kDeviceAlign);
+  // a view must hold its operand's bytes; the error names the equation
+  Program q;
+  const int v = q.add_input("v", f32({8}));
+  Attrs bd;
+  bd.dims = {1};
+  q.add_output("w", q.add_eqn_typed(Op::broadcast_in_dim, {v}, bd, f32({2, 8})));
+  plan::PlanOptions bad;
+  bad.view = {1};
+  try {
+    plan::plan_memory(q, bad);
+    ADD_FAILURE() << "a broadcast that moves bytes became a view";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("equation 0 (broadcast_in_dim)"), std::string::npos) << e.what();
+  }
+}
+
+// The host's tiles: the values a fused group makes that the host marks
+// internal (PlanOptions::group given) become tiles only when nothing outside
+// the group reads them and they are no output.
+TEST(DevicePlan, HostTilesAreGroupValuesReadOnlyInTheirGroup) {
+  Program p;
+  const int x = p.add_input("x", f32({64}));
+  const int u = p.add_eqn(Op::exponential, {x}, {});  // 0, group 0: read by equation 3 too
+  const int w = p.add_eqn(Op::negate, {u}, {});       // 1, group 0: read only in it
+  const int r = p.add_eqn_typed(Op::reshape, {w}, {}, f32({8, 8}));  // 2, group 0
+  const int q = p.add_eqn_typed(Op::reshape, {p.add_eqn(Op::add, {w, w}, {})}, {}, f32({64}));  // 3 add, 4 reshape
+  const int z = p.add_eqn(Op::tanh, {u}, {});         // 5, outside
+  p.add_output("q", q);
+  p.add_output("z", z);
+  p.add_output("r", r);
+  plan::PlanOptions o;
+  o.align = 64;
+  o.span = {{0, 4}, {0, 4}, {0, 4}, {0, 4}, {0, 4}, {5, 5}};
+  o.group = {0, 0, 0, 0, 0, -1};
+  o.internal.assign(static_cast<size_t>(p.num_values()), 0);
+  for (int d = 0; d <= 4; ++d) o.internal[static_cast<size_t>(p.eqns[static_cast<size_t>(d)].out)] = 1;
+  const Plan pl = plan::plan_memory(p, o);
+  auto home = [&](int v) { return pl.values[static_cast<size_t>(v)].home; };
+  EXPECT_EQ(home(u), Home::arena);  // read outside the group
+  EXPECT_EQ(home(w), Home::arena);  // an output through the view r
+  const int sum = p.eqns[3].out;
+  EXPECT_EQ(home(sum), Home::arena);  // an output through the view q
+  // without the outputs through views, w and the sum are tiles
+  p.outputs.pop_back();
+  p.outputs.erase(p.outputs.begin());
+  const Plan pl2 = plan::plan_memory(p, o);
+  EXPECT_EQ(pl2.values[static_cast<size_t>(w)].home, Home::tile);
+  EXPECT_EQ(pl2.values[static_cast<size_t>(sum)].home, Home::tile);
+  EXPECT_EQ(pl2.values[static_cast<size_t>(u)].home, Home::arena);
+  EXPECT_EQ(pl2.arena_bytes, 2 * 256u);  // u and z
 }
 
 TEST(DevicePlan, PackerLowerBoundAndScratchCountMismatch) {
@@ -488,7 +611,9 @@ TEST(DevicePlan, PackerLowerBoundAndScratchCountMismatch) {
   Program p;
   p.add_input("x", f32({3}));
   p.add_output("x", 0);
-  EXPECT_THROW(plan::plan_device_memory(p, {1, 2}), Error);
+  plan::PlanOptions two;
+  two.eqn_scratch = {{1}, {2}};
+  EXPECT_THROW(plan::plan_memory(p, two), Error);
 }
 
 
@@ -834,7 +959,7 @@ TEST(DevicePlan, FusedAdamWProgramDonatesEveryBufferInPlace) {
     if (p.eqns[d].op == Op::dot_general)
       scratch[d] = plan::plan_gemm(p.type(p.eqns[d].inputs[0]), p.type(p.eqns[d].inputs[1]), p.eqns[d].attrs)
                        .scratch_bytes();
-  Plan pl = plan::plan_device_memory(p, scratch);
+  Plan pl = plan::plan_memory(p, with_scratch(scratch));
   ASSERT_EQ(p.aliases.size(), 3 * names.size());
   int donated = 0;
   for (int d : pl.donated_input) donated += d >= 0;

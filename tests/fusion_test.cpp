@@ -736,7 +736,7 @@ int simulate_fused(const Fused& f, const plan::Plan& pl) {
   return fail;
 }
 
-plan::Plan fused_plan(const Fused& f) { return plan::plan_device_memory(f.program, plan::memory_options(f)); }
+plan::Plan fused_plan(const Fused& f) { return plan::plan_memory(f.program, plan::memory_options(f)); }
 
 TEST(Fusion, MemoryPlanWithSpansKeepsEveryOperandIntact) {
   const nn::LmConfig c = small_config();
@@ -748,7 +748,7 @@ TEST(Fusion, MemoryPlanWithSpansKeepsEveryOperandIntact) {
   for (int d : pl.donated_input) donated += d >= 0;
   EXPECT_EQ(donated, static_cast<int>(fused.aliases.size())) << plan::describe(f.program, pl);
   EXPECT_EQ(simulate_fused(f, pl), 0);
-  const plan::Plan unfused = plan::plan_device_memory(f.program);
+  const plan::Plan unfused = plan::plan_memory(f.program);
   std::printf("[fusion] arena: %zu bytes fused, %zu unfused\n", pl.arena_bytes, unfused.arena_bytes);
   for (uint64_t seed = 1; seed <= 300; ++seed) {
     const Program p = random_program(seed);

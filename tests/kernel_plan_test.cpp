@@ -204,7 +204,8 @@ TEST(KernelPlan, FusedAttentionStepHasNoScoreMatrix) {
       if (it.kind == ItemKind::attention && b.fused.program.eqns[static_cast<size_t>(it.eqn)].op == Op::attention_grad) {
         ++grads;
         EXPECT_EQ(it.eqns.size(), 3u);
-        EXPECT_GT(b.memory.scratch_loc.size(), static_cast<size_t>(it.eqn));
+        ASSERT_GT(b.memory.scratch_loc.size(), static_cast<size_t>(it.eqn));
+        EXPECT_EQ(b.memory.scratch_loc[static_cast<size_t>(it.eqn)].size(), 1u);  // lse and D
       }
     EXPECT_EQ(grads, 2 * 3);
     // the arena holds at least one f32 score matrix per layer less

@@ -396,7 +396,7 @@ class HostPlanRunner {
     }
     void* res[3] = {nullptr, nullptr, nullptr};
     for (int m : it.eqns) res[p.eqns[static_cast<size_t>(m)].attrs.axis] = value(p.eqns[static_cast<size_t>(m)].out);
-    char* lse = at(kp_.memory.scratch_loc[static_cast<size_t>(it.eqn)]);
+    char* lse = at(kp_.memory.scratch_loc[static_cast<size_t>(it.eqn)].at(0));
     ptr[7] = lse;
     ptr[8] = lse + a.scratch_bytes / 2;
     ptr[5] = res[0];

@@ -69,7 +69,7 @@ void Executable::Impl::add_attention_launch(const plan::Item& item) {
     const Eqn& x = prog.eqns[static_cast<size_t>(m)];
     res[x.attrs.axis] = value_addr(x.out);
   }
-  char* lse = addr(plan().scratch_loc[static_cast<size_t>(item.eqn)]);
+  char* lse = addr(plan().scratch_loc[static_cast<size_t>(item.eqn)].at(0));
   char* delta = lse + a.scratch_bytes / 2;
   launch(a.dq, res[0], nullptr, lse, delta);
   if (res[1] || res[2]) launch(a.dkv, res[1], res[2], lse, delta);

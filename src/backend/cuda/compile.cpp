@@ -209,7 +209,7 @@ void Executable::Impl::add_single_launch(const plan::Item& item) {
         const size_t eb = dtype_size(dt_in);
         const char* a = in[0];
         const char* b = in[1];
-        char* scratch = addr(plan().scratch_loc[static_cast<size_t>(d)]);
+        char* scratch = addr(plan().scratch_loc[static_cast<size_t>(d)].at(0));
         if (g.a.pack) {
           const k::Walk w = plan::transpose_walk(prog.type(e.inputs[0]).shape, g.a.perm, what);
           const int64_t na = prog.type(e.inputs[0]).numel();

@@ -1,9 +1,10 @@
 // capstep::host::Interpreter: verifies a Program, plans its memory once and runs
 // it with one precomputed Step per equation.
 //
-// Where each value lives, decided at construction, in the vocabulary and the
-// table of facts per value (home, root, def, last, loc) of the device's memory
-// plan (capstep/device_plan.h: plan::Home, plan::ValuePlan):
+// Where each value lives, decided at construction by the memory planner of
+// every backend (capstep/device_plan.h: plan::plan_memory, with the host's
+// options: plan_buffers), in its vocabulary and table of facts per value
+// (plan::Home; plan::ValuePlan: home, root, def, last, loc):
 //   input      the caller's Array, read in place (its address is set per run)
 //   statics    constant and iota: computed once into storage owned here
 //   view       (an "alias") reshape, and any broadcast/transpose/convert
@@ -170,7 +171,7 @@ plan::Target interpreter_target(bool fuse) {
 
 // The operands [first, first + count) that an equation's kernel reads at the
 // very element it writes, so that its result may be written over one of them
-// (merge_in_place; in_place_takes); count 0: none.
+// (PlanOptions::in_place; in_place_takes); count 0: none.
 struct InPlaceOperands {
   int first = 0, count = 0;
 };
@@ -190,44 +191,6 @@ InPlaceOperands in_place_operands(Op op) {
       break;
   }
   return {};
-}
-
-// In place: an elementwise result takes the buffer of an operand of its own
-// dtype whose last reader is this very equation (root and last are per buffer;
-// both are updated, and the output becomes a view, its own last -1). Each
-// element is read before the same element is written, so the loop stays
-// correct; the elementwise kernels carry no __restrict for this reason.
-// Equations of fused groups (in_group[i] >= 0) are left out.
-void merge_in_place(const Program& prog, Values& values, const std::vector<int>& in_group) {
-  const int nv = prog.num_values();
-  const int ne = static_cast<int>(prog.eqns.size());
-  std::vector<int> merged(static_cast<size_t>(nv));
-  for (int v = 0; v < nv; ++v) merged[static_cast<size_t>(v)] = v;
-  auto find = [&](int v) {
-    while (merged[static_cast<size_t>(v)] != v) v = merged[static_cast<size_t>(v)];
-    return v;
-  };
-  for (int i = 0; i < ne; ++i) {
-    const Eqn& e = prog.eqns[static_cast<size_t>(i)];
-    const size_t o = static_cast<size_t>(e.out);
-    plan::ValuePlan& out = values[o];
-    if (out.home != Home::arena || in_group[static_cast<size_t>(i)] >= 0) continue;
-    const auto [first, count] = in_place_operands(e.op);  // operands that may share the output's buffer
-    for (int k = first; k < first + count; ++k) {
-      const int v = e.inputs[static_cast<size_t>(k)];
-      const int r = find(of(values, v).root);
-      plan::ValuePlan& buf = of(values, r);
-      if (buf.home != Home::arena || buf.last != i || prog.type(v).dtype != prog.type(e.out).dtype ||
-          prog.type(r).bytes() != prog.type(e.out).bytes())
-        continue;
-      merged[o] = r;
-      out.home = Home::view;
-      buf.last = std::max(i, out.last);
-      out.last = -1;
-      break;
-    }
-  }
-  for (plan::ValuePlan& x : values) x.root = find(x.root);
 }
 
 // all_reduce: the operand's bytes (unless it was computed in place), then the
@@ -452,10 +415,7 @@ struct Interpreter::Impl {
   void fold_transposes(Build& b);
   void plan_steps(Build& b);
   void choose_fused_groups(Build& b);
-  void plan_lifetimes(Build& b);
-  void mark_tile_values(Build& b);
   void pair_dot_generals(const InterpreterOptions& opt, Build& b);
-  void plan_direct_outputs(Build& b);
   void plan_buffers(Build& b);
   void make_fused_groups(const InterpreterOptions& opt, bool plan_only, Build& b);
   void allocate_and_set_slots(Build& b);
@@ -555,14 +515,7 @@ bool in_place_takes(const Program& ex, int b, int first, int x, const Values& va
 struct Interpreter::Impl::Build {
   std::vector<int> pack_of;  // per equation of prog: its all_reduce pack (all_reduce_packs), or -1
   int nv = 0, ne = 0;
-  // Per value: where it lives (home, see the top of this file), the value
-  // whose buffer it is (root: itself unless a view), its defining equation
-  // (def, of ordered(); -1 for an input), the last equation reading it (last,
-  // per root: its group's last for a group's reads; ne for an output), its
-  // index in Program::inputs (input: an input and its views), its bytes, and
-  // the offset of an arena or statics value (loc, at kArenaAlign). The table
-  // of the device's plan (plan::ValuePlan), decided phase by phase below.
-  Values values;
+  std::vector<int> def;      // per value: its defining equation, -1 for an input
   // per equation: the planner's Fused::view (the unfused program's too)
   std::vector<char> view;
   // fold_transposes: per value, a transpose that its dot_generals read in
@@ -571,19 +524,22 @@ struct Interpreter::Impl::Build {
   // the strides it writes with in out_strides).
   std::vector<char> folded, folded_out, writes_transposed;
   std::vector<std::vector<int64_t>> out_strides;
-  struct Scratch {
-    size_t bytes;
-    int eqn;
-  };
-  std::vector<Scratch> scratch;  // the steps' scratch buffers (slot nv + k)
   std::vector<Step> built;       // per equation (fn null: no work)
+  // plan_steps, per equation: its result is a view of its operand's buffer
+  // (no step; PlanOptions::view), and the scratch buffers its step needs (slot
+  // nv + k for the k-th of them over all equations in order).
+  std::vector<char> alias;
+  std::vector<std::vector<size_t>> scratch;
+  int scratch_slots = 0;
   std::vector<int> in_group;     // per equation: its fused group, -1 outside one
   std::vector<std::pair<int, int>> span;      // per equation: its group's [first, last] ({i, i} alone)
   std::vector<const plan::Group*> group_src;  // per fused group: the plan's group it runs
   std::vector<int> pair_of;      // per equation: the dot_general it runs beside, or -1
-  std::vector<BufferLife> lives;  // the arena's buffers, then the scratch buffers
-  std::vector<int> buffer_slot;   // per entry of lives: its slot
-  ArenaPlan arena_plan;
+  // plan_buffers: the memory plan's table (home, root, def, last per root,
+  // input, and the offset of an arena or statics value at kArenaAlign), and
+  // each scratch slot's offset in the arena
+  Values values;
+  std::vector<size_t> scratch_offset;
   std::vector<int> step_at;        // per equation: the step that runs it (order_steps)
 };
 
@@ -596,11 +552,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
   fold_transposes(b);
   plan_steps(b);
   choose_fused_groups(b);
-  plan_lifetimes(b);
-  mark_tile_values(b);
-  merge_in_place(ordered(), b.values, b.in_group);  // elementwise results over dying operands
   pair_dot_generals(opt, b);
-  plan_direct_outputs(b);
   plan_buffers(b);
   make_fused_groups(opt, plan_only, b);
   // Every size is known: plan_memory() stops here, before allocating them.
@@ -618,8 +570,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
 // runs as the host AdamW kernel: the planner names the groups that are one
 // update each (plan::Group::adamw, from the expansion's record), and
 // match_adamw_group checks the host can run it so. Fused, the equations run in plan::fuse_program's
-// order with each all_reduce pack's members together (gather_packs). Every
-// value starts as its own arena buffer, the inputs as the caller's Arrays.
+// order with each all_reduce pack's members together (gather_packs).
 void Interpreter::Impl::expand_and_order(Program p, const InterpreterOptions& opt, Build& b) {
   std::vector<ExpandedAdamW> updates;
   prog = expand_adamw(p, &updates);  // verifies p
@@ -640,17 +591,8 @@ void Interpreter::Impl::expand_and_order(Program p, const InterpreterOptions& op
     for (int i = 0; i < ne; ++i)
       b.view[static_cast<size_t>(one_by_one.old_index[static_cast<size_t>(i)])] = one_by_one.view[static_cast<size_t>(i)];
   }
-  b.values.assign(static_cast<size_t>(nv), plan::ValuePlan{});  // Home::arena, def and last -1
-  for (int v = 0; v < nv; ++v) {
-    of(b.values, v).root = v;
-    of(b.values, v).bytes = prog.type(v).bytes();
-  }
-  for (int i = 0; i < ne; ++i) of(b.values, ex.eqns[static_cast<size_t>(i)].out).def = i;  // of ex
-  for (size_t i = 0; i < prog.inputs.size(); ++i) {
-    plan::ValuePlan& x = of(b.values, prog.inputs[i].value);
-    x.home = Home::input;
-    x.input = static_cast<int>(i);
-  }
+  b.def.assign(static_cast<size_t>(nv), -1);
+  for (int i = 0; i < ne; ++i) b.def[static_cast<size_t>(ex.eqns[static_cast<size_t>(i)].out)] = i;  // of ex
 }
 
 // Transposes that their dot_generals read in place (folded): the planner's
@@ -665,7 +607,7 @@ void Interpreter::Impl::expand_and_order(Program p, const InterpreterOptions& op
 void Interpreter::Impl::fold_transposes(Build& b) {
   const Program& ex = ordered();
   const int nv = b.nv, ne = b.ne;
-  auto def = [&](size_t v) { return b.values[v].def; };
+  auto def = [&](size_t v) { return b.def[v]; };
   std::vector<char>& folded = b.folded;
   std::vector<char>& folded_out = b.folded_out;
   std::vector<char>& writes_transposed = b.writes_transposed;
@@ -720,19 +662,20 @@ void Interpreter::Impl::fold_transposes(Build& b) {
 }
 
 // One Step per equation (Build::built): its kernel chosen and its views,
-// GEMM plan and scratch planned; the values that move nothing become views
-// of their operand and constants and iota statics. The switch has no default
-// so that a primitive without a host kernel does not compile.
+// GEMM plan and scratch planned; the values that move nothing are marked
+// views of their operand (Build::alias; constants and iota run no step
+// either: the planner makes them statics). The switch has no default so that
+// a primitive without a host kernel does not compile.
 void Interpreter::Impl::plan_steps(Build& b) {
   const Program& ex = ordered();
   const int nv = b.nv, ne = b.ne;
-  Values& values = b.values;
   const std::vector<char>& folded = b.folded;
   const std::vector<char>& folded_out = b.folded_out;
   const std::vector<char>& writes_transposed = b.writes_transposed;
   const std::vector<std::vector<int64_t>>& out_strides = b.out_strides;
-  std::vector<Build::Scratch>& scratch = b.scratch;
   std::vector<Step>& built = b.built;
+  b.alias.assign(static_cast<size_t>(ne), 0);
+  b.scratch.assign(static_cast<size_t>(ne), {});
   for (int i = 0; i < ne; ++i) {
     const Eqn& e = ex.eqns[static_cast<size_t>(i)];
     const Type& t = prog.type(e.out);
@@ -745,15 +688,14 @@ void Interpreter::Impl::plan_steps(Build& b) {
     for (size_t k = 0; k < e.inputs.size() && k < 5; ++k) s.in[k] = e.inputs[k];
     s.n = t.numel();
     s.elem_bytes = dtype_size(t.dtype);
-    auto alias_of_operand = [&] {  // a view: its operand's root, and an input's index with it
-      values[o].home = Home::view;
-      values[o].root = of(values, e.inputs[0]).root;
-      values[o].input = of(values, values[o].root).input;
+    auto alias_of_operand = [&] { b.alias[static_cast<size_t>(i)] = 1; };  // a view of its operand's buffer
+    auto add_scratch = [&](size_t bytes) {  // its slot
+      b.scratch[static_cast<size_t>(i)].push_back(bytes);
+      return nv + b.scratch_slots++;
     };
     switch (e.op) {
       case Op::constant:
       case Op::iota:
-        values[o].home = Home::statics;
         break;
       case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
         s.fn = binary_kernel(e.op, t.dtype);
@@ -798,21 +740,16 @@ void Interpreter::Impl::plan_steps(Build& b) {
         Type operand[2] = {prog.type(e.inputs[0]), prog.type(e.inputs[1])};
         for (int k = 0; k < 2; ++k) {
           if (!folded[static_cast<size_t>(e.inputs[static_cast<size_t>(k)])]) continue;
-          const Eqn& tr = ex.eqns[static_cast<size_t>(of(values, e.inputs[static_cast<size_t>(k)]).def)];
+          const Eqn& tr = ex.eqns[static_cast<size_t>(b.def[static_cast<size_t>(e.inputs[static_cast<size_t>(k)])])];
           if (!fold_transpose_dims(at, k, tr.attrs.dims))
             throw Error(what + ": internal: a folded transpose that this dot_general cannot read in place");
           operand[k] = prog.type(tr.inputs[0]);
         }
         s.dot = plan_dot(operand[0], operand[1], at, what, writes_transposed[o] ? &out_strides[o] : nullptr);
         const size_t es = dtype_size(t.dtype);  // packed in the result's dtype (bf16 operands: widened to f32)
-        if (s.dot.pack_a) {
-          s.scratch[0] = nv + static_cast<int>(scratch.size());
-          scratch.push_back({static_cast<size_t>(s.dot.batch * s.dot.m * s.dot.k) * es, i});
-        }
-        if (s.dot.pack_b || s.dot.pack_bt || s.dot.panel > 0) {  // pack_bt: B transposed, [B, K, N]; panel: K x N in panels (f32)
-          s.scratch[1] = nv + static_cast<int>(scratch.size());
-          scratch.push_back({static_cast<size_t>(s.dot.batch * s.dot.k * s.dot.n) * es, i});
-        }
+        if (s.dot.pack_a) s.scratch[0] = add_scratch(static_cast<size_t>(s.dot.batch * s.dot.m * s.dot.k) * es);
+        if (s.dot.pack_b || s.dot.pack_bt || s.dot.panel > 0)  // pack_bt: B transposed, [B, K, N]; panel: K x N in panels (f32)
+          s.scratch[1] = add_scratch(static_cast<size_t>(s.dot.batch * s.dot.k * s.dot.n) * es);
         break;
       }
       case Op::reduce_sum:
@@ -821,10 +758,8 @@ void Interpreter::Impl::plan_steps(Build& b) {
         s.fn = reduce_kernel(e.op, in.dtype);
         s.n_in = in.numel();
         s.view = plan::reduce_output_walk(in.shape, e.attrs.dims, what);
-        if (in.dtype == DType::bf16) {  // the f32 accumulators
-          s.scratch[0] = nv + static_cast<int>(scratch.size());
-          scratch.push_back({static_cast<size_t>(s.n) * sizeof(float), i});
-        }
+        if (in.dtype == DType::bf16)  // the f32 accumulators
+          s.scratch[0] = add_scratch(static_cast<size_t>(s.n) * sizeof(float));
         break;
       }
       case Op::gather_rows:
@@ -934,172 +869,123 @@ void Interpreter::Impl::choose_fused_groups(Build& b) {
     }
 }
 
-// Liveness: each arena buffer lives from its defining equation (its group's
-// first) to the last equation reading it (its group's last) through any
-// view; outputs live to the end (last = ne).
-void Interpreter::Impl::plan_lifetimes(Build& b) {
-  const Program& ex = ordered();
-  const int ne = b.ne;
-  Values& values = b.values;
-  const std::vector<std::pair<int, int>>& span = b.span;
-  for (plan::ValuePlan& x : values) x.last = -1;
-  for (int i = 0; i < ne; ++i)
-    for (int v : ex.eqns[static_cast<size_t>(i)].inputs) {
-      int& l = of(values, of(values, v).root).last;
-      l = std::max(l, span[static_cast<size_t>(i)].second);
-    }
-  for (const NamedValue& out : prog.outputs) of(values, of(values, out.value).root).last = ne;
-}
-
-// Tile values (Home::tile): made in a fused group, read only inside it, of
-// the group's element count (or, in a row group, one per row). They get no
-// arena buffer, only a tile in the group's scratch.
-void Interpreter::Impl::mark_tile_values(Build& b) {
-  const Program& ex = ordered();
-  const int nv = b.nv, ne = b.ne;
-  Values& values = b.values;
-  const std::vector<int>& in_group = b.in_group;
-  const std::vector<const plan::Group*>& group_src = b.group_src;
-  if (!groups.empty()) {
-    auto group_of_value = [&](int r) {
-      const int d = of(values, r).def;
-      return d < 0 ? -1 : in_group[static_cast<size_t>(d)];
-    };
-    std::vector<char> escapes(static_cast<size_t>(nv), 0);
-    for (int i = 0; i < ne; ++i)
-      for (int v : ex.eqns[static_cast<size_t>(i)].inputs) {
-        const int r = of(values, v).root;
-        const int g = group_of_value(r);
-        if (g < 0 || g != in_group[static_cast<size_t>(i)]) escapes[static_cast<size_t>(r)] = 1;
-      }
-    for (const NamedValue& out : prog.outputs) escapes[static_cast<size_t>(of(values, out.value).root)] = 1;
-    for (int v = 0; v < nv; ++v) {
-      const int g = group_of_value(v);
-      if (g < 0 || of(values, v).home != Home::arena || escapes[static_cast<size_t>(v)]) continue;
-      const plan::Group& gr = *group_src[static_cast<size_t>(g)];
-      const int64_t n = prog.type(v).numel();
-      if (n == gr.numel || (gr.kind == plan::GroupKind::row && n == gr.rows)) of(values, v).home = Home::tile;
-    }
-  }
-}
-
 // dot_generals side by side (InterpreterOptions::pair_dots, on two
 // threads: measured there; with more, one thread per GEMM would leave
 // threads idle that the GEMMs' own parts use): a
 // dot_general (equation i) and the next equation that runs a step (j), when
 // that is a dot_general too, neither in a fused group, j reads nothing that
-// i writes (every operand made before i, or a view made between them of
-// something made before i), and neither does more than twice the other's
-// multiply-adds. They run at once, so every buffer either touches lives
-// over both: i's operands and result until j, j's result and both
-// scratches from i. The GEMMs' own parts (DotPlan::parts) are fixed by
-// their shapes, so their results do not change.
+// i writes (every operand made before i, or a constant or a view made
+// between them of something made before i), and neither does more than twice
+// the other's multiply-adds. They run at once, so every buffer either touches
+// lives over both: the memory plan sees them as one span [i, j] (plan_buffers).
+// The GEMMs' own parts (DotPlan::parts) are fixed by their shapes, so their
+// results do not change.
 void Interpreter::Impl::pair_dot_generals(const InterpreterOptions& opt, Build& b) {
   const Program& ex = ordered();
   const int ne = b.ne;
-  Values& values = b.values;
   const std::vector<Step>& built = b.built;
   const std::vector<int>& in_group = b.in_group;
   std::vector<int>& pair_of = b.pair_of;
   pair_of.assign(static_cast<size_t>(ne), -1);
-  if (opt.pair_dots && host_threads() == 2) {
-    auto plain_dot = [&](int i) {
-      return ex.eqns[static_cast<size_t>(i)].op == Op::dot_general && built[static_cast<size_t>(i)].fn &&
-             in_group[static_cast<size_t>(i)] < 0;
-    };
-    auto work = [&](int i) {
-      const DotPlan& d = built[static_cast<size_t>(i)].dot;
-      return static_cast<double>(d.batch) * static_cast<double>(d.m) * static_cast<double>(d.n) *
-             static_cast<double>(d.k);
-    };
-    for (int i = 0; i < ne; ++i) {
-      if (!plain_dot(i)) continue;
-      int j = i + 1;
-      while (j < ne && in_group[static_cast<size_t>(j)] < 0 && !built[static_cast<size_t>(j)].fn) ++j;
-      if (j >= ne || !plain_dot(j)) continue;
-      bool independent = true;
-      for (int v : ex.eqns[static_cast<size_t>(j)].inputs) {
-        const int r = of(values, v).root;
-        const Home w = of(values, r).home;
-        const int dv = of(values, v).def, dr = of(values, r).def;
-        const bool root_before = w == Home::input || w == Home::statics || (dr >= 0 && dr < i);
-        independent = independent && root_before && dv != i;
-      }
-      const double wi = work(i), wj = work(j);
-      if (!independent || wi > 2 * wj || wj > 2 * wi) continue;
-      pair_of[static_cast<size_t>(i)] = j;
-      pair_of[static_cast<size_t>(j)] = i;
-      for (int v : ex.eqns[static_cast<size_t>(i)].inputs) {
-        int& l = of(values, of(values, v).root).last;
-        l = std::max(l, j);
-      }
-      int& l = of(values, of(values, ex.eqns[static_cast<size_t>(i)].out).root).last;
-      l = std::max(l, j);
-      i = j;
+  if (!opt.pair_dots || host_threads() != 2) return;
+  auto plain_dot = [&](int i) {
+    return ex.eqns[static_cast<size_t>(i)].op == Op::dot_general && built[static_cast<size_t>(i)].fn &&
+           in_group[static_cast<size_t>(i)] < 0;
+  };
+  auto work = [&](int i) {
+    const DotPlan& d = built[static_cast<size_t>(i)].dot;
+    return static_cast<double>(d.batch) * static_cast<double>(d.m) * static_cast<double>(d.n) *
+           static_cast<double>(d.k);
+  };
+  // Whether the bytes of x were made before equation i: x is an input or made
+  // before i, or it is a constant or a view made after i (the equations that
+  // run no step, all there is between i and j) of such bytes.
+  auto made_before = [&](int x, int i) {
+    for (;;) {
+      const int d = b.def[static_cast<size_t>(x)];
+      if (d < i) return true;
+      if (d == i) return false;
+      const Op op = ex.eqns[static_cast<size_t>(d)].op;
+      if (op == Op::constant || op == Op::iota) return true;
+      if (!b.alias[static_cast<size_t>(d)]) return false;
+      x = ex.eqns[static_cast<size_t>(d)].inputs[0];
     }
+  };
+  for (int i = 0; i < ne; ++i) {
+    if (!plain_dot(i)) continue;
+    int j = i + 1;
+    while (j < ne && in_group[static_cast<size_t>(j)] < 0 && !built[static_cast<size_t>(j)].fn) ++j;
+    if (j >= ne || !plain_dot(j)) continue;
+    bool independent = true;
+    for (int v : ex.eqns[static_cast<size_t>(j)].inputs) independent = independent && made_before(v, i);
+    const double wi = work(i), wj = work(j);
+    if (!independent || wi > 2 * wj || wj > 2 * wi) continue;
+    pair_of[static_cast<size_t>(i)] = j;
+    pair_of[static_cast<size_t>(j)] = i;
+    i = j;
   }
 }
 
-// Outputs computed in the caller's Arrays (Home::output, Direct): the first
-// output on each arena buffer that has the output's size (one buffer, one
-// Array), so that nothing is copied out and the arena holds only true
-// intermediates.
-void Interpreter::Impl::plan_direct_outputs(Build& b) {
-  const int nv = b.nv;
-  Values& values = b.values;
-  output_is_direct.assign(prog.outputs.size(), 0);
+// The memory plan, by the planner of every backend (plan::plan_memory) with
+// the host's options: 64-byte alignment; the steps' scratch; each fused
+// group's and dot pair's equations one span; views (Build::alias); tiles: a
+// group's values of its element count (or, in a row group, one per row) that
+// nothing outside the group reads; elementwise results in place over an
+// operand of their dtype read for the last time (each element is read before
+// the same element is written, so the loop stays correct: the elementwise
+// kernels carry no __restrict for this reason; outside fused groups, whose
+// members run tile by tile); outputs computed in the caller's Arrays
+// (Home::output, Direct: the first output on each arena buffer of its size,
+// so that nothing is copied out and the arena holds only true intermediates).
+void Interpreter::Impl::plan_buffers(Build& b) {
+  const Program& ex = ordered();
+  const int nv = b.nv, ne = b.ne;
+  const std::vector<int>& in_group = b.in_group;
+  plan::PlanOptions o;
+  o.align = kArenaAlign;
+  o.eqn_scratch = b.scratch;
+  o.span = b.span;
+  for (int i = 0; i < ne; ++i) {
+    const int j = b.pair_of[static_cast<size_t>(i)];
+    if (j >= 0) o.span[static_cast<size_t>(i)] = {std::min(i, j), std::max(i, j)};
+  }
+  o.view = b.alias;
+  o.group = in_group;
+  o.internal.assign(static_cast<size_t>(nv), 0);
+  for (int i = 0; i < ne; ++i) {
+    const int g = in_group[static_cast<size_t>(i)];
+    if (g < 0) continue;
+    const plan::Group& gr = *b.group_src[static_cast<size_t>(g)];
+    const int v = ex.eqns[static_cast<size_t>(i)].out;
+    const int64_t n = prog.type(v).numel();
+    o.internal[static_cast<size_t>(v)] = n == gr.numel || (gr.kind == plan::GroupKind::row && n == gr.rows);
+  }
+  o.in_place = [&](int i, int k) {
+    const Eqn& e = ex.eqns[static_cast<size_t>(i)];
+    const auto [first, count] = in_place_operands(e.op);
+    return in_group[static_cast<size_t>(i)] < 0 && k >= first && k < first + count &&
+           prog.type(e.inputs[static_cast<size_t>(k)]).dtype == prog.type(e.out).dtype;
+  };
+  o.caller_arrays = true;
+  plan::Plan pl = plan::plan_memory(ex, o);
+  b.values = std::move(pl.values);
+  arena_bytes = pl.arena_bytes;
+  static_bytes = pl.statics_bytes;
+  for (const std::vector<plan::Loc>& locs : pl.scratch_loc)
+    for (const plan::Loc& l : locs) b.scratch_offset.push_back(l.offset);
+
+  output_is_direct = pl.output_direct;
   for (size_t j = 0; j < prog.outputs.size(); ++j) {
-    const int r = of(values, prog.outputs[j].value).root;
-    const size_t bytes = prog.output_type(static_cast<int>(j)).bytes();
-    if (of(values, r).home != Home::arena || bytes == 0 || prog.type(r).bytes() != bytes) continue;
-    of(values, r).home = Home::output;
+    if (!output_is_direct[j]) continue;
+    const int r = of(b.values, prog.outputs[j].value).root;
     Direct d;
     d.output = static_cast<int>(j);
     for (int v = 0; v < nv; ++v)
-      if (of(values, v).root == r) d.slots.push_back(v);
+      if (of(b.values, v).root == r) d.slots.push_back(v);
     d.fallback_offset = fallback_bytes;
-    fallback_bytes += align_up(bytes);
+    fallback_bytes += align_up(prog.output_type(static_cast<int>(j)).bytes());
     direct.push_back(std::move(d));
-    output_is_direct[j] = 1;
   }
-}
-
-// The arena: every arena value's buffer and every step's scratch, with its
-// lifetime (a dot pair's from the pair's first equation), packed by
-// pack_arena into buffers whose lifetimes do not overlap (each value's offset
-// in its loc); then the statics' offsets (constants and iota, computed once).
-void Interpreter::Impl::plan_buffers(Build& b) {
-  const int nv = b.nv;
-  Values& values = b.values;
-  const std::vector<int>& pair_of = b.pair_of;
-  const std::vector<std::pair<int, int>>& span = b.span;
-  const std::vector<Build::Scratch>& scratch = b.scratch;
-  std::vector<BufferLife>& lives = b.lives;
-  std::vector<int>& buffer_slot = b.buffer_slot;
-  for (int v = 0; v < nv; ++v) {
-    const plan::ValuePlan& x = of(values, v);
-    if (x.home != Home::arena) continue;
-    const int dv = x.def, p = pair_of[static_cast<size_t>(dv)];
-    const int d = p >= 0 ? std::min(dv, p) : span[static_cast<size_t>(dv)].first;  // a pair's: from the first
-    lives.push_back({x.bytes, d, std::max(d, x.last)});
-    buffer_slot.push_back(v);
-  }
-  for (size_t k = 0; k < scratch.size(); ++k) {
-    const int e = scratch[k].eqn, p = pair_of[static_cast<size_t>(e)];
-    lives.push_back({scratch[k].bytes, p >= 0 ? std::min(e, p) : e, std::max(e, p)});
-    buffer_slot.push_back(nv + static_cast<int>(k));
-  }
-  b.arena_plan = pack_arena(lives);
-  arena_bytes = b.arena_plan.total;
-  for (size_t k = 0; k < lives.size(); ++k)
-    if (buffer_slot[k] < nv) of(values, buffer_slot[k]).loc = {plan::Space::arena, b.arena_plan.offset[k]};
-
-  // Statics: constants and iota, computed once.
-  for (plan::ValuePlan& x : values)
-    if (x.home == Home::statics) {
-      x.loc = {plan::Space::statics, static_bytes};
-      static_bytes += align_up(x.bytes);
-    }
 }
 
 // The fused groups' members (build_fused_group) and their scratch tiles: one
@@ -1141,19 +1027,22 @@ void Interpreter::Impl::allocate_and_set_slots(Build& b) {
   const Program& ex = ordered();
   const int nv = b.nv, ne = b.ne;
   const Values& values = b.values;
-  const std::vector<Build::Scratch>& scratch = b.scratch;
-  const std::vector<BufferLife>& lives = b.lives;
-  const std::vector<int>& buffer_slot = b.buffer_slot;
-  const ArenaPlan& arena_plan = b.arena_plan;
   arena = alloc_block(arena_bytes);
   statics = alloc_block(static_bytes);
   tiles = alloc_block(tile_bytes);
   for (auto& g : groups) g->scratch = static_cast<char*>(tiles.get());
-  slots.assign(static_cast<size_t>(nv) + scratch.size(), nullptr);
+  slots.assign(static_cast<size_t>(nv + b.scratch_slots), nullptr);
   char* arena_base = static_cast<char*>(arena.get());
   char* static_base = static_cast<char*>(statics.get());
-  for (size_t k = 0; k < lives.size(); ++k)
-    if (lives[k].bytes) slots[static_cast<size_t>(buffer_slot[k])] = arena_base + arena_plan.offset[k];
+  for (int v = 0; v < nv; ++v)
+    if (of(values, v).home == Home::arena && of(values, v).bytes)
+      slots[static_cast<size_t>(v)] = arena_base + of(values, v).loc.offset;
+  size_t k = 0;
+  for (const std::vector<size_t>& sizes : b.scratch)
+    for (size_t bytes : sizes) {
+      if (bytes) slots[static_cast<size_t>(nv) + k] = arena_base + b.scratch_offset[k];
+      ++k;
+    }
   for (int i = 0; i < ne; ++i) {
     const Eqn& e = ex.eqns[static_cast<size_t>(i)];
     const Type& t = prog.type(e.out);

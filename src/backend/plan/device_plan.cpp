@@ -1,10 +1,12 @@
-// plan_device_memory: homes, lifetimes and offsets of every value of a Program
-// on the device, and the alias bookkeeping for donated inputs. See
+// plan_memory: homes, lifetimes and offsets of every value of a Program, for
+// every backend, and the alias bookkeeping for donated inputs (device). See
 // include/capstep/device_plan.h for the rules; this file applies them in order:
-//   1. homes and roots (inputs, statics, reshape views, arena)
+//   1. homes and roots (inputs, statics, views, arena)
 //   2. lifetimes per root (reads through any view; outputs live to the end)
 //   3. aliases: direct write when provably safe, else copy-back (with a note)
 //   4. internal values that would have had an arena buffer: tiles
+//      (host: then results in place over dying operands, and outputs in the
+//      caller's Arrays)
 //   5. snapshots of old input values that outputs still need
 //   6. arena packing, then every location resolved
 #include "capstep/device_plan.h"
@@ -15,8 +17,6 @@
 
 namespace capstep::plan {
 namespace {
-
-size_t align_up(size_t n) { return (n + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign; }
 
 // Equation d may write into input i's region while it reads input i itself
 // only when it is elementwise and every read of input i has the output's
@@ -55,47 +55,43 @@ const char* home_name(Home h) {
   return "?";
 }
 
-Plan plan_device_memory(const Program& p, const std::vector<size_t>& eqn_scratch) {
-  PlanOptions o;
-  o.eqn_scratch = eqn_scratch;
-  return plan_device_memory(p, o);
-}
-
-Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
+Plan plan_memory(const Program& p, const PlanOptions& opt) {
   verify(p);
   const int E = static_cast<int>(p.eqns.size());
-  const std::vector<size_t>& eqn_scratch = opt.eqn_scratch;
+  const int V = p.num_values();
+  auto count_error = [&](size_t n, const char* what, int want, const char* of) {
+    return Error("plan_memory: " + std::to_string(n) + " " + what + " for " + std::to_string(want) + " " + of);
+  };
   if (!opt.span.empty() && static_cast<int>(opt.span.size()) != E)
-    throw Error("plan_device_memory: " + std::to_string(opt.span.size()) + " spans for " + std::to_string(E) +
-                " equations");
-  if (!opt.internal.empty() && static_cast<int>(opt.internal.size()) != p.num_values())
-    throw Error("plan_device_memory: " + std::to_string(opt.internal.size()) + " internal flags for " +
-                std::to_string(p.num_values()) + " values");
+    throw count_error(opt.span.size(), "spans", E, "equations");
+  if (!opt.internal.empty() && static_cast<int>(opt.internal.size()) != V)
+    throw count_error(opt.internal.size(), "internal flags", V, "values");
+  if (!opt.group.empty() && static_cast<int>(opt.group.size()) != E)
+    throw count_error(opt.group.size(), "groups", E, "equations");
+  if (!opt.view.empty() && static_cast<int>(opt.view.size()) != E)
+    throw count_error(opt.view.size(), "view flags", E, "equations");
+  if (!opt.part.empty() && static_cast<int>(opt.part.size()) != E)
+    throw count_error(opt.part.size(), "parts", E, "equations");
+  if (!opt.no_in_place.empty() && static_cast<int>(opt.no_in_place.size()) != E)
+    throw count_error(opt.no_in_place.size(), "no_in_place flags", E, "equations");
+  if (!opt.eqn_scratch.empty() && static_cast<int>(opt.eqn_scratch.size()) != E)
+    throw count_error(opt.eqn_scratch.size(), "scratch lists", E, "equations");
+  if (opt.align == 0 || (opt.align & (opt.align - 1)) != 0)
+    throw Error("plan_memory: alignment " + std::to_string(opt.align) + " is not a power of two");
   // equations that run as one kernel: reads at the span's end, writes from its start
   auto span_first = [&](int d) { return opt.span.empty() ? d : opt.span[static_cast<size_t>(d)].first; };
   auto span_last = [&](int d) { return opt.span.empty() ? d : opt.span[static_cast<size_t>(d)].second; };
   for (int d = 0; d < static_cast<int>(opt.span.size()); ++d)
     if (span_first(d) > d || span_last(d) < d || span_last(d) >= E)
-      throw Error("plan_device_memory: equation " + std::to_string(d) + " is outside its span [" +
+      throw Error("plan_memory: equation " + std::to_string(d) + " is outside its span [" +
                   std::to_string(span_first(d)) + ", " + std::to_string(span_last(d)) + "]");
-  if (!opt.view.empty() && static_cast<int>(opt.view.size()) != E)
-    throw Error("plan_device_memory: " + std::to_string(opt.view.size()) + " view flags for " + std::to_string(E) +
-                " equations");
-  if (!opt.part.empty() && static_cast<int>(opt.part.size()) != E)
-    throw Error("plan_device_memory: " + std::to_string(opt.part.size()) + " parts for " + std::to_string(E) +
-                " equations");
-  if (!opt.no_in_place.empty() && static_cast<int>(opt.no_in_place.size()) != E)
-    throw Error("plan_device_memory: " + std::to_string(opt.no_in_place.size()) + " no_in_place flags for " +
-                std::to_string(E) + " equations");
   auto internal = [&](int id) { return !opt.internal.empty() && opt.internal[static_cast<size_t>(id)] != 0; };
-  if (!eqn_scratch.empty() && static_cast<int>(eqn_scratch.size()) != E)
-    throw Error("plan_device_memory: " + std::to_string(eqn_scratch.size()) + " scratch sizes for " +
-                std::to_string(E) + " equations");
+  auto align_up = [&](size_t n) { return (n + opt.align - 1) / opt.align * opt.align; };
   Plan plan;
   plan.num_eqns = E;
   std::vector<ValuePlan>& v = plan.values;
-  v.resize(static_cast<size_t>(p.num_values()));
-  for (int id = 0; id < p.num_values(); ++id) {
+  v.resize(static_cast<size_t>(V));
+  for (int id = 0; id < V; ++id) {
     v[static_cast<size_t>(id)].bytes = p.type(id).bytes();
     v[static_cast<size_t>(id)].root = id;
   }
@@ -106,6 +102,7 @@ Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
     ValuePlan& x = v[static_cast<size_t>(p.inputs[i].value)];
     x.home = Home::input;
     x.input = static_cast<int>(i);
+    if (opt.caller_arrays) continue;  // the caller's Array: its address is set per run
     x.loc = {Space::inputs, plan.inputs_bytes};
     plan.input_loc[i] = x.loc;
     plan.inputs_bytes += align_up(x.bytes);
@@ -115,7 +112,12 @@ Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
     ValuePlan& x = v[static_cast<size_t>(e.out)];
     x.def = d;
     if (!opt.view.empty() && opt.view[static_cast<size_t>(d)] && e.op != Op::reshape) {
-      if (e.op != Op::transpose && e.op != Op::convert) throw Error("plan_device_memory: equation " + std::to_string(d) + " (" + op_name(e.op) + ") cannot be a view");
+      const std::string what = "plan_memory: equation " + std::to_string(d) + " (" + op_name(e.op) + ")";
+      if (e.op != Op::transpose && e.op != Op::convert && e.op != Op::broadcast_in_dim)
+        throw Error(what + " cannot be a view");
+      if (e.op != Op::convert && x.bytes != v[static_cast<size_t>(e.inputs[0])].bytes)
+        throw Error(what + " cannot be a view: it makes " + p.type(e.out).str() + " of " + p.type(e.inputs[0]).str() +
+                    ", another number of bytes");
       x.home = Home::view;
       x.root = v[static_cast<size_t>(e.inputs[0])].root;
       continue;
@@ -150,12 +152,13 @@ Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
     }
   for (const NamedValue& o : p.outputs) v[static_cast<size_t>(v[static_cast<size_t>(o.value)].root)].last = E;
 
-  // 3. aliases
+  // 3. aliases (not with caller_arrays: the caller's Arrays take the outputs)
   plan.donated_input.assign(p.outputs.size(), -1);
   std::vector<char> written(p.inputs.size(), 0);
   struct Back { int output, input, root; };
   std::vector<Back> backs;
-  for (const Alias& a : p.aliases) {
+  const std::vector<Alias> none;
+  for (const Alias& a : opt.caller_arrays ? none : p.aliases) {
     const int r = v[static_cast<size_t>(p.outputs[static_cast<size_t>(a.output)].value)].root;
     const int in_root = p.inputs[static_cast<size_t>(a.input)].value;
     const std::string what = "alias output \"" + p.outputs[static_cast<size_t>(a.output)].name + "\" -> input \"" +
@@ -196,11 +199,70 @@ Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
     written[static_cast<size_t>(a.input)] = 1;
   }
 
-  // 4. tiles: an internal value lives in its kernel's registers, and gets no
-  // buffer below. (No output is internal: plan::internal_values leaves out
-  // every value read outside its group.)
-  for (int id = 0; id < p.num_values(); ++id)
-    if (v[static_cast<size_t>(id)].home == Home::arena && internal(id)) v[static_cast<size_t>(id)].home = Home::tile;
+  // 4. tiles: an internal value lives in its group's registers or tiles, and
+  // gets no buffer below. With `group` (host), only one that nothing outside
+  // its group reads, through any view, and that is no output.
+  std::vector<char> escapes;
+  auto group_of_value = [&](int r) {
+    const int d = v[static_cast<size_t>(r)].def;
+    return d < 0 ? -1 : opt.group[static_cast<size_t>(d)];
+  };
+  if (!opt.group.empty()) {
+    escapes.assign(static_cast<size_t>(V), 0);
+    for (int d = 0; d < E; ++d)
+      for (int x : p.eqns[static_cast<size_t>(d)].inputs) {
+        const int r = v[static_cast<size_t>(x)].root;
+        const int g = group_of_value(r);
+        if (g < 0 || g != opt.group[static_cast<size_t>(d)]) escapes[static_cast<size_t>(r)] = 1;
+      }
+    for (const NamedValue& o : p.outputs) escapes[static_cast<size_t>(v[static_cast<size_t>(o.value)].root)] = 1;
+  }
+  for (int id = 0; id < V; ++id) {
+    ValuePlan& x = v[static_cast<size_t>(id)];
+    if (x.home != Home::arena || !internal(id)) continue;
+    if (!opt.group.empty() && (group_of_value(id) < 0 || escapes[static_cast<size_t>(id)])) continue;
+    x.home = Home::tile;
+  }
+
+  // 4b. in place (host): an equation's result over an operand's buffer that it
+  // reads for the last time; each root found through the merges made so far.
+  if (opt.in_place) {
+    std::vector<int> merged(static_cast<size_t>(V));
+    for (int id = 0; id < V; ++id) merged[static_cast<size_t>(id)] = id;
+    auto find = [&](int id) {
+      while (merged[static_cast<size_t>(id)] != id) id = merged[static_cast<size_t>(id)];
+      return id;
+    };
+    for (int d = 0; d < E; ++d) {
+      const Eqn& e = p.eqns[static_cast<size_t>(d)];
+      ValuePlan& out = v[static_cast<size_t>(e.out)];
+      if (out.home != Home::arena) continue;
+      for (int k = 0; k < static_cast<int>(e.inputs.size()); ++k) {
+        if (!opt.in_place(d, k)) continue;
+        const int r = find(v[static_cast<size_t>(e.inputs[static_cast<size_t>(k)])].root);
+        ValuePlan& buf = v[static_cast<size_t>(r)];
+        if (buf.home != Home::arena || buf.last != span_last(d) || buf.bytes != out.bytes) continue;
+        merged[static_cast<size_t>(e.out)] = r;
+        out.home = Home::view;
+        buf.last = std::max(buf.last, out.last);
+        out.last = -1;
+        break;
+      }
+    }
+    for (ValuePlan& x : v) x.root = find(x.root);
+  }
+
+  // 4c. outputs in the caller's Arrays (caller_arrays): the first output on
+  // each arena buffer of its size
+  plan.output_direct.assign(p.outputs.size(), 0);
+  if (opt.caller_arrays)
+    for (size_t o = 0; o < p.outputs.size(); ++o) {
+      const ValuePlan& out = v[static_cast<size_t>(p.outputs[o].value)];
+      ValuePlan& r = v[static_cast<size_t>(out.root)];
+      if (r.home != Home::arena || out.bytes == 0 || r.bytes != out.bytes) continue;
+      r.home = Home::output;
+      plan.output_direct[o] = 1;
+    }
 
   // 5. snapshots: an output (or a copy-back source) that is the old value of an
   // input overwritten at the end of the step is saved first. (A donated input
@@ -233,33 +295,37 @@ Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
 
   // 6. arena: roots computed per step (over their writer's span at least: a
   // result nobody reads still gets written), snapshots, scratch
-  for (int id = 0; id < p.num_values(); ++id) {
+  for (int id = 0; id < V; ++id) {
     const ValuePlan& x = v[static_cast<size_t>(id)];
     if (x.home != Home::arena) continue;
     buffers.push_back({x.bytes, span_first(x.def), std::max(x.last, span_last(x.def))});
     buffer_value.push_back(id);
   }
-  plan.scratch_loc.assign(static_cast<size_t>(E), Loc{});
-  std::vector<std::pair<int, size_t>> scratch_buffer;  // eqn, buffer index
-  for (int d = 0; d < static_cast<int>(eqn_scratch.size()); ++d)
-    if (eqn_scratch[static_cast<size_t>(d)] > 0) {
-      scratch_buffer.emplace_back(d, buffers.size());
-      buffers.push_back({eqn_scratch[static_cast<size_t>(d)], span_first(d), span_last(d)});
+  plan.scratch_loc.assign(static_cast<size_t>(E), {});
+  std::vector<std::pair<int, size_t>> scratch_buffer;  // eqn, buffer index of its first entry
+  for (int d = 0; d < static_cast<int>(opt.eqn_scratch.size()); ++d) {
+    scratch_buffer.emplace_back(d, buffers.size());
+    for (size_t bytes : opt.eqn_scratch[static_cast<size_t>(d)]) {
+      buffers.push_back({bytes, span_first(d), span_last(d)});
       buffer_value.push_back(-1);
     }
-  const std::vector<size_t> offset = pack(buffers, kDeviceAlign, &plan.arena_bytes);
+  }
+  const std::vector<size_t> offset = pack(buffers, opt.align, &plan.arena_bytes);
   for (size_t b = 0; b < buffers.size(); ++b)
     if (buffer_value[b] >= 0) v[static_cast<size_t>(buffer_value[b])].loc = {Space::arena, offset[b]};
-  for (const auto& [d, b] : scratch_buffer) plan.scratch_loc[static_cast<size_t>(d)] = {Space::arena, offset[b]};
+  for (const auto& [d, b] : scratch_buffer)
+    for (size_t k = 0; k < opt.eqn_scratch[static_cast<size_t>(d)].size(); ++k)
+      plan.scratch_loc[static_cast<size_t>(d)].push_back({Space::arena, offset[b + k]});
   for (EndCopy& c : plan.end_copies) c.to = {Space::arena, offset[snapshot_of_input.at(c.input)]};
 
-  // every location resolved: donated roots sit in their input's region, views in their root's
+  // every location resolved: donated roots sit in their input's region, views
+  // in their root's (with caller_arrays, a view's address is its root's slot)
   for (ValuePlan& x : v)
     if (x.home == Home::donated) x.loc = plan.input_loc[static_cast<size_t>(x.input)];
   for (ValuePlan& x : v)
     if (x.home == Home::view) {
       const ValuePlan& r = v[static_cast<size_t>(x.root)];
-      x.loc = r.loc;
+      if (!opt.caller_arrays) x.loc = r.loc;
       x.input = r.input;
     }
 
@@ -285,8 +351,9 @@ Plan plan_device_memory(const Program& p, const PlanOptions& opt) {
     else
       plan.output_loc[o] = v[static_cast<size_t>(p.outputs[o].value)].loc;
   }
-  for (const Alias& a : p.aliases)  // after the step an aliased output is read where it now lives
-    plan.output_loc[static_cast<size_t>(a.output)] = plan.input_loc[static_cast<size_t>(a.input)];
+  if (!opt.caller_arrays)
+    for (const Alias& a : p.aliases)  // after the step an aliased output is read where it now lives
+      plan.output_loc[static_cast<size_t>(a.output)] = plan.input_loc[static_cast<size_t>(a.input)];
   return plan;
 }
 

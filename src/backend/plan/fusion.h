@@ -208,7 +208,7 @@ bool fused_kind(GroupKind k);  // loop, row, col, gemm or scatter: one generated
 
 // Per equation of f.program: [first, last] of its group when that group runs as
 // one kernel (a fused group; all the sinks together are one kernel), else
-// [d, d]; for plan_device_memory's spans.
+// [d, d]; for plan_memory's spans.
 std::vector<std::pair<int, int>> group_spans(const Fused& f);
 
 // Values produced inside fused groups that are never written (no buffer needed).

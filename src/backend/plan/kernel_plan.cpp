@@ -195,12 +195,12 @@ KernelPlan plan_kernels(const Program& p, const KernelPlanOptions& o) {
   const int E = static_cast<int>(fp.eqns.size());
   kp.gemm.resize(static_cast<size_t>(E));
   PlanOptions po = o.fuse ? memory_options(kp.fused) : PlanOptions{};
-  po.eqn_scratch.assign(static_cast<size_t>(E), 0);
+  po.eqn_scratch.assign(static_cast<size_t>(E), {});
   for (int d = 0; d < E; ++d) {
     const Eqn& e = fp.eqns[static_cast<size_t>(d)];
     if (e.op != Op::dot_general) continue;
     kp.gemm[static_cast<size_t>(d)] = plan_gemm(fp.type(e.inputs[0]), fp.type(e.inputs[1]), e.attrs);
-    po.eqn_scratch[static_cast<size_t>(d)] = kp.gemm[static_cast<size_t>(d)].scratch_bytes();
+    po.eqn_scratch[static_cast<size_t>(d)] = {kp.gemm[static_cast<size_t>(d)].scratch_bytes()};
   }
   // attention_grad equations with the same operands form one group: one item
   // at the first, lse and D in its scratch, every member's result live (and
@@ -217,7 +217,7 @@ KernelPlan plan_kernels(const Program& p, const KernelPlanOptions& o) {
         last = m;
       }
     }
-    po.eqn_scratch[static_cast<size_t>(d)] = attention_launch(fp.type(e.out)).scratch_bytes;
+    po.eqn_scratch[static_cast<size_t>(d)] = {attention_launch(fp.type(e.out)).scratch_bytes};
     if (last == d) continue;
     if (po.span.empty())
       for (int x = 0; x < E; ++x) po.span.emplace_back(x, x);
@@ -225,7 +225,7 @@ KernelPlan plan_kernels(const Program& p, const KernelPlanOptions& o) {
       if (kp.attention_group[static_cast<size_t>(m)] == d) po.span[static_cast<size_t>(m)] = {d, last};
   }
   if (o.fuse) kp.sources = kernel_sources(kp.fused);
-  kp.memory = plan_device_memory(fp, po);
+  kp.memory = plan_memory(fp, po);
 
   // kp.sources has one kernel per wave, in wave order
   for (int gi = 0; gi < static_cast<int>(kp.fused.groups.size()); ++gi) {
