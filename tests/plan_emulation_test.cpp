@@ -675,6 +675,37 @@ TEST(PlanEmulation, SlicePadConcatenateBetweenFusedGroups) {
     EXPECT_LE(norm_diff(run.output(static_cast<int>(o)), want[o]), 1e-6) << p.outputs[o].name;
 }
 
+// A product fused into a row kernel whose right operand is a splat constant:
+// the product's loop reads the constant from its buffer in statics (the
+// kernel once asked for a parameter it never declared), and the row sum of
+// the product matches the interpreter.
+TEST(PlanEmulation, RowKernelProductOfASplatConstant) {
+  Tracer tr;
+  Tensor x = tr.input("x", {DType::f32, {3, 5}});
+  Tensor b = tr.input("b", {DType::f32, {3}});
+  Tensor w = tr.constant({DType::f32, {5, 3}}, {0.5});
+  Tensor y = broadcast_in_dim(b, {3, 5}, {0}) * x;
+  const Program p = tr.finish({{"s", sum(dot_general(y, w, DotDims{{}, {}, {1}, {0}}), {1})}});
+  const plan::KernelPlan kp = plan::plan_kernels(p);
+  int rows = 0;
+  for (const plan::Item& it : kp.items) rows += it.kind == plan::ItemKind::row;
+  EXPECT_EQ(rows, 1) << kp.describe();
+  TempDir dir;
+  const HostKernels kernels(kp, dir.file("k"));
+  HostPlanRunner run(kp, kernels);
+  std::vector<Array> in;
+  for (int i = 0; i < 2; ++i) {
+    Array a(p.input_type(i));
+    for (int64_t k = 0; k < a.numel(); ++k) a.set(k, 0.25 * static_cast<double>(k + 1 + 7 * i));
+    run.upload(i, a);
+    in.push_back(std::move(a));
+  }
+  run.step();
+  const std::vector<Array> want = host::run(p, in);
+  EXPECT_LE(norm_diff(run.output(0), want[0]), 1e-6);
+  EXPECT_GT(want[0].get(2), 1.0);
+}
+
 // The layout of cuda::k::DeviceError and of the kernels' capstep_device_error.
 struct DeviceError {
   int flag = 0, eqn = 0;

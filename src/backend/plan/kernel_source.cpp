@@ -196,21 +196,23 @@ class Emitter {
         for (int x : p_.eqns[static_cast<size_t>(d)].inputs) dot_operand.insert(x);
     for (int x : g.inputs) {
       if (dot_operand.count(x)) {  // read through its view, from its root's buffer
-        add_input(root_of(x));
+        add_input(root_of(x), true);
         continue;
       }
       add_input(x);
     }
-    for (int x : dot_operand) add_input(root_of(x));
+    for (int x : dot_operand) add_input(root_of(x), true);
   }
   int root_of(int x) const {
     const std::optional<ViewOf> v = view_of(p_, view_ ? *view_ : std::vector<char>{}, x);
     if (!v) throw Error("kernel source: an operand of a product in " + k_.name + " has no strided layout");
     return v->root;
   }
-  void add_input(int x) {
+  // A splat constant is inlined, except where a product reads it: the product's
+  // loop indexes its operands' buffers (`buffer`).
+  void add_input(int x, bool buffer = false) {
     double v;
-    if (splat(x, &v) || in_name_.count(x)) return;
+    if ((!buffer && splat(x, &v)) || in_name_.count(x)) return;
     in_name_[x] = "in" + std::to_string(in_name_.size());
     ins_.push_back(x);
   }
