@@ -174,7 +174,8 @@ struct PlanOptions {
   std::vector<char> view;
   // Host: whether equation e's kernel may write its result over operand k,
   // reading each element before it writes the same element (its elementwise
-  // kernels, outside fused groups). When that operand's buffer (its root) is an
+  // kernels, outside fused groups). Asked only for an equation whose span is
+  // itself alone. When that operand's buffer (its root) is an
   // arena buffer of the result's size whose last reader is e, the result takes
   // it: a view of that root, which then lives to the result's last reader.
   // Equations in order, so a chain of them shares one buffer. The device's

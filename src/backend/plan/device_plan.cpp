@@ -236,12 +236,14 @@ Plan plan_memory(const Program& p, const PlanOptions& opt) {
     for (int d = 0; d < E; ++d) {
       const Eqn& e = p.eqns[static_cast<size_t>(d)];
       ValuePlan& out = v[static_cast<size_t>(e.out)];
-      if (out.home != Home::arena) continue;
+      // only an equation run on its own: in a span of several, another
+      // equation of the span may read the operand after d writes over it
+      if (out.home != Home::arena || span_first(d) != d || span_last(d) != d) continue;
       for (int k = 0; k < static_cast<int>(e.inputs.size()); ++k) {
         if (!opt.in_place(d, k)) continue;
         const int r = find(v[static_cast<size_t>(e.inputs[static_cast<size_t>(k)])].root);
         ValuePlan& buf = v[static_cast<size_t>(r)];
-        if (buf.home != Home::arena || buf.last != span_last(d) || buf.bytes != out.bytes) continue;
+        if (buf.home != Home::arena || buf.last != d || buf.bytes != out.bytes) continue;
         merged[static_cast<size_t>(e.out)] = r;
         out.home = Home::view;
         buf.last = std::max(buf.last, out.last);
