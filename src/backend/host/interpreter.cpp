@@ -395,7 +395,7 @@ struct Interpreter::Impl {
   Block arena, statics, fallback, staging, tiles;
   size_t arena_bytes = 0, fallback_bytes = 0, staging_bytes = 0, static_bytes = 0, tile_bytes = 0;
 
-  // plan_only: the constructor stops once the sizes are known (plan_memory):
+  // plan_only: the constructor stops once the sizes are known (host::plan_memory):
   // nothing is allocated, no constant filled, no loop compiled, and the Impl
   // cannot run.
   Impl(Program p, const InterpreterOptions& opt, bool plan_only = false);
@@ -545,7 +545,7 @@ struct Interpreter::Impl::Build {
 
 // Plans the program once: a short sequence of phases, each deciding one thing
 // that the ones after it read (Build). plan_only stops once every size is
-// known (plan_memory).
+// known (host::plan_memory).
 Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only) {
   Build b;
   expand_and_order(std::move(p), opt, b);
@@ -555,7 +555,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
   pair_dot_generals(opt, b);
   plan_buffers(b);
   make_fused_groups(opt, plan_only, b);
-  // Every size is known: plan_memory() stops here, before allocating them.
+  // Every size is known: host::plan_memory() stops here, before allocating them.
   if (plan_only) return;
   allocate_and_set_slots(b);
   plan_outputs_over_inputs(b);
