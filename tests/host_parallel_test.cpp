@@ -11,6 +11,10 @@
 #include <stdexcept>
 #include <thread>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 #include "backend/host/parallel.h"
 #include "backend/host/step.h"
 #include "capstep/array.h"
@@ -18,6 +22,7 @@
 #include "capstep/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
+#include "capstep/trace.h"
 #include "seed_step.h"
 #include "test_util.h"
 
@@ -586,4 +591,106 @@ TEST(HostParallel, HostAdamWIsTheRunThenAdamWUpdate) {
   EXPECT_TRUE(h.step(it, ins, out, 1, sc, q, qm, qv));  // without it: NaN everywhere
   EXPECT_TRUE(std::isnan(q[3].get(1)));
   EXPECT_TRUE(std::isnan(q[n - 1].get(0)));
+}
+
+namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+unsigned control_word() { return _mm_getcsr() & ~0x3fu; }  // the mode, not the sticky exception flags
+#else
+unsigned control_word() { return 0; }
+#endif
+
+// out = (x * 0.5) * 1 over n elements: a fused group whose tiles every
+// thread takes parts of (one unfused elementwise equation runs on the caller).
+Program halve(int64_t n) {
+  Tracer tr;
+  Tensor x = tr.input("x", {DType::f32, {n}});
+  Tensor one = tr.input("one", {DType::f32, {n}});
+  return tr.finish({{"y", (x * 0.5) * one}});
+}
+
+}  // namespace
+
+// InterpreterOptions::flush_subnormals: on (the default), a subnormal operand
+// reads as zero and a result that would be subnormal is zero, in every part
+// whichever thread runs it, fused or not (unfused, the multiplies run on the
+// caller); off, IEEE's gradual underflow,
+// even when the calling thread flushes. The caller's control word comes back.
+TEST(HostParallel, SubnormalsFlushedOnEveryThreadOrKept) {
+  if (!host::SubnormalMode::available()) GTEST_SKIP() << "no subnormal mode on this CPU";
+  const int64_t n = 1 << 20;
+  Array x({DType::f32, {n}});
+  // a subnormal operand, a normal one whose half is subnormal, one whose half is normal
+  const float kSub = 1e-39f, kHalfSub = 2e-38f, kNormal = 3e-38f;
+  // IEEE's halves, worked out on this thread before any mode is set
+  const float half[3] = {kSub * 0.5f, kHalfSub * 0.5f, kNormal * 0.5f};
+  ASSERT_NE(half[0], 0.f);  // so the comparisons below can fail
+  ASSERT_NE(half[1], 0.f);
+  Array one({DType::f32, {n}});
+  for (int64_t i = 0; i < n; ++i) {
+    x.data<float>()[i] = i % 3 == 0 ? kSub : i % 3 == 1 ? kHalfSub : kNormal;
+    one.data<float>()[i] = 1.f;
+  }
+  for (int threads : {1, 2, 3}) {
+    Threads t(threads);
+    for (bool fuse : {true, false}) {
+      for (bool flush : {true, false}) {
+        for (bool caller_flushes : {false, true}) {
+          SCOPED_TRACE(std::to_string(threads) + " threads, fuse " + std::to_string(fuse) + ", flush " +
+                       std::to_string(flush) + ", caller flushes " + std::to_string(caller_flushes));
+          host::InterpreterOptions o;
+          o.fuse = fuse;
+          o.flush_subnormals = flush;
+          host::Interpreter it(halve(n), o);
+          const host::SubnormalMode caller(caller_flushes);
+          const unsigned before = control_word();
+          const std::vector<Array> y = it.run({x, one});
+          EXPECT_EQ(control_word(), before);
+          int64_t wrong = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            const float v = y[0].data<float>()[i];
+            const float want = i % 3 == 2 || !flush ? half[i % 3] : 0.f;
+            wrong += v != want;
+          }
+          EXPECT_EQ(wrong, 0);
+        }
+      }
+    }
+  }
+}
+
+// optim::HostAdamW runs its chunks (on idle threads and after the run) in
+// its interpreter's mode: (1 - beta1) * g for g = 1e-38 is subnormal, so the
+// first moment is 0 everywhere when flushing and (1 - beta1) * g when not.
+TEST(HostParallel, HostAdamWChunksFlushAsTheirInterpreter) {
+  if (!host::SubnormalMode::available()) GTEST_SKIP() << "no subnormal mode on this CPU";
+  const int64_t n = 1 << 18;
+  Tracer tr;
+  Tensor p = tr.input("p", {DType::f32, {n}});
+  Tensor x = tr.input("x", {DType::f32, {n}});
+  const Program grad = value_and_grad(tr.finish({{"loss", sum(p * x)}}), {"p"});
+  Array xs({DType::f32, {n}});
+  for (int64_t i = 0; i < n; ++i) xs.data<float>()[i] = 1e-38f;
+  Threads t(2);
+  for (bool flush : {true, false}) {
+    SCOPED_TRACE(flush ? "flush" : "keep");
+    host::InterpreterOptions o;
+    o.flush_subnormals = flush;
+    host::Interpreter it(grad, o);
+    std::vector<Array> q{Array({DType::f32, {n}})}, qm{Array({DType::f32, {n}})}, qv{Array({DType::f32, {n}})};
+    for (int64_t i = 0; i < n; ++i) q[0].data<float>()[i] = 1.f;
+    const optim::AdamW aw;
+    optim::HostAdamW h(aw);
+    std::vector<Array> out;
+    const optim::AdamWScalars sc = optim::adamw_scalars(aw, 1);
+    const unsigned before = control_word();
+    ASSERT_TRUE(h.step(it, {&q[0], &xs}, out, 1, sc, q, qm, qv));
+    EXPECT_EQ(control_word(), before);
+    const float want = flush ? 0.f : static_cast<float>(1 - aw.beta1) * 1e-38f;
+    ASSERT_NE(static_cast<float>(1 - aw.beta1) * 1e-38f, 0.f);
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += qm[0].data<float>()[i] != want;
+    EXPECT_EQ(wrong, 0);
+  }
 }

@@ -49,6 +49,15 @@ using test::norm_diff;
 using test::slurp;
 using test::TempDir;
 
+// The interpreter as the reference of the generated CUDA kernels, which keep
+// IEEE's subnormals (NVRTC's default): the host's gradual underflow too, not
+// its default flush (InterpreterOptions::flush_subnormals).
+std::vector<Array> ieee_run(const Program& p, const std::vector<Array>& in) {
+  host::InterpreterOptions o;
+  o.flush_subnormals = false;
+  return host::run(p, in, o);
+}
+
 // The CUDA built-ins the generated kernels use, for a host compiler.
 const char* const kShim = R"(#pragma once
 #include <cmath>
@@ -419,7 +428,7 @@ class HostPlanRunner {
       args.push_back(std::move(a));
     }
     one.add_output("y", one.add_eqn_typed(e.op, ins, e.attrs, p.type(e.out)));
-    const Array y = host::run(one, args)[0];
+    const Array y = ieee_run(one, args)[0];
     std::memcpy(value(e.out), y.raw(), y.bytes());
   }
   const plan::KernelPlan& kp_;
@@ -477,7 +486,7 @@ void expect_plan_matches_interpreter(const nn::LmConfig& c, const Program& prog,
     // comparison meaningless); that the donated inputs carry the outputs
     // from step to step is checked bit for bit after each step.
     for (size_t i = 0; i < in.size(); ++i) run.upload(static_cast<int>(i), in[i]);
-    const std::vector<Array> want = host::run(prog, in);
+    const std::vector<Array> want = ieee_run(prog, in);
     run.step();
     for (size_t o = 0; o < want.size(); ++o) {
       const Array got = run.output(static_cast<int>(o));
@@ -631,7 +640,7 @@ TEST(PlanEmulation, ColumnReductionOverManyRows) {
   EXPECT_LE(norm_diff(run.output(0), exact_norm), 2.4e-7);
   EXPECT_LE(norm_diff(run.output(1), exact_max), 2.4e-7);
   // the interpreter sums in f32 in row order: within its own rounding (5000 additions)
-  const std::vector<Array> want = host::run(p, {a});
+  const std::vector<Array> want = ieee_run(p, {a});
   EXPECT_LE(norm_diff(run.output(0), want[0]), 1e-5);
   EXPECT_LE(norm_diff(run.output(1), want[1]), 1e-5);
 }
@@ -670,7 +679,7 @@ TEST(PlanEmulation, SlicePadConcatenateBetweenFusedGroups) {
     in.push_back(std::move(a));
   }
   run.step();
-  const std::vector<Array> want = host::run(p, in);
+  const std::vector<Array> want = ieee_run(p, in);
   for (size_t o = 0; o < want.size(); ++o)
     EXPECT_LE(norm_diff(run.output(static_cast<int>(o)), want[o]), 1e-6) << p.outputs[o].name;
 }
@@ -701,7 +710,7 @@ TEST(PlanEmulation, RowKernelProductOfASplatConstant) {
     in.push_back(std::move(a));
   }
   run.step();
-  const std::vector<Array> want = host::run(p, in);
+  const std::vector<Array> want = ieee_run(p, in);
   EXPECT_LE(norm_diff(run.output(0), want[0]), 1e-6);
   EXPECT_GT(want[0].get(2), 1.0);
 }
@@ -743,7 +752,7 @@ TEST(PlanEmulation, GeneratedScatterSumsInIndexOrderAndReportsBadIndices) {
   for (int i = 0; i < 3; ++i) run.upload(i, in[static_cast<size_t>(i)]);
   run.step();
   EXPECT_EQ(err.flag, 0);
-  EXPECT_TRUE(run.output(0).bit_equal(host::run(p, in)[0]));
+  EXPECT_TRUE(run.output(0).bit_equal(ieee_run(p, in)[0]));
 
   ix.set(7, 6);  // one past the table
   run.upload(1, ix);
@@ -902,7 +911,7 @@ TEST(PlanEmulation, Bf16KernelsRoundAsTheInterpreterBitForBit) {
   const std::vector<Array> in = {xa, ya, za, wa, ha};
   for (int i = 0; i < 5; ++i) run.upload(i, in[static_cast<size_t>(i)]);
   run.step();
-  const std::vector<Array> want = host::run(p, in);
+  const std::vector<Array> want = ieee_run(p, in);
   const Program& fp = kp.fused.program;
   for (size_t o = 0; o < want.size(); ++o) {
     const Array got = run.output(fp.output_index(p.outputs[o].name));
@@ -964,7 +973,7 @@ TEST(PlanEmulation, Bf16ConversionsMatchTheInterpreterOnManyValues) {
   run.upload(0, xa);
   run.upload(1, za);
   run.step();
-  const std::vector<Array> want = host::run(p, {xa, za});
+  const std::vector<Array> want = ieee_run(p, {xa, za});
   EXPECT_TRUE(run.output(0).bit_equal(want[0]));
   EXPECT_TRUE(run.output(1).bit_equal(want[1]));
 }
@@ -1095,7 +1104,7 @@ TEST(PlanEmulation, AttentionKernelsMatchTheHostReference) {
   }
   const Program& p = kp.fused.program;
   for (size_t i = 0; i < in.size(); ++i) run.upload(p.input_index(g.inputs[i].name), in[i]);
-  const std::vector<Array> want = host::run(g, in);
+  const std::vector<Array> want = ieee_run(g, in);
   run.step();
   // f32: the kernels sum in f32 in another order than the reference's f64
   // sums (rows of at most 70 terms of products of 100 terms): 1e-5 of the

@@ -40,6 +40,15 @@ struct InterpreterOptions {
   // same bits: a GEMM's parts are fixed by its shape, and run in turn on
   // one thread). Only where neither costs more than twice the other.
   bool pair_dots = true;
+  // Subnormal f32 and f64 numbers during a run: true reads a subnormal
+  // operand as zero and writes a result that would be subnormal as zero
+  // (x86's DAZ and FTZ, on every host thread of the run; as XLA's CPU client
+  // computes), false keeps IEEE's gradual underflow. Arithmetic on subnormals
+  // takes a slow path on many x86 CPUs (on a Xeon, the seed's training step
+  // twice as long once a few values underflow); the results differ only where
+  // a value is below 1.2e-38 (f32). The calling thread's own mode is restored
+  // when the run returns. No effect on a CPU without such a mode (not x86).
+  bool flush_subnormals = true;
   // The defaults above, which are fixed: the library reads no environment
   // variable (the capstep command and the example set these fields from
   // CAPSTEP_HOST_*: docs/cli.md, "Environment").
@@ -123,6 +132,7 @@ class Interpreter {
   // replica, all_reduce copies its operand.
   void set_communicator(Communicator* c);
 
+  const InterpreterOptions& options() const;  // as given to the constructor
   // The program it runs: the one it was given, its adamw equations written
   // out (expand_adamw; inputs and outputs as given).
   const Program& program() const;
@@ -152,5 +162,6 @@ class Interpreter {
 
 // One-shot convenience.
 std::vector<Array> run(const Program& p, const std::vector<Array>& inputs);
+std::vector<Array> run(const Program& p, const std::vector<Array>& inputs, const InterpreterOptions& o);
 
 }  // namespace capstep::host

@@ -44,6 +44,9 @@ AdamWScalars adamw_scalars(const AdamW& o, int64_t step, double lr_this_step);
 // program that with_adamw appends:
 //   m = b1*m + (1-b1)*g ; v = b2*v + (1-b2)*(g*g)
 //   p = p*decay - lr * ((m*bc1) / (sqrt(v*bc2) + eps))
+// Subnormal numbers as the calling thread's floating-point mode says (IEEE
+// unless the caller set x86's DAZ/FTZ; HostAdamW below follows its
+// interpreter's InterpreterOptions::flush_subnormals instead).
 void adamw_update(const AdamW& o, const AdamWScalars& s, float* p, const float* g, float* m, float* v, int64_t n);
 void adamw_update(const AdamW& o, const AdamWScalars& s, Array& p, const Array& g, Array& m, Array& v);
 // Every parameter's update: p[j] from g[j] (g points at p.size() gradients),
@@ -58,7 +61,8 @@ void adamw_update(const AdamW& o, const AdamWScalars& s, std::vector<Array>& p, 
 // inputs[j] is &p[j] for every parameter j and its gradient is the output
 // first_grad + j, and updates every p[j], m[j], v[j] to what
 // adamw_update(o, s, p, outputs.data() + first_grad, m, v) after the run
-// gives (the same bits: the same operations per element). Each parameter's
+// gives (the same bits: the same operations per element; subnormals as the
+// interpreter's InterpreterOptions::flush_subnormals says). Each parameter's
 // update is cut into chunks of kChunk elements that the host's idle threads
 // take (host::Background) as soon as the run has its gradient and reads
 // p[j] no more (Interpreter::RunEvents): in the backward pass, while a

@@ -205,6 +205,9 @@ bool HostAdamW::step(host::Interpreter& interp, const std::vector<const Array*>&
   first_grad_ = first_grad;
   s_ = s;
   count_ = early_ = 0;
+  // the run's subnormal mode for the updates too, on whichever thread: the
+  // same bits as the with_adamw program on the same interpreter options
+  const host::SubnormalMode mode(interp.options().flush_subnormals);
   host::Background bg(&run_chunk, this);
   background_ = &bg;
   host::Interpreter::RunEvents ev;

@@ -342,6 +342,7 @@ InterpreterOptions InterpreterOptions::defaults() {
 
 struct Interpreter::Impl {
   Program prog;
+  InterpreterOptions options;
   std::optional<plan::Fused> fusion;             // fused: the equations in group order
   std::vector<std::unique_ptr<FusedGroup>> groups;  // run tile by tile, one Step each
   std::vector<std::unique_ptr<plan::Group>> peeled;   // fusion groups less their leading members (below)
@@ -546,7 +547,7 @@ struct Interpreter::Impl::Build {
 // Plans the program once: a short sequence of phases, each deciding one thing
 // that the ones after it read (Build). plan_only stops once every size is
 // known (host::plan_memory).
-Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only) {
+Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only) : options(opt) {
   Build b;
   expand_and_order(std::move(p), opt, b);
   fold_transposes(b);
@@ -1242,6 +1243,7 @@ void Interpreter::Impl::check_inputs(const std::vector<const Array*>& inputs) co
 }
 
 void Interpreter::Impl::run(const std::vector<const Array*>& inputs, std::vector<Array>& outputs, const RunEvents* ev) {
+  const SubnormalMode mode(options.flush_subnormals);
   last_in_place = last_via_copy = 0;
   check_inputs(inputs);
   void** sl = slots.data();
@@ -1365,6 +1367,8 @@ Interpreter::~Interpreter() = default;
 Interpreter::Interpreter(Interpreter&&) noexcept = default;
 Interpreter& Interpreter::operator=(Interpreter&&) noexcept = default;
 
+const InterpreterOptions& Interpreter::options() const { return impl_->options; }
+
 std::vector<Array> Interpreter::run(const std::vector<Array>& inputs) {
   std::vector<const Array*> ptrs;
   ptrs.reserve(inputs.size());
@@ -1428,6 +1432,10 @@ int Interpreter::own_steps(Op op) const {
 
 std::vector<Array> run(const Program& p, const std::vector<Array>& inputs) {
   return Interpreter(p).run(inputs);
+}
+
+std::vector<Array> run(const Program& p, const std::vector<Array>& inputs, const InterpreterOptions& o) {
+  return Interpreter(p, o).run(inputs);
 }
 
 }  // namespace capstep::host

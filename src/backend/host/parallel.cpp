@@ -25,6 +25,34 @@
 namespace capstep::host {
 namespace {
 
+// The thread's floating-point control word (x86's MXCSR: rounding, exception
+// masks, DAZ and FTZ); elsewhere nothing to carry.
+#if defined(__x86_64__) || defined(__i386__)
+constexpr unsigned kDazFtz = 0x8040;  // MXCSR bit 6 (denormals are zero) and bit 15 (flush to zero)
+unsigned float_mode() { return _mm_getcsr(); }
+void set_float_mode(unsigned m) {
+  if (_mm_getcsr() != m) _mm_setcsr(m);
+}
+#else
+constexpr unsigned kDazFtz = 0;
+unsigned float_mode() { return 0; }
+void set_float_mode(unsigned) {}
+#endif
+
+// Runs f on this thread in float mode m, then restores the thread's own.
+template <class F>
+void in_float_mode(unsigned m, F&& f) {
+  const unsigned own = float_mode();
+  set_float_mode(m);
+  try {
+    f();
+  } catch (...) {
+    set_float_mode(own);
+    throw;
+  }
+  set_float_mode(own);
+}
+
 struct ThreadCount {
   int n = 1;
   std::string line;
@@ -70,6 +98,7 @@ class Pool {
     bg_released_.store(0, std::memory_order_relaxed);
     bg_done_.store(0, std::memory_order_relaxed);
     bg_error_ = nullptr;
+    bg_mode_.store(float_mode(), std::memory_order_relaxed);
     bg_word_.store(gen << 32, std::memory_order_seq_cst);
     return true;
   }
@@ -82,10 +111,12 @@ class Pool {
     if (i == kLocked || i >= static_cast<uint64_t>(bg_released_.load(std::memory_order_acquire))) return false;
     void (*f)(void*, int) = bg_fn_.load(std::memory_order_relaxed);
     void* ctx = bg_ctx_.load(std::memory_order_relaxed);
+    const unsigned mode = bg_mode_.load(std::memory_order_relaxed);
     // A word of another generation (or a chunk another thread took) fails
-    // the exchange: fn_ and ctx_ read above are then never used.
+    // the exchange: fn_, ctx_ and the mode read above are then never used.
     if (!bg_word_.compare_exchange_strong(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire)) return true;
-    run_one(f, ctx, static_cast<int>(i), bg_error_, bg_done_);
+    // in the float mode of the thread that began the Background
+    in_float_mode(mode, [&] { run_one(f, ctx, static_cast<int>(i), bg_error_, bg_done_); });
     return true;
   }
   // Every chunk of [0, n) released; runs them on the caller and the workers
@@ -120,6 +151,7 @@ class Pool {
     parts_.store(parts, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
     error_ = nullptr;
+    mode_.store(float_mode(), std::memory_order_relaxed);
     word_.store(gen << 32, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) {
       wake_.fetch_add(1, std::memory_order_seq_cst);
@@ -169,6 +201,8 @@ class Pool {
       const uint64_t gen = w >> 32;
       if (gen != seen && (w & 0xffffffffu) != kLocked) {
         seen = gen;
+        // the caller's float mode, so that a part's bits do not depend on the thread
+        set_float_mode(mode_.load(std::memory_order_relaxed));
         claim(gen, fn_.load(std::memory_order_relaxed), ctx_.load(std::memory_order_relaxed),
               parts_.load(std::memory_order_relaxed));
         last = std::chrono::steady_clock::now();
@@ -200,6 +234,7 @@ class Pool {
   std::atomic<void (*)(void*, int)> fn_{nullptr};
   std::atomic<void*> ctx_{nullptr};
   std::atomic<int> parts_{0};
+  std::atomic<unsigned> mode_{0};  // the caller's float mode, for its parts
   std::atomic<int> done_{0};
   std::atomic<int> sleepers_{0};
   std::atomic<uint32_t> wake_{0};
@@ -213,6 +248,7 @@ class Pool {
   alignas(64) std::atomic<int> bg_done_{0};
   std::atomic<void (*)(void*, int)> bg_fn_{nullptr};
   std::atomic<void*> bg_ctx_{nullptr};
+  std::atomic<unsigned> bg_mode_{0};  // the float mode of the thread that began it
   std::exception_ptr bg_error_;
 };
 
@@ -264,6 +300,12 @@ void set_host_threads(int n) {
 }
 
 void parallel_parts(int parts, void (*f)(void*, int), void* ctx) { pool().run(parts, f, ctx); }
+
+SubnormalMode::SubnormalMode(bool flush) : saved_(float_mode()) {
+  set_float_mode(flush ? saved_ | kDazFtz : saved_ & ~kDazFtz);
+}
+SubnormalMode::~SubnormalMode() { set_float_mode(saved_); }
+bool SubnormalMode::available() { return kDazFtz != 0; }
 
 Background::Background(void (*f)(void* ctx, int chunk), void* ctx) : f_(f), ctx_(ctx) {
   Pool& p = pool();

@@ -88,6 +88,26 @@ class Background {
   bool finished_ = false;
 };
 
+// The host's arithmetic on subnormal numbers for a scope of the calling
+// thread: flush (x86's DAZ and FTZ: a subnormal f32 or f64 operand reads as
+// zero, a result that would be subnormal is zero, as XLA's CPU client
+// computes) or IEEE's gradual underflow; the thread's own mode comes back at
+// the end of the scope. The pool's workers take the caller's mode with each
+// parallel_parts task, and a Background's chunks the mode of the thread that
+// began it, so results never depend on which thread ran a part. Where the
+// CPU has no such mode (not x86) the scope changes nothing.
+class SubnormalMode {
+ public:
+  explicit SubnormalMode(bool flush);
+  ~SubnormalMode();
+  SubnormalMode(const SubnormalMode&) = delete;
+  SubnormalMode& operator=(const SubnormalMode&) = delete;
+  static bool available();  // false: this CPU keeps IEEE's subnormals whatever the scope says
+
+ private:
+  unsigned saved_;
+};
+
 // The same with a callable, without allocating.
 template <class F>
 void parallel_parts(int parts, F&& f) {
