@@ -17,7 +17,7 @@ namespace {
 
 const char* const kSwitches[] = {"CAPSTEP_HOST_FUSION", "CAPSTEP_HOST_JIT",     "CAPSTEP_HOST_PAIRS",
                                  "CAPSTEP_CUDA_FUSE",   "CAPSTEP_CUDA_LT",      "CAPSTEP_CUDA_OWN_GEMM",
-                                 "CAPSTEP_CUDA_PERSISTENT", "CAPSTEP_HOST_THREADS"};
+                                 "CAPSTEP_CUDA_PERSISTENT", "CAPSTEP_HOST_THREADS", "CAPSTEP_HOST_FLUSH_SUBNORMALS"};
 
 // Sets the variables for the test's length, then unsets every one.
 class Env : public ::testing::Test {
@@ -38,6 +38,7 @@ TEST_F(Env, UnsetOrEmptyKeepsTheDefaults) {
   EXPECT_EQ(o.host.fuse, d.host.fuse);
   EXPECT_EQ(o.host.jit, d.host.jit);
   EXPECT_EQ(o.host.pair_dots, d.host.pair_dots);
+  EXPECT_EQ(o.host.flush_subnormals, d.host.flush_subnormals);
   EXPECT_EQ(o.cuda.fuse, d.cuda.fuse);
   EXPECT_EQ(o.cuda.lt_gemm, d.cuda.lt_gemm);
   EXPECT_EQ(o.cuda.generated_gemm, d.cuda.generated_gemm);
@@ -49,17 +50,17 @@ TEST_F(Env, OneRuleForEverySwitch) {
     for (const char* n : kSwitches)
       if (std::string(n) != "CAPSTEP_HOST_THREADS") set(n, off);
     const BackendOptions o = env::backend_options();
-    EXPECT_FALSE(o.host.fuse || o.host.jit || o.host.pair_dots) << off;
+    EXPECT_FALSE(o.host.fuse || o.host.jit || o.host.pair_dots || o.host.flush_subnormals) << off;
     EXPECT_FALSE(o.cuda.fuse || o.cuda.lt_gemm || o.cuda.generated_gemm || o.cuda.persistent) << off;
   }
   for (const char* on : {"1", "on"}) {
     BackendOptions start;
-    start.host = {.fuse = false, .jit = false, .pair_dots = false};
+    start.host = {.fuse = false, .jit = false, .pair_dots = false, .flush_subnormals = false};
     start.cuda.fuse = start.cuda.lt_gemm = start.cuda.generated_gemm = false;
     for (const char* n : kSwitches)
       if (std::string(n) != "CAPSTEP_HOST_THREADS") set(n, on);
     const BackendOptions o = env::backend_options(start);
-    EXPECT_TRUE(o.host.fuse && o.host.jit && o.host.pair_dots) << on;
+    EXPECT_TRUE(o.host.fuse && o.host.jit && o.host.pair_dots && o.host.flush_subnormals) << on;
     EXPECT_TRUE(o.cuda.fuse && o.cuda.lt_gemm && o.cuda.generated_gemm && o.cuda.persistent) << on;
   }
 }
@@ -81,7 +82,7 @@ TEST_F(Env, TheLibraryReadsNone) {
     if (std::string(n) != "CAPSTEP_HOST_THREADS") set(n, "0");
   set("CAPSTEP_CUDA_PERSISTENT", "1");
   const host::InterpreterOptions h = host::InterpreterOptions::defaults();
-  EXPECT_TRUE(h.fuse && h.jit && h.pair_dots);
+  EXPECT_TRUE(h.fuse && h.jit && h.pair_dots && h.flush_subnormals);
   const cuda::Options c;
   EXPECT_TRUE(c.fuse && c.lt_gemm && c.generated_gemm);
   EXPECT_FALSE(c.persistent);

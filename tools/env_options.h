@@ -48,6 +48,7 @@ inline BackendOptions backend_options(BackendOptions o = {}) {
   read_switch("CAPSTEP_HOST_FUSION", &o.host.fuse);
   read_switch("CAPSTEP_HOST_JIT", &o.host.jit);
   read_switch("CAPSTEP_HOST_PAIRS", &o.host.pair_dots);
+  read_switch("CAPSTEP_HOST_FLUSH_SUBNORMALS", &o.host.flush_subnormals);
   read_switch("CAPSTEP_CUDA_FUSE", &o.cuda.fuse);
   read_switch("CAPSTEP_CUDA_LT", &o.cuda.lt_gemm);
   read_switch("CAPSTEP_CUDA_OWN_GEMM", &o.cuda.generated_gemm);
