@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "backend/host/loop_jit.h"
+#include "backend/host/parallel.h"
 #include "capstep/cuda.h"
 #include "capstep/interpreter.h"
 #include "lanes/lanes.h"
@@ -50,6 +51,10 @@ TEST(Lanes, HostLaneLearnsAndIsReproducible) {
             host::jit_available() && io.fuse && io.jit)
       << a.host_loops;
   EXPECT_NE(lanes::to_json(a).find("\"host_loops\""), std::string::npos);
+  // ... and whether subnormals are flushed (the default, where the CPU can)
+  EXPECT_EQ(a.host_subnormals, host::SubnormalMode::available() ? "subnormals flushed (DAZ/FTZ)"
+                                                               : "subnormals kept (IEEE: no flush mode on this CPU)");
+  EXPECT_NE(lanes::to_json(a).find("\"host_subnormals\""), std::string::npos);
   // ... and, on two threads or more, how long a cache line takes between them
   // (0 where the worker was not scheduled within 50 ms: a loaded machine).
   if (a.host_threads == 1) {

@@ -63,6 +63,7 @@ struct Report {
   int host_threads = 1;              // threads the host lanes' steps use (Options::backend.host_threads)
   std::string host_threads_line;     // that, and where it came from ("host: " line)
   std::string host_loops;            // what runs the fused groups' elementwise work (on the "host: " line)
+  std::string host_subnormals;       // "subnormals flushed (DAZ/FTZ)" or "subnormals kept (IEEE)" (on the "host: " line)
   double host_round_trip_ns = 0;     // host::threads_round_trip_ns() before the host lanes (0: one thread)
   bool tf32 = true;
   std::string precision = "f32";     // optim::precision_name

@@ -177,6 +177,9 @@ Report run(const Options& o) {
   r.host_threads = host::host_threads();
   r.host_threads_line = host::host_threads_line();
   r.host_loops = host::host_loops_line(o.backend.host);
+  r.host_subnormals = !host::SubnormalMode::available() ? "subnormals kept (IEEE: no flush mode on this CPU)"
+                      : o.backend.host.flush_subnormals ? "subnormals flushed (DAZ/FTZ)"
+                                                        : "subnormals kept (IEEE)";
   if (selected("1f", r.lanes[3])) run_lane(o, s, {BackendKind::host, true}, grad, r.lanes[3]);
 
   std::string why;
@@ -238,7 +241,7 @@ void print(const Report& r, std::ostream& out) {
   if (!r.gemm.empty()) out << "GEMM: " << r.gemm << '\n';
   if (!r.host_threads_line.empty())
     out << "host: " << r.host_threads_line << (r.host_loops.empty() ? "" : "; ") << r.host_loops
-        << round_trip_words(r.host_round_trip_ns) << '\n';
+        << (r.host_subnormals.empty() ? "" : "; ") << r.host_subnormals << round_trip_words(r.host_round_trip_ns) << '\n';
   if (r.precision != "f32") out << "precision: " << r.precision << " (GEMM operands in bf16, f32 accumulation; all else f32)\n";
   out << '\n';
   const Lane& h = r.lanes[0];
@@ -307,6 +310,7 @@ std::string to_json(const Report& r) {
   j["gemm"] = r.gemm;
   j["host_threads"] = r.host_threads;
   j["host_loops"] = r.host_loops;
+  j["host_subnormals"] = r.host_subnormals;
   j["host_round_trip_ns"] = r.host_round_trip_ns;
   j["tf32"] = r.tf32;
   j["precision"] = r.precision;
