@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 
@@ -643,15 +644,18 @@ TEST(HostParallel, SubnormalsFlushedOnEveryThreadOrKept) {
           o.fuse = fuse;
           o.flush_subnormals = flush;
           host::Interpreter it(halve(n), o);
-          const host::SubnormalMode caller(caller_flushes);
-          const unsigned before = control_word();
-          const std::vector<Array> y = it.run({x, one});
-          EXPECT_EQ(control_word(), before);
+          std::vector<Array> y;
+          {
+            const host::SubnormalMode caller(caller_flushes);
+            const unsigned before = control_word();
+            y = it.run({x, one});
+            EXPECT_EQ(control_word(), before);
+          }
+          // compared as bits, in IEEE mode (a flushing compare reads subnormals as 0)
           int64_t wrong = 0;
           for (int64_t i = 0; i < n; ++i) {
-            const float v = y[0].data<float>()[i];
             const float want = i % 3 == 2 || !flush ? half[i % 3] : 0.f;
-            wrong += v != want;
+            wrong += std::memcmp(&y[0].data<float>()[i], &want, sizeof want) != 0;
           }
           EXPECT_EQ(wrong, 0);
         }
@@ -661,8 +665,9 @@ TEST(HostParallel, SubnormalsFlushedOnEveryThreadOrKept) {
 }
 
 // optim::HostAdamW runs its chunks (on idle threads and after the run) in
-// its interpreter's mode: (1 - beta1) * g for g = 1e-38 is subnormal, so the
-// first moment is 0 everywhere when flushing and (1 - beta1) * g when not.
+// its interpreter's mode: for a normal g = 1e-37, (1 - beta1) * g is
+// subnormal, so the first moment is 0 everywhere when flushing and
+// (1 - beta1) * g when not.
 TEST(HostParallel, HostAdamWChunksFlushAsTheirInterpreter) {
   if (!host::SubnormalMode::available()) GTEST_SKIP() << "no subnormal mode on this CPU";
   const int64_t n = 1 << 18;
@@ -671,7 +676,7 @@ TEST(HostParallel, HostAdamWChunksFlushAsTheirInterpreter) {
   Tensor x = tr.input("x", {DType::f32, {n}});
   const Program grad = value_and_grad(tr.finish({{"loss", sum(p * x)}}), {"p"});
   Array xs({DType::f32, {n}});
-  for (int64_t i = 0; i < n; ++i) xs.data<float>()[i] = 1e-38f;
+  for (int64_t i = 0; i < n; ++i) xs.data<float>()[i] = 1e-37f;
   Threads t(2);
   for (bool flush : {true, false}) {
     SCOPED_TRACE(flush ? "flush" : "keep");
@@ -687,10 +692,11 @@ TEST(HostParallel, HostAdamWChunksFlushAsTheirInterpreter) {
     const unsigned before = control_word();
     ASSERT_TRUE(h.step(it, {&q[0], &xs}, out, 1, sc, q, qm, qv));
     EXPECT_EQ(control_word(), before);
-    const float want = flush ? 0.f : static_cast<float>(1 - aw.beta1) * 1e-38f;
-    ASSERT_NE(static_cast<float>(1 - aw.beta1) * 1e-38f, 0.f);
+    const float kept = static_cast<float>(1 - aw.beta1) * 1e-37f;
+    ASSERT_EQ(std::fpclassify(kept), FP_SUBNORMAL);
+    const float want = flush ? 0.f : kept;
     int64_t wrong = 0;
-    for (int64_t i = 0; i < n; ++i) wrong += qm[0].data<float>()[i] != want;
+    for (int64_t i = 0; i < n; ++i) wrong += std::memcmp(&qm[0].data<float>()[i], &want, sizeof want) != 0;
     EXPECT_EQ(wrong, 0);
   }
 }

@@ -25,13 +25,17 @@
 namespace capstep::host {
 namespace {
 
-// The thread's floating-point control word (x86's MXCSR: rounding, exception
-// masks, DAZ and FTZ); elsewhere nothing to carry.
+// The thread's floating-point mode: x86's MXCSR less its sticky exception
+// flags (bits 0-5), i.e. rounding, exception masks, DAZ and FTZ; setting it
+// keeps the thread's flags. Elsewhere nothing to carry.
 #if defined(__x86_64__) || defined(__i386__)
 constexpr unsigned kDazFtz = 0x8040;  // MXCSR bit 6 (denormals are zero) and bit 15 (flush to zero)
-unsigned float_mode() { return _mm_getcsr(); }
+constexpr unsigned kFlags = 0x3f;
+unsigned float_mode() { return _mm_getcsr() & ~kFlags; }
 void set_float_mode(unsigned m) {
-  if (_mm_getcsr() != m) _mm_setcsr(m);
+  const unsigned now = _mm_getcsr();
+  const unsigned want = (m & ~kFlags) | (now & kFlags);
+  if (now != want) _mm_setcsr(want);
 }
 #else
 constexpr unsigned kDazFtz = 0;
@@ -307,7 +311,7 @@ SubnormalMode::SubnormalMode(bool flush) : saved_(float_mode()) {
 SubnormalMode::~SubnormalMode() { set_float_mode(saved_); }
 bool SubnormalMode::available() { return kDazFtz != 0; }
 
-Background::Background(void (*f)(void* ctx, int chunk), void* ctx) : f_(f), ctx_(ctx) {
+Background::Background(void (*f)(void* ctx, int chunk), void* ctx) : f_(f), ctx_(ctx), mode_(float_mode()) {
   Pool& p = pool();
   if (p.bg_begin(f, ctx)) pool_ = &p;
 }
@@ -324,7 +328,9 @@ void Background::finish() {
   if (finished_) return;
   finished_ = true;
   if (pool_) return static_cast<Pool*>(pool_)->bg_finish(released_);
-  for (int i = 0; i < released_; ++i) f_(ctx_, i);
+  in_float_mode(mode_, [&] {
+    for (int i = 0; i < released_; ++i) f_(ctx_, i);
+  });
 }
 
 Background::~Background() {

@@ -84,6 +84,7 @@ class Background {
   void (*f_)(void*, int);
   void* ctx_;
   void* pool_ = nullptr;
+  unsigned mode_;  // the float mode of the thread that made it (SubnormalMode): its chunks run in it
   int released_ = 0;
   bool finished_ = false;
 };
@@ -92,10 +93,12 @@ class Background {
 // thread: flush (x86's DAZ and FTZ: a subnormal f32 or f64 operand reads as
 // zero, a result that would be subnormal is zero, as XLA's CPU client
 // computes) or IEEE's gradual underflow; the thread's own mode comes back at
-// the end of the scope. The pool's workers take the caller's mode with each
-// parallel_parts task, and a Background's chunks the mode of the thread that
-// began it, so results never depend on which thread ran a part. Where the
-// CPU has no such mode (not x86) the scope changes nothing.
+// the end of the scope (the sticky exception flags are left as the run set
+// them). The pool's workers take the caller's mode with each parallel_parts
+// task, and a Background's chunks the mode of the thread that made it, so
+// results never depend on which thread ran a part. Threads of others (an
+// OpenBLAS built with its own threads, when OPENBLAS_NUM_THREADS > 1) keep
+// theirs. Where the CPU has no such mode (not x86) the scope changes nothing.
 class SubnormalMode {
  public:
   explicit SubnormalMode(bool flush);
