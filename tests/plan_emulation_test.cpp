@@ -715,6 +715,32 @@ TEST(PlanEmulation, RowKernelProductOfASplatConstant) {
   EXPECT_GT(want[0].get(2), 1.0);
 }
 
+// A gather whose indices are a splat constant, in a fused kernel: the
+// kernel reads the indices from their buffer (a splat there once threw
+// map::at too), and the rows match the interpreter.
+TEST(PlanEmulation, GatherOfSplatIndicesInAFusedKernel) {
+  Tracer tr;
+  Tensor table = tr.input("table", {DType::f32, {4, 3}});
+  Tensor y = tr.input("y", {DType::f32, {5, 3}});
+  Tensor idx = tr.constant({DType::i32, {5}}, {2});
+  const Program p = tr.finish({{"g", gather_rows(table, idx) * 2.0 + y}});
+  const plan::KernelPlan kp = plan::plan_kernels(p);
+  TempDir dir;
+  const HostKernels kernels(kp, dir.file("k"));
+  HostPlanRunner run(kp, kernels);
+  std::vector<Array> in;
+  for (int i = 0; i < 2; ++i) {
+    Array a(p.input_type(i));
+    for (int64_t k = 0; k < a.numel(); ++k) a.set(k, 0.5 * static_cast<double>(k + 1 + 20 * i));
+    run.upload(i, a);
+    in.push_back(std::move(a));
+  }
+  run.step();
+  const std::vector<Array> want = ieee_run(p, in);
+  EXPECT_TRUE(run.output(0).bit_equal(want[0]));
+  EXPECT_EQ(want[0].get(0), 2 * 3.5 + 10.5);  // table[2][0] = 3.5, y[0][0] = 10.5
+}
+
 // The layout of cuda::k::DeviceError and of the kernels' capstep_device_error.
 struct DeviceError {
   int flag = 0, eqn = 0;

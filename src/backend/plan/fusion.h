@@ -55,7 +55,8 @@
 //           the kind and place the grouping gives it (loop; single without
 //           loops): the backend runs no step for it.
 //           A fused group reads them like any outside value; a splat constant
-//           is inlined into the kernel as a literal.
+//           is inlined into the kernel as a literal, except as an operand of a
+//           dot_general or a gather_rows, which index its buffer.
 //
 // A merge is refused when it would make a cycle: no path may leave a group
 // through an outside equation and come back into it. The groups are ordered by

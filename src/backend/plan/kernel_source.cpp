@@ -190,16 +190,18 @@ class Emitter {
     return true;
   }
   void add_inputs(const Group& g) {
-    std::set<int> dot_operand;
-    for (int d = g.first; d <= g.last; ++d)
-      if (p_.eqns[static_cast<size_t>(d)].op == Op::dot_general)
-        for (int x : p_.eqns[static_cast<size_t>(d)].inputs) dot_operand.insert(x);
+    std::set<int> dot_operand, gather_operand;
+    for (int d = g.first; d <= g.last; ++d) {
+      const Eqn& e = p_.eqns[static_cast<size_t>(d)];
+      if (e.op == Op::dot_general) dot_operand.insert(e.inputs.begin(), e.inputs.end());
+      if (e.op == Op::gather_rows) gather_operand.insert(e.inputs.begin(), e.inputs.end());
+    }
     for (int x : g.inputs) {
       if (dot_operand.count(x)) {  // read through its view, from its root's buffer
         add_input(root_of(x), true);
         continue;
       }
-      add_input(x);
+      add_input(x, gather_operand.count(x) != 0);
     }
     for (int x : dot_operand) add_input(root_of(x), true);
   }
@@ -208,8 +210,8 @@ class Emitter {
     if (!v) throw Error("kernel source: an operand of a product in " + k_.name + " has no strided layout");
     return v->root;
   }
-  // A splat constant is inlined, except where a product reads it: the product's
-  // loop indexes its operands' buffers (`buffer`).
+  // A splat constant is inlined, except where a product or a gather reads it:
+  // they index their operands' buffers (`buffer`).
   void add_input(int x, bool buffer = false) {
     double v;
     if ((!buffer && splat(x, &v)) || in_name_.count(x)) return;

@@ -12,7 +12,8 @@
 //   - an elementwise member reads an outside operand at i;
 //   - a broadcast_in_dim with a smaller operand reads it at the broadcast's
 //     index map (plan::broadcast_walk, unrolled with constant sizes and strides);
-//   - a splat constant is a literal (exact: hex floats or bit patterns).
+//   - a splat constant is a literal (exact: hex floats or bit patterns),
+//     except as a dot_general's or a gather_rows' operand (read from its buffer).
 #pragma once
 
 #include <string>
