@@ -13,6 +13,7 @@
 #include <map>
 #include <string>
 
+#include "backend/host/parallel.h"
 #include "capstep/autodiff.h"
 #include "capstep/interpreter.h"
 #include "capstep/nn.h"
@@ -123,6 +124,8 @@ int main(int argc, char** argv) {
       {"lane 1 step (fused + AdamW on the host)",
        [&] {
          it.run(in1, out);
+         // in the run's subnormal mode, as optim::HostAdamW updates
+         const host::SubnormalMode mode(it.options().flush_subnormals);
          optim::adamw_update(aw, sc, p1, out.data() + 1, m, v);
        },
        {}, {}},

@@ -45,9 +45,10 @@ struct InterpreterOptions {
   // (x86's DAZ and FTZ, on every host thread of the run; as XLA's CPU client
   // computes), false keeps IEEE's gradual underflow. Arithmetic on subnormals
   // takes a slow path on many x86 CPUs (on a Xeon, the seed's training step
-  // twice as long once a few values underflow); the results differ only where
-  // a value is below 1.2e-38 (f32). The calling thread's own mode is restored
-  // when the run returns. No effect on a CPU without such a mode (not x86).
+  // twice as long once a few values underflow); the results start to differ
+  // only where a value falls below 1.2e-38 (f32) or 2.2e-308 (f64). The
+  // calling thread's own mode is restored when the run returns; RunEvents'
+  // callbacks run in the run's mode. No effect on a CPU without such a mode (not x86).
   bool flush_subnormals = true;
   // The defaults above, which are fixed: the library reads no environment
   // variable (the capstep command and the example set these fields from
