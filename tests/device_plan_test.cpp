@@ -565,6 +565,32 @@ TEST(DevicePlan, HostOptionsViewsInPlaceDirectOutputsAndScratch) {
   }
 }
 
+// In place only for an equation run on its own: in a span of several, a
+// later equation of the span may still read the operand the first wrote over.
+TEST(DevicePlan, InPlaceOnlyForAnEquationRunAlone) {
+  for (bool alone : {false, true}) {
+    SCOPED_TRACE(alone ? "alone" : "in a span of two");
+    Program p;
+    const int x = p.add_input("x", f32({8, 8}));
+    const int a = p.add_eqn(Op::exponential, {x}, {});   // 0
+    const int b = p.add_eqn(Op::negate, {a}, {});        // 1: asked to write over a
+    const int c = p.add_eqn(Op::add, {b, alone ? x : a}, {});  // 2: in the span, reads a after 1 wrote
+    p.add_output("c", c);
+    plan::PlanOptions o;
+    if (!alone) o.span = {{0, 0}, {1, 2}, {1, 2}};
+    o.in_place = [](int eqn, int operand) { return eqn == 1 && operand == 0; };
+    const Plan pl = plan::plan_memory(p, o);
+    const plan::ValuePlan& vb = pl.values[static_cast<size_t>(b)];
+    if (alone) {
+      EXPECT_EQ(vb.home, Home::view);
+      EXPECT_EQ(vb.root, a);
+    } else {
+      EXPECT_EQ(vb.home, Home::arena);
+      EXPECT_NE(vb.loc, pl.values[static_cast<size_t>(a)].loc);
+    }
+  }
+}
+
 // The host's tiles: the values a fused group makes that the host marks
 // internal (PlanOptions::group given) become tiles only when nothing outside
 // the group reads them and they are no output.
