@@ -16,6 +16,7 @@
 
 namespace capstep::host {
 class Interpreter;
+class Background;  // src/backend/host/parallel.h
 }
 
 namespace capstep::optim {
@@ -105,7 +106,7 @@ class HostAdamW {
   enum class Gate { open, waiting, shut } gate_ = Gate::open;
   std::vector<Array>*p_ = nullptr, *m_ = nullptr, *v_ = nullptr, *outputs_ = nullptr;
   int first_grad_ = 0;
-  void* background_ = nullptr;  // host::Background of the step under way
+  host::Background* background_ = nullptr;  // the step under way's idle-thread work
 };
 
 // Names the fused program uses.

@@ -147,7 +147,7 @@ void HostAdamW::ready(int j) {
   const int64_t n = (*p_)[k].numel();
   for (int64_t b = 0; b < n; b += kChunk)
     chunks_[static_cast<size_t>(count_++)] = {p + b, m + b, v + b, g + b, std::min(kChunk, n - b)};
-  static_cast<host::Background*>(background_)->release(count_);
+  background_->release(count_);
 }
 
 bool HostAdamW::step(host::Interpreter& interp, const std::vector<const Array*>& inputs, std::vector<Array>& outputs,
