@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -645,6 +646,30 @@ TEST(PlanEmulation, ColumnReductionOverManyRows) {
   EXPECT_LE(norm_diff(run.output(1), want[1]), 1e-5);
 }
 
+// One step of kp's items on the host from inputs whose element k of input i
+// is value(i, k) (called in that order), beside the interpreter (IEEE) on the
+// same inputs.
+struct OneStep {
+  std::vector<Array> got, want;
+};
+OneStep one_step(const Program& p, const plan::KernelPlan& kp, const std::function<double(int, int64_t)>& value) {
+  TempDir dir;
+  const HostKernels kernels(kp, dir.file("k"));
+  HostPlanRunner run(kp, kernels);
+  std::vector<Array> in;
+  for (int i = 0; i < static_cast<int>(p.inputs.size()); ++i) {
+    Array a(p.input_type(i));
+    for (int64_t k = 0; k < a.numel(); ++k) a.set(k, value(i, k));
+    run.upload(i, a);
+    in.push_back(std::move(a));
+  }
+  run.step();
+  OneStep r;
+  for (int o = 0; o < static_cast<int>(p.outputs.size()); ++o) r.got.push_back(run.output(o));
+  r.want = ieee_run(p, in);
+  return r;
+}
+
 // Rotate-half (slices, a concatenate) and a pad, and their gradient: the
 // plan gives each its own launches (a strided copy, a fill and a store, a
 // store per operand) between the fused groups around them, and the memory
@@ -667,21 +692,10 @@ TEST(PlanEmulation, SlicePadConcatenateBetweenFusedGroups) {
   }
   EXPECT_GE(strided, 5) << kp.describe();
   EXPECT_GE(fill, 1) << kp.describe();
-  TempDir dir;
-  const HostKernels kernels(kp, dir.file("k"));
-  HostPlanRunner run(kp, kernels);
   std::mt19937 rng(5);
-  std::vector<Array> in;
-  for (int i = 0; i < 3; ++i) {
-    Array a(p.input_type(i));
-    for (int64_t k = 0; k < a.numel(); ++k) a.set(k, std::uniform_real_distribution<double>(-1, 1)(rng));
-    run.upload(i, a);
-    in.push_back(std::move(a));
-  }
-  run.step();
-  const std::vector<Array> want = ieee_run(p, in);
-  for (size_t o = 0; o < want.size(); ++o)
-    EXPECT_LE(norm_diff(run.output(static_cast<int>(o)), want[o]), 1e-6) << p.outputs[o].name;
+  const OneStep st = one_step(p, kp, [&](int, int64_t) { return std::uniform_real_distribution<double>(-1, 1)(rng); });
+  ASSERT_EQ(st.want.size(), p.outputs.size());
+  for (size_t o = 0; o < st.want.size(); ++o) EXPECT_LE(norm_diff(st.got[o], st.want[o]), 1e-6) << p.outputs[o].name;
 }
 
 // A product fused into a row kernel whose right operand is a splat constant:
@@ -699,20 +713,9 @@ TEST(PlanEmulation, RowKernelProductOfASplatConstant) {
   int rows = 0;
   for (const plan::Item& it : kp.items) rows += it.kind == plan::ItemKind::row;
   EXPECT_EQ(rows, 1) << kp.describe();
-  TempDir dir;
-  const HostKernels kernels(kp, dir.file("k"));
-  HostPlanRunner run(kp, kernels);
-  std::vector<Array> in;
-  for (int i = 0; i < 2; ++i) {
-    Array a(p.input_type(i));
-    for (int64_t k = 0; k < a.numel(); ++k) a.set(k, 0.25 * static_cast<double>(k + 1 + 7 * i));
-    run.upload(i, a);
-    in.push_back(std::move(a));
-  }
-  run.step();
-  const std::vector<Array> want = ieee_run(p, in);
-  EXPECT_LE(norm_diff(run.output(0), want[0]), 1e-6);
-  EXPECT_GT(want[0].get(2), 1.0);
+  const OneStep r = one_step(p, kp, [](int i, int64_t k) { return 0.25 * static_cast<double>(k + 1 + 7 * i); });
+  EXPECT_LE(norm_diff(r.got[0], r.want[0]), 1e-6);
+  EXPECT_GT(r.want[0].get(2), 1.0);
 }
 
 // A gather whose indices are a splat constant, in a fused kernel: the
@@ -724,21 +727,9 @@ TEST(PlanEmulation, GatherOfSplatIndicesInAFusedKernel) {
   Tensor y = tr.input("y", {DType::f32, {5, 3}});
   Tensor idx = tr.constant({DType::i32, {5}}, {2});
   const Program p = tr.finish({{"g", gather_rows(table, idx) * 2.0 + y}});
-  const plan::KernelPlan kp = plan::plan_kernels(p);
-  TempDir dir;
-  const HostKernels kernels(kp, dir.file("k"));
-  HostPlanRunner run(kp, kernels);
-  std::vector<Array> in;
-  for (int i = 0; i < 2; ++i) {
-    Array a(p.input_type(i));
-    for (int64_t k = 0; k < a.numel(); ++k) a.set(k, 0.5 * static_cast<double>(k + 1 + 20 * i));
-    run.upload(i, a);
-    in.push_back(std::move(a));
-  }
-  run.step();
-  const std::vector<Array> want = ieee_run(p, in);
-  EXPECT_TRUE(run.output(0).bit_equal(want[0]));
-  EXPECT_EQ(want[0].get(0), 2 * 3.5 + 10.5);  // table[2][0] = 3.5, y[0][0] = 10.5
+  const OneStep r = one_step(p, plan::plan_kernels(p), [](int i, int64_t k) { return 0.5 * static_cast<double>(k + 1 + 20 * i); });
+  EXPECT_TRUE(r.got[0].bit_equal(r.want[0]));
+  EXPECT_EQ(r.want[0].get(0), 2 * 3.5 + 10.5);  // table[2][0] = 3.5, y[0][0] = 10.5
 }
 
 // The layout of cuda::k::DeviceError and of the kernels' capstep_device_error.
