@@ -43,19 +43,14 @@ unsigned float_mode() { return 0; }
 void set_float_mode(unsigned) {}
 #endif
 
-// Runs f on this thread in float mode m, then restores the thread's own.
-template <class F>
-void in_float_mode(unsigned m, F&& f) {
-  const unsigned own = float_mode();
-  set_float_mode(m);
-  try {
-    f();
-  } catch (...) {
-    set_float_mode(own);
-    throw;
-  }
-  set_float_mode(own);
-}
+// This thread in float mode m for a scope, then in its own again.
+struct FloatModeScope {
+  explicit FloatModeScope(unsigned m) : own(float_mode()) { set_float_mode(m); }
+  ~FloatModeScope() { set_float_mode(own); }
+  FloatModeScope(const FloatModeScope&) = delete;
+  FloatModeScope& operator=(const FloatModeScope&) = delete;
+  const unsigned own;
+};
 
 struct ThreadCount {
   int n = 1;
@@ -93,7 +88,7 @@ class Pool {
 
   // Background work (parallel.h, Background): false when it has to run on
   // the caller alone (one thread, or another Background under way).
-  bool bg_begin(void (*f)(void*, int), void* ctx) {
+  bool bg_begin(void (*f)(void*, int), void* ctx, unsigned mode) {
     if (workers_.empty() || bg_busy_.test_and_set(std::memory_order_acquire)) return false;
     const uint64_t gen = (bg_word_.load(std::memory_order_relaxed) >> 32) + 1;
     bg_word_.store(gen << 32 | kLocked, std::memory_order_seq_cst);
@@ -102,7 +97,7 @@ class Pool {
     bg_released_.store(0, std::memory_order_relaxed);
     bg_done_.store(0, std::memory_order_relaxed);
     bg_error_ = nullptr;
-    bg_mode_.store(float_mode(), std::memory_order_relaxed);
+    bg_mode_.store(mode, std::memory_order_relaxed);
     bg_word_.store(gen << 32, std::memory_order_seq_cst);
     return true;
   }
@@ -119,8 +114,8 @@ class Pool {
     // A word of another generation (or a chunk another thread took) fails
     // the exchange: fn_, ctx_ and the mode read above are then never used.
     if (!bg_word_.compare_exchange_strong(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire)) return true;
-    // in the float mode of the thread that began the Background
-    in_float_mode(mode, [&] { run_one(f, ctx, static_cast<int>(i), bg_error_, bg_done_); });
+    const FloatModeScope in(mode);  // the float mode of the thread that made the Background
+    run_one(f, ctx, static_cast<int>(i), bg_error_, bg_done_);
     return true;
   }
   // Every chunk of [0, n) released; runs them on the caller and the workers
@@ -313,7 +308,7 @@ bool SubnormalMode::available() { return kDazFtz != 0; }
 
 Background::Background(void (*f)(void* ctx, int chunk), void* ctx) : f_(f), ctx_(ctx), mode_(float_mode()) {
   Pool& p = pool();
-  if (p.bg_begin(f, ctx)) pool_ = &p;
+  if (p.bg_begin(f, ctx, mode_)) pool_ = &p;
 }
 
 void Background::release(int n) {
@@ -328,9 +323,8 @@ void Background::finish() {
   if (finished_) return;
   finished_ = true;
   if (pool_) return static_cast<Pool*>(pool_)->bg_finish(released_);
-  in_float_mode(mode_, [&] {
-    for (int i = 0; i < released_; ++i) f_(ctx_, i);
-  });
+  const FloatModeScope in(mode_);
+  for (int i = 0; i < released_; ++i) f_(ctx_, i);
 }
 
 Background::~Background() {
