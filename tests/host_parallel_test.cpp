@@ -700,3 +700,38 @@ TEST(HostParallel, HostAdamWChunksFlushAsTheirInterpreter) {
     EXPECT_EQ(wrong, 0);
   }
 }
+
+// A Background's chunks run in the float mode of the thread that made it, also
+// on a worker whose last parts ran in another mode: made in a flushing scope
+// right after IEEE parts, every chunk's x * 0.5 of a subnormal x is 0.
+TEST(HostParallel, BackgroundChunksRunInTheirMakersMode) {
+  if (!host::SubnormalMode::available()) GTEST_SKIP() << "no subnormal mode on this CPU";
+  Threads t(2);
+  constexpr int kChunks = 200;
+  struct Ctx {
+    volatile float x = 1e-39f;
+    std::thread::id caller = std::this_thread::get_id();
+    std::atomic<int> elsewhere{0};
+    std::vector<float> y = std::vector<float>(kChunks);
+  } c;
+  ASSERT_NE(c.x * 0.5f, 0.f);  // IEEE here
+  auto f = [](void* ctx, int i) {
+    Ctx& c = *static_cast<Ctx*>(ctx);
+    if (std::this_thread::get_id() != c.caller) c.elsewhere.fetch_add(1);
+    c.y[static_cast<size_t>(i)] = c.x * 0.5f;
+  };
+  int wrong = 0;
+  for (int attempt = 0; attempt < 50 && c.elsewhere.load() == 0; ++attempt) {
+    host::parallel_parts(2, [](int) {});  // the workers' last parts: IEEE
+    const host::SubnormalMode flush(true);
+    host::Background bg(f, &c);
+    bg.release(kChunks);
+    const auto t0 = std::chrono::steady_clock::now();
+    while (bg.done_so_far() < kChunks && std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(20)) {
+    }
+    bg.finish();
+    for (float v : c.y) wrong += std::memcmp(&v, "\0\0\0\0", 4) != 0;
+  }
+  if (c.elsewhere.load() == 0) GTEST_SKIP() << "no worker took a chunk in 50 tries";
+  EXPECT_EQ(wrong, 0);
+}
