@@ -6,6 +6,8 @@
 // (scripts/make-lora-goldens wrote them; no Python runs here).
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -24,6 +26,7 @@
 #include "capstep/safetensors.h"
 #include "capstep/trace.h"
 #include "gradcheck_util.h"
+#include "process_util.h"
 #include "test_util.h"
 
 using namespace capstep;
@@ -434,4 +437,40 @@ TEST(Lora, ReadsPeftVariantsAndRefusesOthers) {
   with("r", 2);
   refused("target_modules", {"q_proj", "embed_tokens"}, "embedding");
   EXPECT_NE(error_of([&] { lora::read_peft_dir(tmp.file("none"), k.c); }).find("no such directory"), std::string::npos);
+}
+
+// `capstep lora-merge`: the merged directory holds lora::merge's weights; an
+// adapter of another model is refused, naming the module.
+TEST(Lora, LoraMergeCommand) {
+  const std::string bin = capstep::test::capstep_binary();
+  if (bin.empty() || !std::filesystem::exists(bin)) GTEST_SKIP() << "no capstep binary at '" << bin << "'";
+  TempDir d;
+  auto run = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> all = {bin};
+    all.insert(all.end(), args.begin(), args.end());
+    const pid_t pid = capstep::test::spawn_process(all, d.file("out.txt"), d.file("err.txt"));
+    int status = 0;
+    waitpid(pid, &status, 0);
+    capstep::test::Outcome r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = slurp(d.file("out.txt"));
+    r.err = slurp(d.file("err.txt"));
+    return r;
+  };
+  capstep::test::Outcome r =
+      run({"lora-merge", "--base", model_dir("llama"), "--adapter", lora_dir("llama"), "--out", d.file("merged")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("14 LoRA pairs, r 4, alpha 8, scale 2"), std::string::npos) << r.out;
+  const Case k = load("llama");
+  std::vector<Array> want = k.model.params;
+  lora::merge(k.adapter, param_names(k.c), want);
+  const nn::HfModel got = nn::read_hf_dir(d.file("merged"));
+  ASSERT_EQ(got.params.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(got.params[i].bit_equal(want[i])) << i;
+  EXPECT_FALSE(got.params[2].bit_equal(k.model.params[2]));   // blocks.0.attn.wq moved
+  r = run({"lora-merge", "--base", model_dir("llama"), "--adapter", lora_dir("gpt2"), "--out", d.file("bad")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("adapter_config.json: LoRA target_modules entry 'transformer.h."), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("names no linear layer of this llama model"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(d.file("bad")));
 }

@@ -247,6 +247,7 @@ Adapter read_peft_dir(const std::string& dir, const nn::LmConfig& c) {
     throw Error(field("task_type") + " is " + j["task_type"].dump() + "; capstep's models are CAUSAL_LM");
   if (!j.contains("target_modules")) throw Error(field("target_modules") + " is missing");
   const nlohmann::json& tm = j["target_modules"];
+  try {
   if (tm.is_string()) {
     const std::string s = tm.get<std::string>();
     ad.target_modules = {s};
@@ -263,6 +264,10 @@ Adapter read_peft_dir(const std::string& dir, const nn::LmConfig& c) {
     ad.targets = select(c, ad.target_modules, "", false);
   } else {
     throw Error(field("target_modules") + " must be a list of names or a string");
+  }
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    throw Error(m.rfind(cfg_path, 0) == 0 ? m : cfg_path + ": " + m);
   }
 
   const SafetensorsFile f = read_safetensors(weights_path);
