@@ -439,6 +439,43 @@ TEST(Lora, ReadsPeftVariantsAndRefusesOthers) {
   EXPECT_NE(error_of([&] { lora::read_peft_dir(tmp.file("none"), k.c); }).find("no such directory"), std::string::npos);
 }
 
+// base_bf16: the target weights are bf16 inputs; loss and gradients are
+// those of the f32 program with the weights rounded to bf16, bit for bit.
+TEST(Lora, Bf16BaseComputesAsRoundedWeights) {
+  const Case k = load("llama");
+  const lora::Adapter& ad = k.adapter;
+  lora::Options half = ad.options;
+  half.base_bf16 = true;
+  const Program base = nn::lm_loss_program(k.c);
+  const std::vector<std::string> wrt = lora::adapter_inputs(ad.targets);
+  const Program p16 = value_and_grad(lora::lora(base, ad.targets, half), wrt);
+  const Program p32 = value_and_grad(lora::lora(base, ad.targets, ad.options), wrt);
+  std::set<std::string> target_weights;
+  for (const lora::Target& t : ad.targets) target_weights.insert(t.weights.begin(), t.weights.end());
+  std::vector<Array> in16, in32;
+  int bf16_inputs = 0;
+  for (size_t i = 0; i < k.model.params.size(); ++i) {
+    const Array& w = k.model.params[i];
+    const bool t = target_weights.count(p16.inputs[i].name) > 0;
+    EXPECT_EQ(p16.input_type(static_cast<int>(i)).dtype, t ? DType::bf16 : DType::f32) << p16.inputs[i].name;
+    bf16_inputs += t;
+    in16.push_back(t ? w.converted(DType::bf16) : w);
+    in32.push_back(t ? w.converted(DType::bf16).converted(DType::f32) : w);
+  }
+  EXPECT_EQ(bf16_inputs, 14);
+  for (const Array& a : {*k.golden.find("tokens"), *k.golden.find("targets")}) in16.push_back(a), in32.push_back(a);
+  for (const Array& a : ad.inputs()) in16.push_back(a), in32.push_back(a);
+  const std::vector<Array> o16 = host::run(p16, in16), o32 = host::run(p32, in32);
+  ASSERT_EQ(o16.size(), o32.size());
+  for (size_t i = 0; i < o16.size(); ++i) EXPECT_TRUE(o16[i].bit_equal(o32[i])) << p16.outputs[i].name;
+  // Rounding the base to bf16 moves the loss (the comparison above is not vacuous).
+  EXPECT_NE(o16[0].get(0), k.golden.find("loss")->get(0));
+  lora::Options bad = half;
+  EXPECT_NE(error_of([&] { lora::lora(nn::lm_loss_program(k.c, DType::f64), lora::targets_for(k.c, {"q_proj"}), bad); })
+                .find("base_bf16"),
+            std::string::npos);
+}
+
 // `capstep lora-merge`: the merged directory holds lora::merge's weights; an
 // adapter of another model is refused, naming the module.
 TEST(Lora, LoraMergeCommand) {

@@ -45,6 +45,11 @@ struct Options {
   int64_t r = 8;           // the rank, >= 1
   double alpha = 8;        // PEFT's lora_alpha
   bool rslora = false;     // PEFT's use_rslora: scale alpha / sqrt(r) instead of alpha / r
+  // lora() only: the target weights (the frozen base) become bf16 inputs of
+  // the same names, each converted to f32 once where the program starts, so
+  // they take half the memory; the program computes as with f32 weights
+  // rounded to bf16. f32 targets only.
+  bool base_bf16 = false;
   void validate() const;   // Error naming the option out of range
 };
 double scale(const Options& o);   // alpha / r, or alpha / sqrt(r) with rslora
@@ -63,7 +68,9 @@ double scale(const Options& o);   // alpha / r, or alpha / sqrt(r) with rslora
 //   Bj = slice(B, rows of weight j)                                    (only for several weights)
 //   u  = dot_general(t, Bj) {lhs_contract=[last], rhs_contract=[1]}    [..., out_j]
 //   y' = y + u * scale
-// with y' in y's place for every later use. Inputs: p's, then A and B of each
+// with y' in y's place for every later use. With base_bf16, each weight input
+// is bf16 and the first equations are its convert to f32, which every use
+// reads. Inputs: p's, then A and B of each
 // target (adapter_inputs order). Outputs, names and aliases: p's. With B
 // all zeros, y' = y bit for bit (y + 0), so the loss is the base model's.
 Program lora(const Program& p, const std::vector<Target>& targets, const Options& o);

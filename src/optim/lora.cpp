@@ -128,12 +128,26 @@ Program lora(const Program& p, const std::vector<Target>& targets, const Options
   Program q;
   q.name = p.name;
   std::vector<int> remap(static_cast<size_t>(p.num_values()), -1);
-  for (const NamedValue& in : p.inputs) remap[static_cast<size_t>(in.value)] = q.add_input(in.name, p.type(in.value));
+  for (const NamedValue& in : p.inputs) {
+    Type t = p.type(in.value);
+    if (o.base_bf16 && places.count(in.name)) {
+      if (t.dtype != DType::f32)
+        throw Error("LoRA: base_bf16 stores f32 weights in bf16; target weight '" + in.name + "' is " + t.str());
+      t.dtype = DType::bf16;
+    }
+    remap[static_cast<size_t>(in.value)] = q.add_input(in.name, t);
+  }
   std::vector<int> a_val, b_val;
   for (size_t t = 0; t < targets.size(); ++t) {
     a_val.push_back(q.add_input(a_name(targets[t].name), {dtypes[t], {o.r, dims[t].first}}));
     b_val.push_back(q.add_input(b_name(targets[t].name), {dtypes[t], {dims[t].second, o.r}}));
   }
+  if (o.base_bf16)
+    for (const NamedValue& in : p.inputs)
+      if (places.count(in.name)) {
+        int& v = remap[static_cast<size_t>(in.value)];
+        v = q.add_eqn_typed(Op::convert, {v}, {}, p.type(in.value));
+      }
   std::map<std::pair<size_t, int>, int> x_a;        // (target, x) -> x A^T
   std::map<std::pair<size_t, int64_t>, int> b_rows; // (target, first row) -> B's rows of that weight
   for (const Eqn& e : p.eqns) {
