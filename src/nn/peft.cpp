@@ -1,6 +1,7 @@
 // LoRA in capstep's models under PEFT's names (lora.h): which weights
 // target_modules picks (through hf.h's module paths), and PEFT's
 // adapter_config.json and adapter_model.safetensors both ways.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -171,7 +172,10 @@ std::string peft_config_json(const nn::LmConfig& c, const Adapter& a) {
                             {"layers_pattern", null},
                             {"layers_to_transform", null},
                             {"loftq_config", nlohmann::json::object()},
-                            {"lora_alpha", a.options.alpha},
+                            // PEFT's lora_alpha is an int: a whole alpha is written as one.
+                            {"lora_alpha", a.options.alpha == std::floor(a.options.alpha) && a.options.alpha < 1e15
+                                               ? nlohmann::json(static_cast<int64_t>(a.options.alpha))
+                                               : nlohmann::json(a.options.alpha)},
                             {"lora_bias", false},
                             {"lora_dropout", 0.0},
                             {"lora_ga_config", null},
@@ -232,17 +236,18 @@ Adapter read_peft_dir(const std::string& dir, const nn::LmConfig& c) {
   }
   // What capstep would compute differently: refused, by field.
   auto refuse_unless = [&](const std::string& f, bool ok, const std::string& why) {
-    if (j.contains(f) && !ok) throw Error(field(f) + " is " + j[f].dump() + ": " + why);
+    if (j.contains(f) && !ok) throw Error(field(f) + " is " + j.at(f).dump() + ": " + why);
   };
   auto unset = [&](const std::string& f) {
-    const nlohmann::json& v = j[f];
+    if (!j.contains(f)) return true;
+    const nlohmann::json& v = j.at(f);
     return v.is_null() || v == false || (v.is_object() && v.empty()) || (v.is_array() && v.empty());
   };
   for (const char* f : {"use_dora", "rank_pattern", "alpha_pattern", "layers_to_transform", "layers_pattern",
                         "modules_to_save", "lora_bias", "target_parameters", "trainable_token_indices",
                         "layer_replication", "exclude_modules", "use_qalora", "alora_invocation_tokens", "use_bdlora"})
     refuse_unless(f, unset(f), "capstep's LoRA has no such variant");
-  refuse_unless("bias", j["bias"] == "none", "capstep's LoRA trains no biases (bias \"none\")");
+  refuse_unless("bias", !j.contains("bias") || j.at("bias") == "none", "capstep's LoRA trains no biases (bias \"none\")");
   if (j.contains("task_type") && !j["task_type"].is_null() && j["task_type"] != "CAUSAL_LM")
     throw Error(field("task_type") + " is " + j["task_type"].dump() + "; capstep's models are CAUSAL_LM");
   if (!j.contains("target_modules")) throw Error(field("target_modules") + " is missing");
