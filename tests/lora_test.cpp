@@ -24,6 +24,7 @@
 #include "capstep/interpreter.h"
 #include "capstep/lora.h"
 #include "capstep/nn.h"
+#include "capstep/optim.h"
 #include "capstep/safetensors.h"
 #include "capstep/trace.h"
 #include "gradcheck_util.h"
@@ -481,6 +482,70 @@ TEST(Lora, Bf16BaseComputesAsRoundedWeights) {
   EXPECT_NE(error_of([&] { lora::lora(nn::lm_loss_program(k.c, DType::f64), lora::targets_for(k.c, {"q_proj"}), bad); })
                 .find("base_bf16"),
             std::string::npos);
+}
+
+// The path a training loop takes (what `capstep train` would wire): AdamW
+// over A and B only, inside the program, on the LoRA loss; the base weights
+// are inputs the step never writes. The trained adapter goes out as PEFT's
+// files and comes back with the same logits.
+TEST(Lora, TrainsTheAdapterOnlyAndExportsIt) {
+  const Case k = load("llama");
+  const std::vector<lora::Target> ts = lora::targets_for(k.c, {"q_proj", "v_proj"});
+  const lora::Options o{.r = 4, .alpha = 8};
+  const Program loss = nn::lm_loss_program(k.c);
+  lora::Adapter ad = lora::init_adapter(loss, ts, o, 1);
+  ad.target_modules = {"q_proj", "v_proj"};
+  const std::vector<std::string> wrt = lora::adapter_inputs(ts);
+  const optim::AdamW adamw{.lr = 2e-2, .weight_decay = 0};
+  const Program step = optim::with_adamw(value_and_grad(lora::lora(loss, ts, o), wrt), wrt, adamw);
+  std::map<std::string, Array> state;
+  const std::vector<std::string> names = param_names(k.c);
+  for (size_t i = 0; i < names.size(); ++i) state[names[i]] = k.model.params[i];
+  state["tokens"] = *k.golden.find("tokens");
+  state["targets"] = *k.golden.find("targets");
+  const std::vector<Array> init = ad.inputs();
+  for (size_t i = 0; i < wrt.size(); ++i) {
+    state[wrt[i]] = init[i];
+    state[optim::moment1_name(wrt[i])] = Array(init[i].type());
+    state[optim::moment2_name(wrt[i])] = Array(init[i].type());
+  }
+  host::Interpreter interp(step);
+  double first = 0, last = 0;
+  for (int64_t t = 1; t <= 15; ++t) {
+    const optim::AdamWScalars sc = optim::adamw_scalars(adamw, t);
+    const float scalars[4] = {sc.lr, sc.bc1, sc.bc2, sc.decay};
+    for (int i = 0; i < 4; ++i) state[optim::kScalarNames[i]] = Array::scalar(scalars[i]);
+    std::vector<Array> in;
+    for (const NamedValue& v : step.inputs) in.push_back(state.at(v.name));
+    const std::vector<Array> out = interp.run(in);
+    for (size_t i = 0; i < out.size(); ++i) {
+      const std::string& n = step.outputs[i].name;
+      if (n == "loss") (t == 1 ? first : last) = out[i].get(0);
+      else state[n.substr(0, n.size() - 4)] = out[i];   // "<input>.new"
+    }
+  }
+  std::printf("LoRA training on the golden batch: loss %.6f -> %.6f in 15 steps\n", first, last);
+  EXPECT_LT(last, first - 0.05);
+  for (const Alias& a : step.aliases)
+    EXPECT_EQ(std::count(names.begin(), names.end(), step.inputs[static_cast<size_t>(a.input)].name), 0)
+        << "the step updates base weight " << step.inputs[static_cast<size_t>(a.input)].name;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    ad.a[i] = state.at(lora::a_name(ts[i].name));
+    ad.b[i] = state.at(lora::b_name(ts[i].name));
+  }
+  TempDir tmp;
+  lora::write_peft_dir(tmp.file("adapter"), k.c, ad);
+  const lora::Adapter back = lora::read_peft_dir(tmp.file("adapter"), k.c);
+  auto with = [&](const lora::Adapter& x) {
+    return logits_of(k.c, k.model.params, *k.golden.find("tokens"),
+                     [&](const Program& p) { return lora::lora(p, x.targets, x.options); }, x.inputs());
+  };
+  const Array trained = with(ad);
+  EXPECT_TRUE(with(back).bit_equal(trained));
+  std::vector<Array> merged = k.model.params;
+  lora::merge(back, names, merged);
+  EXPECT_LE(max_abs_diff(logits_of(k.c, merged, *k.golden.find("tokens"), [](const Program& p) { return p; }, {}), trained),
+            1e-5);
 }
 
 // `capstep lora-merge`: the merged directory holds lora::merge's weights; an
