@@ -100,4 +100,13 @@ int run_show(const ShowArgs& a);
 int run_export(const ExportArgs& a);
 int run_export_hf(const ExportHfArgs& a);
 
+// capstep lora-merge (tools/cmd_lora.cpp): a transformers directory with a
+// PEFT LoRA adapter merged into its weights.
+struct LoraMergeArgs {
+  std::string base;                   // --base DIR (config.json, model.safetensors)
+  std::string adapter;                // --adapter DIR (adapter_config.json, adapter_model.safetensors)
+  std::string out;                    // --out DIR
+};
+int run_lora_merge(const LoraMergeArgs& a);
+
 }  // namespace capstep::cli

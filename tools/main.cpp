@@ -419,10 +419,22 @@ int main(int argc, char** argv) {
       ->required()->check(kNonEmpty);
   exp_hf->callback([&] { action = [&] { return run_export_hf(eh); }; });
 
+  // ---- lora-merge
+  LoraMergeArgs lm;
+  CLI::App* lora_merge = app.add_subcommand(
+      "lora-merge", "merge a PEFT LoRA adapter into a Hugging Face model's weights and write the merged model");
+  lora_merge->add_option("--base", lm.base, "the base model's directory (config.json, model.safetensors; GPT-2 or Llama)")
+      ->required()->check(kNonEmpty)->check(CLI::ExistingDirectory);
+  lora_merge->add_option("--adapter", lm.adapter, "the adapter's directory (adapter_config.json, adapter_model.safetensors, "
+                         "as PEFT's save_pretrained writes them)")->required()->check(kNonEmpty)->check(CLI::ExistingDirectory);
+  lora_merge->add_option("--out", lm.out, "the directory to write (made if missing; its config.json and model.safetensors replaced)")
+      ->required()->check(kNonEmpty);
+  lora_merge->callback([&] { action = [&] { return run_lora_merge(lm); }; });
+
   // CLI11 would call a misspelt subcommand "an extra argument"; name it instead.
-  const std::set<std::string> known = {"train", "sample", "bench", "show", "export", "export-hf"};
+  const std::set<std::string> known = {"train", "sample", "bench", "show", "export", "export-hf", "lora-merge"};
   if (argc > 1 && argv[1][0] != '-' && !known.count(argv[1])) {
-    std::cerr << "capstep: unknown subcommand '" << argv[1] << "'; the subcommands are train, sample, bench, show, export, export-hf\n"
+    std::cerr << "capstep: unknown subcommand '" << argv[1] << "'; the subcommands are train, sample, bench, show, export, export-hf, lora-merge\n"
               << "Run with --help for more information.\n";
     return kUsage;
   }
