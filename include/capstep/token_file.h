@@ -16,10 +16,16 @@
 //
 // A file or a glob of shards is memory-mapped read-only (MappedTokens): the
 // batches are copied out of the mapping window by window, so the process
-// never holds a copy of the file; the pages a run touches are the kernel's
-// page cache, mapped on demand (random access: no read-ahead around them).
+// never holds a copy of the file. The pages a window touches are the kernel's
+// page cache, mapped on demand (random access: no read-ahead); a kernel may
+// map a whole large folio (up to megabytes) for one window, so after every
+// kReleaseEvery windows the mapped pages are handed back to the page cache
+// (madvise MADV_DONTNEED, which keeps them cached): the resident set stays
+// within about kReleaseEvery such folios, whatever the file's size and the
+// run's length.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -70,6 +76,7 @@ std::vector<std::string> token_file_paths(const std::string& file_or_glob);
 // id's index in it and its byte offset. The same pass gives the fingerprint.
 class MappedTokens final : public TokenSource {
  public:
+  static constexpr uint64_t kReleaseEvery = 16;   // copy_to calls between releases of the mapped pages
   static std::shared_ptr<const MappedTokens> open(const std::string& file_or_glob, int64_t vocab,
                                                   TokenFileFormat format = TokenFileFormat::automatic);
   ~MappedTokens() override;
@@ -97,6 +104,8 @@ class MappedTokens final : public TokenSource {
     uint64_t count = 0;
   };
   std::vector<Shard> shards_;
+  mutable std::atomic<uint64_t> copies_{0};
+  std::unique_ptr<std::atomic<bool>[]> touched_;   // per shard, since the last release
   std::vector<TokenFileInfo> infos_;
   int64_t vocab_ = 0;
   size_t size_ = 0;

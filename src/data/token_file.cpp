@@ -182,15 +182,25 @@ std::shared_ptr<const MappedTokens> MappedTokens::open(const std::string& file_o
       // The ids of this chunk: at and the chunk's size are multiples of the
       // width past the header (the buffer is, and the header is 1024 bytes).
       const uint64_t from = std::max(at, info.offset);
-      for (uint64_t b = from; b + info.width <= at + n; b += info.width) {
+      auto id_at = [&](uint64_t b) {
         const unsigned char* p = buf.data() + (b - at);
-        const uint32_t v = info.width == 2 ? static_cast<uint32_t>(p[0] | p[1] << 8) : static_cast<uint32_t>(le32(p));
-        if (v >= static_cast<uint64_t>(vocab))
-          throw Error(quoted(path) + ": id " + std::to_string(v) + " at token " +
-                      std::to_string((b - info.offset) / info.width) + " (byte offset " + std::to_string(b) +
-                      ") is outside the model's vocabulary [0, " + std::to_string(vocab) + ")");
-        max_id = std::max(max_id, static_cast<int32_t>(v));
+        return info.width == 2 ? static_cast<uint32_t>(p[0] | p[1] << 8) : static_cast<uint32_t>(le32(p));
+      };
+      // The chunk's largest id first (a loop the compiler vectorizes); the
+      // offending id's place only when there is one.
+      uint32_t top = 0;
+      if (info.width == 2) {
+        for (uint64_t b = from; b + 2 <= at + n; b += 2) top = std::max(top, id_at(b));
+      } else {
+        for (uint64_t b = from; b + 4 <= at + n; b += 4) top = std::max(top, id_at(b));
       }
+      if (from < at + n && top >= static_cast<uint64_t>(vocab))
+        for (uint64_t b = from; b + info.width <= at + n; b += info.width)
+          if (const uint32_t v = id_at(b); v >= static_cast<uint64_t>(vocab))
+            throw Error(quoted(path) + ": id " + std::to_string(v) + " at token " +
+                        std::to_string((b - info.offset) / info.width) + " (byte offset " + std::to_string(b) +
+                        ") is outside the model's vocabulary [0, " + std::to_string(vocab) + ")");
+      if (from < at + n) max_id = std::max(max_id, static_cast<int32_t>(top));
       at += n;
     }
     const std::string fp = hex16(h);
@@ -217,6 +227,7 @@ std::shared_ptr<const MappedTokens> MappedTokens::open(const std::string& file_o
     t->infos_.push_back(std::move(info));
     if (t->infos_.size() == 1) t->fingerprint_ = fp;
   }
+  t->touched_ = std::make_unique<std::atomic<bool>[]>(t->shards_.size());
   if (t->infos_.size() > 1) {
     uint64_t h = kFnvOffset;
     for (unsigned char c : prints) h = (h ^ c) * kFnvPrime;
@@ -234,7 +245,15 @@ void MappedTokens::copy_to(size_t begin, size_t n, int32_t* out) const {
   auto it = std::upper_bound(shards_.begin(), shards_.end(), begin,
                              [](size_t v, const Shard& s) { return v < s.start; });
   size_t k = static_cast<size_t>(it - shards_.begin()) - 1;
+  if (n > 0 && (copies_.fetch_add(1, std::memory_order_relaxed) + 1) % kReleaseEvery == 0) {
+    // The pages mapped since the last release back to the page cache (see
+    // the header): the next read of them is a minor fault.
+    for (size_t j = 0; j < shards_.size(); ++j)
+      if (touched_[j].exchange(false, std::memory_order_relaxed))
+        ::madvise(shards_[j].map, shards_[j].map_bytes, MADV_DONTNEED);
+  }
   while (n > 0) {
+    touched_[k].store(true, std::memory_order_relaxed);
     const Shard& s = shards_[k++];
     const size_t from = begin - s.start;
     const size_t take = std::min<size_t>(n, s.count - from);
