@@ -314,6 +314,39 @@ TEST(TokenFile, TokenizeEqualsEncodingTheWholeText) {
   EXPECT_EQ(d.entries(), before);
 }
 
+// However many windows a run reads, the pages mapped for them stay few: a
+// kernel that maps a whole large folio for each window would otherwise map
+// most of the file (RssFile of /proc/self/status).
+TEST(TokenFile, MappedPagesStayFewWhateverTheRunsLength) {
+  TempDir d;
+  const std::string path = d.file("big.bin");
+  {
+    std::ofstream f(path, std::ios::binary);
+    const std::string block(size_t{1} << 20, '\x05');   // ids 0x0505, under 65536
+    for (int k = 0; k < 128; ++k) f << block;
+  }
+  auto rss_file_kb = [] {
+    std::ifstream f("/proc/self/status");
+    for (std::string l; std::getline(f, l);)
+      if (l.rfind("RssFile:", 0) == 0) return std::stoll(l.substr(8));
+    return -1LL;
+  };
+  const long long before = rss_file_kb();
+  if (before < 0) GTEST_SKIP() << "no RssFile in /proc/self/status";
+  auto m = data::MappedTokens::open(path, 65536);
+  uint64_t s = 3;
+  int32_t window[17];
+  long long most = 0;
+  for (int k = 0; k < 2000; ++k) {
+    m->copy_to(data::splitmix64(s) % (m->size() - 17), 17, window);
+    ASSERT_EQ(window[16], 0x0505);
+    if (k % 50 == 0) most = std::max(most, rss_file_kb() - before);
+  }
+  // 16 windows between releases, a folio of at most 2 MiB each: 32 MiB, of a
+  // 128 MiB file that 2000 windows would otherwise map nearly all of.
+  EXPECT_LT(most, 40 * 1024) << "KiB of the file mapped";
+}
+
 // A vocabulary beyond 65536 gets llm.c's uint32 layout (version 7).
 TEST(TokenFile, WriterPicksTheWidthByVocabulary) {
   TempDir d;
@@ -409,6 +442,16 @@ TEST(TokenFileCli, TokenizeThenTrainOnTheTokens) {
   a.push_back("--overwrite");
   again = run(a);
   EXPECT_EQ(again.code, 0) << again.err;
+  // --val-tokens: validation on those ids, no share held out (the CLI's
+  // default --val-fraction 0.1 yields to it); with --val-fraction: refused.
+  std::vector<std::string> v = {"train", "--tokenizer", "byte", "--tokens", d.file("t.bin"), "--val-tokens",
+                                d.file("t.bin")};
+  v.insert(v.end(), model.begin(), model.end());
+  const Outcome rv = run(v);
+  ASSERT_EQ(rv.code, 0) << rv.err;
+  EXPECT_THAT(rv.out, ::testing::HasSubstr("validation loss"));
+  v.insert(v.end(), {"--val-fraction", "0.2"});
+  EXPECT_EQ(run(v).code, 2);
   // --tokens with --text; a byte id over the char tokenizer's 64.
   std::vector<std::string> both = {"train", "--tokens", d.file("t.bin"), "--text", text};
   EXPECT_EQ(run(both).code, 2);

@@ -308,6 +308,9 @@ int run_train(TrainArgs a) {
     a.model.config.vocab = data::Tokenizer::parse(o.tokenizer).vocab();   // the model's vocabulary is the tokenizer's
     o.model = a.model.checked();
   }
+  // --val-tokens is the validation data: no share of the training ids is
+  // held out then, unless --val-fraction is given too (refused below).
+  if (!o.val_tokens_path.empty() && !a.val_fraction_given) o.val_fraction = 0;
   try {
     o.validate();
   } catch (const Error& e) {
