@@ -460,3 +460,40 @@ TEST(TokenFileCli, TokenizeThenTrainOnTheTokens) {
   EXPECT_THAT(wide.err, ::testing::HasSubstr("'" + d.file("t.bin") + "': id"));
   EXPECT_THAT(wide.err, ::testing::HasSubstr("[0, 64)"));
 }
+
+// The tokenizer of a Hugging Face directory or of a checkpoint
+// (--tokenizer-from); a run on token files resumed without --tokens takes the
+// checkpoint's files, and sample decodes with its tokenizer.
+TEST(TokenFileCli, TokenizerFromAndResume) {
+  NEED_BINARY();
+  TempDir d;
+  const std::string text = some_text(80);
+  const std::string in = d.write("t.txt", text);
+  Outcome t = run({"tokenize", "--text", in, "--out", d.file("g.bin"), "--tokenizer-from", golden_dir("gpt2-bpe")});
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_THAT(t.out, ::testing::HasSubstr("bytelevel-bpe:400"));
+  const data::Tokenizer gpt2 = data::Tokenizer::from_bytelevel(slurp(golden_dir("gpt2-bpe") + "/tokenizer.json"));
+  auto g = data::MappedTokens::open(d.file("g.bin"), gpt2.vocab());
+  std::vector<int32_t> back(g->size());
+  g->copy_to(0, back.size(), back.data());
+  EXPECT_EQ(back, gpt2.encode(text).to_vector());
+
+  t = run({"tokenize", "--text", in, "--out", d.file("b.bin"), "--tokenizer", "byte"});
+  ASSERT_EQ(t.code, 0) << t.err;
+  const std::vector<std::string> model = {"--layers", "1", "--d-model", "32", "--heads", "2", "--d-ff", "32",
+                                          "--batch", "2", "--seq", "8", "--no-progress"};
+  std::vector<std::string> a = {"train", "--tokenizer", "byte", "--tokens", d.file("b.bin"), "--steps", "2", "--save",
+                                d.file("c.st")};
+  a.insert(a.end(), model.begin(), model.end());
+  ASSERT_EQ(run(a).code, 0);
+  // The checkpoint's tokenizer (byte) encodes as --tokenizer byte does.
+  t = run({"tokenize", "--text", in, "--out", d.file("c.bin"), "--tokenizer-from", d.file("c.st")});
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_EQ(slurp(d.file("c.bin")), slurp(d.file("b.bin")));
+  const Outcome r = run({"train", "--resume", d.file("c.st"), "--steps", "3", "--no-progress"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("note: the token files '" + d.file("b.bin") + "' come from the checkpoint"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("trained steps 3..3"));
+  const Outcome s = run({"sample", "--checkpoint", d.file("c.st"), "--tokens", "5"});
+  EXPECT_EQ(s.code, 0) << s.err;
+}
