@@ -5,6 +5,7 @@
 // the same name, so that export is one op to one op.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -18,7 +19,18 @@ namespace capstep {
 enum class DType : uint8_t { f32, f64, i32, i1, bf16 };
 
 const char* dtype_name(DType d);             // "f32", "f64", "i32", "i1", "bf16"
-size_t dtype_size(DType d);                  // bytes per element (i1 stored as 1 byte)
+// Bytes per element (i1 stored as 1 byte). Inline, so that a unit built on
+// its own (the safetensors fuzz target) needs no other source file for it.
+constexpr size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::i32: return 4;
+    case DType::i1: return 1;
+    case DType::bf16: return 2;
+  }
+  return 0;
+}
 bool is_float(DType d);                      // f32, f64, bf16
 DType parse_dtype(const std::string& s);     // throws on unknown
 

@@ -18,17 +18,6 @@ const char* dtype_name(DType d) {
   return "?";
 }
 
-size_t dtype_size(DType d) {
-  switch (d) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::i32: return 4;
-    case DType::i1: return 1;
-    case DType::bf16: return 2;
-  }
-  return 0;
-}
-
 bool is_float(DType d) { return d == DType::f32 || d == DType::f64 || d == DType::bf16; }
 
 DType parse_dtype(const std::string& s) {
