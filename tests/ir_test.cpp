@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "capstep/ir.h"
@@ -43,6 +44,62 @@ TEST(Ir, PrimitiveTableIsComplete) {
     if (op == Op::concatenate) EXPECT_EQ(op_arity(op), -1);
     else EXPECT_GE(op_arity(op), 0) << op_name(op);
   }
+}
+
+// The table's columns and the lookups derived from them, against the sets
+// the switches they replaced wrote out.
+TEST(Ir, PrimitiveTableTraits) {
+  const std::vector<Op> elementwise = {Op::add,   Op::subtract, Op::multiply, Op::divide,  Op::maximum,
+                                       Op::negate, Op::exponential, Op::log,  Op::tanh,    Op::rsqrt,
+                                       Op::sqrt,  Op::compare,  Op::select,   Op::convert};
+  const std::vector<Op> given = {Op::constant, Op::iota, Op::convert, Op::broadcast_in_dim, Op::reshape};
+  const std::vector<Op> free = {Op::constant, Op::iota, Op::reshape};
+  auto in = [](const std::vector<Op>& v, Op op) { return std::find(v.begin(), v.end(), op) != v.end(); };
+  int unary = 0, binary = 0;
+  for (int i = 0; i < kNumOps; ++i) {
+    const Op op = static_cast<Op>(i);
+    EXPECT_EQ(is_elementwise(op), in(elementwise, op)) << op_name(op);
+    EXPECT_EQ(has_given_type(op), in(given, op)) << op_name(op);
+    EXPECT_EQ(op_fuse(op) == OpFuse::free, in(free, op)) << op_name(op);
+    // fusion: the loop members are the elementwise ops, broadcast_in_dim and transpose
+    EXPECT_EQ(op_fuse(op) == OpFuse::elementwise, is_elementwise(op)) << op_name(op);
+    EXPECT_EQ(op_fuse(op) == OpFuse::strided, op == Op::broadcast_in_dim || op == Op::transpose) << op_name(op);
+    EXPECT_EQ(op_fuse(op) == OpFuse::reduce, op == Op::reduce_sum || op == Op::reduce_max) << op_name(op);
+    EXPECT_EQ(op_fuse(op) == OpFuse::gather, op == Op::gather_rows) << op_name(op);
+    EXPECT_EQ(op_fuse(op) == OpFuse::gemm, op == Op::dot_general) << op_name(op);
+    EXPECT_EQ(op_kind(op) == OpKind::source, op_arity(op) == 0) << op_name(op);
+    if (op_kind(op) == OpKind::unary) {
+      ++unary;
+      EXPECT_EQ(op_arity(op), 1);
+      EXPECT_EQ(op_of(unary_op(op)), op);
+    }
+    if (op_kind(op) == OpKind::binary) {
+      ++binary;
+      EXPECT_EQ(op_arity(op), 2);
+      EXPECT_EQ(op_of(binary_op(op)), op);
+    }
+    // the StableHLO op: stablehlo.NAME for the ops lowered one to one
+    const char* hlo = op_stablehlo_name(op);
+    if (op_kind(op) == OpKind::composite) EXPECT_EQ(hlo, nullptr) << op_name(op);
+    else if (op == Op::reduce_sum || op == Op::reduce_max) EXPECT_STREQ(hlo, "stablehlo.reduce");
+    else if (op == Op::gather_rows) EXPECT_STREQ(hlo, "stablehlo.gather");
+    else if (op == Op::scatter_add_rows) EXPECT_STREQ(hlo, "stablehlo.scatter");
+    else EXPECT_EQ(std::string(hlo ? hlo : ""), std::string("stablehlo.") + op_name(op));
+    // every op whose type is given has a branch of its own in check_type:
+    // infer_type refuses it by name
+    if (has_given_type(op)) {
+      try {
+        infer_type(op, std::vector<Type>(static_cast<size_t>(op_arity(op)), f32({2})), Attrs{});
+        ADD_FAILURE() << op_name(op) << ": inferred a type it should be given";
+      } catch (const Error& e) {
+        EXPECT_THAT(e.what(), HasSubstr("give its type")) << op_name(op);
+      }
+    }
+  }
+  EXPECT_EQ(unary, 6);
+  EXPECT_EQ(binary, 5);
+  static_assert(op_kind(Op::tanh) == OpKind::unary && is_elementwise(Op::select) && !is_elementwise(Op::reshape),
+                "the lookups are constexpr");
 }
 
 TEST(Ir, DotGeneralShapeRule) {

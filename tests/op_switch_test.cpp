@@ -2,7 +2,14 @@
 // a primitive added to CAPSTEP_PRIMITIVES without a decision in each switch
 // fails to build. A `default:` in such a switch would silently give the new
 // primitive that branch; this test scans src/, tools/ and examples/ for one.
+// Switches that only ask "is it one of these?" read the table's columns
+// instead (op_kind, op_fuse, ...): the count of `case Op::` labels under src/
+// is held under a ceiling, so that they do not grow back.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
 
 #include <filesystem>
 #include <fstream>
@@ -119,6 +126,40 @@ TEST(OpSwitch, NoDefaultInASwitchOverOp) {
     }
   }
   EXPECT_GT(files, 50);
+}
+
+// The number of `case Op::` texts in the files under src/, as
+// `grep -o 'case Op::' -r src | wc -l` counts them. The exhaustive switches
+// are the ops' own code (shape rule, VJP, kernels, lowering); a unary or
+// binary primitive's case comes from its sub-table (CAPSTEP_CASE_OP).
+constexpr int kCaseOpCeiling = 300;
+
+TEST(OpSwitch, CaseLabelsUnderTheCeiling) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(source_dir()) / "src";
+  ASSERT_TRUE(fs::exists(root)) << root;
+  int total = 0;
+  std::vector<std::pair<int, std::string>> per_file;
+  for (const auto& f : fs::recursive_directory_iterator(root)) {
+    if (!f.is_regular_file()) continue;
+    std::ifstream in(f.path(), std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string text = ss.str();
+    int n = 0;
+    for (size_t at = text.find("case Op::"); at != std::string::npos; at = text.find("case Op::", at + 9)) ++n;
+    total += n;
+    if (n > 0) per_file.emplace_back(n, fs::relative(f.path(), root).string());
+  }
+  std::sort(per_file.rbegin(), per_file.rend());
+  std::string listing;
+  for (const auto& [n, name] : per_file) listing += "  " + std::to_string(n) + " src/" + name + "\n";
+  std::printf("[op switch] %d `case Op::` labels under src/ (ceiling %d)\n%s", total, kCaseOpCeiling, listing.c_str());
+  EXPECT_LE(total, kCaseOpCeiling) << "`case Op::` labels under src/:\n"
+                                   << listing
+                                   << "a switch that only sorts ops into \"this one\" and \"not this one\" "
+                                      "should read the primitive table (op_kind, op_fuse, is_elementwise, ...)";
+  EXPECT_GT(total, 0);
 }
 
 }  // namespace

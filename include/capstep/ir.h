@@ -5,6 +5,7 @@
 // the same name, so that export is one op to one op.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -18,7 +19,18 @@ namespace capstep {
 enum class DType : uint8_t { f32, f64, i32, i1, bf16 };
 
 const char* dtype_name(DType d);             // "f32", "f64", "i32", "i1", "bf16"
-size_t dtype_size(DType d);                  // bytes per element (i1 stored as 1 byte)
+// Bytes per element (i1 stored as 1 byte). Inline, so that a unit built on
+// its own (the safetensors fuzz target) needs no other source file for it.
+constexpr size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::i32: return 4;
+    case DType::i1: return 1;
+    case DType::bf16: return 2;
+  }
+  return 0;
+}
 bool is_float(DType d);                      // f32, f64, bf16
 DType parse_dtype(const std::string& s);     // throws on unknown
 
@@ -45,58 +57,164 @@ void validate_type(const Type& t, const std::string& what);
 // ---- the single table of primitives -----------------------------------------
 // Adding a primitive here without its shape rule, VJP, host kernel, CUDA kernel
 // and StableHLO lowering is a compile error (-Werror=switch on every switch over
-// Op, none of which has a default).
+// Op, none of which has a default). Every other property of an op is a column
+// of this table, read through the lookups below (op_kind, op_fuse, ...), so
+// that code which only asks "is it one of these?" needs no switch.
 //
-//   X(enum name, text name, number of operands)
-#define CAPSTEP_PRIMITIVES(X)                                                  \
-  X(constant, "constant", 0)                                                   \
-  X(iota, "iota", 0)                                                           \
-  X(add, "add", 2)                                                             \
-  X(subtract, "subtract", 2)                                                   \
-  X(multiply, "multiply", 2)                                                   \
-  X(divide, "divide", 2)                                                       \
-  X(maximum, "maximum", 2)                                                     \
-  X(negate, "negate", 1)                                                       \
-  X(exponential, "exponential", 1)                                             \
-  X(log, "log", 1)                                                             \
-  X(tanh, "tanh", 1)                                                           \
-  X(rsqrt, "rsqrt", 1)                                                         \
-  X(sqrt, "sqrt", 1)                                                           \
-  X(compare, "compare", 2)                                                     \
-  X(select, "select", 3)                                                       \
-  X(convert, "convert", 1)                                                     \
-  X(broadcast_in_dim, "broadcast_in_dim", 1)                                   \
-  X(reshape, "reshape", 1)                                                     \
-  X(transpose, "transpose", 1)                                                 \
-  X(dot_general, "dot_general", 2)                                             \
-  X(reduce_sum, "reduce_sum", 1)                                               \
-  X(reduce_max, "reduce_max", 1)                                               \
-  X(gather_rows, "gather_rows", 2)                                             \
-  X(scatter_add_rows, "scatter_add_rows", 3)                                   \
-  X(attention, "attention", 3)                                                 \
-  X(attention_grad, "attention_grad", 5)                                       \
-  X(adamw, "adamw", 8)                                                         \
-  X(all_reduce, "all_reduce", 1)                                               \
-  X(slice, "slice", 1)                                                         \
-  X(pad, "pad", 1)                                                             \
-  X(concatenate, "concatenate", -1)
+//   X(enum name, text name, number of operands, kind (OpKind), fusion role
+//     (OpFuse), result type given in the equation (has_given_type), the
+//     StableHLO op it lowers to (nullptr: a composite, expanded before export))
+//
+// A unary or binary elementwise primitive's formula is capstep::scalar::NAME
+// (src/ir/scalar_math.h, shared by the host kernels and the generated CUDA
+// source); its row goes in CAPSTEP_UNARY_OPS / CAPSTEP_BINARY_OPS, which the
+// switches that dispatch on the formula expand into one case per row. So a new
+// one is written in: this table (its row and its semantics below),
+// src/ir/scalar_math.h (the formula), src/autodiff/vjp_rules.cpp (its VJP),
+// src/backend/host/loop_jit.cpp (its AVX2 instructions, or none: a switch over
+// UnaryOp / BinaryOp), include/capstep/trace.h and src/trace/elementwise.cpp
+// (the capture function); a binary one also in
+// src/backend/host/kernels_elementwise.cpp (int_NAME: its i32 rule). The shape
+// rule (src/ir/infer.cpp: same types, no i1; unary: float only), the host and
+// CUDA kernels, the generated CUDA source, the StableHLO writer and reader
+// take it from the sub-table.
+#define CAPSTEP_BINARY_OPS(X)                                                    \
+  X(add, "add", 2, binary, elementwise, false, "stablehlo.add")                  \
+  X(subtract, "subtract", 2, binary, elementwise, false, "stablehlo.subtract")   \
+  X(multiply, "multiply", 2, binary, elementwise, false, "stablehlo.multiply")   \
+  X(divide, "divide", 2, binary, elementwise, false, "stablehlo.divide")         \
+  X(maximum, "maximum", 2, binary, elementwise, false, "stablehlo.maximum")
+#define CAPSTEP_UNARY_OPS(X)                                                            \
+  X(negate, "negate", 1, unary, elementwise, false, "stablehlo.negate")                 \
+  X(exponential, "exponential", 1, unary, elementwise, false, "stablehlo.exponential")  \
+  X(log, "log", 1, unary, elementwise, false, "stablehlo.log")                          \
+  X(tanh, "tanh", 1, unary, elementwise, false, "stablehlo.tanh")                       \
+  X(rsqrt, "rsqrt", 1, unary, elementwise, false, "stablehlo.rsqrt")                    \
+  X(sqrt, "sqrt", 1, unary, elementwise, false, "stablehlo.sqrt")
+#define CAPSTEP_PRIMITIVES(X)                                                                         \
+  X(constant, "constant", 0, source, free, true, "stablehlo.constant")                                \
+  X(iota, "iota", 0, source, free, true, "stablehlo.iota")                                            \
+  CAPSTEP_BINARY_OPS(X)                                                                               \
+  CAPSTEP_UNARY_OPS(X)                                                                                \
+  X(compare, "compare", 2, compare, elementwise, false, "stablehlo.compare")                          \
+  X(select, "select", 3, select, elementwise, false, "stablehlo.select")                              \
+  X(convert, "convert", 1, convert, elementwise, true, "stablehlo.convert")                           \
+  X(broadcast_in_dim, "broadcast_in_dim", 1, layout, strided, true, "stablehlo.broadcast_in_dim")     \
+  X(reshape, "reshape", 1, layout, free, true, "stablehlo.reshape")                                   \
+  X(transpose, "transpose", 1, layout, strided, false, "stablehlo.transpose")                         \
+  X(dot_general, "dot_general", 2, contraction, gemm, false, "stablehlo.dot_general")                 \
+  X(reduce_sum, "reduce_sum", 1, reduction, reduce, false, "stablehlo.reduce")                          \
+  X(reduce_max, "reduce_max", 1, reduction, reduce, false, "stablehlo.reduce")                          \
+  X(gather_rows, "gather_rows", 2, gather_scatter, gather, false, "stablehlo.gather")                 \
+  X(scatter_add_rows, "scatter_add_rows", 3, gather_scatter, none, false, "stablehlo.scatter")        \
+  X(attention, "attention", 3, composite, none, false, nullptr)                                       \
+  X(attention_grad, "attention_grad", 5, composite, none, false, nullptr)                             \
+  X(adamw, "adamw", 8, composite, none, false, nullptr)                                               \
+  X(all_reduce, "all_reduce", 1, collective, none, false, "stablehlo.all_reduce")                     \
+  X(slice, "slice", 1, layout, none, false, "stablehlo.slice")                                        \
+  X(pad, "pad", 1, layout, none, false, "stablehlo.pad")                                              \
+  X(concatenate, "concatenate", -1, layout, none, false, "stablehlo.concatenate")
+
+// One `case Op::NAME:` per row it is given: CAPSTEP_UNARY_OPS(CAPSTEP_CASE_OP)
+// is the case list of every unary primitive, checked by -Werror=switch as if
+// each were written out.
+#define CAPSTEP_CASE_OP(name, ...) case Op::name:
 
 enum class Op : uint8_t {
-#define CAPSTEP_X(name, text, arity) name,
+#define CAPSTEP_X(name, ...) name,
   CAPSTEP_PRIMITIVES(CAPSTEP_X)
 #undef CAPSTEP_X
 };
 constexpr int kNumOps = 0
-#define CAPSTEP_X(name, text, arity) +1
+#define CAPSTEP_X(name, ...) +1
     CAPSTEP_PRIMITIVES(CAPSTEP_X)
 #undef CAPSTEP_X
     ;
+
+// What the code branches on: the kind of computation an op is.
+enum class OpKind : uint8_t {
+  source,          // constant, iota: no operands
+  unary,           // CAPSTEP_UNARY_OPS: out[i] = scalar::NAME(a[i])
+  binary,          // CAPSTEP_BINARY_OPS: out[i] = scalar::NAME(a[i], b[i])
+  compare,         // elementwise, i1 result
+  select,          // elementwise, i1 predicate
+  convert,         // elementwise, another dtype
+  layout,          // moves or copies elements: broadcast_in_dim, reshape, transpose, slice, pad, concatenate
+  contraction,     // dot_general
+  reduction,       // reduce_sum, reduce_max
+  gather_scatter,  // gather_rows, scatter_add_rows
+  composite,       // attention, attention_grad, adamw: expanded before StableHLO export
+  collective,      // all_reduce
+};
+// How an op takes part in a fused group (backend/plan/fusion.cpp).
+enum class OpFuse : uint8_t {
+  none,         // never a group member: a kernel of its own
+  free,         // no kernel at all (filled once, or a view): constant, iota, reshape
+  elementwise,  // a loop/row/col group member, computed at the element it writes
+  strided,      // a loop group member reading its operand at other indices (broadcast_in_dim, transpose)
+  gather,       // a loop group member of the output's geometry (gather_rows)
+  reduce,       // a row/col group's reduction (reduce_sum, reduce_max)
+  gemm,         // a gemm group with an elementwise epilogue (dot_general)
+};
+
+namespace op_table {
+#define CAPSTEP_X(name, text, arity, kind, fuse, given, hlo) OpKind::kind,
+inline constexpr OpKind kKind[] = {CAPSTEP_PRIMITIVES(CAPSTEP_X)};
+#undef CAPSTEP_X
+#define CAPSTEP_X(name, text, arity, kind, fuse, given, hlo) OpFuse::fuse,
+inline constexpr OpFuse kFuse[] = {CAPSTEP_PRIMITIVES(CAPSTEP_X)};
+#undef CAPSTEP_X
+#define CAPSTEP_X(name, text, arity, kind, fuse, given, hlo) given,
+inline constexpr bool kGivenType[] = {CAPSTEP_PRIMITIVES(CAPSTEP_X)};
+#undef CAPSTEP_X
+#define CAPSTEP_X(name, text, arity, kind, fuse, given, hlo) hlo,
+inline constexpr const char* kStablehlo[] = {CAPSTEP_PRIMITIVES(CAPSTEP_X)};
+#undef CAPSTEP_X
+}  // namespace op_table
 
 const char* op_name(Op op);
 // The number of operands; -1: any number from 1 up (concatenate).
 int op_arity(Op op);
 Op parse_op(const std::string& s);            // throws on unknown
-bool is_elementwise(Op op);                    // add..convert (same-shape operands)
+constexpr OpKind op_kind(Op op) { return op_table::kKind[static_cast<size_t>(op)]; }
+constexpr OpFuse op_fuse(Op op) { return op_table::kFuse[static_cast<size_t>(op)]; }
+// The StableHLO op a primitive lowers to (reduce_*: stablehlo.reduce with an
+// add or max body); nullptr for the composites (attention, attention_grad,
+// adamw), which export expands first.
+constexpr const char* op_stablehlo_name(Op op) { return op_table::kStablehlo[static_cast<size_t>(op)]; }
+// add..convert: unary, binary, compare, select, convert (same-shape operands)
+constexpr bool is_elementwise(Op op) {
+  const OpKind k = op_kind(op);
+  return k == OpKind::unary || k == OpKind::binary || k == OpKind::compare || k == OpKind::select ||
+         k == OpKind::convert;
+}
+
+// The unary and binary primitives as enums of their own, in table order, so
+// that a switch over just them is exhaustive (the CUDA launchers take them).
+enum class UnaryOp : uint8_t {
+#define CAPSTEP_X(name, ...) name,
+  CAPSTEP_UNARY_OPS(CAPSTEP_X)
+#undef CAPSTEP_X
+};
+enum class BinaryOp : uint8_t {
+#define CAPSTEP_X(name, ...) name,
+  CAPSTEP_BINARY_OPS(CAPSTEP_X)
+#undef CAPSTEP_X
+};
+// Each sub-table is one run of the main table (the conversions below subtract).
+#define CAPSTEP_X(name, ...) \
+  static_assert(static_cast<int>(Op::name) - static_cast<int>(Op::negate) == static_cast<int>(UnaryOp::name));
+CAPSTEP_UNARY_OPS(CAPSTEP_X)
+#undef CAPSTEP_X
+#define CAPSTEP_X(name, ...) \
+  static_assert(static_cast<int>(Op::name) - static_cast<int>(Op::add) == static_cast<int>(BinaryOp::name));
+CAPSTEP_BINARY_OPS(CAPSTEP_X)
+#undef CAPSTEP_X
+// Requires op_kind(op) == OpKind::unary (resp. binary).
+constexpr UnaryOp unary_op(Op op) { return static_cast<UnaryOp>(static_cast<int>(op) - static_cast<int>(Op::negate)); }
+constexpr BinaryOp binary_op(Op op) { return static_cast<BinaryOp>(static_cast<int>(op) - static_cast<int>(Op::add)); }
+constexpr Op op_of(UnaryOp u) { return static_cast<Op>(static_cast<int>(Op::negate) + static_cast<int>(u)); }
+constexpr Op op_of(BinaryOp b) { return static_cast<Op>(static_cast<int>(Op::add) + static_cast<int>(b)); }
 
 enum class Cmp : uint8_t { EQ, NE, LT, LE, GT, GE };
 const char* cmp_name(Cmp c);                   // "EQ", ...
@@ -243,7 +361,7 @@ class Error : public std::runtime_error {
 // equation (has_given_type: constant, iota, convert, broadcast_in_dim, reshape)
 // cannot be inferred: build them with Program::add_eqn_typed.
 Type infer_type(Op op, const std::vector<Type>& operands, const Attrs& attrs);
-bool has_given_type(Op op);
+constexpr bool has_given_type(Op op) { return op_table::kGivenType[static_cast<size_t>(op)]; }
 // The axes of an operand of rank `rank` that are neither batch nor contracting
 // dims of a dot_general, in order: its "free" axes, which appear in the result
 // after the batch dims (lhs free, then rhs free).

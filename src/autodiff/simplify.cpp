@@ -83,12 +83,7 @@ Program simplify(const Program& p) {
       // Everything else is kept as it is.
       case Op::iota:
       case Op::maximum:
-      case Op::negate:
-      case Op::exponential:
-      case Op::log:
-      case Op::tanh:
-      case Op::rsqrt:
-      case Op::sqrt:
+      CAPSTEP_UNARY_OPS(CAPSTEP_CASE_OP)
       case Op::compare:
       case Op::dot_general:
       case Op::reduce_sum:

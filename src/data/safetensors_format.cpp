@@ -22,17 +22,6 @@ using json = nlohmann::json;
 
 [[noreturn]] void fail(const std::string& msg) { throw Error(msg); }
 
-size_t element_size(DType d) {
-  switch (d) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::i32: return 4;
-    case DType::i1: return 1;
-    case DType::bf16: return 2;
-  }
-  return 0;
-}
-
 std::string shape_text(const Shape& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) {
@@ -110,9 +99,9 @@ TensorEntry parse_entry(const std::string& name, const json& info) {
     else if (count > kMaxCount / n) overflow = true;
     else count *= n;
   }
-  if (overflow || (!empty && count > std::numeric_limits<uint64_t>::max() / element_size(e.dtype)))
+  if (overflow || (!empty && count > std::numeric_limits<uint64_t>::max() / dtype_size(e.dtype)))
     fail(where + ": shape " + shape_text(e.shape) + " is too large to address");
-  const uint64_t bytes = empty ? 0 : count * element_size(e.dtype);
+  const uint64_t bytes = empty ? 0 : count * dtype_size(e.dtype);
 
   const json& off = info.at("data_offsets");
   if (!off.is_array() || off.size() != 2) fail(where + ": data_offsets must be [begin, end], not " + brief(off));

@@ -102,26 +102,8 @@ void append_element_bytes(DType d, double v, std::string& out) {
 }
 
 const char* simple_op_name(Op op) {
-  switch (op) {
-    case Op::add: return "stablehlo.add";
-    case Op::subtract: return "stablehlo.subtract";
-    case Op::multiply: return "stablehlo.multiply";
-    case Op::divide: return "stablehlo.divide";
-    case Op::maximum: return "stablehlo.maximum";
-    case Op::negate: return "stablehlo.negate";
-    case Op::exponential: return "stablehlo.exponential";
-    case Op::log: return "stablehlo.log";
-    case Op::tanh: return "stablehlo.tanh";
-    case Op::rsqrt: return "stablehlo.rsqrt";
-    case Op::sqrt: return "stablehlo.sqrt";
-    case Op::constant: case Op::iota: case Op::compare: case Op::select: case Op::convert:
-    case Op::broadcast_in_dim: case Op::reshape: case Op::transpose: case Op::dot_general:
-    case Op::reduce_sum: case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows:
-    case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce: case Op::slice: case Op::pad:
-    case Op::concatenate:
-      return nullptr;
-  }
-  return nullptr;
+  const OpKind k = op_kind(op);
+  return k == OpKind::unary || k == OpKind::binary ? op_stablehlo_name(op) : nullptr;
 }
 
 const char* compare_type(DType d) {

@@ -329,13 +329,15 @@ class Reader {
   }
 
   void pretty(const std::string& name, ParsedOp& p) {
-    static const std::map<std::string, Op> simple = {
-        {"stablehlo.add", Op::add},         {"stablehlo.subtract", Op::subtract},
-        {"stablehlo.multiply", Op::multiply}, {"stablehlo.divide", Op::divide},
-        {"stablehlo.maximum", Op::maximum}, {"stablehlo.negate", Op::negate},
-        {"stablehlo.exponential", Op::exponential}, {"stablehlo.log", Op::log},
-        {"stablehlo.tanh", Op::tanh},       {"stablehlo.rsqrt", Op::rsqrt},
-        {"stablehlo.sqrt", Op::sqrt}};
+    // the unary and binary primitives, by their StableHLO op (the table's column)
+    static const std::map<std::string, Op> simple = [] {
+      std::map<std::string, Op> m;
+#define CAPSTEP_X(name, ...) m.emplace(op_stablehlo_name(Op::name), Op::name);
+      CAPSTEP_BINARY_OPS(CAPSTEP_X)
+      CAPSTEP_UNARY_OPS(CAPSTEP_X)
+#undef CAPSTEP_X
+      return m;
+    }();
     if (auto it = simple.find(name); it != simple.end()) {
       p.op = it->second;
       p.operands = operand_list(static_cast<size_t>(op_arity(p.op)));

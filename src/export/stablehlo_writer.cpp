@@ -190,8 +190,8 @@ class Writer {
       case Op::iota:
         o_ << lhs << "stablehlo.iota dim = " << e.attrs.axis << " : " << ty(e.out) << "\n";
         return;
-      case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
-      case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
+      CAPSTEP_BINARY_OPS(CAPSTEP_CASE_OP)
+      CAPSTEP_UNARY_OPS(CAPSTEP_CASE_OP)
         o_ << lhs << simple_op_name(e.op) << " " << operands(e) << " : " << ty(e.out) << "\n";
         return;
       case Op::compare:

@@ -77,16 +77,14 @@ Type infer_type(Op op, const std::vector<Type>& ts, const Attrs& at) {
       // Their type is given, not inferred; check_type checks it.
       fail(op, ts, "has no operands to infer a type from; give its type");
 
-    case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum: {
+    CAPSTEP_BINARY_OPS(CAPSTEP_CASE_OP) {
       if (ts[0] != ts[1]) fail(op, ts, "operand types differ");
       if (ts[0].dtype == DType::i1) fail(op, ts, "is not defined on i1");
       return ts[0];
     }
-    case Op::negate:
-      if (ts[0].dtype == DType::i1) fail(op, ts, "is not defined on i1");
-      return ts[0];
-    case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
-      require_float(op, ts, ts[0]);
+    CAPSTEP_UNARY_OPS(CAPSTEP_CASE_OP)
+      if (op != Op::negate) require_float(op, ts, ts[0]);  // negate: also i32
+      else if (ts[0].dtype == DType::i1) fail(op, ts, "is not defined on i1");
       return ts[0];
     case Op::compare:
       if (ts[0] != ts[1]) fail(op, ts, "operand types differ");
@@ -329,8 +327,8 @@ void check_type(Op op, const std::vector<Type>& ts, const Attrs& at, const Type&
         fail(op, ts, "result " + out.str() + " has " + std::to_string(out.numel()) + " elements, operand has " +
                          std::to_string(ts[0].numel()));
       return;
-    case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
-    case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
+    CAPSTEP_BINARY_OPS(CAPSTEP_CASE_OP)
+    CAPSTEP_UNARY_OPS(CAPSTEP_CASE_OP)
     case Op::compare: case Op::select: case Op::transpose: case Op::dot_general: case Op::reduce_sum:
     case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows: case Op::attention:
     case Op::attention_grad: case Op::adamw: case Op::all_reduce: case Op::slice: case Op::pad: case Op::concatenate: {
@@ -339,11 +337,6 @@ void check_type(Op op, const std::vector<Type>& ts, const Attrs& at, const Type&
       return;
     }
   }
-}
-
-bool has_given_type(Op op) {
-  return op == Op::constant || op == Op::iota || op == Op::convert || op == Op::broadcast_in_dim ||
-         op == Op::reshape;
 }
 
 }  // namespace capstep

@@ -92,8 +92,8 @@ std::string eqn_text(const Program& p, const Eqn& e) {
       in << "lhs_batch=" << list(a.lhs_batch) << ", rhs_batch=" << list(a.rhs_batch)
          << ", lhs_contract=" << list(a.lhs_contract) << ", rhs_contract=" << list(a.rhs_contract);
       break;
-    case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
-    case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
+    CAPSTEP_BINARY_OPS(CAPSTEP_CASE_OP)
+    CAPSTEP_UNARY_OPS(CAPSTEP_CASE_OP)
     case Op::select: case Op::convert: case Op::reshape: case Op::gather_rows: case Op::scatter_add_rows:
     case Op::attention: case Op::all_reduce:
       break;

@@ -1,5 +1,6 @@
 // Element types, shapes and the primitive table's names.
 #include <cstring>
+#include <iterator>
 #include <sstream>
 
 #include "capstep/ir.h"
@@ -15,17 +16,6 @@ const char* dtype_name(DType d) {
     case DType::bf16: return "bf16";
   }
   return "?";
-}
-
-size_t dtype_size(DType d) {
-  switch (d) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::i32: return 4;
-    case DType::i1: return 1;
-    case DType::bf16: return 2;
-  }
-  return 0;
 }
 
 bool is_float(DType d) { return d == DType::f32 || d == DType::f64 || d == DType::bf16; }
@@ -66,49 +56,31 @@ std::string shape_str(const Shape& s) {
 
 std::string Type::str() const { return std::string(dtype_name(dtype)) + shape_str(shape); }
 
-const char* op_name(Op op) {
-  switch (op) {
-#define CAPSTEP_X(name, text, arity) \
-  case Op::name:                     \
-    return text;
-    CAPSTEP_PRIMITIVES(CAPSTEP_X)
+namespace {
+#define CAPSTEP_X(name, text, ...) text,
+constexpr const char* kOpNames[] = {CAPSTEP_PRIMITIVES(CAPSTEP_X)};
 #undef CAPSTEP_X
-  }
-  return "?";
+#define CAPSTEP_X(name, text, arity, ...) arity,
+constexpr int kOpArity[] = {CAPSTEP_PRIMITIVES(CAPSTEP_X)};
+#undef CAPSTEP_X
+}  // namespace
+
+const char* op_name(Op op) {
+  const auto i = static_cast<size_t>(op);
+  return i < std::size(kOpNames) ? kOpNames[i] : "?";
 }
 
 int op_arity(Op op) {
-  switch (op) {
-#define CAPSTEP_X(name, text, arity) \
-  case Op::name:                     \
-    return arity;
-    CAPSTEP_PRIMITIVES(CAPSTEP_X)
-#undef CAPSTEP_X
-  }
-  return -1;
+  const auto i = static_cast<size_t>(op);
+  return i < std::size(kOpArity) ? kOpArity[i] : -1;
 }
 
 Op parse_op(const std::string& s) {
-#define CAPSTEP_X(name, text, arity) \
+#define CAPSTEP_X(name, text, ...) \
   if (s == text) return Op::name;
   CAPSTEP_PRIMITIVES(CAPSTEP_X)
 #undef CAPSTEP_X
   throw Error("unknown primitive \"" + s + "\"");
-}
-
-bool is_elementwise(Op op) {
-  switch (op) {
-    case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
-    case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt:
-    case Op::sqrt: case Op::compare: case Op::select: case Op::convert:
-      return true;
-    case Op::constant: case Op::iota: case Op::broadcast_in_dim: case Op::reshape:
-    case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
-    case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce:
-    case Op::slice: case Op::pad: case Op::concatenate:
-      return false;
-  }
-  return false;
 }
 
 static const char* const kCmpNames[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};

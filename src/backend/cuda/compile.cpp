@@ -13,47 +13,6 @@
 #include "capstep/array.h"
 
 namespace capstep::cuda {
-namespace {
-
-// Exhaustive, with no default: a new primitive must be placed here, or the
-// build fails (-Werror=switch); one that is not unary / binary is an Error,
-// never another op's kernel.
-k::Unary unary_of(Op op, const std::string& what) {
-  switch (op) {
-    case Op::negate: return k::Unary::negate;
-    case Op::exponential: return k::Unary::exponential;
-    case Op::log: return k::Unary::log;
-    case Op::tanh: return k::Unary::tanh;
-    case Op::rsqrt: return k::Unary::rsqrt;
-    case Op::sqrt: return k::Unary::sqrt;
-    case Op::constant: case Op::iota: case Op::add: case Op::subtract: case Op::multiply: case Op::divide:
-    case Op::maximum: case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
-    case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
-    case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce:
-    case Op::slice: case Op::pad: case Op::concatenate:
-      break;
-  }
-  throw Error(what + ": " + op_name(op) + " has no unary elementwise kernel");
-}
-
-k::Binary binary_of(Op op, const std::string& what) {
-  switch (op) {
-    case Op::add: return k::Binary::add;
-    case Op::subtract: return k::Binary::subtract;
-    case Op::multiply: return k::Binary::multiply;
-    case Op::divide: return k::Binary::divide;
-    case Op::maximum: return k::Binary::maximum;
-    case Op::constant: case Op::iota: case Op::negate: case Op::exponential: case Op::log: case Op::tanh:
-    case Op::rsqrt: case Op::sqrt: case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
-    case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
-    case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce:
-    case Op::slice: case Op::pad: case Op::concatenate:
-      break;
-  }
-  throw Error(what + ": " + op_name(op) + " has no binary elementwise kernel");
-}
-
-}  // namespace
 
 void Executable::Impl::fill_statics() {
   for (int d = 0; d < static_cast<int>(prog.eqns.size()); ++d) {
@@ -144,14 +103,14 @@ void Executable::Impl::add_single_launch(const plan::Item& item) {
       case Op::iota:
       case Op::reshape:
         break;  // statics filled once; a reshape is a view of its operand
-      case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum: {
-        const k::Binary f = binary_of(e.op, what);
+      CAPSTEP_BINARY_OPS(CAPSTEP_CASE_OP) {
+        const k::Binary f = binary_op(e.op);
         const DType t = ot.dtype;
         kernel([=] { return k::binary(*st, f, t, in[0], in[1], out, n); });
         break;
       }
-      case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt: {
-        const k::Unary f = unary_of(e.op, what);
+      CAPSTEP_UNARY_OPS(CAPSTEP_CASE_OP) {
+        const k::Unary f = unary_op(e.op);
         const DType t = ot.dtype;
         kernel([=] { return k::unary(*st, f, t, in[0], out, n); });
         break;

@@ -30,8 +30,9 @@ struct DeviceError {
 // Whether this build carries a kernel image the current device can run.
 cudaError_t probe_kernel_image();
 
-enum class Unary : int { negate, exponential, log, tanh, rsqrt, sqrt };
-enum class Binary : int { add, subtract, multiply, divide, maximum };
+// The primitive table's sub-enums (CAPSTEP_UNARY_OPS, CAPSTEP_BINARY_OPS).
+using Unary = capstep::UnaryOp;
+using Binary = capstep::BinaryOp;
 
 cudaError_t unary(cudaStream_t s, Unary f, DType t, const void* a, void* out, int64_t n);
 cudaError_t binary(cudaStream_t s, Binary f, DType t, const void* a, const void* b, void* out, int64_t n);

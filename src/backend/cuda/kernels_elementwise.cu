@@ -44,13 +44,11 @@ __global__ void k_unary(const T* a, T* out, int64_t n) {
   CAPSTEP_GRID_LOOP(i, n) {
     const R x = widen(a[i]);
     R y;
-    if constexpr (F == static_cast<int>(Unary::negate)) y = scalar::negate<R>(x);
-    else if constexpr (F == static_cast<int>(Unary::exponential)) y = scalar::exponential<R>(x);
-    else if constexpr (F == static_cast<int>(Unary::log)) y = scalar::log<R>(x);
-    else if constexpr (F == static_cast<int>(Unary::tanh)) y = scalar::tanh<R>(x);
-    else if constexpr (F == static_cast<int>(Unary::rsqrt)) y = scalar::rsqrt<R>(x);
-    else if constexpr (F == static_cast<int>(Unary::sqrt)) y = scalar::sqrt<R>(x);
-    else static_assert(F != F, "a Unary without a kernel");
+    // one `if constexpr` per row of CAPSTEP_UNARY_OPS: F's scalar::NAME
+#define CAPSTEP_X(name, ...) \
+  if constexpr (F == static_cast<int>(Unary::name)) y = scalar::name<R>(x);
+    CAPSTEP_UNARY_OPS(CAPSTEP_X)
+#undef CAPSTEP_X
     out[i] = narrow<T>(y);
   }
 }
@@ -61,12 +59,11 @@ __global__ void k_binary(const T* a, const T* b, T* out, int64_t n) {
   CAPSTEP_GRID_LOOP(i, n) {
     const R x = widen(a[i]), y = widen(b[i]);
     R z;
-    if constexpr (F == static_cast<int>(Binary::add)) z = scalar::add<R>(x, y);
-    else if constexpr (F == static_cast<int>(Binary::subtract)) z = scalar::subtract<R>(x, y);
-    else if constexpr (F == static_cast<int>(Binary::multiply)) z = scalar::multiply<R>(x, y);
-    else if constexpr (F == static_cast<int>(Binary::divide)) z = scalar::divide<R>(x, y);
-    else if constexpr (F == static_cast<int>(Binary::maximum)) z = scalar::maximum<R>(x, y);
-    else static_assert(F != F, "a Binary without a kernel");
+    // one `if constexpr` per row of CAPSTEP_BINARY_OPS: F's scalar::NAME
+#define CAPSTEP_X(name, ...) \
+  if constexpr (F == static_cast<int>(Binary::name)) z = scalar::name<R>(x, y);
+    CAPSTEP_BINARY_OPS(CAPSTEP_X)
+#undef CAPSTEP_X
     out[i] = narrow<T>(z);
   }
 }
@@ -111,12 +108,10 @@ cudaError_t launch_unary(cudaStream_t s, Unary f, const void* a, void* out, int6
   T* y = static_cast<T*>(out);
   const unsigned g = blocks_for(n);
   switch (f) {
-    case Unary::negate: k_unary<T, 0><<<g, kThreads, 0, s>>>(x, y, n); break;
-    case Unary::exponential: k_unary<T, 1><<<g, kThreads, 0, s>>>(x, y, n); break;
-    case Unary::log: k_unary<T, 2><<<g, kThreads, 0, s>>>(x, y, n); break;
-    case Unary::tanh: k_unary<T, 3><<<g, kThreads, 0, s>>>(x, y, n); break;
-    case Unary::rsqrt: k_unary<T, 4><<<g, kThreads, 0, s>>>(x, y, n); break;
-    case Unary::sqrt: k_unary<T, 5><<<g, kThreads, 0, s>>>(x, y, n); break;
+#define CAPSTEP_X(name, ...) \
+  case Unary::name: k_unary<T, static_cast<int>(Unary::name)><<<g, kThreads, 0, s>>>(x, y, n); break;
+    CAPSTEP_UNARY_OPS(CAPSTEP_X)
+#undef CAPSTEP_X
   }
   return cudaGetLastError();
 }
@@ -128,11 +123,10 @@ cudaError_t launch_binary(cudaStream_t s, Binary f, const void* a, const void* b
   T* z = static_cast<T*>(out);
   const unsigned g = blocks_for(n);
   switch (f) {
-    case Binary::add: k_binary<T, 0><<<g, kThreads, 0, s>>>(x, y, z, n); break;
-    case Binary::subtract: k_binary<T, 1><<<g, kThreads, 0, s>>>(x, y, z, n); break;
-    case Binary::multiply: k_binary<T, 2><<<g, kThreads, 0, s>>>(x, y, z, n); break;
-    case Binary::divide: k_binary<T, 3><<<g, kThreads, 0, s>>>(x, y, z, n); break;
-    case Binary::maximum: k_binary<T, 4><<<g, kThreads, 0, s>>>(x, y, z, n); break;
+#define CAPSTEP_X(name, ...) \
+  case Binary::name: k_binary<T, static_cast<int>(Binary::name)><<<g, kThreads, 0, s>>>(x, y, z, n); break;
+    CAPSTEP_BINARY_OPS(CAPSTEP_X)
+#undef CAPSTEP_X
   }
   return cudaGetLastError();
 }

@@ -185,9 +185,8 @@ bool host_fusable(const Program& p, const plan::Group& g, const std::vector<Step
       if (const size_t w = dtype_size(p.type(v).dtype); w != 1 && w != 4 && w != 8) return no("element width");
     if (const size_t w = dtype_size(p.type(e.out).dtype); w != 1 && w != 4 && w != 8) return no("element width");
     if (is_elementwise(e.op)) continue;
-    switch (e.op) {
-      case Op::broadcast_in_dim:
-      case Op::transpose: {
+    switch (op_fuse(e.op)) {
+      case OpFuse::strided: {  // broadcast_in_dim, transpose
         if (!st.fn || !mine[static_cast<size_t>(e.inputs[0])]) continue;  // an alias, or a strided read from outside
         const int64_t n_in = p.type(e.inputs[0]).numel();
         if (e.op == Op::broadcast_in_dim && g.kind == GroupKind::row && n_in == g.rows && n_out == N &&
@@ -195,8 +194,7 @@ bool host_fusable(const Program& p, const plan::Group& g, const std::vector<Step
           continue;
         return no("reads a member's value at other indices");
       }
-      case Op::reduce_sum:
-      case Op::reduce_max: {
+      case OpFuse::reduce: {  // reduce_sum, reduce_max
         const Type& in = p.type(e.inputs[0]);
         if (in.dtype != DType::f32 && in.dtype != DType::f64 && in.dtype != DType::i32) return no("reduce dtype");
         if (in.numel() != N || n_out != small) return no("reduce geometry");
@@ -205,12 +203,7 @@ bool host_fusable(const Program& p, const plan::Group& g, const std::vector<Step
         if (!ok) return no("reduce axes");
         continue;
       }
-      case Op::constant: case Op::iota: case Op::add: case Op::subtract: case Op::multiply:
-      case Op::divide: case Op::maximum: case Op::negate: case Op::exponential: case Op::log:
-      case Op::tanh: case Op::rsqrt: case Op::sqrt: case Op::compare: case Op::select:
-      case Op::convert: case Op::reshape: case Op::dot_general: case Op::gather_rows:
-      case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce:
-      case Op::slice: case Op::pad: case Op::concatenate:
+      case OpFuse::none: case OpFuse::free: case OpFuse::elementwise: case OpFuse::gather: case OpFuse::gemm:
         return no(std::string(op_name(e.op)) + " in a group");
     }
   }
@@ -512,9 +505,8 @@ FusedGroup build_fused_group(const FusedGroupSource& src) {
     for (int k = 0; k < m.nin; ++k) m.in[k] = operand(e.inputs[static_cast<size_t>(k)]);
     m.dtype = p.type(e.out).dtype;
     m.op = e.op;
-    switch (e.op) {
-      case Op::broadcast_in_dim:
-      case Op::transpose:
+    switch (op_fuse(e.op)) {
+      case OpFuse::strided:  // broadcast_in_dim, transpose
         if (e.op == Op::broadcast_in_dim && g.kind == GroupKind::row && p.type(e.inputs[0]).numel() == g.rows &&
             p.type(e.out).numel() == g.numel && row_broadcast(p, e)) {
           m.kind = FusedMember::Kind::row_bcast;
@@ -524,8 +516,7 @@ FusedGroup build_fused_group(const FusedGroupSource& src) {
           m.view = st.view;
         }
         break;
-      case Op::reduce_sum:
-      case Op::reduce_max:
+      case OpFuse::reduce:  // reduce_sum, reduce_max
         m.max = e.op == Op::reduce_max;
         m.cols = g.cols;
         if (g.kind == GroupKind::row) {
@@ -544,12 +535,7 @@ FusedGroup build_fused_group(const FusedGroupSource& src) {
           m.kind = FusedMember::Kind::reduce_col;
         }
         break;
-      case Op::constant: case Op::iota: case Op::add: case Op::subtract: case Op::multiply:
-      case Op::divide: case Op::maximum: case Op::negate: case Op::exponential: case Op::log:
-      case Op::tanh: case Op::rsqrt: case Op::sqrt: case Op::compare: case Op::select:
-      case Op::convert: case Op::reshape: case Op::dot_general: case Op::gather_rows:
-      case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce:
-      case Op::slice: case Op::pad: case Op::concatenate:
+      case OpFuse::none: case OpFuse::free: case OpFuse::elementwise: case OpFuse::gather: case OpFuse::gemm:
         m.kind = FusedMember::Kind::kernel;
         m.step = st;
         m.step.in[0] = 0;

@@ -176,20 +176,9 @@ struct InPlaceOperands {
   int first = 0, count = 0;
 };
 InPlaceOperands in_place_operands(Op op) {
-  switch (op) {
-    case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
-      return {0, 2};
-    case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
-    case Op::all_reduce:
-      return {0, 1};
-    case Op::select:
-      return {1, 2};
-    case Op::constant: case Op::iota: case Op::compare: case Op::convert: case Op::broadcast_in_dim:
-    case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
-    case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw:
-    case Op::slice: case Op::pad: case Op::concatenate:
-      break;
-  }
+  if (op_kind(op) == OpKind::binary) return {0, 2};
+  if (op_kind(op) == OpKind::unary || op == Op::all_reduce) return {0, 1};
+  if (op == Op::select) return {1, 2};
   return {};
 }
 
@@ -698,11 +687,11 @@ void Interpreter::Impl::plan_steps(Build& b) {
       case Op::constant:
       case Op::iota:
         break;
-      case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
-        s.fn = binary_kernel(e.op, t.dtype);
+      CAPSTEP_BINARY_OPS(CAPSTEP_CASE_OP)
+        s.fn = binary_kernel(binary_op(e.op), t.dtype);
         break;
-      case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt:
-        s.fn = unary_kernel(e.op, t.dtype);
+      CAPSTEP_UNARY_OPS(CAPSTEP_CASE_OP)
+        s.fn = unary_kernel(unary_op(e.op), t.dtype);
         break;
       case Op::compare:
         s.fn = compare_kernel(e.attrs.cmp, prog.type(e.inputs[0]).dtype);

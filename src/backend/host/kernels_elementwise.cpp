@@ -38,6 +38,7 @@ inline int32_t int_subtract(int32_t a, int32_t b) {
 inline int32_t int_multiply(int32_t a, int32_t b) {
   return static_cast<int32_t>(static_cast<uint32_t>(a) * static_cast<uint32_t>(b));
 }
+inline int32_t int_maximum(int32_t a, int32_t b) { return scalar::maximum<int32_t>(a, b); }
 inline int32_t int_negate(int32_t a) { return static_cast<int32_t>(0u - static_cast<uint32_t>(a)); }
 
 template <class T, T (*F)(T, T)>
@@ -181,70 +182,36 @@ Kernel compare_dir(Cmp c) {
 
 }  // namespace
 
-Kernel binary_kernel(Op op, DType t) {
-#define CAPSTEP_FLOAT_BINARY(F)                                    \
-  if (t == DType::f32) return &k_binary<float, &scalar::F<float>>;   \
-  if (t == DType::f64) return &k_binary<double, &scalar::F<double>>; \
-  if (t == DType::bf16) return &k_binary_bf16<&scalar::F<float>>;
+// One case per row of the sub-table, each calling that op's scalar::NAME.
+Kernel binary_kernel(BinaryOp op, DType t) {
   switch (op) {
-    case Op::add:
-      CAPSTEP_FLOAT_BINARY(add)
-      if (t == DType::i32) return &k_binary<int32_t, &int_add>;
-      break;
-    case Op::subtract:
-      CAPSTEP_FLOAT_BINARY(subtract)
-      if (t == DType::i32) return &k_binary<int32_t, &int_subtract>;
-      break;
-    case Op::multiply:
-      CAPSTEP_FLOAT_BINARY(multiply)
-      if (t == DType::i32) return &k_binary<int32_t, &int_multiply>;
-      break;
-    case Op::divide:
-      CAPSTEP_FLOAT_BINARY(divide)
-      if (t == DType::i32) return &k_binary<int32_t, &int_divide>;
-      break;
-    case Op::maximum:
-      CAPSTEP_FLOAT_BINARY(maximum)
-      if (t == DType::i32) return &k_binary<int32_t, &scalar::maximum<int32_t>>;
-      break;
-    case Op::constant: case Op::iota: case Op::negate: case Op::exponential: case Op::log:
-    case Op::tanh: case Op::rsqrt: case Op::sqrt: case Op::compare: case Op::select:
-    case Op::convert: case Op::broadcast_in_dim: case Op::reshape: case Op::transpose:
-    case Op::dot_general: case Op::reduce_sum: case Op::reduce_max: case Op::gather_rows:
-    case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce:
-    case Op::slice: case Op::pad: case Op::concatenate:
-      break;
+#define CAPSTEP_X(name, ...)                                                       \
+  case BinaryOp::name:                                                             \
+    if (t == DType::f32) return &k_binary<float, &scalar::name<float>>;            \
+    if (t == DType::f64) return &k_binary<double, &scalar::name<double>>;          \
+    if (t == DType::bf16) return &k_binary_bf16<&scalar::name<float>>;             \
+    if (t == DType::i32) return &k_binary<int32_t, &int_##name>; /* XLA i32 rules */ \
+    break;
+    CAPSTEP_BINARY_OPS(CAPSTEP_X)
+#undef CAPSTEP_X
   }
-#undef CAPSTEP_FLOAT_BINARY
-  no_kernel(op_name(op), t);
+  no_kernel(op_name(op_of(op)), t);
 }
 
-Kernel unary_kernel(Op op, DType t) {
-#define CAPSTEP_FLOAT_UNARY(F)                                     \
-  if (t == DType::f32) return &k_unary<float, &scalar::F<float>>;   \
-  if (t == DType::f64) return &k_unary<double, &scalar::F<double>>; \
-  if (t == DType::bf16) return &k_unary_bf16<&scalar::F<float>>;
+// f32 tanh and exponential: scalar_math.h's branch-free formulas, which vectorise.
+Kernel unary_kernel(UnaryOp op, DType t) {
   switch (op) {
-    case Op::negate:
-      CAPSTEP_FLOAT_UNARY(negate)
-      if (t == DType::i32) return &k_unary<int32_t, &int_negate>;
-      break;
-    case Op::exponential: CAPSTEP_FLOAT_UNARY(exponential) break;
-    case Op::log: CAPSTEP_FLOAT_UNARY(log) break;
-    case Op::tanh:
-      CAPSTEP_FLOAT_UNARY(tanh)  // f32: scalar_math.h's branch-free formula, which vectorises
-      break;
-    case Op::rsqrt: CAPSTEP_FLOAT_UNARY(rsqrt) break;
-    case Op::sqrt: CAPSTEP_FLOAT_UNARY(sqrt) break;
-    case Op::constant: case Op::iota: case Op::add: case Op::subtract: case Op::multiply:
-    case Op::divide: case Op::maximum: case Op::compare: case Op::select: case Op::convert:
-    case Op::broadcast_in_dim: case Op::reshape: case Op::transpose: case Op::dot_general:
-    case Op::reduce_sum: case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows:
-    case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce: case Op::slice: case Op::pad:
-    case Op::concatenate: break;
+#define CAPSTEP_X(name, ...)                                                \
+  case UnaryOp::name:                                                       \
+    if (t == DType::f32) return &k_unary<float, &scalar::name<float>>;      \
+    if (t == DType::f64) return &k_unary<double, &scalar::name<double>>;    \
+    if (t == DType::bf16) return &k_unary_bf16<&scalar::name<float>>;       \
+    if (t == DType::i32 && op == UnaryOp::negate) return &k_unary<int32_t, &int_negate>; \
+    break;
+    CAPSTEP_UNARY_OPS(CAPSTEP_X)
+#undef CAPSTEP_X
   }
-#undef CAPSTEP_FLOAT_UNARY
-  no_kernel(op_name(op), t);
+  no_kernel(op_name(op_of(op)), t);
 }
 
 Kernel compare_kernel(Cmp c, DType t) {

@@ -295,21 +295,26 @@ bool Code::build(const JitLoop& lp) {
       d = alloc();
       if (d < 0) return false;
     }
-    switch (s.op) {
-      case Op::exponential:
-      case Op::tanh: break;
-      case Op::add: vaddps(Ymm(d), Ymm(ra), Ymm(rb)); break;
-      case Op::subtract: vsubps(Ymm(d), Ymm(ra), Ymm(rb)); break;
-      case Op::multiply: vmulps(Ymm(d), Ymm(ra), Ymm(rb)); break;
-      case Op::divide: vdivps(Ymm(d), Ymm(ra), Ymm(rb)); break;
-      case Op::negate: vxorps(Ymm(d), Ymm(ra), Ymm(sign)); break;  // the sign bit flipped, as -x
+    if (op_kind(s.op) == OpKind::binary) {
+      switch (binary_op(s.op)) {
+        case BinaryOp::add: vaddps(Ymm(d), Ymm(ra), Ymm(rb)); break;
+        case BinaryOp::subtract: vsubps(Ymm(d), Ymm(ra), Ymm(rb)); break;
+        case BinaryOp::multiply: vmulps(Ymm(d), Ymm(ra), Ymm(rb)); break;
+        case BinaryOp::divide: vdivps(Ymm(d), Ymm(ra), Ymm(rb)); break;
+        case BinaryOp::maximum: vmovaps(Ymm(d), Ymm(ra)); break;  // operands() is 0: build() refused it
+      }
+    } else if (op_kind(s.op) == OpKind::unary) {
+      switch (unary_op(s.op)) {
+        case UnaryOp::exponential:
+        case UnaryOp::tanh: break;
+        case UnaryOp::negate: vxorps(Ymm(d), Ymm(ra), Ymm(sign)); break;  // the sign bit flipped, as -x
+        case UnaryOp::log: case UnaryOp::rsqrt: case UnaryOp::sqrt:
+          vmovaps(Ymm(d), Ymm(ra));  // operands() is 0: build() refused them
+          break;
+      }
+    } else {
       // broadcast_in_dim: a copy, to be stored; operands() is 0 for the rest, so build() refused them
-      case Op::constant: case Op::iota: case Op::maximum: case Op::log: case Op::rsqrt:
-      case Op::sqrt: case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
-      case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum:
-      case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows: case Op::attention:
-      case Op::attention_grad: case Op::adamw: case Op::all_reduce: case Op::slice: case Op::pad:
-      case Op::concatenate: vmovaps(Ymm(d), Ymm(ra)); break;
+      vmovaps(Ymm(d), Ymm(ra));
     }
     const int v = nin + i;
     for (int p : stores[static_cast<size_t>(v)]) vmovups(ptr[gprs[gpr[static_cast<size_t>(p)]] + rax], Ymm(d));
@@ -376,22 +381,24 @@ std::unique_ptr<JitCode> jit_compile(const JitLoop&) { return nullptr; }
 #endif
 
 int jit_operands(Op op) {
-  switch (op) {
-    case Op::add:
-    case Op::subtract:
-    case Op::multiply:
-    case Op::divide: return 2;
-    case Op::negate:
-    case Op::exponential:
-    case Op::tanh: return 1;
-    case Op::constant: case Op::iota: case Op::maximum: case Op::log: case Op::rsqrt: case Op::sqrt:
-    case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
-    case Op::reshape: case Op::transpose: case Op::dot_general: case Op::reduce_sum:
-    case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows: case Op::attention:
-    case Op::attention_grad: case Op::adamw: case Op::all_reduce: case Op::slice: case Op::pad:
-    case Op::concatenate: return 0;
+  if (op_kind(op) == OpKind::binary) {
+    switch (binary_op(op)) {
+      case BinaryOp::add:
+      case BinaryOp::subtract:
+      case BinaryOp::multiply:
+      case BinaryOp::divide: return 2;
+      case BinaryOp::maximum: return 0;
+    }
   }
-  return 0;  // a value outside the table
+  if (op_kind(op) == OpKind::unary) {
+    switch (unary_op(op)) {
+      case UnaryOp::negate:
+      case UnaryOp::exponential:
+      case UnaryOp::tanh: return 1;
+      case UnaryOp::log: case UnaryOp::rsqrt: case UnaryOp::sqrt: return 0;
+    }
+  }
+  return 0;  // no other kind compiles
 }
 
 std::string host_loops_line(const InterpreterOptions& o) {

@@ -118,8 +118,8 @@ struct Step {
 
 // ---- kernel choice, one function per family; each throws Error for a dtype
 // combination it has no kernel for (the verifier should have refused it).
-Kernel binary_kernel(Op op, DType t);      // add subtract multiply divide maximum
-Kernel unary_kernel(Op op, DType t);       // negate exponential log tanh rsqrt sqrt
+Kernel binary_kernel(BinaryOp op, DType t);  // CAPSTEP_BINARY_OPS
+Kernel unary_kernel(UnaryOp op, DType t);    // CAPSTEP_UNARY_OPS
 Kernel compare_kernel(Cmp c, DType t);
 Kernel select_kernel(DType t);
 Kernel convert_kernel(DType from, DType to);

@@ -122,25 +122,15 @@ Plan plan_memory(const Program& p, const PlanOptions& opt) {
       x.root = v[static_cast<size_t>(e.inputs[0])].root;
       continue;
     }
-    switch (e.op) {
-      case Op::constant: case Op::iota:
-        x.home = Home::statics;
-        x.loc = {Space::statics, plan.statics_bytes};
-        plan.statics_bytes += align_up(x.bytes);
-        break;
-      case Op::reshape:
-        x.home = Home::view;
-        x.root = v[static_cast<size_t>(e.inputs[0])].root;
-        break;
-      // every other op computes into a buffer of its own
-      case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum:
-      case Op::negate: case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt:
-      case Op::sqrt: case Op::compare: case Op::select: case Op::convert: case Op::broadcast_in_dim:
-      case Op::transpose: case Op::dot_general: case Op::reduce_sum: case Op::reduce_max:
-      case Op::gather_rows: case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw:
-      case Op::all_reduce: case Op::slice: case Op::pad: case Op::concatenate:
-        x.home = Home::arena;
-        break;
+    if (op_kind(e.op) == OpKind::source) {  // constant, iota
+      x.home = Home::statics;
+      x.loc = {Space::statics, plan.statics_bytes};
+      plan.statics_bytes += align_up(x.bytes);
+    } else if (e.op == Op::reshape) {
+      x.home = Home::view;
+      x.root = v[static_cast<size_t>(e.inputs[0])].root;
+    } else {
+      x.home = Home::arena;  // every other op computes into a buffer of its own
     }
   }
 

@@ -19,8 +19,9 @@
 namespace capstep::plan {
 namespace {
 
-bool loop_op(Op op) { return is_elementwise(op) || op == Op::broadcast_in_dim || op == Op::transpose; }
-bool is_free(Op op) { return op == Op::constant || op == Op::iota || op == Op::reshape; }
+// The fusion roles are the primitive table's column (OpFuse).
+bool loop_op(Op op) { return op_fuse(op) == OpFuse::elementwise || op_fuse(op) == OpFuse::strided; }
+bool is_free(Op op) { return op_fuse(op) == OpFuse::free; }
 
 // Beyond this size a warp per row (row groups) leaves the device idle: such
 // reductions stay single kernels. Col groups take any number of rows (their
@@ -37,7 +38,7 @@ struct Geometry {
 
 // A reduction over trailing axes (row) or leading axes (col) that fuses.
 Geometry reduce_geometry(const Program& p, const Eqn& e) {
-  if (e.op != Op::reduce_sum && e.op != Op::reduce_max) return {};
+  if (op_fuse(e.op) != OpFuse::reduce) return {};
   const Shape& in = p.type(e.inputs[0]).shape;
   const int64_t n = p.type(e.inputs[0]).numel(), s = p.type(e.out).numel();
   const int rank = static_cast<int>(in.size());
@@ -54,7 +55,7 @@ Geometry reduce_geometry(const Program& p, const Eqn& e) {
 }
 
 Geometry eqn_geometry(const Program& p, const Eqn& e) {
-  if (loop_op(e.op) || e.op == Op::gather_rows) return {Geo::loop, p.type(e.out).numel(), 0};
+  if (loop_op(e.op) || op_fuse(e.op) == OpFuse::gather) return {Geo::loop, p.type(e.out).numel(), 0};
   return reduce_geometry(p, e);
 }
 

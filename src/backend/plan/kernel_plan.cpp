@@ -74,9 +74,9 @@ void single_items(const Program& p, const std::vector<GemmLayout>& gemm, const s
   switch (e.op) {
     case Op::constant: case Op::iota: case Op::reshape:
       return;  // filled once, or a view
-    case Op::add: case Op::subtract: case Op::multiply: case Op::divide: case Op::maximum: case Op::negate:
-    case Op::exponential: case Op::log: case Op::tanh: case Op::rsqrt: case Op::sqrt: case Op::compare:
-    case Op::select:
+    CAPSTEP_BINARY_OPS(CAPSTEP_CASE_OP)
+    CAPSTEP_UNARY_OPS(CAPSTEP_CASE_OP)
+    case Op::compare: case Op::select:
       add(ItemKind::elementwise, name + " " + ot.str());
       return;
     case Op::convert:

@@ -87,26 +87,16 @@ std::string literal(DType t, double v) {
   throw Error(std::string("CUDA kernel generator: no literal of ") + dtype_name(t));
 }
 
+// The formula of a unary or binary primitive: capstep::scalar::NAME (the
+// enum name, the table's rule); nullptr for the others.
+#define CAPSTEP_X(name, ...) #name,
+constexpr const char* kUnaryFn[] = {CAPSTEP_UNARY_OPS(CAPSTEP_X)};
+constexpr const char* kBinaryFn[] = {CAPSTEP_BINARY_OPS(CAPSTEP_X)};
+#undef CAPSTEP_X
 const char* scalar_fn(Op op) {
-  switch (op) {
-    case Op::add: return "add";
-    case Op::subtract: return "subtract";
-    case Op::multiply: return "multiply";
-    case Op::divide: return "divide";
-    case Op::maximum: return "maximum";
-    case Op::negate: return "negate";
-    case Op::exponential: return "exponential";
-    case Op::log: return "log";
-    case Op::tanh: return "tanh";
-    case Op::rsqrt: return "rsqrt";
-    case Op::sqrt: return "sqrt";
-    case Op::constant: case Op::iota: case Op::compare: case Op::select: case Op::convert:
-    case Op::broadcast_in_dim: case Op::reshape: case Op::transpose: case Op::dot_general:
-    case Op::reduce_sum: case Op::reduce_max: case Op::gather_rows: case Op::scatter_add_rows:
-    case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce: case Op::slice: case Op::pad:
-    case Op::concatenate: return nullptr;
-  }
-  return nullptr;  // a value outside the table
+  if (op_kind(op) == OpKind::unary) return kUnaryFn[static_cast<size_t>(unary_op(op))];
+  if (op_kind(op) == OpKind::binary) return kBinaryFn[static_cast<size_t>(binary_op(op))];
+  return nullptr;
 }
 
 // bf16 in the generated kernels, as ir/bf16.h stores it on the host: the top
@@ -383,9 +373,9 @@ class Emitter {
           expr = v;
           break;
         }
-        case Op::constant: case Op::iota: case Op::add: case Op::subtract: case Op::multiply:
-        case Op::divide: case Op::maximum: case Op::negate: case Op::exponential: case Op::log:
-        case Op::tanh: case Op::rsqrt: case Op::sqrt: case Op::reduce_sum: case Op::reduce_max:
+        CAPSTEP_BINARY_OPS(CAPSTEP_CASE_OP)  // scalar_fn above
+        CAPSTEP_UNARY_OPS(CAPSTEP_CASE_OP)
+        case Op::constant: case Op::iota: case Op::reduce_sum: case Op::reduce_max:
         case Op::scatter_add_rows: case Op::attention: case Op::attention_grad: case Op::adamw: case Op::all_reduce:
         case Op::slice: case Op::pad: case Op::concatenate:
           throw Error("kernel source: " + std::string(op_name(e.op)) + " cannot be computed elementwise in " + k_.name);
