@@ -9,11 +9,13 @@
 //   build/bench_bf16_step f32 [steps] [threads]    # threads: 2 by default
 //   build/bench_bf16_step bf16 [steps] [threads]
 //
-// Prints the GEMM line, each step's wall time and the median (after one
-// warm-up step). bench/torch_jax_step.py --run torch --gpt2-124m --autocast-bf16
+// Prints the GEMM line, each step's wall time and the process's CPU time
+// (all threads; on a machine that other work keeps busy the CPU time moves
+// less than the wall time), and their medians (after one warm-up step). bench/torch_jax_step.py --run torch --gpt2-124m --autocast-bf16
 // times PyTorch on the same model.
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -79,16 +81,26 @@ int main(int argc, char** argv) {
   in.push_back(&targets);
   for (Array& x : scalars) in.push_back(&x);
   int cur = 0;
-  std::vector<double> ms;
+  auto cpu_ms = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+  };
+  std::vector<double> ms, cpu;
   for (int s = 0; s <= steps; ++s) {
     for (size_t j = 0; j < 3 * np; ++j) in[j] = &state[cur][1 + j];
     const auto t0 = Clock::now();
+    const double c0 = cpu_ms();
     it.run(in, state[1 - cur]);
-    const double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), ct = cpu_ms() - c0;
     cur = 1 - cur;
-    std::printf("step %d: %.0f ms, loss %.4f%s\n", s, t, state[cur][0].get(0), s == 0 ? " (warm-up)" : "");
-    if (s > 0) ms.push_back(t);
+    std::printf("step %d: %.0f ms, CPU %.0f ms, loss %.4f%s\n", s, t, ct, state[cur][0].get(0),
+                s == 0 ? " (warm-up)" : "");
+    if (s > 0) ms.push_back(t), cpu.push_back(ct);
   }
   std::sort(ms.begin(), ms.end());
-  if (!ms.empty()) std::printf("median step (%s, %d threads, of %zu): %.0f ms\n", prec.c_str(), threads, ms.size(), ms[ms.size() / 2]);
+  std::sort(cpu.begin(), cpu.end());
+  if (!ms.empty())
+    std::printf("median step (%s, %d threads, of %zu): %.0f ms, CPU %.0f ms\n", prec.c_str(), threads, ms.size(),
+                ms[ms.size() / 2], cpu[cpu.size() / 2]);
 }
