@@ -383,7 +383,8 @@ const Dnnl& dnnl() {
                              std::to_string(v->patch);
     // oneDNN's own choice, which DNNL_MAX_CPU_ISA can lower (scripts/test-kernel-sets does).
     if ((static_cast<unsigned>(isa()) & kDnnlIsaAvx512Bf16) != kDnnlIsaAvx512Bf16) {
-      r.about = "bf16 GEMMs in f32 on widened operands (" + name + " runs no bf16 kernels here: DNNL_MAX_CPU_ISA?)";
+      r.about = "bf16 GEMMs in f32 on widened operands (" + name +
+                " runs below AVX512_BF16 here, as DNNL_MAX_CPU_ISA can ask)";
       return r;
     }
     r.gemm = gemm;
