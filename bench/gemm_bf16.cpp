@@ -6,16 +6,20 @@
 // is how the host's bf16 GEMM library was chosen (gemm.h). One thread.
 //
 //   g++ -O2 -std=c++20 -I/usr/include/x86_64-linux-gnu/openblas-pthread bench/gemm_bf16.cpp \
-//       -lopenblas -ldnnl -o /tmp/gemm_bf16
+//       -lopenblas -ldnnl /usr/lib/libxsmm.a /usr/lib/libxsmmnoblas.a -lrt -ldl -lpthread -o /tmp/gemm_bf16
 //   OPENBLAS_CORETYPE=Cooperlake OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /tmp/gemm_bf16
 //
-// (Debian 12: libopenblas-dev, libdnnl-dev.) Debian's OpenBLAS 0.3.21 is
-// built without BUILD_BFLOAT16: it has no cblas_sbgemm (nm -D shows none), so
-// it is not in the table. Columns: us per GEMM (median of 7) for OpenBLAS
-// sgemm, oneDNN sgemm, oneDNN gemm_bf16bf16f32 (dnnl_gemm_bf16bf16f32,
-// exported by libdnnl 2.6 though not in its header), and the step's total
-// weighted by each shape's count; each bf16 result is checked against an f64
-// product of the same bf16 operands.
+// (Debian 12: libopenblas-dev, libdnnl-dev, libxsmm-dev.) Debian's OpenBLAS
+// 0.3.21 is built without BUILD_BFLOAT16: it has no cblas_sbgemm (nm -D shows
+// none), so it is not in the table. Columns: us per GEMM (median of 7) for
+// OpenBLAS sgemm, oneDNN sgemm, oneDNN gemm_bf16bf16f32
+// (dnnl_gemm_bf16bf16f32, exported by libdnnl 2.6 though not in its header),
+// libxsmm 1.17's bf16 JIT (libxsmm_bsmmdispatch; its bf16 kernels take their
+// first operand, our B, in the VNNI layout [K/2][N][2], made here before the
+// timing, so the copy a caller would need is not counted; no kernel for a
+// transposed operand: NN shapes only), and the step's total weighted by each
+// shape's count; each bf16 result is checked against an f64 product of the
+// same bf16 operands (the largest error as a share of sum |a b|).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -26,6 +30,7 @@
 #include <vector>
 
 #include <cblas.h>
+#include <libxsmm.h>
 #include <oneapi/dnnl/dnnl.h>
 
 extern "C" dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N, dnnl_dim_t K,
@@ -85,8 +90,10 @@ int main() {
   };
   std::printf("OpenBLAS core %s; oneDNN %d.%d.%d, isa %d\n", openblas_get_corename(), dnnl_version()->major,
               dnnl_version()->minor, dnnl_version()->patch, static_cast<int>(dnnl_get_effective_cpu_isa()));
-  std::printf("%-9s %5s %5s %6s %6s %6s %2s %2s %11s %11s %11s %8s\n", "gemm", "count", "batch", "M", "N", "K", "tA",
-              "tB", "OB sgemm", "dnnl sgemm", "dnnl bf16", "bf16 err");
+  libxsmm_init();
+  std::printf("libxsmm %s, target %s\n", LIBXSMM_VERSION, libxsmm_get_target_arch());
+  std::printf("%-9s %5s %5s %6s %6s %6s %2s %2s %11s %11s %11s %8s %11s %8s\n", "gemm", "count", "batch", "M", "N", "K",
+              "tA", "tB", "OB sgemm", "dnnl sgemm", "dnnl bf16", "err", "xsmm bf16", "err");
   double tot[3] = {0, 0, 0};
   for (const Shape& s : shapes) {
     const int64_t asz = int64_t(s.m) * s.k, bsz = int64_t(s.k) * s.n, csz = int64_t(s.m) * s.n;
@@ -110,22 +117,52 @@ int main() {
         dnnl_gemm_bf16bf16f32(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n, s.k, 1.0f, ah.data() + i * asz, lda,
                               bh.data() + i * bsz, ldb, 0.0f, c.data() + i * csz, s.n);
     };
-    const double t0 = median_us(ob), t1 = median_us(ds), t2 = median_us(dh);
-    // check the bf16 result (last run) on a few rows against f64 on the same bf16 operands
-    double err = 0;
-    for (int i = 0; i < s.m; i += std::max(1, s.m / 7))
-      for (int j = 0; j < s.n; j += std::max(1, s.n / 13)) {
-        double acc = 0, mag = 0;
-        for (int p = 0; p < s.k; ++p) {
-          const double x = from_bf16(ah[s.ta ? p * lda + i : i * lda + p]) * double(from_bf16(bh[s.tb ? j * ldb + p : p * ldb + j]));
-          acc += x;
-          mag += std::abs(x);
+    // the bf16 result of the last run, on a few rows, against f64 on the same bf16 operands
+    auto err_of = [&] {
+      double err = 0;
+      for (int i = 0; i < s.m; i += std::max(1, s.m / 7))
+        for (int j = 0; j < s.n; j += std::max(1, s.n / 13)) {
+          double acc = 0, mag = 0;
+          for (int p = 0; p < s.k; ++p) {
+            const double x =
+                from_bf16(ah[s.ta ? p * lda + i : i * lda + p]) * double(from_bf16(bh[s.tb ? j * ldb + p : p * ldb + j]));
+            acc += x;
+            mag += std::abs(x);
+          }
+          err = std::max(err, std::abs(acc - c[i * s.n + j]) / mag);
         }
-        err = std::max(err, std::abs(acc - c[i * s.n + j]) / mag);
+      return err;
+    };
+    const double t0 = median_us(ob), t1 = median_us(ds), t2 = median_us(dh);
+    const double e2 = err_of();
+    // libxsmm: column-major C^T[n,m] = B^T[n,k] A^T[k,m]; its A (our B) in VNNI pairs of k.
+    double t3 = -1, e3 = -1;
+    if (!s.ta && !s.tb && s.k % 2 == 0) {
+      std::vector<uint16_t> bv(bh.size());
+      for (int q = 0; q < s.batch; ++q)
+        for (int p = 0; p < s.k; ++p)
+          for (int j = 0; j < s.n; ++j)
+            bv[q * bsz + (p / 2) * s.n * 2 + j * 2 + p % 2] = bh[q * bsz + p * s.n + j];
+      const libxsmm_blasint xl = s.n, yl = s.k, zl = s.n;
+      const float alpha = 1, beta = 0;
+      const int flags = LIBXSMM_GEMM_FLAG_VNNI_A;
+      libxsmm_bsmmfunction f = libxsmm_bsmmdispatch(s.n, s.m, s.k, &xl, &yl, &zl, &alpha, &beta, &flags, nullptr);
+      if (f != nullptr) {
+        auto xs = [&] {
+          for (int i = 0; i < s.batch; ++i)
+            f(reinterpret_cast<const libxsmm_bfloat16*>(bv.data() + i * bsz),
+              reinterpret_cast<const libxsmm_bfloat16*>(ah.data() + i * asz), c.data() + i * csz);
+        };
+        t3 = median_us(xs);
+        e3 = err_of();
       }
+    }
     tot[0] += t0 * s.count, tot[1] += t1 * s.count, tot[2] += t2 * s.count;
-    std::printf("%-9s %5d %5d %6d %6d %6d %2d %2d %11.0f %11.0f %11.0f %8.1e\n", s.what, s.count, s.batch, s.m, s.n, s.k,
-                s.ta, s.tb, t0, t1, t2, err);
+    char xcol[64] = "-", xerr[32] = "-";
+    if (t3 >= 0) std::snprintf(xcol, sizeof xcol, "%.0f", t3), std::snprintf(xerr, sizeof xerr, "%.1e", e3);
+    else if (!s.ta && !s.tb) std::snprintf(xcol, sizeof xcol, "no kernel");
+    std::printf("%-9s %5d %5d %6d %6d %6d %2d %2d %11.0f %11.0f %11.0f %8.1e %11s %8s\n", s.what, s.count, s.batch, s.m,
+                s.n, s.k, s.ta, s.tb, t0, t1, t2, e2, xcol, xerr);
   }
   std::printf("step total (ms): OpenBLAS sgemm %.0f, oneDNN sgemm %.0f, oneDNN bf16 %.0f\n", tot[0] / 1e3, tot[1] / 1e3,
               tot[2] / 1e3);
