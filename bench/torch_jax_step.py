@@ -65,7 +65,11 @@ read-back:
 `bench --size`, nn::LmConfig::preset): seed as above; middle: 8 layers,
 d_model 512, 8 heads, d_ff 2048, positions 256, batch 8 x 256; gpt2-small:
 12 layers, d_model 768, 12 heads, d_ff 3072, positions 1024, batch 8 x 512;
-vocab 64 throughout. The GPU runs also report tokens/s and their peak device
+vocab 64 throughout; gpt2-124m (with --run only): --arch gpt2 at GPT-2 124M's
+sizes, vocab 50257, batch 2 x 256. --autocast-bf16 (with --run torch): the
+forward under torch.autocast("cpu", torch.bfloat16), PyTorch's mixed precision
+(bf16 GEMMs, f32 parameters and AdamW), to compare with capstep's --precision
+bf16 (bench/bf16_step.cpp). The GPU runs also report tokens/s and their peak device
 memory (torch.cuda.max_memory_allocated, JAX's peak_bytes_in_use).
 """
 import argparse
@@ -84,6 +88,9 @@ SIZES = {
     "seed": (64, 128, 2, 4, 256, 256, 4, 16),
     "middle": (64, 512, 8, 8, 2048, 256, 8, 256),
     "gpt2-small": (64, 768, 12, 12, 3072, 1024, 8, 512),
+    # GPT-2 124M itself (its vocabulary) at batch 2 x 256, for --run only
+    # (capstep's bench has no such size: bench/bf16_step.cpp times capstep on it).
+    "gpt2-124m": (50257, 768, 12, 12, 3072, 1024, 2, 256),
 }
 # The architectures of capstep's one model builder (nn::Arch, src/nn/causal_lm.cpp).
 ARCHES = ("seed", "gpt2", "llama")
@@ -285,7 +292,11 @@ def run_torch(args, compiled):
 
     def step(tokens, targets):
         opt.zero_grad(set_to_none=True)
-        loss = fwd(params, tokens, targets)
+        if args.autocast_bf16:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = fwd(params, tokens, targets)
+        else:
+            loss = fwd(params, tokens, targets)
         loss.backward()
         opt_step()
         return loss.item()
@@ -298,6 +309,7 @@ def run_torch(args, compiled):
         "framework": "torch", "version": torch.__version__, "compiled": compiled, "compile_s": compile_s,
         "torch_threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
         "adamw": "fused" if args.fused else "default (for-loop on CPU)",
+        "autocast": "bf16" if args.autocast_bf16 else None,
         "parallel_info": torch.__config__.parallel_info().splitlines()[:4],
     })
 
@@ -1058,6 +1070,8 @@ def main():
                     help="one measurement, one JSON line")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--fused", action="store_true", help="torch: AdamW(fused=True)")
+    ap.add_argument("--autocast-bf16", action="store_true",
+                    help="torch: the forward under torch.autocast(\"cpu\", torch.bfloat16)")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)

@@ -512,3 +512,210 @@ TEST(HostGemm, RowCopyCopiesEveryElementOnce) {
   expect_copies_every_element_once(host::copy_rows_f32, false,
                                    {{1, 1, 1, 1}, {128, 32, 128, 32}, {64, 8, 256, 8}, {13, 29, 31, 37}, {7, 3, 5, 9}, {5, 17, 17, 17}});
 }
+
+// ---- bf16 operands, f32 sums --------------------------------------------------
+// The GEMMs of bf16 operands run on oneDNN's bf16 kernels where the CPU has
+// AVX512_BF16 (host::gemm_bf16_native), else as the f32 GEMM on the operands
+// widened to f32. Either way each element of C is an f32 sum of the K exact
+// products of the bf16 values (two 8-bit significands multiply into at most
+// 16 bits, which f32 holds), in an order and grouping the kernel picks
+// (vdpbf16ps adds two products a step; oneDNN blocks K). The bound, for any
+// order or tree: K - 1 additions that each round to nearest, relative error
+// at most u = 2^-24, leave the sum off from the exact one by at most
+// gamma_{K-1} sum_k |a_k b_k|, gamma_{K-1} = (K-1)u / (1 - (K-1)u), which is
+// at most K u while K (K-1) u <= 1 (K <= 4096; Higham, "Accuracy and
+// Stability of Numerical Algorithms", 4.2). vdpbf16ps also flushes subnormal
+// results to zero: at most 2^-126 more per addition. So
+//   |C - exact| <= K 2^-24 sum_k |a_k b_k| + K 2^-126,
+// exact being the f64 sum of the same bf16 values' products (its own error,
+// about K 2^-53 sum |a_k b_k|, is far below the bound). The same bound holds
+// on every kernel set scripts/test-kernel-sets runs: where it lowers oneDNN's
+// instruction set (DNNL_MAX_CPU_ISA) or the CPU has no AVX512_BF16, the f32
+// GEMM sums the same exact products in f32 and the same derivation applies.
+namespace {
+
+struct Bf16Dot {
+  Shape lhs, rhs;
+  std::vector<int64_t> lb, rb, lc, rc;
+};
+
+Attrs attrs_of(const Bf16Dot& d) {
+  Attrs at;
+  at.lhs_batch = d.lb;
+  at.rhs_batch = d.rb;
+  at.lhs_contract = d.lc;
+  at.rhs_contract = d.rc;
+  return at;
+}
+
+Program bf16_dot_program(const Bf16Dot& d, DType t) {
+  Program p;
+  const int l = p.add_input("l", Type{t, d.lhs}), r = p.add_input("r", Type{t, d.rhs});
+  p.add_output("o", p.add_eqn(Op::dot_general, {l, r}, attrs_of(d)));
+  return p;
+}
+
+// bf16 values of several binades (2^-6 to 2^2), both signs, some exactly
+// representable sums and some not.
+Array bf16_values(const Shape& s, uint32_t seed) {
+  Array a(Type{DType::bf16, s});
+  uint32_t x = seed;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    x = x * 1664525u + 1013904223u;
+    const double m = 1.0 + static_cast<double>((x >> 8) % 128) / 128.0;  // 8 significant bits: exact in bf16
+    const int e = static_cast<int>((x >> 20) % 9) - 6;
+    a.set(i, ((x >> 30) & 1 ? -1.0 : 1.0) * std::ldexp(m, e));
+  }
+  return a;
+}
+
+// Every layout the interpreter hands the GEMM: A and B each in place,
+// stored transposed, or copied first (axes that do not chain); batched with
+// the batch axes leading or not; and sizes where the GEMMs run in row parts
+// or batch parts (DotPlan::parts).
+const Bf16Dot kBf16Dots[] = {
+    {{5, 67}, {67, 7}, {}, {}, {1}, {0}},                              // NN
+    {{67, 5}, {7, 67}, {}, {}, {0}, {1}},                              // TA TB
+    {{67, 5}, {67, 7}, {}, {}, {0}, {0}},                              // TA
+    {{5, 67}, {7, 67}, {}, {}, {1}, {1}},                              // TB
+    {{4, 4, 16, 32}, {4, 4, 16, 32}, {0, 1}, {0, 1}, {3}, {3}},        // attention scores: batched, B transposed
+    {{4, 4, 16, 16}, {4, 4, 16, 32}, {0, 1}, {0, 1}, {3}, {2}},        // attention values
+    {{5, 3, 67}, {67, 3, 7}, {1}, {1}, {2}, {0}},                      // batch axis in the middle: copied
+    {{4, 16, 128}, {4, 16, 256}, {}, {}, {0, 1}, {0, 1}},              // weight gradient, K over two axes
+    {{4, 96, 10}, {96, 100}, {}, {}, {1}, {0}},                        // A's axes do not chain: copied
+    {{256, 160}, {160, 96}, {}, {}, {1}, {0}},                         // 4 row parts
+    {{160, 256}, {96, 160}, {}, {}, {0}, {1}},                         // 4 row parts, TA TB
+    {{6, 64, 64}, {6, 64, 64}, {0}, {0}, {2}, {2}},                    // batch parts, B transposed
+    {{2, 300, 40}, {2, 40, 70}, {0}, {0}, {2}, {1}},                   // ragged
+};
+
+}  // namespace
+
+TEST(HostGemmBf16, EveryLayoutIsWithinTheF32SumBoundOfTheExactProduct) {
+  std::printf("GEMM: %s\n", host::gemm_info().line.c_str());
+  for (const Bf16Dot& d : kBf16Dots) {
+    SCOPED_TRACE(shape_str(d.lhs) + " x " + shape_str(d.rhs));
+    const Program p = bf16_dot_program(d, DType::bf16), q = bf16_dot_program(d, DType::f64);
+    const Array lv = bf16_values(d.lhs, 7), rv = bf16_values(d.rhs, 11);
+    const Array got = host::run(p, {lv, rv})[0];
+    const Array want = host::run(q, {lv.converted(DType::f64), rv.converted(DType::f64)})[0];
+    Array la = lv.converted(DType::f64), ra = rv.converted(DType::f64);
+    for (int64_t i = 0; i < la.numel(); ++i) la.set(i, std::fabs(la.get(i)));
+    for (int64_t i = 0; i < ra.numel(); ++i) ra.set(i, std::fabs(ra.get(i)));
+    const Array mag = host::run(q, {la, ra})[0];
+    ASSERT_EQ(got.type(), (Type{DType::f32, want.shape()}));
+    int64_t K = 1;
+    for (int64_t a : d.lc) K *= d.lhs[static_cast<size_t>(a)];
+    int bad = 0;
+    double worst = 0;  // the largest error as a fraction of the bound
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      const double bound = static_cast<double>(K) * (0x1p-24 * mag.get(i) + 0x1p-126);
+      const double err = std::fabs(got.get(i) - want.get(i));
+      worst = std::max(worst, err / bound);
+      if (!(err <= bound) && bad++ < 3)
+        ADD_FAILURE() << "element " << i << " = " << got.get(i) << ", exact " << want.get(i) << ", bound " << bound;
+    }
+    EXPECT_EQ(bad, 0);
+    // The test can fail: the sums are not exact in f32 (a bf16 sum, 8 bits,
+    // would be off by far more than the bound).
+    EXPECT_GT(worst, 0.0);
+  }
+}
+
+// The parts are decided from the shape (DotPlan::parts), and oneDNN runs
+// each on one thread: 1 and 2 host threads give the same bits.
+TEST(HostGemmBf16, OneAndTwoThreadsGiveTheSameBits) {
+  const int saved_threads = host::host_threads();
+  for (const Bf16Dot& d : kBf16Dots) {
+    SCOPED_TRACE(shape_str(d.lhs) + " x " + shape_str(d.rhs));
+    const Program p = bf16_dot_program(d, DType::bf16);
+    const Array lv = bf16_values(d.lhs, 3), rv = bf16_values(d.rhs, 5);
+    std::vector<Array> out[2];
+    for (int threads : {1, 2}) {
+      host::set_host_threads(threads);
+      host::Interpreter it(p);
+      it.run({&lv, &rv}, out[threads - 1]);
+    }
+    EXPECT_TRUE(out[0][0].bit_equal(out[1][0]));
+  }
+  host::set_host_threads(saved_threads);
+}
+
+// Where the GEMMs run on bf16 kernels, the interpreter hands them the bf16
+// operands in place when their layout allows (no widened copy); elsewhere it
+// widens both. And a CPU with AVX512_BF16 runs them on bf16 kernels unless
+// oneDNN is missing or told a lower instruction set.
+TEST(HostGemmBf16, Bf16KernelsWhereTheCpuHasThem) {
+  const host::GemmInfo& g = host::gemm_info();
+  EXPECT_EQ(g.bf16_native, host::gemm_bf16_native());
+  Attrs at;
+  at.lhs_contract = {1};
+  at.rhs_contract = {1};
+  const host::DotPlan d = host::plan_dot({DType::bf16, {64, 96}}, {DType::bf16, {32, 96}}, at, "test");
+  EXPECT_EQ(d.pack_a, !g.bf16_native);
+  EXPECT_EQ(d.pack_b, !g.bf16_native);
+  if (g.bf16_native) {
+    EXPECT_TRUE(d.trans_b);
+    EXPECT_NE(g.bf16.find("oneDNN"), std::string::npos) << g.bf16;
+  }
+  bool cpu_bf16 = false;
+#if defined(__x86_64__) || defined(__i386__)
+  cpu_bf16 = __builtin_cpu_supports("avx512bf16");
+#endif
+  if (!cpu_bf16) {
+    EXPECT_FALSE(g.bf16_native) << g.bf16;
+    EXPECT_NE(g.bf16.find("no AVX512_BF16"), std::string::npos) << g.bf16;
+    return;
+  }
+  if (!env("DNNL_MAX_CPU_ISA").empty()) GTEST_SKIP() << "DNNL_MAX_CPU_ISA is set: " << g.bf16;
+  if (g.bf16.find("no oneDNN") != std::string::npos) GTEST_SKIP() << g.bf16;
+  EXPECT_TRUE(g.bf16_native) << g.line;
+}
+
+// gemm_batch's bf16 overload directly, where it runs: every transpose,
+// padded rows, batches at offsets in any order, C with padded rows.
+TEST(HostGemmBf16, GemmBatchMatchesF64WithinTheBound) {
+  if (!host::gemm_bf16_native()) GTEST_SKIP() << host::gemm_info().bf16;
+  const Case shapes[] = {{1, 64, 128, 128, false, false, 0}, {3, 5, 7, 3, false, false, 2},
+                         {2, 96, 130, 530, false, false, 3}, {1, 1, 1, 1, false, false, 0},
+                         {4, 33, 17, 64, false, false, 1}};
+  for (Case c : shapes)
+    for (int t = 0; t < 4; ++t) {
+      c.ta = t & 1;
+      c.tb = (t >> 1) & 1;
+      SCOPED_TRACE(testing::Message() << "batch " << c.batch << " " << c.m << "x" << c.n << "x" << c.k << " ta "
+                                      << c.ta << " tb " << c.tb << " pad " << c.pad);
+      const int64_t a_rows = c.ta ? c.k : c.m, a_cols = c.ta ? c.m : c.k;
+      const int64_t b_rows = c.tb ? c.n : c.k, b_cols = c.tb ? c.k : c.n;
+      const int64_t lda = a_cols + c.pad, ldb = b_cols + c.pad, ldc = c.n + 2;
+      const int64_t a_mat = a_rows * lda + 5, b_mat = b_rows * ldb + 3, c_mat = c.m * ldc + 1;
+      const Array av = bf16_values({a_mat * c.batch}, 13), bv = bf16_values({b_mat * c.batch}, 17);
+      std::vector<int64_t> a_off, b_off, c_off;
+      for (int64_t i = 0; i < c.batch; ++i) {
+        a_off.push_back(i * a_mat);
+        b_off.push_back((c.batch - 1 - i) * b_mat);
+        c_off.push_back((c.batch - 1 - i) * c_mat);
+      }
+      std::vector<float> out(static_cast<size_t>(c.batch * c_mat), std::numeric_limits<float>::quiet_NaN());
+      host::gemm_batch(c.ta, c.tb, c.m, c.n, c.k, av.data<uint16_t>(), lda, a_off.data(), bv.data<uint16_t>(), ldb,
+                       b_off.data(), out.data(), c_off.data(), ldc, c.batch);
+      const Array a64 = av.converted(DType::f64), b64 = bv.converted(DType::f64);
+      const double *A = a64.data<double>(), *B = b64.data<double>();
+      int bad = 0;
+      for (int64_t q = 0; q < c.batch; ++q)
+        for (int64_t i = 0; i < c.m; ++i)
+          for (int64_t j = 0; j < c.n; ++j) {
+            double sum = 0, mag = 0;
+            for (int64_t p = 0; p < c.k; ++p) {
+              const double x = A[a_off[static_cast<size_t>(q)] + (c.ta ? p * lda + i : i * lda + p)];
+              const double y = B[b_off[static_cast<size_t>(q)] + (c.tb ? j * ldb + p : p * ldb + j)];
+              sum += x * y;
+              mag += std::abs(x * y);
+            }
+            const double got = out[static_cast<size_t>(c_off[static_cast<size_t>(q)] + i * ldc + j)];
+            if (!(std::abs(got - sum) <= static_cast<double>(c.k) * (0x1p-24 * mag + 0x1p-126)) && bad++ < 5)
+              ADD_FAILURE() << "C[" << q << "][" << i << "][" << j << "] = " << got << ", exact " << sum;
+          }
+      EXPECT_EQ(bad, 0);
+    }
+}

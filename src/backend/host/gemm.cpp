@@ -1,5 +1,6 @@
 // The host's GEMMs: OpenBLAS loaded at run time with a kernel set picked from
-// the CPU's flags, libxsmm's JIT for small f32 ones. See gemm.h for why, and
+// the CPU's flags, libxsmm's JIT for small f32 ones, oneDNN (loaded at run
+// time) for bf16 ones on CPUs with AVX512_BF16. See gemm.h for why, and
 // bench/README.md ("Host GEMM library") for the measurements.
 #include "backend/host/gemm.h"
 
@@ -37,6 +38,14 @@
 #endif
 #ifndef CAPSTEP_OPENBLAS_PATH
 #define CAPSTEP_OPENBLAS_PATH ""
+#endif
+// The same for oneDNN (optional: CMake sets them when it finds libdnnl; the
+// soname is tried either way).
+#ifndef CAPSTEP_DNNL_SONAME
+#define CAPSTEP_DNNL_SONAME "libdnnl.so.2"
+#endif
+#ifndef CAPSTEP_DNNL_PATH
+#define CAPSTEP_DNNL_PATH ""
 #endif
 
 namespace capstep::host {
@@ -321,6 +330,70 @@ const Xsmm& xsmm() {
 }
 #endif
 
+
+// ---- oneDNN, through dlopen: the bf16 GEMMs ----------------------------------
+// Declared here rather than from oneDNN's headers, which leave out
+// dnnl_gemm_bf16bf16f32 (libdnnl exports it, row-major like dnnl_sgemm:
+// C = alpha op(A) op(B) + beta C, leading dimensions in elements).
+using DnnlGemmBf16 = int (*)(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha,
+                             const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+                             int64_t ldc);
+struct DnnlVersion {  // dnnl_version_t
+  int major, minor, patch;
+  const char* hash;
+  unsigned cpu_runtime, gpu_runtime;
+};
+// dnnl_cpu_isa_avx512_core_bf16: the bits of the ISAs oneDNN runs bf16
+// kernels on (AMX's values include them).
+constexpr unsigned kDnnlIsaAvx512Bf16 = 0xe7;
+
+struct Dnnl {
+  DnnlGemmBf16 gemm = nullptr;  // null: bf16 GEMMs run in f32 on widened operands
+  void (*omp_set_num_threads)(int) = nullptr;
+  std::string about;
+};
+
+const Dnnl& dnnl() {
+  static const Dnnl d = [] {
+    Dnnl r;
+    if (!cpu().avx512bf16) {
+      r.about = "bf16 GEMMs in f32 on widened operands (the CPU has no AVX512_BF16)";
+      return r;
+    }
+    void* h = nullptr;
+    for (const char* name : {CAPSTEP_DNNL_SONAME, CAPSTEP_DNNL_PATH}) {
+      if (*name != '\0' && (h = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+    }
+    if (h == nullptr) {
+      r.about = std::string("bf16 GEMMs in f32 on widened operands (no oneDNN: ") + CAPSTEP_DNNL_SONAME +
+                " not found; on Debian 12 install libdnnl-dev)";
+      return r;
+    }
+    auto gemm = reinterpret_cast<DnnlGemmBf16>(dlsym(h, "dnnl_gemm_bf16bf16f32"));
+    auto version = reinterpret_cast<const DnnlVersion* (*)()>(dlsym(h, "dnnl_version"));
+    auto isa = reinterpret_cast<int (*)()>(dlsym(h, "dnnl_get_effective_cpu_isa"));
+    // dlsym on the handle searches oneDNN's dependencies too: its OpenMP runtime.
+    r.omp_set_num_threads = reinterpret_cast<void (*)(int)>(dlsym(h, "omp_set_num_threads"));
+    if (gemm == nullptr || version == nullptr || isa == nullptr) {
+      r.about = "bf16 GEMMs in f32 on widened operands (the oneDNN loaded has no dnnl_gemm_bf16bf16f32)";
+      return r;
+    }
+    const DnnlVersion* v = version();
+    const std::string name = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+                             std::to_string(v->patch);
+    // oneDNN's own choice, which DNNL_MAX_CPU_ISA can lower (scripts/test-kernel-sets does).
+    if ((static_cast<unsigned>(isa()) & kDnnlIsaAvx512Bf16) != kDnnlIsaAvx512Bf16) {
+      r.about = "bf16 GEMMs in f32 on widened operands (" + name +
+                " runs below AVX512_BF16 here, as DNNL_MAX_CPU_ISA can ask)";
+      return r;
+    }
+    r.gemm = gemm;
+    r.about = "bf16 GEMMs: " + name + " gemm_bf16bf16f32 (AVX512_BF16)";
+    return r;
+  }();
+  return d;
+}
+
 CBLAS_TRANSPOSE tr(bool t) { return t ? CblasTrans : CblasNoTrans; }
 
 }  // namespace
@@ -384,8 +457,10 @@ const GemmInfo& gemm_info() {
     i.xsmm = x.about;
     i.xsmm_isa = x.usable ? x.isa : "";
     i.xsmm_built = CAPSTEP_HAVE_LIBXSMM != 0;
+    i.bf16 = dnnl().about;
+    i.bf16_native = dnnl().gemm != nullptr;
     i.line = i.openblas + ", " + i.openblas_core + " kernels (" + i.openblas_isa + ", " + i.core_source + "); " +
-             i.xsmm + "; CPU: " + i.cpu;
+             i.xsmm + "; " + i.bf16 + "; CPU: " + i.cpu;
     return i;
   }();
   return info;
@@ -483,6 +558,30 @@ bool gemm_nn_small_f32(int64_t m, int64_t n, int64_t k) {
   (void)m, (void)n, (void)k;
   return false;
 #endif
+}
+
+bool gemm_bf16_native() { return dnnl().gemm != nullptr; }
+
+void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                const int64_t* a_off, const uint16_t* b, int64_t ldb, const int64_t* b_off, float* c,
+                const int64_t* c_off, int64_t ldc, int64_t batch) {
+  const Dnnl& d = dnnl();
+  if (d.gemm == nullptr) throw Error("host GEMM: internal: a bf16 GEMM without bf16 kernels (" + d.about + ")");
+  // One OpenMP thread for oneDNN on each thread that calls it (the setting
+  // is the calling thread's own): the host's parts already share the cores.
+  thread_local bool one_thread = false;
+  if (!one_thread) {
+    if (d.omp_set_num_threads != nullptr) d.omp_set_num_threads(1);
+    one_thread = true;
+  }
+  if (ldc <= 0) ldc = n;
+  for (int64_t i = 0; i < batch; ++i) {
+    const int status = d.gemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a + a_off[i], lda, b + b_off[i], ldb,
+                              0.0f, c + (c_off ? c_off[i] : i * m * n), ldc);
+    if (status != 0)
+      throw Error("host GEMM: oneDNN's gemm_bf16bf16f32 failed (status " + std::to_string(status) + ") on " +
+                  std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+  }
 }
 
 void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const int64_t* a_off,

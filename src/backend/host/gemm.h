@@ -21,6 +21,15 @@
 //    GEMM instead where gemm_nn_small_f32 says libxsmm takes it: into
 //    column panels for one matrix (DotPlan::panel, which also takes an
 //    untransposed B too large for L1), whole for a batch (DotPlan::pack_bt).
+//  - oneDNN's gemm_bf16bf16f32 (libdnnl, loaded at run time like OpenBLAS,
+//    when the CPU has AVX512_BF16 and oneDNN runs its bf16 kernels there) for
+//    the GEMMs of bf16 operands: bf16 products summed in f32 by the CPU's
+//    bf16 dot instruction (vdpbf16ps), about twice as fast as the f32 GEMM at
+//    GPT-2's shapes (bench/gemm_bf16.cpp; neither Debian 12's OpenBLAS, built
+//    without BUILD_BFLOAT16, nor libxsmm 1.17's bf16 kernels, which want A
+//    in a VNNI layout and do not block for the cache, serve). Elsewhere the
+//    bf16 operands are widened to f32 (exact) and multiplied by the f32
+//    GEMM, which is the same f32 sum of the same exact products.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +47,8 @@ struct GemmInfo {
   std::string xsmm;            // "libxsmm 1.17 JIT, cpx (AVX-512)", or why it is not used
   std::string xsmm_isa;        // "AVX-512", "AVX2"; empty when libxsmm is not used
   bool xsmm_built = false;     // built with libxsmm (optional at configure time)
+  std::string bf16;            // "oneDNN 2.6.3 gemm_bf16bf16f32 (AVX512_BF16)", or why bf16 GEMMs run in f32
+  bool bf16_native = false;    // gemm_batch on bf16 operands runs bf16 kernels (gemm_bf16_native)
   std::string cpu;             // "Intel(R) Xeon(R) Processor, family 6 model 207"
   std::string line;            // all of it on one line, without the "GEMM: " prefix
 };
@@ -94,5 +105,21 @@ bool gemm_prepare_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t
 // libxsmm has no kernel, and the caller may copy B transposed (transpose_f32,
 // strided.h) and call gemm_batch untransposed instead.
 bool gemm_nn_small_f32(int64_t m, int64_t n, int64_t k);
+
+// Whether GEMMs of bf16 operands run on bf16 kernels (oneDNN on a CPU with
+// AVX512_BF16; decided once per process): then the interpreter hands bf16
+// operands to gemm_batch below as they are stored, else it widens them to f32
+// and calls the f32 gemm_batch. Either way each element of C is an f32 sum
+// of the K exact products of bf16 values (in an order the kernel picks).
+bool gemm_bf16_native();
+
+// gemm_batch on bf16 operands (uint16_t bit patterns) with an f32 C, as the
+// f32 one above. Only where gemm_bf16_native(); throws Error otherwise.
+// oneDNN runs each GEMM on the calling thread (its OpenMP thread count is
+// set to 1 for each thread that calls this: the host's parts are the
+// parallelism) and allocates its packing buffers on each call.
+void gemm_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                const int64_t* a_off, const uint16_t* b, int64_t ldb, const int64_t* b_off, float* c,
+                const int64_t* c_off, int64_t ldc, int64_t batch);
 
 }  // namespace capstep::host

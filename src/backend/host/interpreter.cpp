@@ -151,8 +151,9 @@ bool fold_transpose_dims(Attrs& at, int side, const std::vector<int64_t>& perm) 
 // The host's rule for plan::Target::library_gemm_reads_transpose: plan_dot
 // reads transpose(x, perm) as operand `side` of `dot` in place when the
 // dimension numbers map onto x (fold_transpose_dims) and it reads x so
-// without copying it first (dot_operand_in_place; a bf16 operand is copied,
-// widened, either way).
+// without copying it first (dot_operand_in_place; a bf16 operand is read
+// through any strides: copied, widened, where bf16 GEMMs run in f32, and
+// copied as bf16 where bf16 kernels cannot read its layout).
 bool gemm_reads_transpose(const Program& p, const Eqn& dot, int side, const Eqn& transpose) {
   Attrs at = dot.attrs;
   return fold_transpose_dims(at, side, transpose.attrs.dims) &&
@@ -736,7 +737,9 @@ void Interpreter::Impl::plan_steps(Build& b) {
           operand[k] = prog.type(tr.inputs[0]);
         }
         s.dot = plan_dot(operand[0], operand[1], at, what, writes_transposed[o] ? &out_strides[o] : nullptr);
-        const size_t es = dtype_size(t.dtype);  // packed in the result's dtype (bf16 operands: widened to f32)
+        // packed in the result's dtype (bf16 operands: widened to f32, or as
+        // bf16 where bf16 kernels run them, which then fills half the space)
+        const size_t es = dtype_size(t.dtype);
         if (s.dot.pack_a) s.scratch[0] = add_scratch(static_cast<size_t>(s.dot.batch * s.dot.m * s.dot.k) * es);
         if (s.dot.pack_b || s.dot.pack_bt || s.dot.panel > 0)  // pack_bt: B transposed, [B, K, N]; panel: K x N in panels (f32)
           s.scratch[1] = add_scratch(static_cast<size_t>(s.dot.batch * s.dot.k * s.dot.n) * es);

@@ -1,5 +1,6 @@
 // dot_general through the host's GEMM libraries (gemm.h: OpenBLAS with kernels
-// picked from the CPU's flags, libxsmm's JIT for small f32 ones): any
+// picked from the CPU's flags, libxsmm's JIT for small f32 ones, oneDNN for
+// bf16 ones where the CPU has AVX512_BF16): any
 // batch/contracting dims become a batch of row-major gemms
 // [M,K] x [K,N] -> [M,N]. An operand is handed to the GEMM in place
 // (with a transpose flag and leading dimension) whenever its free axes and its
@@ -72,8 +73,8 @@ void dot_part_rows(const DotPlan& d, int part, int64_t& lo, int64_t& hi) { part_
 
 // The batch of GEMMs of d on a (A's matrices at a + a_off[i]), b, c, as
 // d.parts calls that the host's threads share.
-template <class T>
-void gemm_parts(const DotPlan& d, const T* a, const T* b, T* c) {
+template <class T, class C = T>
+void gemm_parts(const DotPlan& d, const T* a, const T* b, C* c) {
   const int64_t* c_off = d.c_off.empty() ? nullptr : d.c_off.data();
   if (d.parts <= 1) {
     gemm_batch(d.trans_a, d.trans_b, d.m, d.n, d.k, a, d.lda, d.a_off.data(), b, d.ldb, d.b_off.data(), c, c_off,
@@ -188,9 +189,12 @@ void widen_strided(const Walk& v, const uint16_t* __restrict src, float* __restr
   }
 }
 
-// bf16 operands, f32 result: both operands are always packed (plan_dot), widened
-// to f32, and multiplied by the f32 GEMM, which accumulates in f32. The
-// products of two bf16 values are exact in f32, so this is the f32
+// bf16 operands, f32 result. Where the GEMMs run on bf16 kernels
+// (gemm_bf16_native), the operands go to them as stored when plan_dot found
+// their layout a GEMM can read, else packed as bf16, and the kernels sum the
+// exact products in f32. Elsewhere both operands are packed (plan_dot),
+// widened to f32, and multiplied by the f32 GEMM, which accumulates in f32:
+// the products of two bf16 values are exact in f32, so this is the f32
 // accumulation of exact products that a bf16 tensor core performs.
 void k_dot_bf16(const Step& s, void* const* p) {
   const DotPlan& d = s.dot;
@@ -199,6 +203,19 @@ void k_dot_bf16(const Step& s, void* const* p) {
   if (d.k == 0) {
     std::fill(c, c + s.n, 0.0f);
     return;
+  }
+  if (gemm_bf16_native()) {
+    const uint16_t* a = static_cast<const uint16_t*>(p[s.in[0]]);
+    const uint16_t* b = static_cast<const uint16_t*>(p[s.in[1]]);
+    if (d.pack_a) {
+      strided_copy_bytes(d.a_view, sizeof(uint16_t), a, p[s.scratch[0]]);
+      a = static_cast<const uint16_t*>(p[s.scratch[0]]);
+    }
+    if (d.pack_b) {
+      strided_copy_bytes(d.b_view, sizeof(uint16_t), b, p[s.scratch[1]]);
+      b = static_cast<const uint16_t*>(p[s.scratch[1]]);
+    }
+    return gemm_parts<uint16_t, float>(d, a, b, c);
   }
   float* a = static_cast<float*>(p[s.scratch[0]]);
   float* b = static_cast<float*>(p[s.scratch[1]]);
@@ -210,7 +227,10 @@ void k_dot_bf16(const Step& s, void* const* p) {
 }  // namespace
 
 bool dot_operand_in_place(const Type& t, const std::vector<int64_t>& batch, const std::vector<int64_t>& contract) {
-  if (t.dtype == DType::bf16) return true;  // copied (widened) anyway: through any strides
+  // Copied (widened) anyway where bf16 GEMMs run in f32: through any strides.
+  // On bf16 kernels a layout they cannot read is copied too (as bf16), as
+  // the transpose would have been.
+  if (t.dtype == DType::bf16) return true;
   const std::vector<int64_t> st = row_major_strides(t.shape);
   const Group f = group_of(t.shape, st, dot_free_axes(t.rank(), batch, contract)), c = group_of(t.shape, st, contract);
   if (!f.chained || !c.chained) return false;
@@ -287,7 +307,8 @@ DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::s
   } else {
     d.pack_a = true;
   }
-  if (lhs.dtype == DType::bf16) d.pack_a = d.pack_b = true;  // widened to f32 while packing
+  // widened to f32 while packing, unless bf16 kernels read them (gemm.h)
+  if (lhs.dtype == DType::bf16 && !gemm_bf16_native()) d.pack_a = d.pack_b = true;
   // B is K x N. In place without transpose: N stride 1, K stride >= N.
   // In place transposed (stored N x K): K stride 1, N stride >= K.
   if (rn.chained && rk.chained && (rn.any || rn.stride == 1) && (rk.any || rk.stride >= N)) {
@@ -354,7 +375,8 @@ DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::s
     if (tail > 0 && tail != w) gemm_prepare_f32(d.trans_a, false, d.m, tail, d.k, d.lda, tail, d.ldc);
   } else if (d.pack_bt && d.m > 0 && d.n > 0 && d.k > 0) {  // the untransposed kernel, on B^T (ldb = N)
     gemm_prepare_f32(false, false, d.m, d.n, d.k, d.lda, d.n, d.ldc);
-  } else if ((lhs.dtype == DType::f32 || lhs.dtype == DType::bf16) && d.m > 0 && d.n > 0 && d.k > 0) {
+  } else if ((lhs.dtype == DType::f32 || (lhs.dtype == DType::bf16 && !gemm_bf16_native())) && d.m > 0 && d.n > 0 &&
+             d.k > 0) {
     if (d.batch > 1 || d.parts == 1) {
       gemm_prepare_f32(d.trans_a, d.trans_b, d.m, d.n, d.k, d.lda, d.ldb, d.ldc);
     } else {
