@@ -95,6 +95,14 @@ void adopt_checkpoint(TrainArgs& a) {
     if (a.fused_attention_given) note_changed(flag(*meta.fused_attention), flag(o.fused_attention));
     else o.fused_attention = *meta.fused_attention;
   }
+  // Micro-batches per step and the frozen parameters decide which rows a
+  // step sees and which parameters have moments: the checkpoint's unless given.
+  if (meta.grad_accum) {
+    if (a.accum_given)
+      note_changed("--grad-accum " + std::to_string(*meta.grad_accum), "--grad-accum " + std::to_string(o.grad_accum));
+    else o.grad_accum = *meta.grad_accum;
+  }
+  if (o.train_patterns.empty() && o.freeze_patterns.empty()) o.freeze_patterns = meta.frozen;
   // The held-out share decides which tokens the training batches come from.
   if (meta.val_fraction) {
     if (a.val_fraction_given)

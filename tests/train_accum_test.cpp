@@ -1,0 +1,346 @@
+// Gradient accumulation (Options::grad_accum, optim::accumulate_gradients,
+// update_on_last) and frozen parameters (Options::train_patterns,
+// freeze_patterns) in the training loop, on the host lanes and, with a
+// plugin, the fused PJRT lane.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "capstep/autodiff.h"
+#include "capstep/interpreter.h"
+#include "capstep/nn.h"
+#include "capstep/optim.h"
+#include "capstep/train.h"
+#include "test_util.h"
+#include "train/memory.h"
+
+using namespace capstep;
+using namespace capstep::test;
+
+namespace {
+
+// The seed's architecture, small: a few steps take milliseconds.
+train::Options small(int64_t batch) {
+  train::Options o;
+  o.model.d_model = 32;
+  o.model.n_heads = 2;
+  o.model.d_ff = 64;
+  o.model.context = 32;
+  o.model.batch = batch;
+  o.model.seq = 8;
+  o.seed = 7;
+  return o;
+}
+
+bool same_bytes(const Array& a, const Array& b) {
+  return a.type() == b.type() && std::memcmp(a.raw(), b.raw(), a.bytes()) == 0;
+}
+
+// The lanes that run here: host, host-fused, and pjrt-fused with a plugin.
+std::vector<train::Options> on_lanes(const train::Options& base, std::vector<std::string>* names) {
+  std::vector<train::Options> out;
+  for (const char* lane : {"host", "host-fused", "pjrt-fused"}) {
+    train::Options o = base;
+    o.lane = train::parse_lane(lane);
+    o.require_backend = true;
+    if (o.lane.backend == BackendKind::pjrt) {
+      std::string why;
+      o.backend.pjrt.plugin = pjrt_plugin(&why);
+      if (o.backend.pjrt.plugin.empty()) {
+        std::printf("pjrt-fused skipped: %s\n", why.c_str());
+        continue;
+      }
+    }
+    out.push_back(o);
+    names->push_back(lane);
+  }
+  return out;
+}
+
+// Bound for the accumulated loss against the one-batch loss. The loss is the
+// mean of B*S*N = 64 positive per-position cross-entropies; one batch sums
+// them in one order, accumulation as N = 4 means of 16 each and the mean of
+// those: the same exact value rounded along two different f32 summation
+// orders. Each order's relative error on a sum of n positive terms is at most
+// (n - 1) u with u = 2^-24 (each of the n - 1 additions rounds once, and
+// every partial sum is at most the total), so the two differ by at most
+// 2 * 63 * 2^-24 = 7.5e-6 relative at step 1. Later steps also read
+// parameters that differ by one AdamW update's rounding (the gradients are
+// the same means, reassociated the same way), which moves the loss by an
+// amount of the same order; 2e-5 leaves room for that (measured: below 2e-6).
+constexpr double kLossBound = 2e-5;
+
+}  // namespace
+
+// N = 4 micro-batches of B = 2 rows against one batch of 8 rows, 5 steps,
+// with clipping on (it clips the accumulated mean): the losses within
+// kLossBound, and the parameters after 5 steps as AdamW's rounding allows
+// (expect_updated_param_close: every element within 2 lr per step, a sign
+// of m / sqrt(v) flipped by rounding, and at most 1% beyond 1e-4 of the
+// tensor's scale).
+TEST(GradAccum, MicroBatchesGiveTheLossesAndParametersOfOneBigBatch) {
+  TempDir d;
+  std::vector<std::string> lanes;
+  train::Options acc = small(2);
+  acc.grad_accum = 4;
+  acc.steps = 5;
+  acc.clip_grad_norm = 0.5;
+  train::Options big = small(8);
+  big.steps = 5;
+  big.clip_grad_norm = 0.5;
+  const std::vector<train::Options> accs = on_lanes(acc, &lanes);
+  std::vector<std::string> unused;
+  const std::vector<train::Options> bigs = on_lanes(big, &unused);
+  for (size_t l = 0; l < accs.size(); ++l) {
+    train::Options a = accs[l], b = bigs[l];
+    a.save_path = d.file("acc.safetensors");
+    b.save_path = d.file("big.safetensors");
+    std::vector<double> norms_a, norms_b;
+    a.on_step = [&](const train::StepInfo& s) { norms_a.push_back(s.grad_norm); };
+    b.on_step = [&](const train::StepInfo& s) { norms_b.push_back(s.grad_norm); };
+    const train::Result ra = train::train(a), rb = train::train(b);
+    ASSERT_EQ(ra.losses.size(), 5u) << lanes[l];
+    ASSERT_EQ(rb.losses.size(), 5u) << lanes[l];
+    for (size_t k = 0; k < 5; ++k) {
+      EXPECT_LE(std::fabs(ra.losses[k] - rb.losses[k]) / rb.losses[k], kLossBound) << lanes[l] << " step " << k + 1;
+      EXPECT_LE(std::fabs(norms_a[k] - norms_b[k]) / norms_b[k], 1e-4) << lanes[l] << " norm, step " << k + 1;
+    }
+    EXPECT_GT(norms_a[0], 0.5) << "the test must clip";
+    const Checkpoint ca = train::load_model_checkpoint(a.save_path, nullptr);
+    const Checkpoint cb = train::load_model_checkpoint(b.save_path, nullptr);
+    EXPECT_EQ(ca.step, 5u);
+    EXPECT_EQ(ca.data_position, 5u);   // batches of the stream count optimizer steps
+    ASSERT_EQ(ca.params.size(), cb.params.size());
+    for (size_t j = 0; j < ca.params.size(); ++j)
+      for (int64_t k = 0; k < ca.params[j].array.numel(); ++k)
+        ASSERT_LE(std::fabs(ca.params[j].array.get(k) - cb.params[j].array.get(k)), 5 * 2 * a.adamw.lr * (1 + 1e-3))
+            << lanes[l] << " " << ca.params[j].name << " element " << k;
+    int64_t off = 0, total = 0;
+    for (size_t j = 0; j < ca.params.size(); ++j) {
+      double scale = 0;
+      for (int64_t k = 0; k < cb.params[j].array.numel(); ++k) scale = std::max(scale, std::fabs(cb.params[j].array.get(k)));
+      for (int64_t k = 0; k < ca.params[j].array.numel(); ++k, ++total)
+        off += std::fabs(ca.params[j].array.get(k) - cb.params[j].array.get(k)) > 1e-4 * scale;
+    }
+    EXPECT_LE(off * 100, total) << lanes[l] << ": " << off << " of " << total << " elements beyond rounding";
+    // and the accumulation changed something: one micro-batch's run differs
+    train::Options one = a;
+    one.grad_accum = 1;
+    one.save_path = "";
+    one.on_step = nullptr;
+    EXPECT_NE(train::train(one).losses[1], ra.losses[1]) << lanes[l];
+  }
+}
+
+// A run accumulating 3 micro-batches, saved at step 3 and resumed to step 6,
+// equals the uninterrupted run bit for bit on the host: losses and parameters.
+TEST(GradAccum, ResumedRunIsBitIdenticalOnTheHost) {
+  TempDir d;
+  for (const char* lane : {"host", "host-fused"}) {
+    train::Options whole = small(2);
+    whole.lane = train::parse_lane(lane);
+    whole.grad_accum = 3;
+    whole.steps = 6;
+    whole.save_path = d.file("whole.safetensors");
+    const train::Result w = train::train(whole);
+    train::Options first = whole;
+    first.steps = 3;
+    first.save_path = d.file("part.safetensors");
+    const train::Result r1 = train::train(first);
+    train::Options rest = whole;
+    rest.resume_path = first.save_path;
+    rest.save_path = d.file("rest.safetensors");
+    const train::Result r2 = train::train(rest);
+    ASSERT_EQ(r1.losses.size() + r2.losses.size(), 6u);
+    std::vector<double> all = r1.losses;
+    all.insert(all.end(), r2.losses.begin(), r2.losses.end());
+    for (size_t k = 0; k < 6; ++k) EXPECT_EQ(all[k], w.losses[k]) << lane << " step " << k + 1;
+    const Checkpoint a = train::load_model_checkpoint(whole.save_path, nullptr);
+    const Checkpoint b = train::load_model_checkpoint(rest.save_path, nullptr);
+    for (size_t j = 0; j < a.params.size(); ++j) {
+      EXPECT_TRUE(same_bytes(a.params[j].array, b.params[j].array)) << lane << " " << a.params[j].name;
+      EXPECT_TRUE(same_bytes(a.adam_m[j].array, b.adam_m[j].array)) << lane << " " << a.params[j].name;
+    }
+  }
+}
+
+TEST(GradAccum, TransformsCheckTheirInputs) {
+  const nn::LmConfig c = small(2).model;
+  const std::vector<nn::ParamSpec> ps = nn::lm_parameters(c);
+  std::vector<std::string> names;
+  for (const nn::ParamSpec& p : ps) names.push_back(p.name);
+  const Program g = value_and_grad(nn::lm_loss_program(c), names);
+  EXPECT_THROW(optim::accumulate_gradients(g, names, 1), Error);
+  EXPECT_THROW(optim::accumulate_gradients(g, {"nope"}, 2), Error);
+  const Program a = optim::accumulate_gradients(g, names, 2);
+  EXPECT_THROW(optim::accumulate_gradients(a, names, 2), Error);
+  EXPECT_THROW(optim::update_on_last(optim::with_adamw(g, names, {}), names), Error);   // no accum.last
+  // The accumulators stay aliased through with_adamw: donated on every backend.
+  const Program s = optim::update_on_last(optim::with_adamw(a, names, {}), names);
+  size_t acc_aliases = 0;
+  for (const Alias& al : s.aliases)
+    if (s.inputs[static_cast<size_t>(al.input)].name.rfind("accum.", 0) == 0) {
+      ++acc_aliases;
+      EXPECT_EQ(s.outputs[static_cast<size_t>(al.output)].name, s.inputs[static_cast<size_t>(al.input)].name + ".new");
+    }
+  EXPECT_EQ(acc_aliases, names.size());
+  train::Options o = small(2);
+  o.grad_accum = 0;
+  EXPECT_THROW(o.validate(), Error);
+}
+
+// ---- frozen parameters ---------------------------------------------------------
+
+TEST(Freeze, PatternsPickParametersByEitherName) {
+  EXPECT_TRUE(train::glob_match("blocks.*.attn.w?", "blocks.10.attn.wq"));
+  EXPECT_FALSE(train::glob_match("blocks.*.attn.w?", "blocks.1.attn.wq2"));
+  EXPECT_TRUE(train::glob_match("*", ""));
+  EXPECT_FALSE(train::glob_match("a*b", "acb.c"));
+  nn::LmConfig llama = small(2).model;
+  llama.arch = nn::Arch::llama;
+  const std::vector<nn::ParamSpec> ps = nn::lm_parameters(llama);
+  std::vector<bool> on = train::trainable_mask(llama, {"model.layers.*.self_attn.q_proj.weight"}, {});
+  for (size_t j = 0; j < ps.size(); ++j)
+    EXPECT_EQ(on[j], ps[j].name.find("attn.wq") != std::string::npos) << ps[j].name;
+  on = train::trainable_mask(llama, {}, {"model.embed_tokens.weight,blocks.0.*", "lm_head.weight"});
+  for (size_t j = 0; j < ps.size(); ++j)
+    EXPECT_EQ(on[j], !(ps[j].name == "tok_emb" || ps[j].name == "head" || ps[j].name.rfind("blocks.0.", 0) == 0))
+        << ps[j].name;
+  // GPT-2's packed c_attn: the pattern takes all three of q, k, v.
+  nn::LmConfig gpt2 = small(2).model;
+  gpt2.arch = nn::Arch::gpt2;
+  const std::vector<nn::ParamSpec> gs = nn::lm_parameters(gpt2);
+  on = train::trainable_mask(gpt2, {"transformer.h.0.attn.c_attn.weight"}, {});
+  int n = 0;
+  for (size_t j = 0; j < gs.size(); ++j) {
+    const bool want = gs[j].name == "blocks.0.attn.wq" || gs[j].name == "blocks.0.attn.wk" || gs[j].name == "blocks.0.attn.wv";
+    EXPECT_EQ(on[j], want) << gs[j].name;
+    n += on[j];
+  }
+  EXPECT_EQ(n, 3);
+  try {
+    train::trainable_mask(llama, {"blocks.*"}, {"model.layers.*.mlp.nope_proj.weight"});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--freeze: pattern 'model.layers.*.mlp.nope_proj.weight' matches no parameter"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(train::trainable_mask(llama, {}, {"*"}), Error);   // nothing left to train
+}
+
+// Ten steps with the token embedding and block 0 frozen: their bytes are the
+// initial ones, every other parameter moved; the checkpoint holds every
+// parameter but no moments for the frozen ones.
+TEST(Freeze, FrozenParametersKeepTheirBytes) {
+  TempDir d;
+  train::Options base = small(2);
+  base.steps = 10;
+  base.freeze_patterns = {"tok_emb,blocks.0.*"};
+  const std::vector<Array> init = nn::init_parameters(base.model, base.seed);
+  const std::vector<nn::ParamSpec> ps = nn::lm_parameters(base.model);
+  std::vector<std::string> lanes;
+  const std::vector<train::Options> runs = on_lanes(base, &lanes);
+  for (size_t l = 0; l < runs.size(); ++l) {
+    train::Options o = runs[l];
+    o.save_path = d.file(lanes[l] + ".safetensors");
+    std::vector<std::string> said;
+    o.on_message = [&](const std::string& m) { said.push_back(m); };
+    const train::Result r = train::train(o);
+    ASSERT_EQ(r.losses.size(), 10u);
+    EXPECT_LT(r.losses.back(), r.losses.front()) << lanes[l];
+    bool told = false;
+    for (const std::string& m : said) told = told || m.find("are frozen") != std::string::npos;
+    EXPECT_TRUE(told) << lanes[l];
+    const Checkpoint raw = load_checkpoint(o.save_path);
+    size_t frozen = 0;
+    for (const nn::ParamSpec& p : ps) frozen += p.name == "tok_emb" || p.name.rfind("blocks.0.", 0) == 0;
+    EXPECT_EQ(raw.frozen.size(), frozen);
+    EXPECT_EQ(raw.params.size(), ps.size());
+    EXPECT_EQ(raw.adam_m.size(), ps.size() - frozen);
+    for (const NamedArray& m : raw.adam_m)
+      EXPECT_FALSE(m.name == "tok_emb" || m.name.rfind("blocks.0.", 0) == 0) << m.name;
+    train::TrainMeta meta;
+    const Checkpoint c = train::load_model_checkpoint(o.save_path, &meta);
+    EXPECT_EQ(meta.frozen.size(), frozen);
+    for (size_t j = 0; j < ps.size(); ++j) {
+      const bool is_frozen = ps[j].name == "tok_emb" || ps[j].name.rfind("blocks.0.", 0) == 0;
+      EXPECT_EQ(same_bytes(c.params[j].array, init[j]), is_frozen) << lanes[l] << " " << ps[j].name;
+    }
+    // Sampling reads it as any checkpoint.
+    train::SampleOptions so;
+    so.checkpoint = o.save_path;
+    so.tokens = 5;
+    EXPECT_EQ(train::sample(so).size(), 5u);
+  }
+  // Resuming with other frozen parameters says what changed.
+  train::Options again = small(2);
+  again.steps = 12;
+  again.resume_path = d.file("host.safetensors");
+  again.freeze_patterns = {"tok_emb"};
+  try {
+    train::train(again);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("frozen there, trained now: blocks.0."), std::string::npos) << e.what();
+  }
+  again.freeze_patterns = base.freeze_patterns;
+  EXPECT_EQ(train::train(again).losses.size(), 2u);
+}
+
+// The step over the trained parameters only gives, for them, the gradients
+// the step over every parameter gives: the same bits.
+TEST(Freeze, TrainedOnlyGradientsAreTheFullStepsGradients) {
+  const nn::LmConfig c = small(2).model;
+  const std::vector<nn::ParamSpec> ps = nn::lm_parameters(c);
+  const std::vector<bool> on = train::trainable_mask(c, {}, {"tok_emb,blocks.0.*"});
+  std::vector<std::string> all, some;
+  for (size_t j = 0; j < ps.size(); ++j) {
+    all.push_back(ps[j].name);
+    if (on[j]) some.push_back(ps[j].name);
+  }
+  const Program loss = nn::lm_loss_program(c);
+  host::Interpreter full(value_and_grad(loss, all)), part(value_and_grad(loss, some));
+  EXPECT_EQ(part.program().outputs.size(), 1 + some.size());
+  const std::vector<Array> params = nn::init_parameters(c, 7);
+  Array tokens({DType::i32, {c.batch, c.seq}}), targets = tokens;
+  for (int64_t k = 0; k < tokens.numel(); ++k) {
+    tokens.data<int32_t>()[k] = static_cast<int32_t>((k * 7) % c.vocab);
+    targets.data<int32_t>()[k] = static_cast<int32_t>((k * 5 + 3) % c.vocab);
+  }
+  std::vector<const Array*> in;
+  for (const Array& p : params) in.push_back(&p);
+  in.push_back(&tokens);
+  in.push_back(&targets);
+  std::vector<Array> fo, po;
+  full.run(in, fo);
+  part.run(in, po);
+  EXPECT_TRUE(same_bytes(fo[0], po[0]));
+  for (size_t k = 0; k < some.size(); ++k) {
+    const int f = full.program().output_index("grad." + some[k]);
+    EXPECT_EQ(norm_diff(po[1 + k], fo[static_cast<size_t>(f)]), 0.0) << some[k];
+  }
+}
+
+// The memory plan counts no moments or gradients for frozen parameters.
+TEST(Freeze, MemoryEstimateCountsNoMomentsForFrozenParameters) {
+  train::Options o = small(2);
+  const std::vector<nn::ParamSpec> ps = nn::lm_parameters(o.model);
+  std::vector<std::string> all;
+  for (const nn::ParamSpec& p : ps) all.push_back(p.name);
+  const Program loss = nn::lm_loss_program(o.model);
+  const train::HostMemory whole = train::plan_host_memory(o, true, value_and_grad(loss, all), nullptr);
+  o.freeze_patterns = {"tok_emb,blocks.0.*"};
+  const std::vector<bool> on = train::trainable_mask(o.model, {}, o.freeze_patterns);
+  std::vector<std::string> some;
+  size_t frozen_bytes = 0;
+  for (size_t j = 0; j < ps.size(); ++j) {
+    if (on[j]) some.push_back(ps[j].name);
+    else frozen_bytes += ps[j].type.bytes();
+  }
+  const train::HostMemory part = train::plan_host_memory(o, true, value_and_grad(loss, some), nullptr);
+  EXPECT_EQ(part.params, whole.params);
+  EXPECT_EQ(part.state, whole.state - 2 * frozen_bytes);
+  EXPECT_LT(part.step.outputs, whole.step.outputs);   // no gradients for them
+}
