@@ -125,6 +125,7 @@ TEST(GradAccum, MicroBatchesGiveTheLossesAndParametersOfOneBigBatch) {
     }
     EXPECT_LE(off * 100, total) << lanes[l] << ": " << off << " of " << total << " elements beyond rounding";
     // and the accumulation changed something: one micro-batch's run differs
+    if (a.lane.backend == BackendKind::pjrt) continue;   // (a compile more, nothing more to learn)
     train::Options one = a;
     one.grad_accum = 1;
     one.save_path = "";
