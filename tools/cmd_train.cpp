@@ -382,6 +382,9 @@ int run_train(TrainArgs a) {
   if (o.clip_grad_norm > 0) std::printf(", gradients clipped to norm %g", o.clip_grad_norm);
   if (o.precision == optim::Precision::bf16) std::printf("; precision bf16 (GEMM operands bf16, f32 accumulation)");
   if (o.fused_attention) std::printf(", fused attention");
+  if (o.grad_accum > 1)
+    std::printf(", %lld micro-batches a step (batch %lld)", static_cast<long long>(o.grad_accum),
+                static_cast<long long>(o.grad_accum * o.model.batch));
   if (o.comm)
     std::printf(", data-parallel over %d ranks (global batch %lld)", o.comm->size(),
                 static_cast<long long>(o.comm->size() * o.model.batch));

@@ -94,7 +94,7 @@ void check_moments(const Checkpoint& c, const std::string& where) {
                     " but 'param/" + p.name + "' is " + p.array.type().str());
     }
     if (m.size() + c.frozen.size() != c.params.size())
-      throw Error(where + ": " + std::to_string(c.params.size() - c.frozen.size()) + " trained parameters but " + std::to_string(m.size()) + " " +
+      throw Error(where + ": " + std::to_string(c.params.size() - c.frozen.size()) + (c.frozen.empty() ? "" : " trained") + " parameters but " + std::to_string(m.size()) + " " +
                   label + " moments (a moment without a parameter, or a name used twice)");
   }
 }
