@@ -99,7 +99,7 @@ void run_lane(const Options& o, const Start& s, const train::Lane& which, const 
   const std::unique_ptr<train::Stepper> stepper =
       train::make_stepper(which, train::step_program(which, grad, s.names, o.adamw), s.names, o.adamw, 0.f,
                           train::lane_backend_options(o.backend, o.tf32, nullptr));
-  const train::State start{s.names, s.params, zeros_like(s.params), zeros_like(s.params), {}, {}};
+  const train::State start{s.names, s.params, zeros_like(s.params), zeros_like(s.params)};
   Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens;
   run_phases(
       o, lane, [&] { stepper->set_state(start); },

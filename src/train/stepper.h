@@ -30,8 +30,8 @@ namespace capstep::train {
 struct State {
   std::vector<std::string> names;
   std::vector<Array> params, m, v;
-  std::vector<std::string> frozen_names;
-  std::vector<Array> frozen;
+  std::vector<std::string> frozen_names = {};
+  std::vector<Array> frozen = {};
 };
 
 class Stepper {
