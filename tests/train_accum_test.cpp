@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 
 #include "capstep/autodiff.h"
+#include "capstep/cuda.h"
 #include "capstep/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
@@ -49,6 +50,7 @@ std::vector<train::Options> on_lanes(const train::Options& base, const std::vect
     train::Options o = base;
     o.lane = train::parse_lane(lane);
     o.require_backend = true;
+    o.tf32 = false;
     std::string why;
     if (o.lane.backend == BackendKind::pjrt) o.backend.pjrt.plugin = pjrt_plugin(&why);
     out.push_back(o);
@@ -56,6 +58,11 @@ std::vector<train::Options> on_lanes(const train::Options& base, const std::vect
   return out;
 }
 const std::vector<std::string> kHostLanes = {"host", "host-fused"};
+#define NEED_GPU()                                                   \
+  do {                                                               \
+    std::string why;                                                 \
+    if (!cuda::available(&why)) GTEST_SKIP() << "no GPU: " << why;   \
+  } while (0)
 #define NEED_PJRT()                                           \
   do {                                                        \
     std::string why;                                          \
@@ -144,6 +151,12 @@ TEST(GradAccum, MicroBatchesGiveTheLossesAndParametersOfOneBigBatchOnPjrtFused) 
 
 // A run accumulating 3 micro-batches, saved at step 3 and resumed to step 6,
 // equals the uninterrupted run bit for bit on the host: losses and parameters.
+// The GPU lanes (full f32 dots: the bound is the same reassociation one).
+TEST(GradAccum, MicroBatchesGiveTheLossesAndParametersOfOneBigBatchOnTheGpu) {
+  NEED_GPU();
+  micro_batches_match_one_big_batch({"cuda", "cuda-fused"});
+}
+
 TEST(GradAccum, ResumedRunIsBitIdenticalOnTheHost) {
   TempDir d;
   for (const char* lane : {"host", "host-fused"}) {
@@ -346,6 +359,11 @@ void frozen_parameters_keep_their_bytes(const std::vector<std::string>& lanes) {
 }
 
 TEST(Freeze, FrozenParametersKeepTheirBytes) { frozen_parameters_keep_their_bytes(kHostLanes); }
+
+TEST(Freeze, FrozenParametersKeepTheirBytesOnTheGpu) {
+  NEED_GPU();
+  frozen_parameters_keep_their_bytes({"cuda", "cuda-fused"});
+}
 
 TEST(Freeze, FrozenParametersKeepTheirBytesOnPjrtFused) {
   NEED_PJRT();
