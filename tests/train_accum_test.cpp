@@ -144,9 +144,10 @@ void micro_batches_match_one_big_batch(const std::vector<std::string>& lanes) {
 
 TEST(GradAccum, MicroBatchesGiveTheLossesAndParametersOfOneBigBatch) { micro_batches_match_one_big_batch(kHostLanes); }
 
-TEST(GradAccum, MicroBatchesGiveTheLossesAndParametersOfOneBigBatchOnPjrtFused) {
+TEST(GradAccum, MicroBatchesGiveTheLossesAndParametersOfOneBigBatchOnPjrt) {
   NEED_PJRT();
-  micro_batches_match_one_big_batch({"pjrt-fused"});
+  // pjrt: AdamW on the host over a device's gradients, as the cuda lane
+  micro_batches_match_one_big_batch({"pjrt", "pjrt-fused"});
 }
 
 // A run accumulating 3 micro-batches, saved at step 3 and resumed to step 6,
@@ -365,9 +366,9 @@ TEST(Freeze, FrozenParametersKeepTheirBytesOnTheGpu) {
   frozen_parameters_keep_their_bytes({"cuda", "cuda-fused"});
 }
 
-TEST(Freeze, FrozenParametersKeepTheirBytesOnPjrtFused) {
+TEST(Freeze, FrozenParametersKeepTheirBytesOnPjrt) {
   NEED_PJRT();
-  frozen_parameters_keep_their_bytes({"pjrt-fused"});
+  frozen_parameters_keep_their_bytes({"pjrt", "pjrt-fused"});
 }
 
 // The step over the trained parameters only gives, for them, the gradients

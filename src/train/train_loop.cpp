@@ -172,12 +172,16 @@ Result train(const Options& o) {
       (trains[j] ? v_train : v_frozen) += ps[j].type.numel();
     }
   }
-  const double need = 16.0 * static_cast<double>(v_train) + 4.0 * static_cast<double>(v_frozen);
+  // (Accumulation: 4 more bytes per trained value for the accumulators.)
+  const double per_trained = o.grad_accum > 1 ? 20.0 : 16.0;
+  const double need = per_trained * static_cast<double>(v_train) + 4.0 * static_cast<double>(v_frozen);
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
   if (have > 0 && need > have) {
     std::ostringstream m;
     m << std::fixed << std::setprecision(1) << "the model needs " << need / (1 << 30) << " GiB for its "
-      << nn::count_parameters(o.model) << " parameters, their gradients and AdamW moments (16 bytes each); this machine has "
+      << nn::count_parameters(o.model) << " parameters, their gradients and AdamW moments (" << static_cast<int>(per_trained)
+      << " bytes each" << (v_frozen > 0 ? ", 4 for the " + std::to_string(v_frozen) + " frozen" : std::string())
+      << "); this machine has "
       << have / (1 << 30) << " GiB of memory";
     throw Error(m.str());
   }
