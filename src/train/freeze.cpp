@@ -45,8 +45,8 @@ std::vector<bool> trainable_mask(const nn::LmConfig& c, const std::vector<std::s
           if (m) hit[j] = any = true;
         }
         if (!any)
-          throw Error(std::string(flag) + ": pattern '" + pat + "' matches no parameter of the model (" + c.describe() +
-                      "; its names: " + ps.front().name + ", ..., " + ps.back().name +
+          throw Error(std::string(flag) + ": pattern '" + pat + "' matches no parameter of the model (its names: " +
+                      ps.front().name + ", ..., " + ps.back().name +
                       (hf.front().empty() ? std::string() : ", or transformers' " + hf.front().front() + ", ...") + ")");
       }
     return hit;
