@@ -482,6 +482,9 @@ void expect_plan_matches_interpreter(const nn::LmConfig& c, const Program& prog,
       const float four[4] = {sc.lr, sc.bc1, sc.bc2, sc.decay};
       for (int k = 0; k < 4; ++k) in[static_cast<size_t>(p.input_index(optim::kScalarNames[k]))] = Array::scalar(four[k]);
     }
+    // Gradient accumulation (update_on_last): the update on even steps only.
+    if (const int l = p.input_index(optim::kAccumLastName); l >= 0)
+      in[static_cast<size_t>(l)] = Array::scalar(s % 2 == 0 ? 1.0f : 0.0f);
     // Every step starts from the host's state (an updated parameter may
     // differ by up to 2 lr, below, and would make the next step's
     // comparison meaningless); that the donated inputs carry the outputs
@@ -492,7 +495,8 @@ void expect_plan_matches_interpreter(const nn::LmConfig& c, const Program& prog,
     for (size_t o = 0; o < want.size(); ++o) {
       const Array got = run.output(static_cast<int>(o));
       const std::string& name = p.outputs[o].name;
-      const bool param = name.size() > 4 && name.compare(name.size() - 4, 4, ".new") == 0 && name.rfind("adamw.", 0) != 0;
+      const bool param = name.size() > 4 && name.compare(name.size() - 4, 4, ".new") == 0 && name.rfind("adamw.", 0) != 0 &&
+                         name.rfind("accum.", 0) != 0;
       // GPT-2's key bias adds one number to every score of a softmax row: its
       // gradient is zero but for rounding, which differs with the order of
       // the sums, and AdamW scales that noise up to steps of +-lr. So: the
@@ -855,6 +859,23 @@ TEST(PlanEmulation, GeneratedGatherReportsATargetOutsideTheClasses) {
 }
 
 TEST(PlanEmulation, FusedTrainingStepsMatchTheInterpreter) { check_training_steps(false); }
+
+// Gradient accumulation's fused step (optim::accumulate_gradients of 2, then
+// with_adamw and update_on_last): steps 1 and 3 add into the donated
+// accumulators and keep the state, step 2 updates it and zeroes them.
+TEST(PlanEmulation, AccumulatingFusedStepMatchesTheInterpreter) {
+  const nn::LmConfig c = small_config();
+  std::vector<std::string> names;
+  for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
+  const optim::AdamW opt;
+  const Program step = optim::update_on_last(
+      optim::with_adamw(optim::accumulate_gradients(value_and_grad(nn::lm_loss_program(c), names), names, 2), names, opt),
+      names);
+  TempDir dir;
+  const plan::KernelPlan kp = plan::plan_kernels(step);
+  const HostKernels kernels(kp, dir.file("accum"));
+  expect_plan_matches_interpreter(c, step, &opt, kp, kernels, nullptr, 3);
+}
 
 // bf16 in the generated kernels, bit for bit against the interpreter where the
 // order of operations is the same (elementwise, no sums): f32 -> bf16 at ties

@@ -95,6 +95,14 @@ void adopt_checkpoint(TrainArgs& a) {
     if (a.fused_attention_given) note_changed(flag(*meta.fused_attention), flag(o.fused_attention));
     else o.fused_attention = *meta.fused_attention;
   }
+  // Micro-batches per step and the frozen parameters decide which rows a
+  // step sees and which parameters have moments: the checkpoint's unless given.
+  if (meta.grad_accum) {
+    if (a.accum_given)
+      note_changed("--grad-accum " + std::to_string(*meta.grad_accum), "--grad-accum " + std::to_string(o.grad_accum));
+    else o.grad_accum = *meta.grad_accum;
+  }
+  if (o.train_patterns.empty() && o.freeze_patterns.empty()) o.freeze_patterns = meta.frozen;
   // The held-out share decides which tokens the training batches come from.
   if (meta.val_fraction) {
     if (a.val_fraction_given)
@@ -395,6 +403,9 @@ int run_train(TrainArgs a) {
   if (o.clip_grad_norm > 0) std::printf(", gradients clipped to norm %g", o.clip_grad_norm);
   if (o.precision == optim::Precision::bf16) std::printf("; precision bf16 (GEMM operands bf16, f32 accumulation)");
   if (o.fused_attention) std::printf(", fused attention");
+  if (o.grad_accum > 1)
+    std::printf(", %lld micro-batches a step (batch %lld)", static_cast<long long>(o.grad_accum),
+                static_cast<long long>(o.grad_accum * o.model.batch));
   if (o.comm)
     std::printf(", data-parallel over %d ranks (global batch %lld)", o.comm->size(),
                 static_cast<long long>(o.comm->size() * o.model.batch));

@@ -47,6 +47,7 @@ struct TrainArgs {
   bool overwrite = false;             // --overwrite: --save may replace an existing file
   bool no_progress = false;           // --no-progress: plain log lines even on a terminal
   bool tokenizer_given = false;
+  bool accum_given = false;           // --grad-accum
   std::string init_from;              // --init-from DIR (train::Options::init_from)
   std::string log_csv;                // --log
   std::string plot;                   // --plot (.svg or .png)

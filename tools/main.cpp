@@ -288,6 +288,18 @@ int main(int argc, char** argv) {
                     "scale the gradients by min(1, C/norm), norm over all of them, inside the step (0: off)")
       ->capture_default_str()->check(real_range(0.0, 1e30))
       ->each([&](const std::string&) { ta.clip_given = true; });
+  train->add_option("--train", ta.opts.train_patterns,
+                    "train only the parameters these glob patterns (* ?, comma-separated; capstep's or transformers' "
+                    "names) match; the others are frozen (repeatable)")
+      ->check(kNonEmpty)->allow_extra_args(false);
+  train->add_option("--freeze", ta.opts.freeze_patterns,
+                    "freeze the parameters these glob patterns (* ?, comma-separated; capstep's or transformers' "
+                    "names) match: no gradient, no AdamW moments (repeatable)")
+      ->check(kNonEmpty)->allow_extra_args(false);
+  train->add_option("--grad-accum", ta.opts.grad_accum,
+                    "micro-batches of --batch rows per optimizer step, one update of their mean gradient")
+      ->capture_default_str()->transform(int_range(1, 1000000))
+      ->each([&](const std::string&) { ta.accum_given = true; });
   ta.opts.val_fraction = 0.1;   // the CLI holds out 10% as nanoGPT does; the library default is none
   CLI::Option* val_fraction = train->add_option("--val-fraction", ta.opts.val_fraction,
                     "hold out the text's last fraction for a validation loss (0: none)")

@@ -9,6 +9,9 @@
 //            "capstep.model_config"  JSON text describing the model
 //            "capstep.data_fnv1a64"  16 hex digits: FNV-1a 64 of the data section,
 //                                    checked on load when present (corruption)
+//            "capstep.frozen"        present when some parameters were frozen:
+//                                    their names, comma-separated (they have
+//                                    no adam_m/ adam_v/ tensors)
 //            any other key           Checkpoint::extra (the trainer's own: seed,
 //                                    schedule, ...); keys "capstep.*" are reserved
 //
@@ -28,8 +31,10 @@ namespace capstep {
 
 struct Checkpoint {
   std::vector<NamedArray> params;
-  std::vector<NamedArray> adam_m;           // same names and types as params
+  std::vector<NamedArray> adam_m;           // same names and types as params, but for the frozen ones
   std::vector<NamedArray> adam_v;
+  // Parameters that do not train (train::Options::freeze): no moments.
+  std::vector<std::string> frozen;
   uint64_t step = 0;
   uint64_t data_position = 0;
   std::string model_config = "{}";          // JSON text
@@ -46,7 +51,8 @@ struct ParamSpec {
 };
 
 // Throws Error (and leaves any previous file untouched) if m or v does not
-// match params name for name and type, the model config is not valid JSON, or
+// match params name for name and type (the frozen ones excepted, which must
+// be parameters without moments), the model config is not valid JSON, or
 // any value is NaN or infinite: a diverged run must not overwrite the last
 // good checkpoint.
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt);

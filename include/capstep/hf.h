@@ -30,6 +30,11 @@ namespace capstep::nn {
 // capstep's parameters (lm_parameters order, f32) as transformers' tensors,
 // in lm_parameters order of their first piece.
 std::vector<NamedArray> to_hf_tensors(const LmConfig& c, const std::vector<Array>& params);
+// For each capstep parameter (lm_parameters order), the names of the
+// transformers tensors it is part of (one; for GPT-2's wq, wk, wv and bq,
+// bk, bv, the c_attn tensor they share); empty lists for the seed
+// architecture, which has no transformers names.
+std::vector<std::vector<std::string>> hf_parameter_names(const LmConfig& c);
 // The inverse: every tensor transformers' model has must be there with its
 // shape, in f32; any other is an Error naming it (but for the causal-mask
 // buffers "*.attn.bias" and "*.attn.masked_bias" of older GPT-2 files, and a

@@ -121,7 +121,10 @@ extern const char* const kScalarNames[4];             // "adamw.lr", "adamw.bc1"
 // inputs, then the four scalars (f32[]). Outputs: grad_program's outputs that
 // are not gradients (e.g. "loss"), then "<p>.new" for each param, each m, each v;
 // aliased to the inputs they replace. Each parameter's update is three adamw
-// equations (p', m', v', in that order), one after the other.
+// equations (p', m', v', in that order), one after the other. grad_program's
+// own aliases (accumulate_gradients' accumulators) are kept, renumbered.
+// Inputs of grad_program that are not in params (frozen parameters, the
+// batch) stay plain inputs: no gradient, no moments, not donated.
 Program with_adamw(const Program& grad_program, const std::vector<std::string>& params, const AdamW& o);
 
 // ---- global gradient-norm clipping (issue 15) --------------------------------
@@ -138,6 +141,36 @@ Program with_adamw(const Program& grad_program, const std::vector<std::string>& 
 extern const char* const kClipMaxNormName;            // "clip.max_norm"
 extern const char* const kGradNormName;               // "grad_norm"
 Program clip_grad_norm(const Program& grad_program, const std::vector<std::string>& params);
+
+// ---- gradient accumulation (issue 39) -----------------------------------------
+// N micro-batches, one update of their mean gradient, as one program run once
+// per micro-batch, so that the parameters, moments and accumulators stay
+// where the step runs (donated) and a backend holds one program:
+//   update_on_last(with_adamw(clip_grad_norm(accumulate_gradients(
+//       value_and_grad(loss, params), params, N), params), params, o), params)
+// or, AdamW on the host, the program up to clip_grad_norm, and the update
+// made by the caller after the last micro-batch only.
+//
+// accumulate_gradients: inputs grad_program's, then "accum.<p>" (of each
+// gradient's type, in params order), then "accum.last" (f32[]: nonzero on
+// the step's last micro-batch). With s_p = accum.<p> + grad.<p> (the
+// micro-batches' gradients summed in their order), every "grad.<p>" output
+// becomes s_p / N (on the last micro-batch: the mean gradient; before it, a
+// value nobody uses), and the outputs "accum.<p>.new" = last ? 0 : s_p come
+// after grad_program's, aliased to "accum.<p>" (so the accumulators are zero
+// again after each update; they start zero). grad_program's other outputs
+// (the loss: this micro-batch's) and aliases are kept. Error for N < 2 or a
+// missing, repeated or non-f32 gradient.
+// update_on_last: every with_adamw state output ("<x>.new" for each
+// parameter and moment x) becomes select(accum.last != 0, <x>.new, x): before
+// the last micro-batch the state passes through unchanged, bit for bit (the
+// update is computed and dropped: an elementwise pass over the parameters
+// per micro-batch, small beside the forward and backward passes). Error when
+// the program has no "accum.last" or is not a with_adamw step of params.
+extern const char* const kAccumLastName;              // "accum.last"
+std::string accumulator_name(const std::string& param);   // "accum.<param>"
+Program accumulate_gradients(const Program& grad_program, const std::vector<std::string>& params, int n);
+Program update_on_last(const Program& step_program, const std::vector<std::string>& params);
 
 // ---- bf16 mixed precision (issue 11) -------------------------------------------
 // A Program -> Program transform applied to the forward (loss) program, before

@@ -176,6 +176,36 @@ struct Options {
   bool dp_pack = true;
   int64_t dp_bucket_bytes = optim::DataParallelOptions{}.bucket_bytes;  // with dp_pack: DataParallelOptions::bucket_bytes
 
+  // Which parameters train (issue 38): glob patterns (* any run of
+  // characters, dots included; ? one character), each entry a comma-separated
+  // list, matched against capstep's names (nn::lm_parameters: "blocks.0.attn.wq")
+  // and, for gpt2 and llama, transformers' (nn::hf_parameter_names:
+  // "model.layers.*.self_attn.q_proj.weight"). A pattern that names GPT-2's
+  // packed attn.c_attn tensor applies to all three of wq, wk, wv (or bq, bk,
+  // bv); capstep's names pick one. With train_patterns, only the parameters
+  // they match train; freeze_patterns' never do. The others are frozen:
+  // inputs of the step with no gradient and no AdamW moments, on every lane
+  // (with AdamW in the program, plain inputs set once, not donated).
+  // Checkpoints hold every parameter and the moments of the trained ones
+  // (Checkpoint::frozen); a resumed run must freeze the same ones. Error for
+  // a pattern that matches no parameter (naming it) or when none is left.
+  std::vector<std::string> train_patterns;
+  std::vector<std::string> freeze_patterns;
+  // Gradient accumulation (issue 39): each optimizer step takes grad_accum
+  // micro-batches of model.batch rows and one AdamW update of their mean
+  // gradient (optim::accumulate_gradients; with AdamW in the program also
+  // optim::update_on_last), clipping on that mean. Micro-batch j of step k
+  // is rows [j*b, (j+1)*b) of batch k-1 of a stream of grad_accum*b-row
+  // batches (data parallel: rank r takes rows [(j*R + r)*b, ...)), so N
+  // micro-batches of b see exactly the rows of one batch of N*b. Steps,
+  // the lr schedule, logging, eval_every, save_every and checkpoints count
+  // optimizer steps; StepInfo::loss is the mean of the micro-batches' losses;
+  // tokens/s counts every micro-batch's tokens. Checkpoints are written only
+  // between optimizer steps, so none holds a partial accumulation; should_stop
+  // is asked after a whole step, so a stop (Ctrl-C) mid-accumulation finishes
+  // that step first. 1: no accumulation.
+  int64_t grad_accum = 1;
+
   std::function<void(const StepInfo&)> on_step;          // progress, each step
   std::function<void(const std::string&)> on_message;    // fallbacks, saves, stops
   // Asked after each step; true ends the run there, with a checkpoint of that
@@ -211,6 +241,14 @@ struct Result {
 // ("step K: loss spike: X, the last N steps averaged Y"); it is not fatal.
 bool is_loss_spike(const double* recent, size_t n, double loss);
 
+// Glob match of a whole name: * any run of characters, ? one character.
+bool glob_match(const std::string& pattern, const std::string& name);
+// Per parameter of the model (lm_parameters order): whether it trains under
+// Options::train_patterns and freeze_patterns (see there); Error naming a
+// pattern that matches nothing, or when no parameter is left to train.
+std::vector<bool> trainable_mask(const nn::LmConfig& model, const std::vector<std::string>& train_patterns,
+                                 const std::vector<std::string>& freeze_patterns);
+
 // Trains; throws Error for bad options, an unreadable or binary text file, an
 // unreadable or corrupted checkpoint, a checkpoint that does not match the
 // model, a save_path where no file can be created (checked before the first
@@ -223,7 +261,8 @@ Result train(const Options& o);
 // training checkpoint carries one extra metadata key, "train": JSON
 // {"seed", "lr", "beta1", "beta2", "eps", "weight_decay", "text",
 //  "schedule", "warmup_steps", "min_lr", "steps", "clip_grad_norm",
-//  "text_hash", "precision", "fused_attention", "val_fraction", "tokenizer"}
+//  "text_hash", "precision", "fused_attention", "val_fraction", "tokenizer",
+//  "grad_accum"}
 // (text: "builtin" or the file's absolute path, as given in checkpoints
 // written before text_hash existed; text_hash: file_fingerprint of the text,
 // absent for the built-in corpus; schedule "constant" or "cosine"; steps: the
@@ -268,6 +307,8 @@ struct TrainMeta {
   std::optional<optim::Precision> precision;
   std::optional<bool> fused_attention;
   std::optional<double> val_fraction;    // the held-out share: which tokens the batches come from
+  std::optional<int64_t> grad_accum;     // micro-batches per step: which rows the batches hold
+  std::vector<std::string> frozen;       // the checkpoint's frozen parameters (Checkpoint::frozen)
   std::optional<TokensMeta> tokens;      // a run on token files
 };
 // The "train" metadata of a run with options `o` on `text` ("builtin" or a

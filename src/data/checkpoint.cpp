@@ -64,14 +64,27 @@ uint64_t parse_u64(const Metadata& m, const std::string& key, const std::string&
   return v;
 }
 
+bool is_frozen(const Checkpoint& c, const std::string& name) {
+  return std::find(c.frozen.begin(), c.frozen.end(), name) != c.frozen.end();
+}
+
 void check_moments(const Checkpoint& c, const std::string& where) {
   const std::vector<NamedArray>* moments[2] = {&c.adam_m, &c.adam_v};
+  for (const std::string& f : c.frozen) {
+    if (!c.param(f)) throw Error(where + ": frozen parameter '" + f + "' has no tensor 'param/" + f + "'");
+    if (f.find(',') != std::string::npos) throw Error(where + ": frozen parameter '" + f + "' has a comma in its name");
+    if (std::count(c.frozen.begin(), c.frozen.end(), f) > 1) throw Error(where + ": parameter '" + f + "' frozen twice");
+  }
   for (int g = 0; g < 2; ++g) {
     const std::vector<NamedArray>& m = *moments[g];
     const char* label = kGroups[g + 1];
+    for (const NamedArray& t : m)
+      if (is_frozen(c, t.name))
+        throw Error(where + ": frozen parameter '" + t.name + "' has a tensor '" + label + t.name + "'");
     // Name the first parameter without its moment: more telling than a count.
     for (size_t i = 0; i < c.params.size(); ++i) {
       const NamedArray& p = c.params[i];
+      if (is_frozen(c, p.name)) continue;
       const NamedArray* match = i < m.size() && m[i].name == p.name ? &m[i] : nullptr;
       for (size_t j = 0; !match && j < m.size(); ++j)
         if (m[j].name == p.name) match = &m[j];
@@ -80,8 +93,8 @@ void check_moments(const Checkpoint& c, const std::string& where) {
         throw Error(where + ": tensor '" + std::string(label) + p.name + "' is " + match->array.type().str() +
                     " but 'param/" + p.name + "' is " + p.array.type().str());
     }
-    if (m.size() != c.params.size())
-      throw Error(where + ": " + std::to_string(c.params.size()) + " parameters but " + std::to_string(m.size()) + " " +
+    if (m.size() + c.frozen.size() != c.params.size())
+      throw Error(where + ": " + std::to_string(c.params.size() - c.frozen.size()) + (c.frozen.empty() ? "" : " trained") + " parameters but " + std::to_string(m.size()) + " " +
                   label + " moments (a moment without a parameter, or a name used twice)");
   }
 }
@@ -117,6 +130,11 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
                 {"capstep.data_position", std::to_string(c.data_position)},
                 {"capstep.model_config", c.model_config},
                 {kChecksumKey, hex64(hash)}};
+  if (!c.frozen.empty()) {
+    std::string list;
+    for (const std::string& f : c.frozen) list += (list.empty() ? "" : ",") + f;
+    meta["capstep.frozen"] = list;
+  }
   for (const auto& [key, value] : c.extra) {
     if (key.rfind("capstep.", 0) == 0)
       throw Error(where + ": extra metadata key '" + key + "' uses the reserved prefix 'capstep.'");
@@ -145,6 +163,12 @@ Checkpoint load_checkpoint(const std::string& path) {
   c.model_config = config->second;
   for (const auto& [key, value] : f.metadata)
     if (key.rfind("capstep.", 0) != 0) c.extra[key] = value;
+  if (auto frozen = f.metadata.find("capstep.frozen"); frozen != f.metadata.end())
+    for (size_t a = 0; a <= frozen->second.size();) {
+      const size_t b = std::min(frozen->second.find(',', a), frozen->second.size());
+      c.frozen.push_back(frozen->second.substr(a, b - a));
+      a = b + 1;
+    }
 
   // The data as written (checkpoints of other writers may lack the checksum),
   // and finite: save never writes a NaN or an infinity, so one is corruption.
@@ -200,7 +224,7 @@ Checkpoint load_checkpoint(const std::string& path, const std::vector<ParamSpec>
   std::vector<NamedArray> groups[3];
   for (const ParamSpec& s : expected) {
     std::vector<NamedArray>* from[3] = {&c.params, &c.adam_m, &c.adam_v};
-    for (int g = 0; g < 3; ++g) {
+    for (int g = 0; g < (is_frozen(c, s.name) ? 1 : 3); ++g) {
       auto it = std::find_if(from[g]->begin(), from[g]->end(), [&](const NamedArray& t) { return t.name == s.name; });
       if (it == from[g]->end())
         throw Error(where + " lacks tensor '" + kGroups[g] + s.name + "' (" + s.type.str() + ") that the model expects");

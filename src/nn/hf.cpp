@@ -138,6 +138,16 @@ std::string shape_text(const Shape& s) {
 
 }  // namespace
 
+std::vector<std::vector<std::string>> hf_parameter_names(const LmConfig& c) {
+  std::vector<std::vector<std::string>> names(lm_parameters(c).size());
+  if (c.arch == Arch::seed) return names;
+  std::vector<Piece> pieces;
+  std::vector<HfTensor> hf;
+  layout(c, pieces, hf);
+  for (const Piece& p : pieces) names[p.param].push_back(p.hf);
+  return names;
+}
+
 std::vector<NamedArray> to_hf_tensors(const LmConfig& c, const std::vector<Array>& params) {
   std::vector<Piece> pieces;
   std::vector<HfTensor> hf;

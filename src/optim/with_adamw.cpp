@@ -88,6 +88,14 @@ Program with_adamw(const Program& g, const std::vector<std::string>& params, con
   // params are inputs 0..n-1, m n..2n-1, v 2n..3n-1; outputs follow the same order.
   for (size_t j = 0; j < 3 * params.size(); ++j)
     r.aliases.push_back({static_cast<int>(first_new + j), static_cast<int>(j)});
+  // grad_program's own aliases (accumulate_gradients' accumulators) move with
+  // their output, among the outputs kept before first_new, and their input.
+  for (const Alias& al : g.aliases) {
+    if (is_grad[static_cast<size_t>(al.output)]) throw Error("with_adamw: a gradient output is aliased to an input");
+    int k = 0;
+    for (int i = 0; i < al.output; ++i) k += is_grad[static_cast<size_t>(i)] ? 0 : 1;
+    r.aliases.push_back({k, r.input_index(g.inputs[static_cast<size_t>(al.input)].name)});
+  }
   r = dead_code_eliminate(r);
   verify(r);
   return r;

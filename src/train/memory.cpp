@@ -104,12 +104,17 @@ MemoryRoom memory_room(const std::string& proc, const std::string& cgroup_root) 
 
 HostMemory plan_host_memory(const Options& o, bool step_on_host, const Program& grad, const Program* validation) {
   HostMemory m;
-  const size_t n = nn::lm_parameters(o.model).size();
-  if (n > grad.inputs.size())
-    throw Error("plan_host_memory: " + std::to_string(n) + " parameters, but program \"" + grad.name + "\" has " +
-                std::to_string(grad.inputs.size()) + " inputs");
-  for (size_t j = 0; j < n; ++j) m.params += grad.input_type(static_cast<int>(j)).bytes();
-  m.state = 3 * m.params;
+  // Moments for the trained parameters only (Options::train_patterns, freeze_patterns).
+  const std::vector<nn::ParamSpec> ps = nn::lm_parameters(o.model);
+  const std::vector<bool> trains = trainable_mask(o.model, o.train_patterns, o.freeze_patterns);
+  size_t trained = 0;
+  for (size_t j = 0; j < ps.size(); ++j) {
+    const int i = grad.input_index(ps[j].name);
+    if (i < 0) throw Error("plan_host_memory: program \"" + grad.name + "\" has no input \"" + ps[j].name + "\"");
+    m.params += grad.input_type(i).bytes();
+    if (trains[j]) trained += grad.input_type(i).bytes();
+  }
+  m.state = m.params + 2 * trained;
   if (!o.save_path.empty() || validation || o.comm) m.copy = m.state;
   if (step_on_host) m.step = host::plan_memory(grad, o.backend.host);
   if (validation) m.validation = host::plan_memory(*validation, o.backend.host);

@@ -33,15 +33,16 @@ MemoryRoom memory_room(const std::string& proc = "/proc", const std::string& cgr
 // lane's step takes device memory, which cuda::Executable checks.)
 struct HostMemory {
   size_t params = 0;              // the parameters' bytes
-  size_t state = 0;               // parameters and both moments: held already
+  size_t state = 0;               // parameters and the trained ones' moments: held already
   size_t copy = 0;                // their copy for checkpoints and validation (0: neither)
   host::MemoryPlan step;          // the step program's plan (zeros off the host lane)
   host::MemoryPlan validation;    // the validation program's plan (zeros: none)
   size_t batch() const { return step.inputs > params ? step.inputs - params : 0; }
   size_t still_needed() const { return copy + step.held() + step.outputs + batch() + validation.held(); }
 };
-// grad: the step program, its first inputs the parameters (lm_parameters
-// order); validation: the forward program validation runs, or nullptr.
+// grad: the step program, the parameters among its inputs (by name); the
+// moments counted for the parameters that train only; validation: the
+// forward program validation runs, or nullptr.
 HostMemory plan_host_memory(const Options& o, bool step_on_host, const Program& grad, const Program* validation);
 
 // "" when still_needed() fits in the room (or the room is unknown), else the

@@ -30,7 +30,8 @@ std::string train_metadata(const Options& o, const std::string& text, const std:
                       {"precision", optim::precision_name(o.precision)},
                       {"fused_attention", o.fused_attention},
                       {"val_fraction", o.val_fraction},
-                      {"tokenizer", o.tokenizer}};
+                      {"tokenizer", o.tokenizer},
+                      {"grad_accum", o.grad_accum}};
   if (!text_hash.empty()) j["text_hash"] = text_hash;
   if (tokens) {
     j["tokens"] = tokens->tokens;
@@ -71,6 +72,7 @@ TrainMeta parse_meta(const Checkpoint& c) {
   TrainMeta m;
   m.model = nn::LmConfig::from_json(c.model_config);   // Error naming the missing key
   m.model.validate();
+  m.frozen = c.frozen;
   if (auto b = c.extra.find(kBestValLossKey); b != c.extra.end()) {
     char* end = nullptr;
     m.best_val_loss = std::strtod(b->second.c_str(), &end);
@@ -133,6 +135,11 @@ TrainMeta parse_meta(const Checkpoint& c) {
       if (!(f >= 0 && f < 1))
         throw Error("the checkpoint's \"train\" metadata has a val_fraction out of [0, 1): " + it->second);
       m.val_fraction = f;
+    }
+    if (t.contains("grad_accum")) {
+      const int64_t n = t.at("grad_accum").get<int64_t>();
+      if (n < 1) throw Error("the checkpoint's \"train\" metadata has a grad_accum below 1: " + it->second);
+      m.grad_accum = n;
     }
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("the checkpoint's \"train\" metadata is malformed: ") + e.what());

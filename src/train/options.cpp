@@ -78,6 +78,8 @@ void Options::validate() const {
   if (eval_every < 0) throw Error("eval-every must be >= 0 (0: only at the end), got " + std::to_string(eval_every));
   if (eval_batches < 1 || eval_batches > 100000)
     throw Error("eval-batches must be in [1, 100000], got " + std::to_string(eval_batches));
+  if (grad_accum < 1 || grad_accum > 1000000)
+    throw Error("grad-accum must be in [1, 1000000] (1: no accumulation), got " + std::to_string(grad_accum));
   if (save_every > 0 && save_path.empty()) throw Error("save-every needs a checkpoint path to save to");
   if (!init_from.empty() && !resume_path.empty())
     throw Error("init-from starts a run from a model's weights and resume continues a checkpoint: give one");

@@ -24,10 +24,14 @@
 
 namespace capstep::train {
 
-// Parameters and both moments, in lm_parameters order.
+// The parameters that train and both moments (lm_parameters order among
+// them), and the frozen parameters (Options::freeze): inputs of the step with
+// no gradient and no moments, set once (on a device they stay there).
 struct State {
   std::vector<std::string> names;
   std::vector<Array> params, m, v;
+  std::vector<std::string> frozen_names = {};
+  std::vector<Array> frozen = {};
 };
 
 class Stepper {
@@ -39,9 +43,17 @@ class Stepper {
   // The loss of (parameters, batch) before the update, then the AdamW update
   // with these scalars. The host-AdamW lanes skip the update when the loss is
   // not finite (training stops there anyway).
-  virtual float step(const Array& tokens, const Array& targets, const optim::AdamWScalars& s) = 0;
-  // The current parameters and moments, into c.params / c.adam_m / c.adam_v
-  // (reusing their arrays when the names are already there).
+  float step(const Array& tokens, const Array& targets, const optim::AdamWScalars& s) {
+    return step_n(&tokens, &targets, 1, s);
+  }
+  // Gradient accumulation (a step program through optim::accumulate_gradients
+  // of N, n = N): micro-batch i is (tokens[i], targets[i]); one update of the
+  // mean gradient after the last; returns the mean of the micro-batches'
+  // losses. Without accumulation n is 1. Error when n is not the program's.
+  virtual float step_n(const Array* tokens, const Array* targets, int n, const optim::AdamWScalars& s) = 0;
+  // The current parameters (the trained ones, then the frozen ones) and the
+  // trained ones' moments, into c.params / c.adam_m / c.adam_v (reusing their
+  // arrays when the names are already there); c.frozen names the frozen ones.
   virtual void state(Checkpoint& c) = 0;
   // The global gradient norm of the last step (before clipping) when the
   // program clips (optim::clip_grad_norm: output "grad_norm"), else NaN.
@@ -55,9 +67,11 @@ class Stepper {
 BackendOptions lane_backend_options(const BackendOptions& base, bool tf32, Communicator* comm);
 
 // The program a lane's step runs: `grad` (value_and_grad of the loss program
-// over every parameter, its first inputs in `names` order, then "tokens" and
-// "targets", possibly through optim::data_parallel and optim::clip_grad_norm),
-// or with AdamW in the program optim::with_adamw of it.
+// over the parameters that train, its first inputs in `names` order, then any
+// frozen parameters, "tokens" and "targets", possibly through
+// optim::data_parallel, optim::accumulate_gradients and
+// optim::clip_grad_norm), or with AdamW in the program optim::with_adamw of it
+// (and optim::update_on_last when it accumulates).
 Program step_program(const Lane& lane, const Program& grad, const std::vector<std::string>& names, const optim::AdamW& o);
 // `step`: step_program's. clip_max_norm feeds optim::clip_grad_norm's
 // "clip.max_norm" input once. The backend is built with `bo` (the caller has

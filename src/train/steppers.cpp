@@ -1,4 +1,5 @@
 // The lanes' steps over capstep/backend.h, for training and for the benchmark.
+#include <algorithm>
 #include <cmath>
 
 #include "capstep/interpreter.h"
@@ -17,9 +18,44 @@ void copy_state(const std::vector<std::string>& names, const std::vector<Array>&
 }
 
 void check_names(const State& s, const std::vector<std::string>& names) {
-  if (s.names != names || s.params.size() != names.size() || s.m.size() != names.size() || s.v.size() != names.size())
+  if (s.names != names || s.params.size() != names.size() || s.m.size() != names.size() || s.v.size() != names.size() ||
+      s.frozen.size() != s.frozen_names.size())
     throw Error("set_state: the state's parameters are not the ones the step was made with");
 }
+
+// The frozen parameters after the trained ones in c.params; c.frozen names them.
+void append_frozen(const State& s, Checkpoint& c) {
+  const size_t n = c.params.size();
+  c.params.resize(n + s.frozen.size());
+  for (size_t j = 0; j < s.frozen.size(); ++j) {
+    c.params[n + j].name = s.frozen_names[j];
+    c.params[n + j].array = s.frozen[j];
+  }
+  c.frozen = s.frozen_names;
+}
+
+// Gradient accumulation's inputs and outputs in a step program
+// (optim::accumulate_gradients): none when it does not accumulate.
+struct Accum {
+  int last = -1;                  // input "accum.last"
+  std::vector<int> in, out;       // per trained parameter: "accum.<p>" and "accum.<p>.new"
+  bool on() const { return last >= 0; }
+  Accum(const Program& p, const std::vector<std::string>& names) {
+    last = p.input_index(optim::kAccumLastName);
+    if (last < 0) return;
+    for (const std::string& n : names) {
+      in.push_back(p.input_index(optim::accumulator_name(n)));
+      out.push_back(p.output_index(optim::updated_name(optim::accumulator_name(n))));
+      if (in.back() < 0) throw Error("step program \"" + p.name + "\" has no input \"" + optim::accumulator_name(n) + "\"");
+    }
+  }
+  // n micro-batches given for this program
+  void check(int n) const {
+    if (n < 1 || (n > 1) != on())
+      throw Error("step: " + std::to_string(n) + " micro-batches for a step program that " +
+                  (on() ? "accumulates gradients" : "does not accumulate gradients"));
+  }
+};
 
 // The host backend, AdamW on the host: the gradient program in the
 // interpreter, each parameter's update started on idle host threads as soon
@@ -32,30 +68,58 @@ class HostStepper final : public Stepper {
   HostStepper(const Program& grad, const std::vector<std::string>& names, const optim::AdamW& o, float clip,
               const BackendOptions& bo)
       : interp_(grad, bo.host), adamw_(o), names_(names), ins_(grad.inputs.size()),
-        communicator_(bo.communicator != nullptr) {
+        communicator_(bo.communicator != nullptr), accum_(grad, names) {
     interp_.set_communicator(bo.communicator);
     clip_.data<float>()[0] = clip;
     if (const int c = grad.input_index(optim::kClipMaxNormName); c >= 0) ins_[static_cast<size_t>(c)] = &clip_;
     norm_out_ = grad.output_index(optim::kGradNormName);
+    tok_ = grad.input_index("tokens");
+    tgt_ = grad.input_index("targets");
+    if (accum_.on()) {
+      ins_[static_cast<size_t>(accum_.last)] = &last_;
+      for (size_t j = 0; j < names.size(); ++j) {
+        acc_.emplace_back(grad.input_type(accum_.in[j]));   // zeros
+      }
+      for (size_t j = 0; j < names.size(); ++j) ins_[static_cast<size_t>(accum_.in[j])] = &acc_[j];
+    }
   }
   void set_state(const State& s) override {
     check_names(s, names_);
     s_ = s;
     for (size_t j = 0; j < s_.params.size(); ++j) ins_[j] = &s_.params[j];
+    for (size_t j = 0; j < s_.frozen.size(); ++j)
+      ins_[static_cast<size_t>(interp_.program().input_index(s_.frozen_names[j]))] = &s_.frozen[j];
+    for (Array& a : acc_) std::fill(a.data<float>(), a.data<float>() + a.numel(), 0.0f);
   }
-  float step(const Array& tokens, const Array& targets, const optim::AdamWScalars& sc) override {
-    const size_t n = names_.size();
-    ins_[n] = &tokens;
-    ins_[n + 1] = &targets;
+  float step_n(const Array* tokens, const Array* targets, int n, const optim::AdamWScalars& sc) override {
+    accum_.check(n);
+    // Micro-batches before the last: gradients summed into the accumulators
+    // (swapped in from the outputs: no copy, no allocation).
+    double loss = 0;
+    for (int i = 0; i + 1 < n; ++i) {
+      last_.data<float>()[0] = 0;
+      ins_[static_cast<size_t>(tok_)] = &tokens[i];
+      ins_[static_cast<size_t>(tgt_)] = &targets[i];
+      interp_.run(ins_, outs_);
+      for (size_t j = 0; j < acc_.size(); ++j) std::swap(acc_[j], outs_[static_cast<size_t>(accum_.out[j])]);
+      loss += outs_[0].data<float>()[0];
+    }
+    last_.data<float>()[0] = 1;
+    ins_[static_cast<size_t>(tok_)] = &tokens[n - 1];
+    ins_[static_cast<size_t>(tgt_)] = &targets[n - 1];
     // Gradients after the loss; no update when the loss is not finite.
-    adamw_.step(interp_, ins_, outs_, 1, sc, s_.params, s_.m, s_.v, 0);
+    if (std::isfinite(loss)) adamw_.step(interp_, ins_, outs_, 1, sc, s_.params, s_.m, s_.v, 0);
+    else interp_.run(ins_, outs_);
+    for (size_t j = 0; j < acc_.size(); ++j) std::swap(acc_[j], outs_[static_cast<size_t>(accum_.out[j])]);
     if (norm_out_ >= 0) norm_ = outs_[static_cast<size_t>(norm_out_)].data<float>()[0];
-    return outs_[0].data<float>()[0];
+    loss += outs_[0].data<float>()[0];
+    return static_cast<float>(loss / n);
   }
   void state(Checkpoint& c) override {
     copy_state(names_, s_.params, c.params);
     copy_state(names_, s_.m, c.adam_m);
     copy_state(names_, s_.v, c.adam_v);
+    append_frozen(s_, c);
   }
   double grad_norm() const override { return norm_; }
   BackendInfo describe() const override {
@@ -76,8 +140,11 @@ class HostStepper final : public Stepper {
   std::vector<Array> outs_;
   Array clip_{Type{DType::f32, {}}};
   bool communicator_;  // all_reduce sums over BackendOptions::communicator
-  int norm_out_ = -1;
+  int norm_out_ = -1, tok_ = -1, tgt_ = -1;
   double norm_ = NAN;
+  Accum accum_;
+  std::vector<Array> acc_;
+  Array last_{Type{DType::f32, {}}};
 };
 
 // Any backend, AdamW on the host: every parameter up, every gradient down
@@ -85,7 +152,7 @@ class HostStepper final : public Stepper {
 class HostAdamWStepper final : public Stepper {
  public:
   HostAdamWStepper(std::unique_ptr<Backend> b, const std::vector<std::string>& names, const optim::AdamW& o, float clip)
-      : b_(std::move(b)), adamw_(o), names_(names), grads_(names.size()) {
+      : b_(std::move(b)), adamw_(o), names_(names), grads_(names.size()), accum_(b_->program(), names) {
     tok_ = b_->input("tokens");
     tgt_ = b_->input("targets");
     if (const int c = b_->program().input_index(optim::kClipMaxNormName); c >= 0) b_->set_input(c, Array::scalar(clip));
@@ -96,21 +163,32 @@ class HostAdamWStepper final : public Stepper {
     p_ = s.params;
     m_ = s.m;
     v_ = s.v;
+    frozen_ = State{{}, {}, {}, {}, s.frozen_names, s.frozen};
+    // Frozen parameters once (they stay in the backend's slots), accumulators zero.
+    for (size_t j = 0; j < s.frozen.size(); ++j) b_->set(s.frozen_names[j], s.frozen[j]);
+    for (size_t j = 0; j < accum_.in.size(); ++j)
+      b_->set_input(accum_.in[j], Array(b_->program().input_type(accum_.in[j])));
   }
-  float step(const Array& tokens, const Array& targets, const optim::AdamWScalars& sc) override {
-    const size_t n = names_.size();
-    for (size_t j = 0; j < n; ++j) b_->set_input(static_cast<int>(j), p_[j]);
-    b_->set_input(tok_, tokens);
-    b_->set_input(tgt_, targets);
-    b_->run();
-    b_->read_output(0, loss_);
-    const float loss = loss_.data<float>()[0];
+  float step_n(const Array* tokens, const Array* targets, int n, const optim::AdamWScalars& sc) override {
+    accum_.check(n);
+    const size_t np = names_.size();
+    for (size_t j = 0; j < np; ++j) b_->set_input(static_cast<int>(j), p_[j]);
+    double sum = 0;
+    for (int i = 0; i < n; ++i) {
+      if (accum_.on()) b_->set_input(accum_.last, Array::scalar(i + 1 == n ? 1.0f : 0.0f));
+      b_->set_input(tok_, tokens[i]);
+      b_->set_input(tgt_, targets[i]);
+      b_->run();
+      b_->read_output(0, loss_);
+      sum += loss_.data<float>()[0];
+    }
+    const float loss = static_cast<float>(sum / n);
     if (norm_out_ >= 0) {
       b_->read_output(norm_out_, norm_arr_);
       norm_ = norm_arr_.data<float>()[0];
     }
     if (!std::isfinite(loss)) return loss;
-    for (size_t j = 0; j < n; ++j) {
+    for (size_t j = 0; j < np; ++j) {
       b_->read_output(static_cast<int>(1 + j), grads_[j]);  // gradients after the loss
       optim::adamw_update(adamw_, sc, p_[j], grads_[j], m_[j], v_[j]);
     }
@@ -120,6 +198,7 @@ class HostAdamWStepper final : public Stepper {
     copy_state(names_, p_, c.params);
     copy_state(names_, m_, c.adam_m);
     copy_state(names_, v_, c.adam_v);
+    append_frozen(frozen_, c);
   }
   double grad_norm() const override { return norm_; }
   BackendInfo describe() const override { return b_->describe(); }
@@ -129,9 +208,11 @@ class HostAdamWStepper final : public Stepper {
   optim::AdamW adamw_;
   std::vector<std::string> names_;
   std::vector<Array> p_, m_, v_, grads_;
+  State frozen_;  // its frozen parameters only
   int tok_ = -1, tgt_ = -1, norm_out_ = -1;
   Array loss_, norm_arr_;
   double norm_ = NAN;
+  Accum accum_;
 };
 
 // Any backend, AdamW in the program (optim::with_adamw) through TrainStep:
@@ -141,7 +222,7 @@ class HostAdamWStepper final : public Stepper {
 class FusedStepper final : public Stepper {
  public:
   FusedStepper(std::unique_ptr<Backend> b, const std::vector<std::string>& names, const optim::AdamW& o, float clip)
-      : step_(std::move(b), names, o) {
+      : step_(std::move(b), names, o), accum_(step_.backend().program(), names) {
     // The clipping limit goes in once and stays; the norm comes out each step.
     if (step_.backend().program().input_index(optim::kClipMaxNormName) >= 0)
       step_.set(optim::kClipMaxNormName, Array::scalar(clip));
@@ -154,11 +235,23 @@ class FusedStepper final : public Stepper {
     copy_state(s.names, s.m, c.adam_m);
     copy_state(s.names, s.v, c.adam_v);
     step_.load(c);
+    // Frozen parameters: plain inputs, set once, never donated; accumulators zero.
+    frozen_ = State{{}, {}, {}, {}, s.frozen_names, s.frozen};
+    for (size_t j = 0; j < s.frozen.size(); ++j) step_.set(s.frozen_names[j], s.frozen[j]);
+    Backend& b = step_.backend();
+    for (size_t j = 0; j < accum_.in.size(); ++j) b.set_input(accum_.in[j], Array(b.program().input_type(accum_.in[j])));
   }
-  float step(const Array& tokens, const Array& targets, const optim::AdamWScalars& sc) override {
-    step_.set("tokens", tokens);
-    step_.set("targets", targets);
-    const float loss = static_cast<float>(step_.step(sc));
+  float step_n(const Array* tokens, const Array* targets, int n, const optim::AdamWScalars& sc) override {
+    accum_.check(n);
+    double sum = 0;
+    for (int i = 0; i < n; ++i) {
+      // update_on_last: the update of the run with accum.last = 1 only
+      if (accum_.on()) step_.set(optim::kAccumLastName, Array::scalar(i + 1 == n ? 1.0f : 0.0f));
+      step_.set("tokens", tokens[i]);
+      step_.set("targets", targets[i]);
+      sum += static_cast<float>(step_.step(sc));
+    }
+    const float loss = static_cast<float>(sum / n);
     if (norm_out_ >= 0) {
       step_.backend().read_output(norm_out_, norm_arr_);
       norm_ = norm_arr_.data<float>()[0];
@@ -170,11 +263,14 @@ class FusedStepper final : public Stepper {
     const uint64_t step = c.step;
     step_.save(c);
     c.step = step;  // the training loop's count
+    append_frozen(frozen_, c);
   }
   BackendInfo describe() const override { return step_.backend().describe(); }
 
  private:
   TrainStep step_;
+  Accum accum_;
+  State frozen_;  // its frozen parameters only
   Array norm_arr_;
   int norm_out_ = -1;
   double norm_ = NAN;
@@ -191,7 +287,9 @@ BackendOptions lane_backend_options(const BackendOptions& base, bool tf32, Commu
 }
 
 Program step_program(const Lane& lane, const Program& grad, const std::vector<std::string>& names, const optim::AdamW& o) {
-  return lane.adamw_in_program ? optim::with_adamw(grad, names, o) : grad;
+  if (!lane.adamw_in_program) return grad;
+  const Program s = optim::with_adamw(grad, names, o);
+  return grad.input_index(optim::kAccumLastName) >= 0 ? optim::update_on_last(s, names) : s;
 }
 
 std::unique_ptr<Stepper> make_stepper(const Lane& lane, const Program& step, const std::vector<std::string>& names,

@@ -71,15 +71,59 @@ State start_state(const Options& o, const std::vector<nn::ParamSpec>& specs, uin
   if (meta.model.to_json() != o.model.to_json())
     throw Error("checkpoint '" + o.resume_path + "' holds a different model (" + meta.model.describe() +
                 ") than the one asked for (" + o.model.describe() + ")");
-  for (size_t j = 0; j < specs.size(); ++j) {
+  // Moments of the parameters the checkpoint trained (Checkpoint::frozen has
+  // none): zeros for a frozen one, which split_frozen drops.
+  for (size_t j = 0, k = 0; j < specs.size(); ++j) {
     s.params.push_back(std::move(c.params[j].array));
-    s.m.push_back(std::move(c.adam_m[j].array));
-    s.v.push_back(std::move(c.adam_v[j].array));
+    const bool has = k < c.adam_m.size() && c.adam_m[k].name == specs[j].name;
+    s.m.push_back(has ? std::move(c.adam_m[k].array) : Array(specs[j].type));
+    s.v.push_back(has ? std::move(c.adam_v[k].array) : Array(specs[j].type));
+    k += has ? 1 : 0;
   }
   *step = c.step;
   *position = c.data_position;
   *meta_out = std::move(meta);
   return s;
+}
+
+// The parameters that do not train move from s's lists to s.frozen (their
+// moments dropped); a resumed checkpoint must have frozen the same ones.
+void split_frozen(State& s, const std::vector<bool>& trains, const Options& o, const TrainMeta& resumed) {
+  State t;
+  std::string now_frozen, now_trained;
+  for (size_t j = 0; j < s.names.size(); ++j) {
+    if (trains[j]) {
+      t.names.push_back(s.names[j]);
+      t.params.push_back(std::move(s.params[j]));
+      t.m.push_back(std::move(s.m[j]));
+      t.v.push_back(std::move(s.v[j]));
+    } else {
+      t.frozen_names.push_back(s.names[j]);
+      t.frozen.push_back(std::move(s.params[j]));
+    }
+    if (o.resume_path.empty()) continue;
+    const bool was_frozen =
+        std::find(resumed.frozen.begin(), resumed.frozen.end(), s.names[j]) != resumed.frozen.end();
+    if (was_frozen && trains[j]) now_trained += (now_trained.empty() ? "" : ", ") + s.names[j];
+    if (!was_frozen && !trains[j]) now_frozen += (now_frozen.empty() ? "" : ", ") + s.names[j];
+  }
+  if (!now_frozen.empty() || !now_trained.empty())
+    throw Error("checkpoint '" + o.resume_path + "' trained other parameters than --train/--freeze ask for now" +
+                (now_trained.empty() ? "" : "; frozen there, trained now: " + now_trained) +
+                (now_frozen.empty() ? "" : "; trained there, frozen now: " + now_frozen) +
+                " (resume with the patterns it was trained with)");
+  s = std::move(t);
+}
+
+// `p` with its inputs reordered: `first` (names, in that order), then the
+// others in their order. HostAdamW wants the trained parameters as inputs 0..n-1.
+Program inputs_first(Program p, const std::vector<std::string>& first) {
+  std::vector<NamedValue> in;
+  for (const std::string& n : first) in.push_back(p.inputs[static_cast<size_t>(p.input_index(n))]);
+  for (const NamedValue& v : p.inputs)
+    if (std::find(first.begin(), first.end(), v.name) == first.end()) in.push_back(v);
+  p.inputs = std::move(in);
+  return p;
 }
 
 }  // namespace
@@ -119,12 +163,26 @@ Result train(const Options& o) {
   // Parameters, gradients and both moments take 16 bytes a parameter; a model
   // that needs more than the machine's memory would be killed by the kernel
   // part-way through initialisation. Refuse it with the figures instead.
-  const double need = 16.0 * static_cast<double>(nn::count_parameters(o.model));
+  // Frozen parameters: 4 bytes, no gradient or moments.
+  const std::vector<bool> trains = trainable_mask(o.model, o.train_patterns, o.freeze_patterns);
+  int64_t n_train = 0, n_frozen = 0, v_train = 0, v_frozen = 0;
+  {
+    const std::vector<nn::ParamSpec> ps = nn::lm_parameters(o.model);
+    for (size_t j = 0; j < ps.size(); ++j) {
+      (trains[j] ? n_train : n_frozen) += 1;
+      (trains[j] ? v_train : v_frozen) += ps[j].type.numel();
+    }
+  }
+  // (Accumulation: 4 more bytes per trained value for the accumulators.)
+  const double per_trained = o.grad_accum > 1 ? 20.0 : 16.0;
+  const double need = per_trained * static_cast<double>(v_train) + 4.0 * static_cast<double>(v_frozen);
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
   if (have > 0 && need > have) {
     std::ostringstream m;
     m << std::fixed << std::setprecision(1) << "the model needs " << need / (1 << 30) << " GiB for its "
-      << nn::count_parameters(o.model) << " parameters, their gradients and AdamW moments (16 bytes each); this machine has "
+      << nn::count_parameters(o.model) << " parameters, their gradients and AdamW moments (" << static_cast<int>(per_trained)
+      << " bytes each" << (v_frozen > 0 ? ", 4 for the " + std::to_string(v_frozen) + " frozen" : std::string())
+      << "); this machine has "
       << have / (1 << 30) << " GiB of memory";
     throw Error(m.str());
   }
@@ -138,6 +196,10 @@ Result train(const Options& o) {
   uint64_t done = 0, position = 0;
   TrainMeta resumed;
   State state = start_state(o, specs, &done, &position, &resumed);
+  split_frozen(state, trains, o, resumed);
+  if (n_frozen > 0)
+    say(std::to_string(n_train) + " parameters train (" + std::to_string(v_train) + " values), " +
+        std::to_string(n_frozen) + " are frozen (" + std::to_string(v_frozen) + " values)");
   if (static_cast<int64_t>(done) >= o.steps)
     throw Error("nothing to train: checkpoint '" + o.resume_path + "' is at step " + std::to_string(done) +
                 " and the run ends at step " + std::to_string(o.steps) + "; ask for more steps");
@@ -230,7 +292,9 @@ Result train(const Options& o) {
                 std::to_string(o.model.seq + 1));
   const bool validating = o.val_fraction > 0 || val_ids != nullptr;
   // The stream of global batches; this rank's rows of each (all of them alone).
-  data::BatchStream batches(text, 0, cut, o.seed, o.model.batch * ranks, o.model.seq);
+  // Accumulating N micro-batches: batch k holds all N of step k+1 (Options::grad_accum).
+  const int64_t accum = o.grad_accum;
+  data::BatchStream batches(text, 0, cut, o.seed, o.model.batch * ranks * accum, o.model.seq);
   // Validation: fixed batches, and the forward program on the host.
   std::unique_ptr<data::BatchStream> val;
   std::unique_ptr<host::Interpreter> forward;  // built after the memory check below
@@ -266,11 +330,15 @@ Result train(const Options& o) {
         " now): the batches from here on are drawn from the new text");
 
   const Program loss = nn::lm_loss_program(o.model);
-  Program grad =
-      value_and_grad(optim::with_precision(o.fused_attention ? fuse_attention(loss) : loss, o.precision), state.names);
+  // Over the trained parameters only, which come first (frozen ones after them).
+  Program grad = value_and_grad(
+      inputs_first(optim::with_precision(o.fused_attention ? fuse_attention(loss) : loss, o.precision), state.names),
+      state.names);
   // Data parallel: the mean over the replicas of the gradients and the loss,
   // before clipping (the global gradient is clipped) and the update.
   if (o.comm) grad = optim::data_parallel(grad, state.names, ranks, {o.dp_pack, o.dp_bucket_bytes});
+  // Accumulation: the micro-batches' mean gradient is the one clipped.
+  if (accum > 1) grad = optim::accumulate_gradients(grad, state.names, static_cast<int>(accum));
   // Clipping is part of the step program (the norm and the scale computed where
   // the step runs); the limit is a scalar input.
   if (o.clip_grad_norm > 0) grad = optim::clip_grad_norm(grad, state.names);
@@ -302,12 +370,13 @@ Result train(const Options& o) {
   std::vector<Array> fout;
   auto evaluate = [&]() -> double {
     stepper->state(ckpt);
-    fin.assign(ckpt.params.size() + 2, nullptr);
-    for (size_t j = 0; j < ckpt.params.size(); ++j) fin[j] = &ckpt.params[j].array;
+    const Program& fp = forward->program();
+    fin.assign(fp.inputs.size(), nullptr);
+    for (const NamedArray& p : ckpt.params) fin[static_cast<size_t>(fp.input_index(p.name))] = &p.array;
     double total = 0;
     for (const data::Batch& b : val_batches) {
-      fin[ckpt.params.size()] = &b.inputs;
-      fin[ckpt.params.size() + 1] = &b.targets;
+      fin[static_cast<size_t>(fp.input_index("tokens"))] = &b.inputs;
+      fin[static_cast<size_t>(fp.input_index("targets"))] = &b.targets;
       forward->run(fin, fout);
       total += static_cast<double>(fout[0].data<float>()[0]);
     }
@@ -346,8 +415,9 @@ Result train(const Options& o) {
   r.first_step = first;
   r.last_step = first - 1;
   r.losses.reserve(static_cast<size_t>(o.steps - first + 1));
-  const double tokens_per_step = static_cast<double>(o.model.batch * ranks * o.model.seq);
-  Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens;
+  const double tokens_per_step = static_cast<double>(o.model.batch * ranks * o.model.seq * accum);
+  std::vector<Array> tokens(static_cast<size_t>(accum), Array({DType::i32, {o.model.batch, o.model.seq}})),
+      targets = tokens;
   StepInfo info;
   info.first_step = first;
   info.last_step = o.steps;
@@ -356,10 +426,13 @@ Result train(const Options& o) {
   size_t n_recent = 0, next_recent = 0;
   const Clock::time_point t0 = Clock::now();
   for (int64_t step = first; step <= o.steps; ++step) {
-    batches.fill_rows(batches.position(), rank * o.model.batch, tokens, targets);
+    for (int64_t j = 0; j < accum; ++j)
+      batches.fill_rows(batches.position(), (j * ranks + rank) * o.model.batch, tokens[static_cast<size_t>(j)],
+                        targets[static_cast<size_t>(j)]);
     batches.set_position(batches.position() + 1);
     const double lr = scheduled_lr(o.schedule, o.adamw.lr, step, o.steps);
-    const float loss = stepper->step(tokens, targets, optim::adamw_scalars(o.adamw, step, lr));
+    const float loss = stepper->step_n(tokens.data(), targets.data(), static_cast<int>(accum),
+                                       optim::adamw_scalars(o.adamw, step, lr));
     if (!std::isfinite(loss)) {
       std::ostringstream m;
       m << "step " << step << ": the loss is " << (std::isnan(loss) ? "NaN" : loss > 0 ? "+infinity" : "-infinity")
