@@ -384,7 +384,7 @@ Body body_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, c
       Tensor up = apply(h, fu);
       x = x + apply(silu(apply(h, fg)) * up, fd);
     } else {
-      const Linear f1 = take_linear(true), f2 = take_linear(true);
+      const Linear f1 = take_linear(gpt2), f2 = take_linear(gpt2);
       x = x + apply(gelu_tanh(apply(h, f1)), f2);
     }
   }
