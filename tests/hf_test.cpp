@@ -290,6 +290,51 @@ TEST(HuggingFace, VariantConfigFieldsRead) {
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("'rope_scaling' and 'rope_parameters' give different")));
 }
 
+// The config.json fields of the models the variants stand for, in
+// transformers 4's spelling as their hubs have them (shapes only: no weights
+// here): each reads, with its head width, tie, biases and rotary scaling.
+TEST(HuggingFace, ConfigsOfTheSmallOpenModelsRead) {
+  const nn::LmConfig smol = nn::config_from_hf(R"({
+    "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 0,
+    "eos_token_id": 0, "hidden_act": "silu", "hidden_size": 576, "initializer_range": 0.041666666666666664,
+    "intermediate_size": 1536, "is_llama_config": true, "max_position_embeddings": 8192, "model_type": "llama",
+    "num_attention_heads": 9, "num_hidden_layers": 30, "num_key_value_heads": 3, "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05, "rope_interleaved": false, "rope_scaling": null, "rope_theta": 100000,
+    "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.42.3", "use_cache": true,
+    "vocab_size": 49152})");
+  EXPECT_TRUE(smol.tied_head);
+  EXPECT_EQ(smol.head_width(), 64);
+  EXPECT_EQ(smol.kv_heads(), 3);
+  EXPECT_EQ(smol.rope_theta, 100000);
+  EXPECT_EQ(smol.rope_factor, 0);
+  EXPECT_EQ(nn::count_parameters(smol), 134515008);   // SmolLM2-135M
+  const nn::LmConfig llama32 = nn::config_from_hf(R"({
+    "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 128000,
+    "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 8192, "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8, "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05, "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+    "original_max_position_embeddings": 8192, "rope_type": "llama3"}, "rope_theta": 500000.0,
+    "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.45.0.dev0",
+    "use_cache": true, "vocab_size": 128256})");
+  EXPECT_EQ(llama32.context, 131072);
+  EXPECT_EQ(llama32.head_dim, 0);   // 2048 / 32
+  EXPECT_EQ(llama32.rope_factor, 32);
+  EXPECT_EQ(llama32.rope_high_freq_factor, 4);
+  EXPECT_EQ(llama32.rope_original_context, 8192);
+  EXPECT_EQ(nn::count_parameters(llama32), 1235814400);   // Llama 3.2 1B
+  const nn::LmConfig qwen25 = nn::config_from_hf(R"({
+    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151643,
+    "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02, "intermediate_size": 4864,
+    "max_position_embeddings": 32768, "max_window_layers": 24, "model_type": "qwen2", "num_attention_heads": 14,
+    "num_hidden_layers": 24, "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+    "sliding_window": 32768, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.1", "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})");
+  EXPECT_STREQ(nn::hf_architecture(qwen25), "Qwen2ForCausalLM");
+  EXPECT_EQ(qwen25.head_width(), 64);
+  EXPECT_EQ(nn::count_parameters(qwen25), 494032768);   // Qwen2.5 0.5B
+}
+
 TEST(HuggingFace, RefusesWhatQwen2CannotBe) {
   const std::string qwen2 = capstep::test::slurp(golden_dir("qwen2") + "/config.json");
   auto refuses = [&](const std::string& key, const nlohmann::json& value, const std::string& why) {

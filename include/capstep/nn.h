@@ -49,7 +49,7 @@ struct LmConfig {
   int64_t n_layers = 2;
   int64_t n_heads = 4;
   int64_t d_ff = 256;
-  int64_t context = 256;     // rows of the positional table: the longest sequence
+  int64_t context = 256;     // rows of the positional table: the longest sequence (llama: up to 2^22, no table)
   int64_t batch = 4;
   int64_t seq = 16;
   double norm_eps = 1e-5;

@@ -37,7 +37,11 @@ void LmConfig::validate() const {
   need(head_dim > 0 || d_model % n_heads == 0, "d_model " + std::to_string(d_model) + " is not a multiple of heads " +
                                                    std::to_string(n_heads));
   need(d_ff >= 1 && d_ff <= 65536, "feed-forward width must be in [1, 65536], got " + std::to_string(d_ff));
-  need(context >= 1 && context <= 65536, "context must be in [1, 65536], got " + std::to_string(context));
+  // Llama has no positional table: its context (transformers'
+  // max_position_embeddings, 131072 for Llama 3.2) only bounds the sequence.
+  const int64_t most = arch == Arch::llama ? int64_t{1} << 22 : 65536;
+  need(context >= 1 && context <= most,
+       "context must be in [1, " + std::to_string(most) + "], got " + std::to_string(context));
   need(seq >= 1 && seq <= context, "sequence length " + std::to_string(seq) + " must be in [1, context " +
                                        std::to_string(context) + "]");
   need(batch >= 1 && batch <= 65536, "batch must be in [1, 65536], got " + std::to_string(batch));
