@@ -240,6 +240,31 @@ TEST(HuggingFace, Llama3TiedMatchesTransformers) { check_against_transformers("l
 TEST(HuggingFace, LlamaWithBiasesInBf16MatchesTransformers) { check_against_transformers("llama-bias"); }
 TEST(HuggingFace, ShardedF16Qwen2MatchesTransformers) { check_against_transformers("qwen2"); }
 
+// The rotary embedding's inverse frequencies against transformers' buffer
+// (rotary_emb.inv_freq): Llama 3's scaled ones (llama3-tied, where its three
+// bands occur) and the default ones of Qwen2 (theta 1e6) and llama-bias.
+// Every step is an f32 operation both sides do alike but the power
+// theta^(2j / Dh), where torch's vectorised pow and the C library's powf
+// may differ in the last bit: within one ulp, each, and counted.
+TEST(HuggingFace, RotaryFrequenciesAreTransformers) {
+  for (const char* arch : {"llama3-tied", "llama-bias", "qwen2"}) {
+    const nn::LmConfig c = nn::read_hf_dir(golden_dir(arch)).config;
+    const SafetensorsFile golden = read_safetensors(golden_dir(arch) + "/golden.safetensors");
+    ASSERT_NE(golden.find("rope.inv_freq"), nullptr) << arch;
+    const Array& want = *golden.find("rope.inv_freq");
+    const std::vector<float> got = nn::rope_inv_freq(c);
+    ASSERT_EQ(static_cast<int64_t>(got.size()), want.numel()) << arch;
+    int exact = 0;
+    for (size_t j = 0; j < got.size(); ++j) {
+      const float w = static_cast<float>(want.get(static_cast<int64_t>(j)));
+      exact += got[j] == w;
+      EXPECT_LE(std::fabs(got[j] - w), std::nextafter(std::fabs(w), INFINITY) - std::fabs(w)) << arch << " " << j;
+    }
+    std::printf("%s: %d of %zu inverse frequencies equal to transformers'\n", arch, exact, got.size());
+  }
+  EXPECT_THROW(nn::rope_inv_freq(nn::LmConfig{}), Error);
+}
+
 TEST(HuggingFace, VariantConfigFieldsRead) {
   const nn::HfModel t = nn::read_hf_dir(golden_dir("llama3-tied"));
   EXPECT_EQ(t.config.arch, nn::Arch::llama);

@@ -129,6 +129,12 @@ Program lm_prefill_program(const LmConfig& c, int64_t t, DType d = DType::f32);
 // serves every position at the same cost.
 Program lm_decode_program(const LmConfig& c, int64_t capacity, DType d = DType::f32);
 
+// The rotary embedding's inverse frequencies [head_width() / 2] of a llama
+// (Error for the others), in f32 as transformers has them: the default
+// 1 / theta^(2j / Dh), or with rope_factor those of Llama 3's scaling
+// (transformers' _compute_llama3_parameters).
+std::vector<float> rope_inv_freq(const LmConfig& c);
+
 // Deterministic initial parameters: normal(0, 0.02) for matrices and embeddings
 // (SplitMix64 + Box-Muller, the same on every platform), ones for gains,
 // zeros for biases (which draw nothing from the generator).
