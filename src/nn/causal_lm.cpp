@@ -238,39 +238,35 @@ struct Body {
   std::vector<Tensor> k, v;
 };
 
-// Llama 3's scaled inverse frequencies, as transformers'
-// _compute_llama3_parameters computes them from the default ones: every step
-// in f32 (torch's f32 tensors with Python floats, which it takes as f32), and
-// a Python number divided by a tensor as torch's __rdiv__ does it, the
-// tensor's reciprocal times the number (two roundings, not one).
-// Wavelengths above original_context / low_freq_factor divide the frequency
-// by the factor, those below original_context / high_freq_factor keep it, and
-// the ones between blend the two.
-std::vector<float> llama3_inv_freq(const LmConfig& c) {
+// The rotary embedding's inverse frequencies: the default ones (as trace.h's
+// rope_tables computes them), or with rope_factor Llama 3's scaled ones, as
+// transformers' _compute_llama3_parameters computes them from the default
+// ones: every step in f32 (torch's f32 tensors with Python floats, which it
+// takes as f32), and a Python number divided by a tensor as torch's __rdiv__
+// does it, the tensor's reciprocal times the number (two roundings, not
+// one). Wavelengths above original_context / low_freq_factor divide the
+// frequency by the factor, those below original_context / high_freq_factor
+// keep it, and the ones between blend the two.
+std::vector<float> rotary_inv_freq(const LmConfig& c) {
   const int64_t dim = c.head_width(), half = dim / 2;
-  if (c.rope_factor == 0) {   // the default: trace.h's rope_tables' frequencies
-    std::vector<float> inv(static_cast<size_t>(half));
-    for (int64_t j = 0; j < half; ++j)
-      inv[static_cast<size_t>(j)] =
-          1.0f / std::pow(static_cast<float>(c.rope_theta), static_cast<float>(2 * j) / static_cast<float>(dim));
-    return inv;
-  }
+  std::vector<float> inv(static_cast<size_t>(half));
+  for (int64_t j = 0; j < half; ++j)
+    inv[static_cast<size_t>(j)] =
+        1.0f / std::pow(static_cast<float>(c.rope_theta), static_cast<float>(2 * j) / static_cast<float>(dim));
+  if (c.rope_factor == 0) return inv;
   const float factor = static_cast<float>(c.rope_factor), low = static_cast<float>(c.rope_low_freq_factor),
               high = static_cast<float>(c.rope_high_freq_factor);
   const double old_context = static_cast<double>(c.rope_original_context);
   const float low_wavelen = static_cast<float>(old_context / c.rope_low_freq_factor);
   const float high_wavelen = static_cast<float>(old_context / c.rope_high_freq_factor);
   const float two_pi = static_cast<float>(2 * M_PI), old = static_cast<float>(old_context);
-  std::vector<float> inv(static_cast<size_t>(half));
-  for (int64_t j = 0; j < half; ++j) {
-    const float e = static_cast<float>(2 * j) / static_cast<float>(dim);
-    const float f = 1.0f / std::pow(static_cast<float>(c.rope_theta), e);
+  for (float& f : inv) {
     const float wavelen = (1.0f / f) * two_pi;
     const float scaled = wavelen > low_wavelen ? f / factor : f;
     const float smooth = ((1.0f / wavelen) * old - low) / (high - low);
     const float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
     const bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
-    inv[static_cast<size_t>(j)] = medium ? smoothed : scaled;
+    f = medium ? smoothed : scaled;
   }
   return inv;
 }
@@ -332,7 +328,7 @@ Body body_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, c
   if (llama) {
     const int64_t positions = dec ? dec->capacity : T;
     const RopeTables rt = c.rope_factor == 0 ? rope_tables(tr, positions, Dh, c.rope_theta, d)
-                                             : rope_tables(tr, positions, llama3_inv_freq(c), d);
+                                             : rope_tables(tr, positions, rotary_inv_freq(c), d);
     rope_cos = dec ? gather_rows(rt.cos, dec->pos) : rt.cos;   // decode: the position's row [1, Dh]
     rope_sin = dec ? gather_rows(rt.sin, dec->pos) : rt.sin;
     const int64_t half = Dh / 2;
@@ -495,7 +491,7 @@ Program lm_decode_program(const LmConfig& c, int64_t capacity, DType d) {
 std::vector<float> rope_inv_freq(const LmConfig& c) {
   c.validate();
   if (c.arch != Arch::llama) throw Error(std::string("the ") + arch_name(c.arch) + " architecture has no rotary embedding");
-  return llama3_inv_freq(c);
+  return rotary_inv_freq(c);
 }
 
 namespace {
