@@ -101,6 +101,15 @@ void adopt_checkpoint(TrainArgs& a) {
       note_changed("--val-fraction " + num(*meta.val_fraction), "--val-fraction " + num(o.val_fraction));
     else o.val_fraction = *meta.val_fraction;
   }
+  // Token files: the checkpoint's unless --text or --tokens (train() warns
+  // when their fingerprint changed).
+  if (meta.tokens && !a.text_given && o.tokens_path.empty()) {
+    o.tokens_path = meta.tokens->tokens;
+    if (o.val_tokens_path.empty() && !a.val_fraction_given) o.val_tokens_path = meta.tokens->val_tokens;
+    if (o.tokens_format == "auto") o.tokens_format = meta.tokens->format;
+    std::cout << "note: the token files '" << o.tokens_path << "' come from the checkpoint; --tokens overrides them\n";
+  }
+  if (!o.tokens_path.empty() || meta.tokens) return;
   // The text: the checkpoint's (an absolute path; older checkpoints hold it as
   // typed, relative to the directory the run was started in) unless --text.
   if (!a.text_given && meta.text != "builtin") {
@@ -299,6 +308,9 @@ int run_train(TrainArgs a) {
     a.model.config.vocab = data::Tokenizer::parse(o.tokenizer).vocab();   // the model's vocabulary is the tokenizer's
     o.model = a.model.checked();
   }
+  // --val-tokens is the validation data: no share of the training ids is
+  // held out then, unless --val-fraction is given too (refused below).
+  if (!o.val_tokens_path.empty() && !a.val_fraction_given) o.val_fraction = 0;
   try {
     o.validate();
   } catch (const Error& e) {
@@ -313,6 +325,10 @@ int run_train(TrainArgs a) {
       if (same_file(*outputs[i].second, *outputs[j].second))
         throw UsageError(std::string(outputs[i].first) + ": '" + *outputs[i].second + "' is also the " +
                          outputs[j].first + " file; give each output its own file");
+    for (const std::string* ids : {&o.tokens_path, &o.val_tokens_path})
+      if (same_file(*outputs[i].second, *ids))
+        throw UsageError(std::string(outputs[i].first) + ": '" + *outputs[i].second +
+                         "' is a token file the run reads; give another file name");
     if (same_file(*outputs[i].second, o.text_path))
       throw UsageError(std::string(outputs[i].first) + ": '" + *outputs[i].second +
                        "' is the text the run trains on; give another file name");
@@ -334,6 +350,10 @@ int run_train(TrainArgs a) {
     throw UsageError("--save: '" + o.save_path + "' exists (" + what +
                      "); use --resume to continue it, or --overwrite to replace it");
   }
+  // Nor a file that --log or --plot would replace, without --overwrite.
+  for (const auto& [option, path] : {std::pair<const char*, const std::string*>{"--log", &a.log_csv}, {"--plot", &a.plot}})
+    if (!a.overwrite && !path->empty() && std::filesystem::exists(*path, ec) && !std::filesystem::is_directory(*path, ec))
+      throw UsageError(std::string(option) + ": '" + *path + "' exists; use --overwrite to replace it");
   // Fail before training, not after it, when a result cannot be written.
   check_output("--save", o.save_path);
   check_output("--log", a.log_csv);
@@ -364,8 +384,9 @@ int run_train(TrainArgs a) {
 
   std::printf("%s\n", o.model.describe().c_str());
   if (!o.init_from.empty()) std::printf("weights from '%s'\n", o.init_from.c_str());
-  std::printf("lane %s; text: %s; seed %llu; lr %g", train::lane_name(o.lane),
-              o.text_path.empty() ? "the built-in corpus" : o.text_path.c_str(), static_cast<unsigned long long>(o.seed),
+  std::printf("lane %s; %s: %s; seed %llu; lr %g", train::lane_name(o.lane), o.tokens_path.empty() ? "text" : "tokens",
+              !o.tokens_path.empty() ? o.tokens_path.c_str() : o.text_path.empty() ? "the built-in corpus" : o.text_path.c_str(),
+              static_cast<unsigned long long>(o.seed),
               o.adamw.lr);
   if (o.tokenizer != "char") std::printf("; tokenizer %s", o.tokenizer.c_str());
   if (o.schedule.warmup_steps > 0) std::printf(", warmup %lld steps", static_cast<long long>(o.schedule.warmup_steps));
@@ -407,7 +428,7 @@ int run_train(TrainArgs a) {
     std::printf("validation loss %.4f at step %lld; best %.4f\n", r.val_losses.back(),
                 static_cast<long long>(r.val_steps.back()), r.best_val_loss);
   if (!a.log_csv.empty()) {
-    write_csv(a.log_csv, log, o.clip_grad_norm > 0, o.val_fraction > 0);
+    write_csv(a.log_csv, log, o.clip_grad_norm > 0, o.val_fraction > 0 || !o.val_tokens_path.empty());
     std::printf("loss log: %s (%zu rows)\n", a.log_csv.c_str(), log.size());
   }
   if (!a.plot.empty() && !log.empty()) {

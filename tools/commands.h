@@ -55,6 +55,13 @@ struct TrainArgs {
   double dp_timeout = 60;             // --dp-timeout: seconds one all_reduce waits for the other ranks
 };
 
+struct TokenizeArgs {
+  std::string text, out;              // --text, --out
+  std::string tokenizer = "char";     // --tokenizer
+  std::string tokenizer_from;         // --tokenizer-from: a checkpoint file or a Hugging Face directory
+  bool overwrite = false, allow_unknown = false;
+};
+
 struct SampleArgs {
   train::SampleOptions opts;
 };
@@ -107,5 +114,15 @@ int run_bench(const BenchArgs& a);
 int run_show(const ShowArgs& a);
 int run_export(const ExportArgs& a);
 int run_export_hf(const ExportHfArgs& a);
+int run_tokenize(const TokenizeArgs& a);
+
+// capstep lora-merge (tools/cmd_lora.cpp): a transformers directory with a
+// PEFT LoRA adapter merged into its weights.
+struct LoraMergeArgs {
+  std::string base;                   // --base DIR (config.json, model.safetensors)
+  std::string adapter;                // --adapter DIR (adapter_config.json, adapter_model.safetensors)
+  std::string out;                    // --out DIR
+};
+int run_lora_merge(const LoraMergeArgs& a);
 
 }  // namespace capstep::cli

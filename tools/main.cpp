@@ -178,6 +178,17 @@ int main(int argc, char** argv) {
   CLI::App* train = app.add_subcommand("train", "train the causal LM (the seed's model by default) on a text");
   train->add_option("--text", ta.opts.text_path, "train on this text file (default: the built-in corpus)")
       ->check(kNonEmpty)->check(CLI::ExistingFile)->each([&](const std::string&) { ta.text_given = true; });
+  train->add_option("--tokens", ta.opts.tokens_path,
+                    "train on these token ids instead of a text: a file or a quoted glob of shards (sorted), in llm.c's "
+                    "layout or nanoGPT's raw uint16 (--tokens-format), memory-mapped; ids below the vocabulary of "
+                    "--tokenizer (or --init-from's)")
+      ->check(kNonEmpty);
+  train->add_option("--val-tokens", ta.opts.val_tokens_path,
+                    "with --tokens: the validation batches' ids, a file or a quoted glob (instead of --val-fraction)")
+      ->check(kNonEmpty);
+  train->add_option("--tokens-format", ta.opts.tokens_format,
+                    "auto (llm.c's header by its magic, else raw uint16), llmc or raw-u16")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "llmc", "raw-u16"}));
   train->add_option_function<std::string>(
            "--tokenizer",
            [&](const std::string& s) {
@@ -221,7 +232,8 @@ int main(int argc, char** argv) {
   train->add_option("--save", ta.opts.save_path, "checkpoint file (safetensors), written atomically at the end")
       ->check(kNonEmpty);
   train->add_flag("--overwrite", ta.overwrite,
-                  "let --save replace an existing file (a fresh run refuses to, without --resume)");
+                  "let --save, --log and --plot replace existing files (a fresh run refuses to, without --resume "
+                  "for --save)");
   train->add_flag("--no-progress", ta.no_progress,
                   "no progress bar on a terminal: plain log lines, as when the output is a file (mpirun gives "
                   "ranks a pty)");
@@ -427,10 +439,38 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(kNonEmpty);
   exp_hf->callback([&] { action = [&] { return run_export_hf(eh); }; });
 
+  // ---- lora-merge
+  LoraMergeArgs lm;
+  CLI::App* lora_merge = app.add_subcommand(
+      "lora-merge", "merge a PEFT LoRA adapter into a Hugging Face model's weights and write the merged model");
+  lora_merge->add_option("--base", lm.base, "the base model's directory (config.json, model.safetensors; GPT-2 or Llama)")
+      ->required()->check(kNonEmpty)->check(CLI::ExistingDirectory);
+  lora_merge->add_option("--adapter", lm.adapter, "the adapter's directory (adapter_config.json, adapter_model.safetensors, "
+                         "as PEFT's save_pretrained writes them)")->required()->check(kNonEmpty)->check(CLI::ExistingDirectory);
+  lora_merge->add_option("--out", lm.out, "the directory to write (made if missing; its config.json and model.safetensors replaced)")
+      ->required()->check(kNonEmpty);
+  lora_merge->callback([&] { action = [&] { return run_lora_merge(lm); }; });
+
+  // ---- tokenize
+  TokenizeArgs tk;
+  CLI::App* tokenize = app.add_subcommand("tokenize", "encode a text file into token ids in llm.c's layout (for train --tokens)");
+  tokenize->add_option("--text", tk.text, "the text file to encode")->required()->check(kNonEmpty)->check(CLI::ExistingFile);
+  tokenize->add_option("--out", tk.out, "the token file to write (uint16 ids when the vocabulary fits, else uint32)")
+      ->required()->check(kNonEmpty);
+  CLI::Option* tk_kind = tokenize->add_option("--tokenizer", tk.tokenizer, "char or byte")->check(kTokenizer);
+  tokenize->add_option("--tokenizer-from", tk.tokenizer_from,
+                       "the tokenizer of a checkpoint (`capstep train --save`) or of a directory in the Hugging Face "
+                       "layout (as --init-from reads it)")
+      ->check(kNonEmpty)->check(CLI::ExistingPath)->excludes(tk_kind);
+  tokenize->add_flag("--overwrite", tk.overwrite, "replace --out when it exists");
+  tokenize->add_flag("--allow-unknown", tk.allow_unknown,
+                     "with the char tokenizer: encode even when more than 1% of the characters are unknown");
+  tokenize->callback([&] { action = [&] { return run_tokenize(tk); }; });
+
   // CLI11 would call a misspelt subcommand "an extra argument"; name it instead.
-  const std::set<std::string> known = {"train", "sample", "bench", "show", "export", "export-hf"};
+  const std::set<std::string> known = {"train", "sample", "bench", "show", "export", "export-hf", "lora-merge", "tokenize"};
   if (argc > 1 && argv[1][0] != '-' && !known.count(argv[1])) {
-    std::cerr << "capstep: unknown subcommand '" << argv[1] << "'; the subcommands are train, sample, bench, show, export, export-hf\n"
+    std::cerr << "capstep: unknown subcommand '" << argv[1] << "'; the subcommands are train, sample, bench, show, export, export-hf, lora-merge, tokenize\n"
               << "Run with --help for more information.\n";
     return kUsage;
   }

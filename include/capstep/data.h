@@ -47,12 +47,27 @@ char decode_id(int32_t id);
 // ("batch inputs", "tokens of 'file.txt'") in the message.
 void check_token_ids(const int32_t* ids, size_t n, std::string_view what);
 
+// ---- token sources --------------------------------------------------------------
+// What a batch stream draws its windows from: ids [0, size()) of a vocabulary
+// of vocab() symbols. TokenIds (below) holds them in memory; a
+// data::MappedTokens (capstep/token_file.h) reads them from memory-mapped
+// token files without a copy.
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  virtual int64_t vocab() const = 0;
+  virtual size_t size() const = 0;
+  // Ids [begin, begin + n) written to out as int32 (no allocation); the range
+  // must lie within the ids (unchecked: for the batch stream's inner loop).
+  virtual void copy_to(size_t begin, size_t n, int32_t* out) const = 0;
+};
+
 // ---- token ids ------------------------------------------------------------------
 // A sequence of token ids of a vocabulary, each stored in the narrowest width
 // that holds every id of it: one byte for up to 256 symbols, two for up to
 // 65536, four beyond. A text of n characters under the char or the byte
 // tokenizer takes n bytes, not the 4n of a std::vector<int32_t>.
-class TokenIds {
+class TokenIds final : public TokenSource {
  public:
   TokenIds() = default;                              // vocabulary 256, empty
   explicit TokenIds(int64_t vocab);                  // empty; Error unless vocab in [1, 2^31)
@@ -62,8 +77,8 @@ class TokenIds {
   // for a byte >= vocab, naming its position.
   static TokenIds from_bytes(std::string bytes, int64_t vocab);
 
-  int64_t vocab() const { return vocab_; }
-  size_t size() const { return storage_.size() / width_; }
+  int64_t vocab() const override { return vocab_; }
+  size_t size() const override { return storage_.size() / width_; }
   bool empty() const { return storage_.empty(); }
   size_t width() const { return width_; }            // bytes per id: 1, 2 or 4
   size_t bytes() const { return storage_.size(); }   // the ids' memory
@@ -73,9 +88,7 @@ class TokenIds {
   // Ids [begin, end) as int32; Error when the range is not within [0, size()].
   std::vector<int32_t> to_vector(size_t begin, size_t end) const;
   std::vector<int32_t> to_vector() const { return to_vector(0, size()); }
-  // Ids [begin, begin + n) written to out as int32 (no allocation); the range
-  // must lie within the ids (unchecked: for the batch stream's inner loop).
-  void copy_to(size_t begin, size_t n, int32_t* out) const;
+  void copy_to(size_t begin, size_t n, int32_t* out) const override;   // as TokenSource's
   bool operator==(const TokenIds& o) const { return vocab_ == o.vocab_ && storage_ == o.storage_; }
 
  private:
@@ -299,9 +312,10 @@ class BatchStream {
   BatchStream(const std::vector<int32_t>& tokens, uint64_t seed, int64_t batch = 4, int64_t seq = 16,
               int64_t vocab = kVocabSize);
   BatchStream(TokenIds tokens, uint64_t seed, int64_t batch = 4, int64_t seq = 16);
-  // Ids [begin, end) of shared ids: the training and validation parts of one
-  // text without a copy of either. Error when the range is not within the ids.
-  BatchStream(std::shared_ptr<const TokenIds> tokens, size_t begin, size_t end, uint64_t seed, int64_t batch = 4,
+  // Ids [begin, end) of shared ids (in memory or mapped): the training and
+  // validation parts of one text without a copy of either. Error when the
+  // range is not within the ids.
+  BatchStream(std::shared_ptr<const TokenSource> tokens, size_t begin, size_t end, uint64_t seed, int64_t batch = 4,
               int64_t seq = 16);
 
   Batch next();                                  // batch at position(), then advance
@@ -325,16 +339,20 @@ class BatchStream {
   int64_t seq() const { return seq_; }
   size_t size() const { return size_; }               // tokens in the stream
   int64_t vocab() const { return tokens_->vocab(); }
-  int32_t token(size_t i) const { return (*tokens_)[begin_ + i]; }   // i < size(), unchecked
+  int32_t token(size_t i) const {   // i < size(), unchecked
+    int32_t id;
+    tokens_->copy_to(begin_ + i, 1, &id);
+    return id;
+  }
 
  private:
-  BatchStream(std::shared_ptr<const TokenIds> tokens, size_t begin, size_t end, uint64_t seed, int64_t batch,
+  BatchStream(std::shared_ptr<const TokenSource> tokens, size_t begin, size_t end, uint64_t seed, int64_t batch,
               int64_t seq, bool all);   // all: the whole of tokens
   void check_sizes(size_t n) const;
   // Window `start` of the stream: seq inputs and their next-token targets.
   void copy_window(int64_t start, int32_t* in, int32_t* tg) const;
 
-  std::shared_ptr<const TokenIds> tokens_;
+  std::shared_ptr<const TokenSource> tokens_;
   size_t begin_ = 0;
   size_t size_ = 0;
   uint64_t seed_;

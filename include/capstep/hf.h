@@ -45,6 +45,18 @@ std::vector<NamedArray> to_hf_tensors(const LmConfig& c, const std::vector<Array
 // "lm_head.weight" equal to the token embedding, which are skipped).
 std::vector<Array> params_from_hf(const LmConfig& c, const std::vector<NamedArray>& tensors);
 
+// Where each of capstep's weight matrices (the rank-2 parameters, in
+// lm_parameters order) sits in transformers' model: `module`, the path of
+// its transformers module (its tensor's name less ".weight":
+// "model.layers.0.self_attn.q_proj", "transformer.wte"); `part` of `parts`
+// column blocks where one tensor holds several (GPT-2's c_attn: wq | wk | wv).
+struct HfMatrix {
+  std::string param;
+  std::string module;
+  int part = 0, parts = 1;
+};
+std::vector<HfMatrix> hf_matrices(const LmConfig& c);
+
 // transformers' class of the model: "GPT2LMHeadModel", "LlamaForCausalLM"
 // or "Qwen2ForCausalLM" (Error for the seed).
 const char* hf_architecture(const LmConfig& c);

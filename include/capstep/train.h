@@ -122,6 +122,14 @@ struct Options {
   optim::Precision precision = optim::Precision::f32;
   bool fused_attention = false;          // fuse_attention (trace.h) on the loss program: the attention primitives
   std::string text_path;                 // empty: the built-in corpus
+  // Token files (capstep/token_file.h) in place of the text (not with
+  // text_path): a file or a glob of shards, mapped, the ids taken as they are
+  // (the tokenizer only names them, for the checkpoint and sampling; one with
+  // a model must come trained: tokenizer_model or the resumed checkpoint's);
+  // an id >= model.vocab is an Error naming the file and its offset.
+  // val_tokens_path: the validation batches' ids (instead of val_fraction).
+  std::string tokens_path, val_tokens_path;
+  std::string tokens_format = "auto";    // data::parse_token_file_format's names
   // data::Tokenizer::parse's name: "char" (the seed's, vocab 64), "byte"
   // (vocab 256), "bpe:N" or "unigram:N" (vocab N), or "bytelevel-bpe:N"
   // (only with tokenizer_model); model.vocab must be the tokenizer's
@@ -236,6 +244,13 @@ constexpr const char* kBestValLossKey = "best_val_loss";
 // run trained with.
 constexpr const char* kTokenizerModelKey = "tokenizer_model";
 
+// A run on token files also records "tokens" (the file or glob, absolute),
+// "tokens_hash" (data::MappedTokens::fingerprint), "tokens_format" and, with
+// validation files, "val_tokens" and "val_tokens_hash"; its "text" is "".
+struct TokensMeta {
+  std::string tokens, tokens_hash, format = "auto", val_tokens, val_tokens_hash;
+};
+
 struct TrainMeta {
   nn::LmConfig model;
   bool has_train = false;                // false for checkpoints without "train"
@@ -253,10 +268,12 @@ struct TrainMeta {
   std::optional<optim::Precision> precision;
   std::optional<bool> fused_attention;
   std::optional<double> val_fraction;    // the held-out share: which tokens the batches come from
+  std::optional<TokensMeta> tokens;      // a run on token files
 };
 // The "train" metadata of a run with options `o` on `text` ("builtin" or a
 // path) whose bytes have the fingerprint `text_hash` ("": none recorded).
-std::string train_metadata(const Options& o, const std::string& text, const std::string& text_hash = "");
+std::string train_metadata(const Options& o, const std::string& text, const std::string& text_hash = "",
+                           const TokensMeta* tokens = nullptr);
 // The checkpoint's tokenizer, trained (its model from kTokenizerModelKey);
 // Error naming what is missing or wrong.
 data::Tokenizer checkpoint_tokenizer(const TrainMeta& m);

@@ -24,11 +24,11 @@ BatchStream::BatchStream(const std::vector<int32_t>& tokens, uint64_t seed, int6
 BatchStream::BatchStream(TokenIds tokens, uint64_t seed, int64_t batch, int64_t seq)
     : BatchStream(std::make_shared<const TokenIds>(std::move(tokens)), 0, 0, seed, batch, seq, true) {}
 
-BatchStream::BatchStream(std::shared_ptr<const TokenIds> tokens, size_t begin, size_t end, uint64_t seed,
+BatchStream::BatchStream(std::shared_ptr<const TokenSource> tokens, size_t begin, size_t end, uint64_t seed,
                          int64_t batch, int64_t seq)
     : BatchStream(std::move(tokens), begin, end, seed, batch, seq, false) {}
 
-BatchStream::BatchStream(std::shared_ptr<const TokenIds> tokens, size_t begin, size_t end, uint64_t seed,
+BatchStream::BatchStream(std::shared_ptr<const TokenSource> tokens, size_t begin, size_t end, uint64_t seed,
                          int64_t batch, int64_t seq, bool all)
     : tokens_(std::move(tokens)), seed_(seed), batch_(batch), seq_(seq) {
   if (tokens_ && all) end = tokens_->size();

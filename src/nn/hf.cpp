@@ -182,6 +182,22 @@ std::vector<NamedArray> to_hf_tensors(const LmConfig& c, const std::vector<Array
   return out;
 }
 
+std::vector<HfMatrix> hf_matrices(const LmConfig& c) {
+  std::vector<Piece> pieces;
+  std::vector<HfTensor> hf;
+  layout(c, pieces, hf);
+  const std::vector<ParamSpec> ps = lm_parameters(c);
+  std::vector<HfMatrix> out;
+  for (const Piece& p : pieces) {
+    const std::string suffix = ".weight";
+    if (ps[p.param].type.rank() != 2 || p.hf.size() <= suffix.size() ||
+        p.hf.compare(p.hf.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    out.push_back({ps[p.param].name, p.hf.substr(0, p.hf.size() - suffix.size()), p.part, p.parts});
+  }
+  return out;
+}
+
 std::vector<Array> params_from_hf(const LmConfig& c, const std::vector<NamedArray>& tensors) {
   std::vector<Piece> pieces;
   std::vector<HfTensor> hf;

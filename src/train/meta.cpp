@@ -12,7 +12,8 @@
 
 namespace capstep::train {
 
-std::string train_metadata(const Options& o, const std::string& text, const std::string& text_hash) {
+std::string train_metadata(const Options& o, const std::string& text, const std::string& text_hash,
+                           const TokensMeta* tokens) {
   const optim::AdamW& a = o.adamw;
   nlohmann::json j = {{"seed", o.seed},
                       {"lr", a.lr},
@@ -31,6 +32,15 @@ std::string train_metadata(const Options& o, const std::string& text, const std:
                       {"val_fraction", o.val_fraction},
                       {"tokenizer", o.tokenizer}};
   if (!text_hash.empty()) j["text_hash"] = text_hash;
+  if (tokens) {
+    j["tokens"] = tokens->tokens;
+    j["tokens_hash"] = tokens->tokens_hash;
+    j["tokens_format"] = tokens->format;
+    if (!tokens->val_tokens.empty()) {
+      j["val_tokens"] = tokens->val_tokens;
+      j["val_tokens_hash"] = tokens->val_tokens_hash;
+    }
+  }
   return j.dump();
 }
 
@@ -105,6 +115,17 @@ TrainMeta parse_meta(const Checkpoint& c) {
       const std::string p = t.at("precision").get<std::string>();
       if (p != "f32" && p != "bf16") throw Error("the checkpoint's \"train\" metadata has an unknown precision: " + p);
       m.precision = optim::parse_precision(p);
+    }
+    if (t.contains("tokens")) {
+      TokensMeta k;
+      k.tokens = t.at("tokens").get<std::string>();
+      k.tokens_hash = t.at("tokens_hash").get<std::string>();
+      k.format = t.at("tokens_format").get<std::string>();
+      if (t.contains("val_tokens")) {
+        k.val_tokens = t.at("val_tokens").get<std::string>();
+        k.val_tokens_hash = t.at("val_tokens_hash").get<std::string>();
+      }
+      m.tokens = k;
     }
     if (t.contains("fused_attention")) m.fused_attention = t.at("fused_attention").get<bool>();
     if (t.contains("val_fraction")) {

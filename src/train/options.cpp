@@ -4,6 +4,7 @@
 #include <string>
 
 #include "capstep/data.h"
+#include "capstep/token_file.h"
 #include "capstep/train.h"
 
 namespace capstep::train {
@@ -80,6 +81,12 @@ void Options::validate() const {
   if (save_every > 0 && save_path.empty()) throw Error("save-every needs a checkpoint path to save to");
   if (!init_from.empty() && !resume_path.empty())
     throw Error("init-from starts a run from a model's weights and resume continues a checkpoint: give one");
+  if (!tokens_path.empty() && !text_path.empty())
+    throw Error("token files (tokens) take the place of the text: give one of text and tokens");
+  if (!val_tokens_path.empty() && tokens_path.empty()) throw Error("val-tokens needs token files to train on (tokens)");
+  if (!val_tokens_path.empty() && val_fraction > 0)
+    throw Error("val-tokens gives the validation ids and val-fraction cuts them from the training ids: give one");
+  data::parse_token_file_format(tokens_format);   // Error naming the layouts
   if (!tokenizer_model.empty()) {
     if (!resume_path.empty()) throw Error("a resumed run takes its checkpoint's tokenizer; give no tokenizer model");
     data::Tokenizer::from_model(tokenizer, tokenizer_model);   // Error for char, byte or a model of another size

@@ -12,6 +12,7 @@
 
 #include "backend/host/parallel.h"
 #include "capstep/autodiff.h"
+#include "capstep/token_file.h"
 #include "capstep/trace.h"
 #include "capstep/cuda.h"
 #include "capstep/data.h"
@@ -145,8 +146,10 @@ Result train(const Options& o) {
   // from another directory finds it, and its fingerprint (below, once the
   // text has been read), so that a resumed run can tell an edited text from
   // the one it was trained on.
-  const std::string text_name = o.text_path.empty() ? "builtin" : absolute_path(o.text_path);
-  const std::string which = o.text_path.empty() ? "the built-in corpus" : "text file '" + o.text_path + "'";
+  const std::string text_name = !o.tokens_path.empty() ? "" : o.text_path.empty() ? "builtin" : absolute_path(o.text_path);
+  const std::string which = !o.tokens_path.empty()  ? "token files '" + o.tokens_path + "'"
+                            : o.text_path.empty() ? "the built-in corpus"
+                                                  : "text file '" + o.text_path + "'";
   // The text, read once and encoded in place: its ids, one byte each, are
   // the only copy held (the two parts below share them).
   data::Tokenizer tokenizer = data::Tokenizer::parse(o.tokenizer);
@@ -160,8 +163,28 @@ Result train(const Options& o) {
     tokenizer = data::Tokenizer::from_model(o.tokenizer, o.tokenizer_model);   // --init-from's pieces
   }
   data::TextStats stats;
-  std::shared_ptr<const data::TokenIds> text;
-  if (!tokenizer.trained()) {
+  std::shared_ptr<const data::TokenSource> text, val_ids;
+  std::optional<TokensMeta> tokens_meta;
+  if (!o.tokens_path.empty()) {
+    // Token files: mapped, their ids taken as they are (checked against the
+    // model's vocabulary once, as they are opened).
+    if (!tokenizer.trained())
+      throw Error("the " + tokenizer.name() + " tokenizer would be trained on a text; with token files (" +
+                  o.tokens_path + ") it must come trained: from an --init-from directory or the resumed checkpoint");
+    const data::TokenFileFormat format = data::parse_token_file_format(o.tokens_format);
+    auto mapped = data::MappedTokens::open(o.tokens_path, o.model.vocab, format);
+    tokens_meta.emplace();
+    tokens_meta->tokens = absolute_path(o.tokens_path);
+    tokens_meta->tokens_hash = mapped->fingerprint();
+    tokens_meta->format = o.tokens_format;
+    text = mapped;
+    if (!o.val_tokens_path.empty()) {
+      auto v = data::MappedTokens::open(o.val_tokens_path, o.model.vocab, format);
+      tokens_meta->val_tokens = absolute_path(o.val_tokens_path);
+      tokens_meta->val_tokens_hash = v->fingerprint();
+      val_ids = v;
+    }
+  } else if (!tokenizer.trained()) {
     std::string raw = o.text_path.empty() ? data::builtin_corpus() : data::read_text_bytes(o.text_path);
     // (a byte-level BPE has no training: trained_on says where it comes from)
     if (tokenizer.subword()) say("training the " + tokenizer.name() + " tokenizer on " + which + " (SentencePiece)");
@@ -175,8 +198,22 @@ Result train(const Options& o) {
   }
   if (stats.unknown > 0) say(which + ": " + data::describe_unknown(stats, tokenizer.name()));
   const std::string text_hash = o.text_path.empty() ? "" : file_fingerprint(o.text_path);  // read in chunks
+  // Token files resumed: other files, or the same ones with other bytes, are
+  // said (the batches from here on come from the ids as they are now).
+  if (!o.resume_path.empty() && tokens_meta) {
+    const std::optional<TokensMeta>& was = resumed.tokens;
+    if (!was)
+      say("warning: checkpoint '" + o.resume_path + "' was trained on " +
+          (resumed.text == "builtin" ? std::string("the built-in corpus") : "text file '" + resumed.text + "'") +
+          "; continuing on token files '" + o.tokens_path + "'");
+    else if (was->tokens != tokens_meta->tokens || was->tokens_hash != tokens_meta->tokens_hash)
+      say("warning: checkpoint '" + o.resume_path + "' was trained on token files '" + was->tokens + "' (fingerprint " +
+          was->tokens_hash + "); continuing on '" + tokens_meta->tokens + "' (fingerprint " + tokens_meta->tokens_hash +
+          "): the batches from here on are drawn from other ids");
+  }
   const size_t cut = data::split_point(text->size(), o.val_fraction);
-  const char* unit = tokenizer.kind() == data::TokenizerKind::chars ? " characters"
+  const char* unit = !o.tokens_path.empty()                              ? " tokens"
+                     : tokenizer.kind() == data::TokenizerKind::chars ? " characters"
                      : tokenizer.kind() == data::TokenizerKind::bytes ? " bytes" : " tokens";
   auto need_tokens = [&](size_t n, const char* part) {
     if (static_cast<int64_t>(n) <= o.model.seq)
@@ -187,6 +224,11 @@ Result train(const Options& o) {
   need_tokens(text->size(), "");
   need_tokens(cut, o.val_fraction > 0 ? " for training" : "");
   if (o.val_fraction > 0) need_tokens(text->size() - cut, " in its validation part (--val-fraction)");
+  if (val_ids && static_cast<int64_t>(val_ids->size()) <= o.model.seq)
+    throw Error("validation token files '" + o.val_tokens_path + "' have " + std::to_string(val_ids->size()) +
+                " tokens; a window of " + std::to_string(o.model.seq) + " and its next-token targets need at least " +
+                std::to_string(o.model.seq + 1));
+  const bool validating = o.val_fraction > 0 || val_ids != nullptr;
   // The stream of global batches; this rank's rows of each (all of them alone).
   data::BatchStream batches(text, 0, cut, o.seed, o.model.batch * ranks, o.model.seq);
   // Validation: fixed batches, and the forward program on the host.
@@ -194,11 +236,14 @@ Result train(const Options& o) {
   std::unique_ptr<host::Interpreter> forward;  // built after the memory check below
   Program forward_program;
   std::vector<data::Batch> val_batches;
-  if (o.val_fraction > 0) {
+  if (validating) {
     // Data parallel: the global batches' rows, every rank all of them in
     // chunks of the local batch (the mean of the equal chunks' means is the
     // global batches' mean), so the figure does not depend on the rank count.
-    val = std::make_unique<data::BatchStream>(text, cut, text->size(), o.seed, o.model.batch * ranks, o.model.seq);
+    val = val_ids ? std::make_unique<data::BatchStream>(val_ids, 0, val_ids->size(), o.seed, o.model.batch * ranks,
+                                                        o.model.seq)
+                  : std::make_unique<data::BatchStream>(text, cut, text->size(), o.seed, o.model.batch * ranks,
+                                                        o.model.seq);
     for (int64_t k = 0; k < o.eval_batches; ++k)
       for (int c = 0; c < ranks; ++c) {
         const Type t{DType::i32, {o.model.batch, o.model.seq}};
@@ -233,8 +278,8 @@ Result train(const Options& o) {
   // The run's host memory, planned, against the memory left (memory.h); only
   // then the validation interpreter, whose constants may take gigabytes.
   const Program step = step_program(r.lane_used, grad, state.names, o.adamw);
-  check_host_memory(o, r.lane_used.backend == BackendKind::host, step, o.val_fraction > 0 ? &forward_program : nullptr);
-  if (o.val_fraction > 0) forward = std::make_unique<host::Interpreter>(std::move(forward_program), o.backend.host);
+  check_host_memory(o, r.lane_used.backend == BackendKind::host, step, validating ? &forward_program : nullptr);
+  if (validating) forward = std::make_unique<host::Interpreter>(std::move(forward_program), o.backend.host);
   // Data parallel: o.comm goes to the backend whatever it is. On a GPU lane
   // the CUDA backend makes its NCCL communicator from it (the NCCL id from
   // rank 0 through o.comm), one process per GPU: every rank takes the same
@@ -251,7 +296,7 @@ Result train(const Options& o) {
 
   // Held across saves so that each save reuses the same host arrays.
   Checkpoint ckpt;
-  if (!o.resume_path.empty() && o.val_fraction > 0) r.best_val_loss = resumed.best_val_loss;
+  if (!o.resume_path.empty() && validating) r.best_val_loss = resumed.best_val_loss;
   // Mean loss of the validation batches at the current parameters.
   std::vector<const Array*> fin;
   std::vector<Array> fout;
@@ -269,7 +314,7 @@ Result train(const Options& o) {
     return total / static_cast<double>(val_batches.size());
   };
   ckpt.model_config = o.model.to_json();
-  ckpt.extra[kTrainMetadataKey] = train_metadata(o, text_name, text_hash);
+  ckpt.extra[kTrainMetadataKey] = train_metadata(o, text_name, text_hash, tokens_meta ? &*tokens_meta : nullptr);
   if (tokenizer.has_model()) ckpt.extra[kTokenizerModelKey] = base64_encode(tokenizer.model());
   auto save = [&](int64_t step) -> bool {
     stepper->state(ckpt);
