@@ -594,6 +594,22 @@ TEST(HfTokenizer, ByteLevelBpeExportReadsBack) {
 
 namespace {
 
+// Bytes in GPT-2's byte alphabet (bytes_to_unicode), as UTF-8.
+std::string in_byte_alphabet(const std::string& bytes) {
+  std::string out;
+  for (char ch : bytes) {
+    const uint32_t b = static_cast<unsigned char>(ch);
+    uint32_t c = b;
+    if (!((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE)) {
+      c = 256;
+      for (uint32_t x = 0; x < b; ++x) c += !((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE);
+    }
+    if (c < 0x80) out += static_cast<char>(c);
+    else out += static_cast<char>(0xC0 | c >> 6), out += static_cast<char>(0x80 | (c & 0x3F));
+  }
+  return out;
+}
+
 bool can_read(const std::string& name) {
   if (name != "smollm2" && !data::bytelevel_have_split_regex()) return false;
   return name != "qwen2" || data::bytelevel_have_nfc();
@@ -678,8 +694,13 @@ TEST(HfTokenizer, PreTokenizerVariants) {
     SCOPED_TRACE(variant["pre_tokenizer"].dump());
     const data::Tokenizer t = data::Tokenizer::from_bytelevel(j.dump());
     const data::Tokenizer again = data::Tokenizer::from_model(t.name(), t.model());
+    const auto model = data::bytelevel_from_tokenizer_json(j.dump());
     for (size_t i = 0; i < v["texts"].size(); ++i) {
       const std::string text = v["texts"][i].get<std::string>();
+      // The pieces, each in GPT-2's byte alphabet as `tokenizers` shows them.
+      std::vector<std::string> pieces;
+      for (const std::string& p : data::bytelevel_pieces(*model, text)) pieces.push_back(in_byte_alphabet(p));
+      EXPECT_EQ(pieces, variant["pieces"][i].get<std::vector<std::string>>()) << text;
       const std::vector<int32_t> want = variant["ids"][i].get<std::vector<int32_t>>();
       EXPECT_EQ(t.encode(text, nullptr, true).to_vector(), want) << text;
       EXPECT_EQ(again.encode(text, nullptr, true).to_vector(), want) << text;

@@ -1001,6 +1001,15 @@ void bytelevel_encode(const ByteLevelModel& m, std::string_view text, TokenIds& 
   cut_added(m, text, special, span, [&](int32_t id) { out.push_back(id); });
 }
 
+std::vector<std::string> bytelevel_pieces(const ByteLevelModel& m, std::string_view text) {
+  std::vector<std::string> out;
+  const std::function<void(std::string_view)> piece = [&](std::string_view p) { out.emplace_back(p); };
+  if (m.gpt2) gpt2_pieces(text, piece);
+  else if (!m.nfc) run_steps(m, 0, text, piece);
+  else run_steps(m, 0, nfc_of(text), piece);
+  return out;
+}
+
 std::optional<int32_t> bytelevel_token_id(const ByteLevelModel& m, std::string_view text) {
   for (const AddedTokenSpec& a : m.added)
     if (a.content == text) return a.id;

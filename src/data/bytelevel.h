@@ -57,6 +57,9 @@ bool bytelevel_have_nfc();
 // an added token outside the byte alphabet: its text). Id checked by the caller.
 const std::string& bytelevel_piece(const ByteLevelModel& m, int32_t id);
 
+// The normalizer and the pre-tokenizers of `m` alone (for tests): the bytes
+// of each piece the BPE would get (no added token is cut out).
+std::vector<std::string> bytelevel_pieces(const ByteLevelModel& m, std::string_view text);
 // The pre-tokenization alone (for tests): the byte lengths of the pieces
 // GPT-2's regex cuts `text` into; a byte that is not valid UTF-8 is a
 // character of its own that is neither a letter, a number nor a space.
