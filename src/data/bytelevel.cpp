@@ -319,13 +319,17 @@ std::shared_ptr<const ByteLevelModel> build(const std::vector<std::pair<std::str
       m->bytes[static_cast<size_t>(id)] = token;   // not made from the text's bytes: decodes as written
     }
   }
-  // An added token decodes as `tokenizers` decodes it: its characters through
-  // the byte alphabet when they are all in it, else its text as written.
+  // An added token that is the vocabulary's token of its id (the same text:
+  // GPT-2's "<|endoftext|>") decodes as that token; any other decodes as its
+  // text as written, so that a text holding it comes back exactly. (The
+  // `tokenizers` library passes an added token's characters through the byte
+  // alphabet when they all are in it: the same bytes for the printable ASCII
+  // of the usual "<|...|>" names; for "café" it would give a byte 0xE9.)
+  std::map<int64_t, const std::string*> key_of;
+  for (const auto& [token, id] : vocab) key_of[id] = &token;
   for (const AddedTokenSpec& a : m->added) {
-    if (seen[static_cast<size_t>(a.id)] && m->bytes[static_cast<size_t>(a.id)] != a.content && !alphabet_bytes(a.content, &b))
-      throw Error("added_tokens: id " + std::to_string(a.id) + " is '" + a.content + "' but " + vocab_field +
-                  " gives that id to another token");
-    m->bytes[static_cast<size_t>(a.id)] = alphabet_bytes(a.content, &b) ? b : a.content;
+    auto k = key_of.find(a.id);
+    if (k == key_of.end() || *k->second != a.content) m->bytes[static_cast<size_t>(a.id)] = a.content;
   }
   for (int c = 0; c < 256; ++c) {
     auto it = m->id_of.find(std::string(1, static_cast<char>(c)));
@@ -999,6 +1003,16 @@ void bytelevel_encode(const ByteLevelModel& m, std::string_view text, TokenIds& 
   const bool cut = std::any_of(m.added.begin(), m.added.end(), [&](const AddedTokenSpec& a) { return special || !a.special; });
   if (!cut) return span(text);
   cut_added(m, text, special, span, [&](int32_t id) { out.push_back(id); });
+}
+
+bool bytelevel_gives_text_back(const ByteLevelModel& m, bool special) {
+  for (const PreStep& p : m.pre)
+    if ((p.kind == PreStep::split && p.behavior == SplitBehavior::removed) ||
+        (p.kind == PreStep::byte_level && p.add_prefix_space))
+      return false;
+  for (const AddedTokenSpec& a : m.added)
+    if ((special || !a.special) && m.bytes[static_cast<size_t>(a.id)] != a.content) return false;
+  return true;
 }
 
 std::vector<std::string> bytelevel_pieces(const ByteLevelModel& m, std::string_view text) {

@@ -57,6 +57,12 @@ bool bytelevel_have_nfc();
 // an added token outside the byte alphabet: its text). Id checked by the caller.
 const std::string& bytelevel_piece(const ByteLevelModel& m, int32_t id);
 
+// Whether any text in NFC decodes back from its ids exactly (encoded with
+// `special` as bytelevel_encode's): false when a Split removes its matches,
+// ByteLevel adds a prefix space, or an added token that encode would cut
+// out decodes to other bytes (the vocabulary's token of its id, in the byte
+// alphabet, is not its text).
+bool bytelevel_gives_text_back(const ByteLevelModel& m, bool special);
 // The normalizer and the pre-tokenizers of `m` alone (for tests): the bytes
 // of each piece the BPE would get (no added token is cut out).
 std::vector<std::string> bytelevel_pieces(const ByteLevelModel& m, std::string_view text);
