@@ -638,6 +638,21 @@ TEST(HfTokenizer, NewerModelsGiveTransformersIds) {
     // What a checkpoint keeps reads back as the same tokenizer.
     const data::Tokenizer again = data::Tokenizer::from_model(t.name(), t.model());
     EXPECT_EQ(again.model(), t.model());
+    // And it is the file's tokenizer for the `tokenizers` library too (what
+    // export-hf writes): the same normalizer, pre-tokenizer, added tokens,
+    // vocabulary and merges (written as "a b").
+    const nlohmann::json file = nlohmann::json::parse(slurp(golden_dir("pretok/" + name) + "/tokenizer.json"));
+    const nlohmann::json mine = nlohmann::json::parse(t.model());
+    EXPECT_EQ(mine["normalizer"], file["normalizer"]);
+    EXPECT_EQ(mine["pre_tokenizer"], file["pre_tokenizer"]);
+    EXPECT_EQ(mine["added_tokens"], file["added_tokens"]);
+    EXPECT_EQ(mine["model"]["vocab"], file["model"]["vocab"]);
+    EXPECT_EQ(mine["model"]["ignore_merges"], file["model"]["ignore_merges"]);
+    ASSERT_EQ(mine["model"]["merges"].size(), file["model"]["merges"].size());
+    for (size_t i = 0; i < file["model"]["merges"].size(); ++i) {
+      const nlohmann::json& m = file["model"]["merges"][i];
+      EXPECT_EQ(mine["model"]["merges"][i], m.is_string() ? m : nlohmann::json(m[0].get<std::string>() + " " + m[1].get<std::string>()));
+    }
     size_t with_special = 0;
     for (size_t i = 0; i < golden["texts"].size(); ++i) {
       const std::string text = golden["texts"][i].get<std::string>();
