@@ -114,6 +114,24 @@ std::vector<NamedArray> read_hf_weights(const std::string& dir, std::string* fro
 std::vector<std::string> write_hf_weights(const std::string& dir, const std::vector<NamedArray>& tensors,
                                           const HfWriteOptions& options = {});
 
+// A directory's BOS and EOS token ids (for a feature that adds them to a
+// text, such as SFT; capstep's encode never does): from tokenizer_config.json's
+// "bos_token" and "eos_token" (the token's text, a string or an AddedToken
+// object {"content": ...}, looked up with data::Tokenizer::token_id), and from
+// generation_config.json's "bos_token_id" and "eos_token_id" (an id or a list
+// of ids). bos: tokenizer_config.json's, else generation_config.json's, else
+// -1. eos: tokenizer_config.json's first, then generation_config.json's that
+// are not already there (Llama 3.1's end_of_text, eom_id and eot_id); empty
+// when neither names one. A file that is not there is skipped.
+struct HfSpecialTokens {
+  int64_t bos = -1;
+  std::vector<int64_t> eos;
+};
+// Reads them from `dir` for its tokenizer `t`; Error naming the file and the
+// field for a token that is not `t`'s, an id outside its vocabulary, or a
+// field of another type.
+HfSpecialTokens read_hf_special_tokens(const std::string& dir, const data::Tokenizer& t);
+
 // A directory as save_pretrained writes it: config.json and the weights.
 struct HfModel {
   LmConfig config;
@@ -125,6 +143,7 @@ struct HfModel {
   // or a byte-level BPE's tokenizer.json as capstep writes it; else empty.
   std::string tokenizer_model;
   std::string tokenizer_file;       // the file it was read from, or empty
+  HfSpecialTokens special;          // its BOS and EOS ids (read_hf_special_tokens)
 };
 // What read_hf_dir looks for, in words, for a message saying none was there.
 std::string hf_tokenizer_files();
@@ -175,13 +194,15 @@ void write_hf_dir(const std::string& dir, const LmConfig& c, const std::vector<A
 // "capstep_tokenizer", the directory's own tokenizer, the first of:
 //   tokenizer.model   a SentencePiece model (a Llama directory's; bpe:N or
 //                     unigram:N, data::Tokenizer::from_sentencepiece)
-//   tokenizer.json    a byte-level BPE (GPT-2's; bytelevel-bpe:N); another
+//   tokenizer.json    a byte-level BPE (GPT-2's, Llama 3's, Qwen2's, SmolLM2's:
+//                     data::Tokenizer::from_bytelevel; bytelevel-bpe:N); another
 //                     kind (model.type "WordPiece", a Metaspace pre-tokenizer)
 //                     is an Error naming the field
 //   vocab.json + merges.txt   the same from GPT-2's older files
 // whose ids must fit in config.json's vocab_size (Error naming both
 // numbers; a larger vocab_size pads the tokenizer, data::Tokenizer::padded_to),
-// or none (tokenizer empty). Error naming the file and what is wrong.
+// or none (tokenizer empty); with a tokenizer, `special` from
+// read_hf_special_tokens. Error naming the file and what is wrong.
 HfModel read_hf_dir(const std::string& dir);
 
 }  // namespace capstep::nn

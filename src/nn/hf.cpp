@@ -1037,7 +1037,71 @@ void read_foreign_tokenizer(const std::string& dir, HfModel& m) {
   m.tokenizer_file = file;
 }
 
+// An id of generation_config.json's `field` (`v`), checked against the vocabulary.
+int64_t special_id(const nlohmann::json& v, const std::string& field, const data::Tokenizer& t) {
+  if (!v.is_number_integer()) throw Error(field + " is " + v.dump() + ", not an integer id");
+  const int64_t id = v.get<int64_t>();
+  if (id < 0 || id >= t.vocab())
+    throw Error(field + " is " + std::to_string(id) + ", outside the " + t.name() + " tokenizer's [0, " +
+                std::to_string(t.vocab()) + ")");
+  return id;
+}
+
 }  // namespace
+
+HfSpecialTokens read_hf_special_tokens(const std::string& dir, const data::Tokenizer& t) {
+  HfSpecialTokens out;
+  std::string text;
+  std::vector<int64_t> gen_eos;
+  int64_t gen_bos = -1;
+  std::string file = dir + "/generation_config.json";
+  if (read_if_there(file, &text)) {
+    try {
+      const nlohmann::json j = data::parse_json(text, "generation_config.json");
+      if (!j.is_object()) throw Error("not an object");
+      if (j.contains("bos_token_id") && !j["bos_token_id"].is_null())
+        gen_bos = special_id(j["bos_token_id"], "bos_token_id", t);
+      if (j.contains("eos_token_id") && !j["eos_token_id"].is_null()) {
+        const nlohmann::json& e = j["eos_token_id"];
+        if (e.is_array()) {
+          for (size_t i = 0; i < e.size(); ++i)
+            gen_eos.push_back(special_id(e[i], "eos_token_id[" + std::to_string(i) + "]", t));
+        } else {
+          gen_eos.push_back(special_id(e, "eos_token_id", t));
+        }
+      }
+    } catch (const Error& e) {
+      throw Error("'" + file + "': " + e.what());
+    }
+  }
+  file = dir + "/tokenizer_config.json";
+  if (read_if_there(file, &text)) {
+    try {
+      const nlohmann::json j = data::parse_json(text, "tokenizer_config.json");
+      if (!j.is_object()) throw Error("not an object");
+      auto token = [&](const char* key) -> int64_t {
+        if (!j.contains(key) || j[key].is_null()) return -1;
+        const nlohmann::json& v = j[key];
+        std::string content;
+        if (v.is_string()) content = v.get<std::string>();
+        else if (v.is_object() && v.contains("content") && v["content"].is_string()) content = v["content"].get<std::string>();
+        else throw Error(std::string(key) + " is " + v.dump() + ", not a token's text or an object with its \"content\"");
+        const std::optional<int32_t> id = t.token_id(content);
+        if (!id) throw Error(std::string(key) + " \"" + content + "\" is not a token of the " + t.name() + " tokenizer");
+        return *id;
+      };
+      out.bos = token("bos_token");
+      const int64_t eos = token("eos_token");
+      if (eos >= 0) out.eos.push_back(eos);
+    } catch (const Error& e) {
+      throw Error("'" + file + "': " + e.what());
+    }
+  }
+  if (out.bos < 0) out.bos = gen_bos;
+  for (int64_t id : gen_eos)
+    if (std::find(out.eos.begin(), out.eos.end(), id) == out.eos.end()) out.eos.push_back(id);
+  return out;
+}
 
 std::string hf_tokenizer_files() {
   return "config.json's \"capstep_tokenizer\", tokenizer.model (SentencePiece), tokenizer.json (byte-level BPE) "
@@ -1089,6 +1153,10 @@ HfModel read_hf_dir(const std::string& dir) {
     } catch (const Error& e) {
       throw Error("'" + model + "': " + e.what());
     }
+  }
+  if (!m.tokenizer.empty()) {
+    const data::Tokenizer t = data::Tokenizer::from_model(m.tokenizer, m.tokenizer_model);
+    m.special = read_hf_special_tokens(dir, t);
   }
   std::string from;
   const std::vector<NamedArray> tensors = read_hf_weights(dir, &from);
