@@ -374,6 +374,10 @@ int run_train(TrainArgs a) {
   if (o.clip_grad_norm > 0) std::printf(", gradients clipped to norm %g", o.clip_grad_norm);
   if (o.precision == optim::Precision::bf16) std::printf("; precision bf16 (GEMM operands bf16, f32 accumulation)");
   if (o.fused_attention) std::printf(", fused attention");
+  if (o.checkpoint_every > 0)
+    std::printf(o.checkpoint_every == 1 ? ", activations checkpointed (every block recomputed in the backward)"
+                                        : ", activations checkpointed (every %d blocks from block 0)",
+                o.checkpoint_every);
   if (o.comm)
     std::printf(", data-parallel over %d ranks (global batch %lld)", o.comm->size(),
                 static_cast<long long>(o.comm->size() * o.model.batch));

@@ -280,6 +280,7 @@ Body body_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, c
   Body out;
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
+    tr.set_region(static_cast<int>(l));  // block l: one checkpoint region (checkpoint_activations)
     Tensor h = norm(x);
     const Linear fq = take_linear(), fk = take_linear(), fv = take_linear(), fo = take_linear();
     Tensor v = heads(apply(h, fv), KV);
@@ -309,6 +310,7 @@ Body body_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, c
       x = x + apply(gelu_tanh(apply(h, f1)), f2);
     }
   }
+  tr.set_region(-1);
   // The sampler draws from the last position only: the final norm and the
   // head (the widest product, [D, V]) run on that row alone.
   if (last_only && T > 1) x = slice(x, {0, T - 1, 0}, {B, T, D});

@@ -223,6 +223,7 @@ Result train(const Options& o) {
   const Program loss = nn::lm_loss_program(o.model);
   Program grad =
       value_and_grad(optim::with_precision(o.fused_attention ? fuse_attention(loss) : loss, o.precision), state.names);
+  if (o.checkpoint_every > 0) grad = checkpoint_activations(grad, every_kth_region(grad, o.checkpoint_every));
   // Data parallel: the mean over the replicas of the gradients and the loss,
   // before clipping (the global gradient is clipped) and the update.
   if (o.comm) grad = optim::data_parallel(grad, state.names, ranks, {o.dp_pack, o.dp_bucket_bytes});
