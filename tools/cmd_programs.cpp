@@ -73,7 +73,9 @@ int run_show(const ShowArgs& a) {
   }
   if (a.checkpoint_every > 0) {
     // What checkpointing changed: the equations it added (the recomputed
-    // forward) and the host's planned memory of the step with and without.
+    // forward) and the host's planned memory of the step without and with it
+    // (host::plan_memory: the arena of intermediate values; held(): the
+    // arena, constants and tiles).
     const Program plain = model_program(c, a.program, a.precision, a.fused_attention, a.data_parallel, 0);
     const std::vector<int> r = every_kth_region(p, a.checkpoint_every);
     const host::MemoryPlan mp = host::plan_memory(plain), mc = host::plan_memory(p);
@@ -81,8 +83,9 @@ int run_show(const ShowArgs& a) {
     std::cout << "activation checkpointing: " << r.size() << " of " << checkpoint_regions(p).size()
               << " blocks recomputed in the backward, " << (p.eqns.size() - plain.eqns.size())
               << " equations added (" << plain.eqns.size() << " -> " << p.eqns.size()
-              << "); the host's planned memory besides inputs and outputs " << mib(mp.held()) << " MiB -> "
-              << mib(mc.held()) << " MiB\n";
+              << "); the host's plan: intermediate values " << mib(mp.arena) << " MiB -> " << mib(mc.arena)
+              << " MiB, all it holds besides inputs and outputs " << mib(mp.held()) << " MiB -> " << mib(mc.held())
+              << " MiB\n";
   }
   std::cout.flush();
   return kOk;
