@@ -44,8 +44,9 @@ std::vector<int> every_kth_region(const Program& p, int every);
 // value that a forward equation outside the region reads (the block's
 // result on the residual stream, a constant shared with other blocks), or
 // that is an output, is kept and read as it is. The copies read the region's
-// main input (the largest non-constant value it reads from outside: the
-// residual stream) through select(true, input, g), g the last gradient value
+// main input (the largest value it reads from outside, other than p's inputs,
+// that depends on p's inputs: the residual stream) through
+// select(true, input, g), g the last gradient value
 // of its type before them: the same bits, and a data dependency, so that no
 // backend's scheduler runs the recomputation during the forward. The result has p's inputs,
 // outputs and aliases and the same values bit for bit; it holds the

@@ -96,19 +96,22 @@ Program checkpoint_activations(const Program& p, const std::vector<int>& regions
   // planner runs each group at the longest path to it) would run the copies,
   // whose operands all exist during the forward, in the forward, and hold
   // their values as long as before. So a region's copies read its main
-  // input (the largest value it reads from outside, not a constant: the
+  // input (the largest value it reads from outside that depends on the
+  // program's inputs, not only on constants as a causal mask does: the
   // residual stream) through select(true, input, anchor), the same bits, with
   // `anchor` the gradient value of the input's type computed last before the
   // equation that needs the copies (the cotangent flowing into the block): no
   // scheduler can start the recomputation before the backward reaches it.
+  std::vector<char> varies(nv, 0);  // depends on a program input
+  for (const NamedValue& in : p.inputs) varies[static_cast<size_t>(in.value)] = 1;
+  for (const Eqn& e : p.eqns)
+    for (int v : e.inputs) varies[static_cast<size_t>(e.out)] |= varies[static_cast<size_t>(v)];
   std::map<int, int> main_input;  // region -> value
   for (size_t i = 0; i < n; ++i) {
     if (rg[i] < 0) continue;
     for (int v : p.eqns[i].inputs) {
       const int d = def[static_cast<size_t>(v)];
-      if (d < 0 || rg[static_cast<size_t>(d)] == rg[i]) continue;
-      const Op op = p.eqns[static_cast<size_t>(d)].op;
-      if (op == Op::constant || op == Op::iota) continue;
+      if (d < 0 || rg[static_cast<size_t>(d)] == rg[i] || !varies[static_cast<size_t>(v)]) continue;
       auto [it, fresh] = main_input.emplace(rg[i], v);
       if (!fresh && p.type(v).bytes() > p.type(it->second).bytes()) it->second = v;
     }
