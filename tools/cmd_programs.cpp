@@ -113,6 +113,10 @@ int run_export(const ExportArgs& a) {
       << (a.precision == optim::Precision::bf16 ? " bf16 mixed-precision" : "") << " program of \"" << c.describe()
       << "\" as StableHLO";
   if (replicas > 0) say << ", data-parallel over " << replicas << " replicas (batch " << c.batch << " each)";
+  if (a.checkpoint_every == 1) say << ", every block's activations recomputed in the backward";
+  if (a.checkpoint_every > 1)
+    say << ", the activations of blocks 0, " << a.checkpoint_every << ", " << 2 * a.checkpoint_every
+        << ", ... recomputed in the backward";
   if (a.program == "prefill") say << ", over " << c.seq << " prompt tokens";
   if (a.program == "decode") say << ", one token over a cache of " << c.context << " rows";
   say << "\n";
