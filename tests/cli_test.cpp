@@ -1061,6 +1061,47 @@ TEST(Cli, FusedAttentionInShowExportAndTrain) {
   }
 }
 
+// --checkpoint-activations / --checkpoint-every: show says what was
+// recomputed; the host runs, AdamW on the host and in the program, log the
+// plain run's losses to the last digit (the same bits); the options that do
+// not apply are exit 2.
+TEST(Cli, CheckpointActivationsInShowAndTrain) {
+  NEED_BINARY();
+  TempDir d;
+  const Outcome s = run({"show", "--program", "grad", "--layers", "4", "--checkpoint-every", "2"});
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_NE(s.out.find("activation checkpointing: 2 of 4 blocks recomputed in the backward, "), std::string::npos)
+      << s.out.substr(s.out.size() > 400 ? s.out.size() - 400 : 0);
+  EXPECT_NE(s.out.find(", region=3} : "), std::string::npos);
+  for (const char* lane : {"host", "host-fused"}) {
+    std::vector<std::vector<std::string>> rows;
+    for (const char* ck : {"", "--checkpoint-activations", "--checkpoint-every=2"}) {
+      std::vector<std::string> args = {"train", "--steps", "3", "--lane", lane, "--d-model", "16", "--heads", "2",
+                                       "--d-ff", "32", "--layers", "3", "--batch", "2", "--seq", "12",
+                                       "--val-fraction", "0", "--log", d.file("l.csv")};
+      if (*ck) args.push_back(ck);
+      const Outcome t = run(args);
+      ASSERT_EQ(t.code, 0) << t.out << t.err;
+      EXPECT_EQ(t.out.find(", activations checkpointed (every ") != std::string::npos, *ck != 0) << t.out;
+      std::vector<std::string> losses;  // "step,loss" of each line (%.9g: an f32's every bit)
+      for (const std::string& line : lines_of(slurp(d.file("l.csv"))))
+        losses.push_back(line.substr(0, line.find(',', line.find(',') + 1)));
+      rows.push_back(losses);
+    }
+    ASSERT_EQ(rows[0].size(), 4u);
+    EXPECT_EQ(rows[1], rows[0]) << lane;
+    EXPECT_EQ(rows[2], rows[0]) << lane;
+  }
+  for (const auto& [args, msg] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"show", "--program", "forward", "--checkpoint-activations"}, "go with --program grad or fused"},
+           {{"train", "--checkpoint-every", "0"}, "--checkpoint-every"},
+           {{"train", "--checkpoint-activations", "--checkpoint-every", "2"}, "excludes"}}) {
+    const Outcome o = run(args);
+    EXPECT_EQ(o.code, 2) << args[1];
+    EXPECT_NE(o.err.find(msg), std::string::npos) << o.err;
+  }
+}
+
 // The kernel plan, printed without a GPU: one line per kernel, the counts by
 // kind, "total N kernels" last; the unfused plan has many more.
 TEST(Cli, ShowKernelsPrintsThePlanAndItsTotal) {

@@ -540,7 +540,7 @@ void expect_plan_matches_interpreter(const nn::LmConfig& c, const Program& prog,
 // gradient program) through the plan on the host, against the interpreter.
 // fused_attention: the loss program through fuse_attention (the attention
 // kernels run too).
-void check_training_steps(bool fused_attention, nn::Arch arch = nn::Arch::seed) {
+void check_training_steps(bool fused_attention, nn::Arch arch = nn::Arch::seed, bool checkpoint = false) {
   nn::LmConfig c = small_config();
   c.arch = arch;
   if (arch == nn::Arch::llama) c.n_heads = 4, c.n_kv_heads = 2;   // head width 8, grouped-query attention
@@ -548,10 +548,11 @@ void check_training_steps(bool fused_attention, nn::Arch arch = nn::Arch::seed) 
   for (const auto& s : nn::lm_parameters(c)) names.push_back(s.name);
   const optim::AdamW opt;
   const Program loss = nn::lm_loss_program(c);
-  const Program grad = value_and_grad(fused_attention ? fuse_attention(loss) : loss, names);
+  Program grad = value_and_grad(fused_attention ? fuse_attention(loss) : loss, names);
+  if (checkpoint) grad = checkpoint_activations(grad, checkpoint_regions(grad));
   const Program fused = optim::with_adamw(grad, names, opt);
   TempDir dir;
-  for (const Program* prog : {&grad, &fused}) {
+  for (const Program* prog : {static_cast<const Program*>(&grad), &fused}) {
     SCOPED_TRACE(prog == &grad ? "gradient program" : "fused AdamW program");
     const plan::KernelPlan kp = plan::plan_kernels(*prog);
     ASSERT_FALSE(kp.sources.empty());
@@ -1083,6 +1084,12 @@ TEST(PlanEmulation, Bf16MixedPrecisionTrainingStepsMatchTheInterpreter) {
 }
 
 TEST(PlanEmulation, FusedAttentionTrainingStepsMatchTheInterpreter) { check_training_steps(true); }
+// Activation checkpointing (checkpoint_activations): the plan of the step
+// with every block's forward recomputed in the backward (the copies and
+// their anchors in the groups, the memory plan's shorter lifetimes).
+TEST(PlanEmulation, CheckpointedTrainingStepsMatchTheInterpreter) {
+  check_training_steps(false, nn::Arch::gpt2, true);
+}
 
 // GPT-2 (biases, LayerNorm, the tied head) and Llama (rotary constants, the
 // rotation's product, grouped-query attention, SwiGLU; with and without the

@@ -226,6 +226,26 @@ TEST(StablehloXla, TinyGpt2AndLlamaFusedTrainingSteps) {
   check_with_xla(fused_step_case(l, "tiny_llama_step", 0, true));
 }
 
+// Activation checkpointing (checkpoint_activations): the fused steps with
+// every block's forward recomputed in the backward, exported (the copies are
+// plain ops), agree with the host as the plain steps do.
+TEST(StablehloXla, CheckpointedFusedTrainingSteps) {
+  REQUIRE_JAX();
+  nn::LmConfig g = tiny_lm();
+  g.arch = nn::Arch::gpt2;
+  g.n_layers = 2;
+  nn::LmConfig l = g;
+  l.arch = nn::Arch::llama;
+  l.n_kv_heads = 1;
+  for (const auto& [config, name] : {std::pair{g, "tiny_gpt2_checkpointed"}, {l, "tiny_llama_checkpointed"}}) {
+    Case c = fused_step_case(config, name);
+    const size_t plain = c.program.eqns.size();
+    c.program = checkpoint_activations(c.program, checkpoint_regions(c.program));
+    ASSERT_GT(c.program.eqns.size(), plain) << name;
+    check_with_xla(c);
+  }
+}
+
 // The KV cache's prefill and decode programs (`capstep export --program
 // prefill|decode`) of the three architectures: XLA gives the interpreter's
 // logits and new key/value rows. The decode token sits inside the cache

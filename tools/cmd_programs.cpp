@@ -11,6 +11,7 @@
 #include "capstep/autodiff.h"
 #include "capstep/data.h"
 #include "capstep/hf.h"
+#include "capstep/interpreter.h"
 #include "capstep/safetensors.h"
 #include "capstep/stablehlo.h"
 #include "capstep/trace.h"
@@ -29,7 +30,9 @@ namespace {
 // lm_decode_program: the programs `capstep sample` builds, whose cache has
 // --window rows, by default the model's --seq), in f32.
 Program model_program(const nn::LmConfig& c, const std::string& which, optim::Precision precision, bool fused_attention,
-                      int replicas) {
+                      int replicas, int checkpoint_every) {
+  if (checkpoint_every > 0 && which != "grad" && which != "fused")
+    throw UsageError("--checkpoint-activations and --checkpoint-every go with --program grad or fused");
   if (which == "prefill" || which == "decode") {
     if (precision != optim::Precision::f32) throw UsageError("--precision: the " + which + " program is f32 only");
     if (fused_attention) throw UsageError("--fused-attention goes with --program forward, grad or fused");
@@ -43,6 +46,7 @@ Program model_program(const nn::LmConfig& c, const std::string& which, optim::Pr
   std::vector<std::string> names;
   for (const nn::ParamSpec& p : nn::lm_parameters(c)) names.push_back(p.name);
   Program grad = value_and_grad(loss, names);
+  if (checkpoint_every > 0) grad = checkpoint_activations(grad, every_kth_region(grad, checkpoint_every));
   if (replicas > 0) grad = optim::data_parallel(grad, names, replicas);
   if (which == "grad") return grad;
   if (which == "fused") return optim::with_adamw(grad, names, optim::AdamW{});
@@ -55,7 +59,7 @@ int run_show(const ShowArgs& a) {
   if (a.unfused && !a.kernels) throw UsageError("--unfused goes with --kernels");
   if (a.data_parallel > 0 && a.program == "forward") throw UsageError("--data-parallel goes with --program grad or fused");
   const nn::LmConfig c = a.model.checked();
-  const Program p = model_program(c, a.program, a.precision, a.fused_attention, a.data_parallel);
+  const Program p = model_program(c, a.program, a.precision, a.fused_attention, a.data_parallel, a.checkpoint_every);
   if (a.kernels) std::cout << plan::plan_kernels(p, {!a.unfused}).describe();
   else std::cout << to_text(p);
   if (a.data_parallel > 0) {
@@ -67,6 +71,22 @@ int run_show(const ShowArgs& a) {
       }
     std::cout << "data-parallel over " << a.data_parallel << " replicas: " << n << " all_reduce equations, " << bytes
               << " bytes all-reduced per step (" << nn::count_parameters(c) << " parameters x 4 bytes + the f32 loss)\n";
+  }
+  if (a.checkpoint_every > 0) {
+    // What checkpointing changed: the equations it added (the recomputed
+    // forward) and the host's planned memory of the step without and with it
+    // (host::plan_memory: the arena of intermediate values; held(): the
+    // arena, constants and tiles).
+    const Program plain = model_program(c, a.program, a.precision, a.fused_attention, a.data_parallel, 0);
+    const std::vector<int> r = every_kth_region(p, a.checkpoint_every);
+    const host::MemoryPlan mp = host::plan_memory(plain), mc = host::plan_memory(p);
+    auto mib = [](size_t b) { return std::to_string((b + (1u << 19)) >> 20); };
+    std::cout << "activation checkpointing: " << r.size() << " of " << checkpoint_regions(p).size()
+              << " blocks recomputed in the backward, " << (p.eqns.size() - plain.eqns.size())
+              << " equations added (" << plain.eqns.size() << " -> " << p.eqns.size()
+              << "); the host's plan: intermediate values " << mib(mp.arena) << " MiB -> " << mib(mc.arena)
+              << " MiB, all it holds besides inputs and outputs " << mib(mp.held()) << " MiB -> " << mib(mc.held())
+              << " MiB\n";
   }
   std::cout.flush();
   return kOk;
@@ -81,7 +101,8 @@ int run_export(const ExportArgs& a) {
   const nn::LmConfig c = a.model.checked();
   const int replicas = a.data_parallel;
   const std::string text =
-      to_stablehlo(model_program(c, a.program, a.precision, a.fused_attention, replicas), "capstep", std::max(replicas, 1));
+      to_stablehlo(model_program(c, a.program, a.precision, a.fused_attention, replicas, a.checkpoint_every), "capstep",
+                   std::max(replicas, 1));
   if (to_stdout) {
     std::cout << text << std::flush;
     if (!std::cout) throw Error("--out -: cannot write to standard output");
@@ -93,6 +114,10 @@ int run_export(const ExportArgs& a) {
       << (a.precision == optim::Precision::bf16 ? " bf16 mixed-precision" : "") << " program of \"" << c.describe()
       << "\" as StableHLO";
   if (replicas > 0) say << ", data-parallel over " << replicas << " replicas (batch " << c.batch << " each)";
+  if (a.checkpoint_every == 1) say << ", every block's activations recomputed in the backward";
+  if (a.checkpoint_every > 1)
+    say << ", the activations of blocks 0, " << a.checkpoint_every << ", " << 2 * a.checkpoint_every
+        << ", ... recomputed in the backward";
   if (a.program == "prefill") say << ", over " << c.seq << " prompt tokens";
   if (a.program == "decode") say << ", one token over a cache of " << c.context << " rows";
   say << "\n";

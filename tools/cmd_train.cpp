@@ -406,6 +406,10 @@ int run_train(TrainArgs a) {
   if (o.grad_accum > 1)
     std::printf(", %lld micro-batches a step (batch %lld)", static_cast<long long>(o.grad_accum),
                 static_cast<long long>(o.grad_accum * o.model.batch));
+  if (o.checkpoint_every > 0)
+    std::printf(o.checkpoint_every == 1 ? ", activations checkpointed (every block recomputed in the backward)"
+                                        : ", activations checkpointed (every %d blocks from block 0)",
+                o.checkpoint_every);
   if (o.comm)
     std::printf(", data-parallel over %d ranks (global batch %lld)", o.comm->size(),
                 static_cast<long long>(o.comm->size() * o.model.batch));

@@ -80,6 +80,7 @@ struct ShowArgs {
   bool unfused = false;               // with kernels: one kernel per equation (the baseline)
   bool fused_attention = false;       // fuse_attention on the loss program
   int data_parallel = 0;              // --data-parallel N: the step with all_reduce; ends with the bytes it reduces
+  int checkpoint_every = 0;           // --checkpoint-every K (--checkpoint-activations: 1); ends with what it recomputes
 };
 
 struct ExportArgs {
@@ -89,6 +90,7 @@ struct ExportArgs {
   std::string out;
   bool fused_attention = false;       // fuse_attention on the loss program
   int data_parallel = 0;              // --data-parallel N: the step with all_reduce, for N replicas (0: none)
+  int checkpoint_every = 0;           // --checkpoint-every K (--checkpoint-activations: 1)
 };
 
 struct ExportHfArgs {

@@ -134,6 +134,18 @@ const CLI::Validator kTokenizer(
     },
     "TOKENIZER");
 
+// --checkpoint-activations (every block) and --checkpoint-every K (every K-th
+// block from block 0): checkpoint_activations (autodiff.h) on the step.
+void add_checkpoint_options(CLI::App* c, int& every) {
+  CLI::Option* all = c->add_flag_callback(
+      "--checkpoint-activations", [&every] { every = 1; },
+      "activation checkpointing: every transformer block's forward recomputed inside the backward instead of its "
+      "activations held (less memory, about one more forward of compute; the same results bit for bit)");
+  c->add_option("--checkpoint-every", every,
+                "activation checkpointing of every K-th block from block 0 (1: as --checkpoint-activations)")
+      ->transform(int_range(1, 256))->excludes(all);
+}
+
 const char* const kFusedAttentionHelp =
     "each layer's causal attention as one attention primitive (fuse_attention): fused forward and backward "
     "kernels on the GPU, the score matrix never stored; exported as plain StableHLO";
@@ -229,6 +241,7 @@ int main(int argc, char** argv) {
   CLI::Option* fused_attention =
       train->add_flag("--fused-attention,!--no-fused-attention", ta.opts.fused_attention,
                       std::string(kFusedAttentionHelp) + " (--no-fused-attention: off, as by default, for a --resume)");
+  add_checkpoint_options(train, ta.opts.checkpoint_every);
   train->add_option("--save", ta.opts.save_path, "checkpoint file (safetensors), written atomically at the end")
       ->check(kNonEmpty);
   train->add_flag("--overwrite", ta.overwrite,
@@ -410,6 +423,7 @@ int main(int argc, char** argv) {
   show->add_flag("--unfused", sh.unfused, "with --kernels: the plan with one kernel per equation (CAPSTEP_CUDA_FUSE=0)");
   add_precision_option(show, sh.precision);
   show->add_flag("--fused-attention", sh.fused_attention, kFusedAttentionHelp);
+  add_checkpoint_options(show, sh.checkpoint_every);
   show->add_option("--data-parallel", sh.data_parallel,
                    "the data-parallel step for N replicas (grad or fused), then one line: how many all_reduce "
                    "equations and bytes each replica sends into them per step")
@@ -427,6 +441,7 @@ int main(int argc, char** argv) {
   exp->add_option("--out", ea.out, "the .mlir file to write; - writes to standard output")->required()->check(kNonEmpty);
   add_precision_option(exp, ea.precision);
   exp->add_flag("--fused-attention", ea.fused_attention, kFusedAttentionHelp);
+  add_checkpoint_options(exp, ea.checkpoint_every);
   exp->add_option("--data-parallel", ea.data_parallel,
                   "the data-parallel step for N replicas: gradients and loss averaged by stablehlo.all_reduce, "
                   "mhlo.num_replicas = N")

@@ -303,6 +303,12 @@ struct Attrs {
   // shift cancels, so the gradient through it is zero in exact arithmetic and
   // only rounding noise in floating point. Text form: no_grad=1.
   bool no_grad = false;
+  // Any op: the checkpoint region (a transformer block's index, from 0) whose
+  // forward recorded it (Tracer::set_region), or -1. Only
+  // checkpoint_activations (autodiff.h) reads it; no primitive's meaning
+  // depends on it, so operator== and common-subexpression elimination ignore
+  // it. Text form: region=N.
+  int32_t region = -1;
   bool operator==(const Attrs& o) const;
 };
 

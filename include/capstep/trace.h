@@ -66,6 +66,11 @@ class Tracer {
   // outputs) returns another program of the same inputs, which is how one
   // trace gives several programs.
   Program finish(const std::vector<std::pair<std::string, Tensor>>& outputs);
+  // The checkpoint region (Attrs::region) of the equations recorded from here
+  // on, until the next call; -1 (the start): none. causal LMs put each
+  // transformer block in its own region, for checkpoint_activations.
+  void set_region(int region);
+  int region() const { return region_; }
   // The program as recorded so far (for transforms that keep tracing into it).
   Program& program() { return prog_; }
   const Program& program() const { return prog_; }
@@ -73,6 +78,9 @@ class Tracer {
  private:
   friend class Tensor;
   Program prog_;
+  int region_ = -1;
+  size_t tagged_ = 0;  // equations before this one carry their region already
+  void tag_recorded();  // gives the equations recorded since tagged_ region_
   std::shared_ptr<const bool> alive_ = std::make_shared<const bool>(true);  // Tensors hold it weakly
 };
 

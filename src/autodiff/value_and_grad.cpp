@@ -89,6 +89,9 @@ Program value_and_grad(const Program& p, const std::vector<std::string>& wrt) {
     if (!g.valid()) g = tr.constant(p.type(in.value), {0.0});  // the loss does not depend on it
     tr.program().add_output("grad." + in.name, g.id());
   }
+  // The gradient's equations belong to no checkpoint region, whatever attrs
+  // their VJP rules copied from the forward's.
+  for (size_t i = p.eqns.size(); i < tr.program().eqns.size(); ++i) tr.program().eqns[i].attrs.region = -1;
   // Clean-ups: splat algebra, shared subexpressions, negations off big arrays.
   // The second sinking pass sees the small negates the first one made.
   Program g = eliminate_common_subexpressions(autodiff_detail::simplify(tr.program()));

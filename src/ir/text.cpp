@@ -99,6 +99,7 @@ std::string eqn_text(const Program& p, const Eqn& e) {
       break;
   }
   if (a.no_grad) in << (in.tellp() > 0 ? ", " : "") << "no_grad=1";
+  if (a.region >= 0) in << (in.tellp() > 0 ? ", " : "") << "region=" << a.region;
   if (in.tellp() > 0) o << " {" << in.str() << '}';
   o << " : " << p.type(e.out).str();
   return o.str();
@@ -281,6 +282,11 @@ class Reader {
             else if (k == "lows") e.attrs.lows = int_list();
             else if (k == "highs") e.attrs.highs = int_list();
             else if (k == "no_grad") e.attrs.no_grad = integer() != 0;
+            else if (k == "region") {
+              const int64_t r = integer();
+              if (r < 0 || r > INT32_MAX) fail("region " + std::to_string(r) + " is not in [0, 2147483647]");
+              e.attrs.region = static_cast<int32_t>(r);
+            }
             else fail("unknown attribute \"" + k + "\"");
           } while (accept(','));
           expect('}');

@@ -367,6 +367,7 @@ Body body_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, c
   Body out;
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
+    tr.set_region(static_cast<int>(l));  // block l: one checkpoint region (checkpoint_activations)
     Tensor h = norm(x);
     const bool qkv = gpt2 || c.qkv_bias;
     const Linear fq = take_linear(qkv), fk = take_linear(qkv), fv = take_linear(qkv), fo = take_linear(gpt2 || c.o_bias);
@@ -397,6 +398,7 @@ Body body_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, c
       x = x + apply(gelu_tanh(apply(h, f1)), f2);
     }
   }
+  tr.set_region(-1);
   // The sampler draws from the last position only: the final norm and the
   // head (the widest product, [D, V]) run on that row alone.
   if (last_only && T > 1) x = slice(x, {0, T - 1, 0}, {B, T, D});

@@ -29,11 +29,14 @@ Program mixed_precision_bf16(const Program& f) {
   // One convert per f32 value that feeds any dot, emitted where the first dot
   // needs it (after the value's definition, so the order stays valid).
   std::unordered_map<int, int> as_bf16;
-  auto bf16_of = [&](int v) {
+  // The convert is in the checkpoint region of the dot that first needs it.
+  auto bf16_of = [&](int v, int32_t region) {
     auto it = as_bf16.find(v);
     if (it != as_bf16.end()) return it->second;
     const Type& t = out.type(v);
-    const int c = out.add_eqn_typed(Op::convert, {v}, {}, Type{DType::bf16, t.shape});
+    Attrs a;
+    a.region = region;
+    const int c = out.add_eqn_typed(Op::convert, {v}, a, Type{DType::bf16, t.shape});
     as_bf16.emplace(v, c);
     return c;
   };
@@ -43,7 +46,7 @@ Program mixed_precision_bf16(const Program& f) {
     const Type& t = f.type(e.out);
     int o;
     if (e.op == Op::dot_general && f.type(e.inputs[0]).dtype == DType::f32 && f.type(e.inputs[1]).dtype == DType::f32) {
-      for (int& v : ins) v = bf16_of(v);
+      for (int& v : ins) v = bf16_of(v, e.attrs.region);
       o = out.add_eqn(Op::dot_general, ins, e.attrs);  // bf16 x bf16 -> f32, the type it had
     } else {
       o = out.add_eqn_typed(e.op, ins, e.attrs, t);

@@ -143,7 +143,9 @@ Program fuse_attention(const Program& p) {
     if (qkv.empty()) continue;
     e.op = Op::attention;
     e.inputs = qkv;
+    const int32_t region = e.attrs.region;
     e.attrs = Attrs{};
+    e.attrs.region = region;
     any = true;
   }
   if (!any) return q;

@@ -58,7 +58,21 @@ Tensor Tracer::iota(const Type& t, int64_t axis) {
   return trace_detail::emit_typed(*this, Op::iota, {}, std::move(a), t);
 }
 
+void Tracer::tag_recorded() {
+  if (region_ >= 0)
+    for (size_t i = tagged_; i < prog_.eqns.size(); ++i)
+      if (prog_.eqns[i].attrs.region < 0) prog_.eqns[i].attrs.region = region_;
+  tagged_ = prog_.eqns.size();
+}
+
+void Tracer::set_region(int region) {
+  if (region < -1) throw Error("Tracer::set_region: region " + std::to_string(region) + " is below -1");
+  tag_recorded();
+  region_ = region;
+}
+
 Program Tracer::finish(const std::vector<std::pair<std::string, Tensor>>& outputs) {
+  tag_recorded();
   Program out = prog_;
   for (const auto& [name, t] : outputs) {
     if (!t.valid() || t.tracer() != this)

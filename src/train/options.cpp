@@ -73,6 +73,9 @@ void Options::validate() const {
     throw Error("min-lr must be in [0, lr " + std::to_string(adamw.lr) + "], got " + std::to_string(schedule.min_lr));
   if (!std::isfinite(clip_grad_norm) || clip_grad_norm < 0 || clip_grad_norm > 1e30)
     throw Error("clip-grad-norm must be in [0, 1e30] (0: no clipping), got " + std::to_string(clip_grad_norm));
+  if (checkpoint_every < 0 || checkpoint_every > 256)
+    throw Error("checkpoint-every must be in [0, 256] (0: no activation checkpointing), got " +
+                std::to_string(checkpoint_every));
   if (!std::isfinite(val_fraction) || val_fraction < 0 || val_fraction >= 1)
     throw Error("val-fraction must be in [0, 1) (0: no validation), got " + std::to_string(val_fraction));
   if (eval_every < 0) throw Error("eval-every must be >= 0 (0: only at the end), got " + std::to_string(eval_every));

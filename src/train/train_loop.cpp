@@ -334,6 +334,7 @@ Result train(const Options& o) {
   Program grad = value_and_grad(
       inputs_first(optim::with_precision(o.fused_attention ? fuse_attention(loss) : loss, o.precision), state.names),
       state.names);
+  if (o.checkpoint_every > 0) grad = checkpoint_activations(grad, every_kth_region(grad, o.checkpoint_every));
   // Data parallel: the mean over the replicas of the gradients and the loss,
   // before clipping (the global gradient is clipped) and the update.
   if (o.comm) grad = optim::data_parallel(grad, state.names, ranks, {o.dp_pack, o.dp_bucket_bytes});

@@ -1,0 +1,329 @@
+// Activation checkpointing (checkpoint_activations, autodiff.h): the causal
+// LMs' blocks are checkpoint regions; the checkpointed gradient and fused
+// AdamW steps give the plain steps' bits on the host, hold less memory in the
+// host's and the device's plans, and run on PJRT (and CUDA, where there is a
+// GPU) within the lanes' tolerance.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "capstep/autodiff.h"
+#include "capstep/backend.h"
+#include "capstep/cuda.h"
+#include "capstep/device_plan.h"
+#include "capstep/interpreter.h"
+#include "capstep/nn.h"
+#include "capstep/optim.h"
+#include "capstep/trace.h"
+#include "seed_step.h"
+#include "test_util.h"
+
+namespace capstep {
+namespace {
+
+nn::LmConfig tiny(nn::Arch a, int64_t layers) {
+  nn::LmConfig c;
+  c.arch = a;
+  c.vocab = 13;
+  c.d_model = 16;
+  c.n_layers = layers;
+  c.n_heads = 2;
+  c.d_ff = 32;
+  c.context = 8;
+  c.batch = 2;
+  c.seq = 7;
+  if (a == nn::Arch::llama) c.n_kv_heads = 1;
+  return c;
+}
+
+std::vector<std::string> names_of(const nn::LmConfig& c) {
+  std::vector<std::string> n;
+  for (const nn::ParamSpec& s : nn::lm_parameters(c)) n.push_back(s.name);
+  return n;
+}
+
+// The loss program's inputs: initial parameters and a fixed batch.
+std::vector<Array> loss_inputs(const nn::LmConfig& c) {
+  std::vector<Array> in = nn::init_parameters(c, 11);
+  Array tokens({DType::i32, {c.batch, c.seq}}), targets = tokens;
+  for (int64_t i = 0; i < tokens.numel(); ++i) {
+    tokens.set(i, static_cast<double>((i * 5 + 1) % c.vocab));
+    targets.set(i, static_cast<double>((i * 3 + 2) % c.vocab));
+  }
+  in.push_back(tokens);
+  in.push_back(targets);
+  return in;
+}
+
+void expect_bit_equal(const Program& p, const std::vector<Array>& want, const std::vector<Array>& got,
+                      const std::string& what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_TRUE(want[i].bit_equal(got[i])) << what << ": output " << p.outputs[i].name << " differs";
+}
+
+int count_region(const Program& p, int r) {
+  int n = 0;
+  for (const Eqn& e : p.eqns) n += e.attrs.region == r;
+  return n;
+}
+
+// Tracing tags each block's equations with its index; the embedding, the
+// final norm and the loss carry none; the gradient equations none either.
+TEST(CheckpointActivations, BlocksAreRegions) {
+  const nn::LmConfig c = tiny(nn::Arch::gpt2, 3);
+  const Program loss = nn::lm_loss_program(c);
+  EXPECT_EQ(checkpoint_regions(loss), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(every_kth_region(loss, 2), (std::vector<int>{0, 2}));
+  EXPECT_THROW(every_kth_region(loss, 0), Error);
+  EXPECT_GT(count_region(loss, -1), 0);
+  // Every block records the same equations.
+  EXPECT_EQ(count_region(loss, 0), count_region(loss, 1));
+  EXPECT_EQ(count_region(loss, 1), count_region(loss, 2));
+  const Program grad = value_and_grad(loss, names_of(c));
+  EXPECT_EQ(checkpoint_regions(grad), (std::vector<int>{0, 1, 2}));
+  for (size_t i = loss.eqns.size(); i < grad.eqns.size(); ++i)
+    EXPECT_EQ(grad.eqns[i].attrs.region, -1) << eqn_text(grad, grad.eqns[i]);
+  // The text form carries the region, and reads back.
+  const std::string text = to_text(loss);
+  EXPECT_NE(text.find("region=2"), std::string::npos);
+  const Program back = parse_text(text);
+  ASSERT_EQ(back.eqns.size(), loss.eqns.size());
+  for (size_t i = 0; i < back.eqns.size(); ++i) ASSERT_EQ(back.eqns[i].attrs.region, loss.eqns[i].attrs.region);
+  EXPECT_EQ(to_text(back), text);
+  // fuse_attention and mixed precision keep the regions.
+  EXPECT_EQ(checkpoint_regions(fuse_attention(loss)), (std::vector<int>{0, 1, 2}));
+  const Program bf = optim::mixed_precision_bf16(loss);
+  std::vector<int> def(static_cast<size_t>(bf.num_values()), -1);
+  for (size_t i = 0; i < bf.eqns.size(); ++i) def[static_cast<size_t>(bf.eqns[i].out)] = static_cast<int>(i);
+  int converts = 0;
+  for (const Eqn& e : bf.eqns)  // a bf16 operand's convert is in its dot's region
+    if (e.op == Op::dot_general)
+      for (int v : e.inputs) {
+        const Eqn& c = bf.eqns[static_cast<size_t>(def[static_cast<size_t>(v)])];
+        ASSERT_EQ(c.op, Op::convert) << eqn_text(bf, e);
+        EXPECT_EQ(c.attrs.region, e.attrs.region) << eqn_text(bf, c) << " for " << eqn_text(bf, e);
+        converts += c.attrs.region >= 0;
+      }
+  EXPECT_GT(converts, 0);
+}
+
+TEST(CheckpointActivations, RefusesWhatItCannotDo) {
+  const nn::LmConfig c = tiny(nn::Arch::seed, 2);
+  const Program grad = value_and_grad(nn::lm_loss_program(c), names_of(c));
+  try {
+    checkpoint_activations(grad, {5});
+    FAIL() << "region 5 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "checkpoint_activations: program 'causal_lm_loss' has no equation in region 5 (its regions: 0, 1)");
+  }
+  Program none = grad;
+  none.outputs.clear();
+  EXPECT_THROW(checkpoint_activations(none, {}), Error);
+  // No region listed: the program as it was.
+  EXPECT_EQ(to_text(checkpoint_activations(grad, {})), to_text(grad));
+}
+
+// The check: loss and every gradient bit-equal on the host
+// interpreter, for the three architectures, all blocks or every other one,
+// with fused attention and in bf16.
+TEST(CheckpointActivations, GradientStepIsBitEqualOnTheHost) {
+  struct Variant {
+    nn::Arch arch;
+    int every;
+    bool fused_attention;
+    bool bf16;
+  };
+  for (const Variant& v : {Variant{nn::Arch::seed, 1, false, false}, Variant{nn::Arch::gpt2, 1, false, false},
+                           Variant{nn::Arch::llama, 1, false, false}, Variant{nn::Arch::gpt2, 2, false, false},
+                           Variant{nn::Arch::seed, 1, true, false}, Variant{nn::Arch::llama, 1, true, true}}) {
+    const nn::LmConfig c = tiny(v.arch, 3);
+    Program loss = nn::lm_loss_program(c);
+    if (v.fused_attention) loss = fuse_attention(loss);
+    if (v.bf16) loss = optim::mixed_precision_bf16(loss);
+    const Program grad = value_and_grad(loss, names_of(c));
+    const Program ck = checkpoint_activations(grad, every_kth_region(grad, v.every));
+    const std::string what = std::string(nn::arch_name(v.arch)) + " every " + std::to_string(v.every) +
+                             (v.fused_attention ? " fused attention" : "") + (v.bf16 ? " bf16" : "");
+    EXPECT_NO_THROW(verify(ck)) << what;
+    EXPECT_GT(ck.eqns.size(), grad.eqns.size()) << what;  // the recomputed forward
+    ASSERT_EQ(ck.outputs.size(), grad.outputs.size()) << what;
+    const std::vector<Array> in = loss_inputs(c);
+    const std::vector<Array> want = host::run(grad, in), got = host::run(ck, in);
+    expect_bit_equal(grad, want, got, what);
+    // The reference path (no fusion, one kernel per equation) too.
+    host::InterpreterOptions plain = host::InterpreterOptions::defaults();
+    plain.fuse = false;
+    expect_bit_equal(grad, host::run(grad, in, plain), host::run(ck, in, plain), what + " (unfused)");
+  }
+}
+
+// Only the blocks chosen are recomputed: every 2nd of 4 recomputes blocks 0
+// and 2, about half the equations of all four.
+TEST(CheckpointActivations, EveryKthBlockRecomputesThoseBlocks) {
+  const nn::LmConfig c = tiny(nn::Arch::seed, 4);
+  const Program grad = value_and_grad(nn::lm_loss_program(c), names_of(c));
+  const size_t all = checkpoint_activations(grad, every_kth_region(grad, 1)).eqns.size() - grad.eqns.size();
+  const Program half = checkpoint_activations(grad, every_kth_region(grad, 2));
+  const size_t added = half.eqns.size() - grad.eqns.size();
+  // Blocks are alike, up to the constants block 0 keeps for the others and
+  // the anchors (a select or two per block, one constant).
+  EXPECT_NEAR(static_cast<double>(added * 2), static_cast<double>(all), 0.1 * static_cast<double>(all));
+  // The copies carry their block's region; blocks 1 and 3 are as they were.
+  EXPECT_GT(count_region(half, 0), count_region(grad, 0));
+  EXPECT_GT(count_region(half, 2), count_region(grad, 2));
+  EXPECT_EQ(count_region(half, 1), count_region(grad, 1));
+  EXPECT_EQ(count_region(half, 3), count_region(grad, 3));
+}
+
+// with_adamw's fused step over three steps (parameters and moments fed
+// back through the aliases): the checkpointed step's parameters and moments
+// bit-equal the plain step's.
+TEST(CheckpointActivations, FusedAdamWStepsAreBitEqualOnTheHost) {
+  test::SeedStep s;
+  optim::AdamW aw;
+  const Program plain = optim::with_adamw(s.grad, s.names, aw);
+  const Program ck = checkpoint_activations(plain, every_kth_region(plain, 1));
+  ASSERT_EQ(ck.aliases, plain.aliases);
+  std::vector<Array> a = s.with_adamw_inputs(aw), b = a, oa, ob;
+  for (int step = 0; step < 3; ++step) {
+    oa = host::run(plain, a);
+    ob = host::run(ck, b);
+    expect_bit_equal(plain, oa, ob, "step " + std::to_string(step + 1));
+    for (const Alias& al : plain.aliases) {
+      a[static_cast<size_t>(al.input)] = oa[static_cast<size_t>(al.output)];
+      b[static_cast<size_t>(al.input)] = ob[static_cast<size_t>(al.output)];
+    }
+  }
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i].bit_equal(b[i])) << plain.inputs[i].name;
+}
+
+// The memory plans: with every block checkpointed, the host interpreter's
+// arena (intermediate values, packed by lifetime) and the device plan's
+// arena of an 8-block model at 4 x 128 tokens are less than a quarter of the
+// plain step's (18% and 17%); every other block, between the two.
+TEST(CheckpointActivations, PlannedMemoryIsSmaller) {
+  nn::LmConfig c;
+  c.n_layers = 8;
+  c.d_model = 64;
+  c.n_heads = 4;
+  c.d_ff = 256;
+  c.batch = 4;
+  c.seq = 128;
+  const std::vector<std::string> names = names_of(c);
+  const Program plain = optim::with_adamw(value_and_grad(nn::lm_loss_program(c), names), names, optim::AdamW{});
+  const Program all = checkpoint_activations(plain, every_kth_region(plain, 1));
+  const Program half = checkpoint_activations(plain, every_kth_region(plain, 2));
+  const host::MemoryPlan hp = host::plan_memory(plain), ha = host::plan_memory(all), hh = host::plan_memory(half);
+  const plan::Plan dp = plan::plan_memory(plain), da = plan::plan_memory(all), dh = plan::plan_memory(half);
+  std::printf("host arena: plain %zu, every block %zu (%.1f%%), every 2nd %zu; device arena: plain %zu, every block "
+              "%zu (%.1f%%), every 2nd %zu\n",
+              hp.arena, ha.arena, 100.0 * static_cast<double>(ha.arena) / static_cast<double>(hp.arena), hh.arena,
+              dp.arena_bytes, da.arena_bytes,
+              100.0 * static_cast<double>(da.arena_bytes) / static_cast<double>(dp.arena_bytes), dh.arena_bytes);
+  EXPECT_LT(static_cast<double>(ha.arena), 0.25 * static_cast<double>(hp.arena));
+  EXPECT_LT(ha.arena, hh.arena);
+  EXPECT_LT(hh.arena, hp.arena);
+  EXPECT_LT(static_cast<double>(da.arena_bytes), 0.25 * static_cast<double>(dp.arena_bytes));
+  EXPECT_LT(dh.arena_bytes, dp.arena_bytes);
+  EXPECT_EQ(ha.inputs, hp.inputs);
+  EXPECT_EQ(ha.outputs, hp.outputs);
+}
+
+// The anchors (select(true, x, g)) are what keeps the copies in the
+// backward: with every select replaced by its x, the host's fusion planner,
+// which orders groups by their longest path from the inputs, runs the copies
+// during the forward and the arena is back near the plain step's.
+TEST(CheckpointActivations, AnchorsKeepTheCopiesInTheBackward) {
+  nn::LmConfig c;
+  c.n_layers = 4;
+  c.d_model = 64;
+  c.n_heads = 4;
+  c.d_ff = 256;
+  c.seq = 128;
+  const std::vector<std::string> names = names_of(c);
+  const Program plain = value_and_grad(nn::lm_loss_program(c), names);
+  const Program ck = checkpoint_activations(plain, every_kth_region(plain, 1));
+  Program bare = ck;
+  std::vector<int> rep(static_cast<size_t>(bare.num_values()));
+  for (size_t v = 0; v < rep.size(); ++v) rep[v] = static_cast<int>(v);
+  std::vector<const Eqn*> def(rep.size(), nullptr);
+  for (const Eqn& e : bare.eqns) def[static_cast<size_t>(e.out)] = &e;
+  auto all_true = [&](int v) {  // broadcast_in_dim of the constant true
+    const Eqn* b = def[static_cast<size_t>(v)];
+    if (!b || b->op != Op::broadcast_in_dim) return false;
+    const Eqn* k = def[static_cast<size_t>(b->inputs[0])];
+    return k && k->op == Op::constant && bare.type(k->out).dtype == DType::i1 && k->attrs.literal == std::vector<double>{1};
+  };
+  int selects = 0;
+  for (Eqn& e : bare.eqns) {
+    for (int& v : e.inputs) v = rep[static_cast<size_t>(v)];
+    if (e.op == Op::select && all_true(e.inputs[0])) {
+      rep[static_cast<size_t>(e.out)] = e.inputs[1];
+      ++selects;
+    }
+  }
+  ASSERT_GE(selects, 4);  // one (or two) per block
+  bare = dead_code_eliminate(bare);
+  EXPECT_TRUE(host::run(bare, loss_inputs(c))[0].bit_equal(host::run(plain, loss_inputs(c))[0]));
+  const size_t p = host::plan_memory(plain).arena, a = host::plan_memory(ck).arena, b = host::plan_memory(bare).arena;
+  std::printf("host arena: plain %zu, checkpointed %zu, checkpointed without anchors %zu\n", p, a, b);
+  EXPECT_LT(static_cast<double>(a), 0.4 * static_cast<double>(p));
+  EXPECT_GT(static_cast<double>(b), 0.6 * static_cast<double>(p));
+}
+
+// The other backends run the checkpointed fused step on their slots (aliases
+// donated): three steps whose losses are within the lanes' 1e-5 (relative)
+// of the host's plain step's. (Not the parameters: from zero moments AdamW's
+// first update is +-lr wherever the gradient's rounding differs in sign.)
+void three_steps_on(BackendKind kind, const BackendOptions& o) {
+  const nn::LmConfig c = tiny(nn::Arch::seed, 2);
+  const std::vector<std::string> names = names_of(c);
+  optim::AdamW aw;
+  const Program plain = optim::with_adamw(value_and_grad(nn::lm_loss_program(c), names), names, aw);
+  const Program ck = checkpoint_activations(plain, every_kth_region(plain, 1));
+  // Parameters, zero moments, the batch, step 1's scalars.
+  std::vector<Array> in = nn::init_parameters(c, 11), out;
+  for (int rep = 0; rep < 2; ++rep)
+    for (size_t j = 0; j < names.size(); ++j) in.push_back(Array(in[j].type()));
+  const std::vector<Array> batch = loss_inputs(c);  // the parameters, tokens, targets
+  in.push_back(batch[batch.size() - 2]);
+  in.push_back(batch.back());
+  const optim::AdamWScalars sc = optim::adamw_scalars(aw, 1);
+  for (float v : {sc.lr, sc.bc1, sc.bc2, sc.decay}) in.push_back(Array::scalar(v));
+  ASSERT_EQ(in.size(), plain.inputs.size());
+  std::unique_ptr<Backend> b = make_backend(kind, ck, o);
+  for (size_t i = 0; i < in.size(); ++i) b->set_input(static_cast<int>(i), in[i]);
+  for (int step = 0; step < 3; ++step) {
+    out = host::run(plain, in);
+    b->run();
+    for (const Alias& al : plain.aliases) in[static_cast<size_t>(al.input)] = out[static_cast<size_t>(al.output)];
+    Array loss;
+    b->read_output(0, loss);
+    EXPECT_NEAR(loss.get(0), out[0].get(0), 1e-5 * std::fabs(out[0].get(0))) << backend_name(kind) << " step " << step;
+    EXPECT_GT(loss.get(0), 1.0);  // a loss, not zeros
+  }
+}
+
+TEST(CheckpointActivations, PjrtRunsTheCheckpointedStep) {
+  std::string why;
+  const std::string plugin = test::pjrt_plugin(&why);
+  if (plugin.empty()) GTEST_SKIP() << why;
+  BackendOptions o;
+  o.pjrt.plugin = plugin;
+  three_steps_on(BackendKind::pjrt, o);
+}
+
+TEST(CheckpointActivations, CudaRunsTheCheckpointedStep) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << why;
+  BackendOptions o;
+  o.cuda.tf32 = false;  // f32 dots in f32, to compare at 1e-5
+  three_steps_on(BackendKind::cuda, o);
+}
+
+}  // namespace
+}  // namespace capstep
