@@ -10,6 +10,7 @@
 
 #include <sys/wait.h>
 
+#include "capstep/hf.h"
 #include "capstep/interpreter.h"
 #include "capstep/lora.h"
 #include "capstep/nn.h"
@@ -257,6 +258,49 @@ TEST(LoraTrain, ExportsAndSampling) {
       for (size_t i = 0; i < la[k].size(); ++i) w = std::max(w, static_cast<double>(std::fabs(la[k][i] - lm[k][i])));
     EXPECT_LE(w, 1e-4) << "kv " << kv;
   }
+}
+
+// --lora-from: an adapter on disk (PEFT's files, B nonzero) is where the run
+// starts: its step-1 loss is the merged model's (a full fine-tune from the
+// merged weights) within rounding, and its rank, alpha and targets are the
+// checkpoint's.
+TEST(LoraTrain, StartsFromAPeftAdapter) {
+  TempDir d;
+  train::Options o = small(nn::Arch::llama);
+  const std::vector<Array> base = nn::init_parameters(o.model, 3);
+  const std::vector<lora::Target> targets = lora::targets_for(o.model, {"q_proj", "down_proj"});
+  lora::Options lo;
+  lo.r = 2;
+  lo.alpha = 6;
+  lora::Adapter ad = lora::init_adapter(nn::lm_loss_program(o.model), targets, lo, 11);
+  for (Array& b : ad.b)
+    for (int64_t i = 0; i < b.numel(); ++i) b.set(i, 0.05 * std::sin(0.7 * static_cast<double>(i) + 1));
+  ad.target_modules = {"q_proj", "down_proj"};
+  lora::write_peft_dir(d.file("adapter"), o.model, ad);
+  nn::write_hf_dir(d.file("base"), o.model, base, "char");
+  std::vector<std::string> names;
+  for (const nn::ParamSpec& p : nn::lm_parameters(o.model)) names.push_back(p.name);
+  std::vector<Array> merged = base;
+  lora::merge(ad, names, merged);
+  nn::write_hf_dir(d.file("merged"), o.model, merged, "char");
+
+  o.steps = 1;
+  train::Options full = o, from = o;
+  full.init_from = d.file("merged");
+  from.init_from = d.file("base");
+  from.lora.from = d.file("adapter");
+  from.save_path = d.file("from.st");
+  const train::Result rf = train::train(full), rl = train::train(from);
+  EXPECT_NEAR(rl.losses[0], rf.losses[0], 1e-5 * rf.losses[0]);
+  train::Options plain = o;
+  plain.init_from = d.file("base");
+  EXPECT_GT(std::fabs(train::train(plain).losses[0] - rl.losses[0]), 1e-4) << "the adapter must matter";
+  train::TrainMeta meta;
+  train::load_model_checkpoint(from.save_path, &meta);
+  ASSERT_TRUE(meta.lora);
+  EXPECT_EQ(meta.lora->options.r, 2);
+  EXPECT_EQ(meta.lora->options.alpha, 6);
+  EXPECT_EQ(meta.lora->targets.size(), targets.size());
 }
 
 // --train/--freeze with LoRA, and a seed model, are refused by name.

@@ -67,6 +67,20 @@ std::vector<ParamSpec> lora_specs(const nn::LmConfig& c, const LoraMeta& m) {
   return out;
 }
 
+std::vector<bool> lora_expected(const TrainMeta& m, std::vector<ParamSpec>& expected) {
+  std::vector<bool> widen(expected.size(), false);
+  if (!m.lora) return widen;
+  for (size_t j = 0; j < expected.size(); ++j)
+    for (const lora::Target& t : m.lora->targets)
+      for (const std::string& w : t.weights)
+        if (m.lora->options.base_bf16 && w == expected[j].name) {
+          expected[j].type.dtype = DType::bf16;
+          widen[j] = true;
+        }
+  for (ParamSpec& s : lora_specs(m.model, *m.lora)) expected.push_back(std::move(s));
+  return widen;
+}
+
 lora::Adapter checkpoint_adapter(const Checkpoint& c, const TrainMeta& m) {
   if (!m.lora) throw Error("the checkpoint is not a LoRA run's (no \"lora\" metadata)");
   lora::Adapter ad;

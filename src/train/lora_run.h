@@ -25,5 +25,9 @@ std::vector<std::string> default_lora_targets(const nn::LmConfig& c);
 LoraMeta parse_lora_metadata(const std::string& text);   // Error naming what is wrong
 // The adapter inputs' names and types (A f32 [r, in], B f32 [out, r]).
 std::vector<ParamSpec> lora_specs(const nn::LmConfig& c, const LoraMeta& m);
+// A LoRA checkpoint's tensors: `expected` (the model's parameters) gets the
+// adapters appended and, with base_precision bf16, its target weights bf16;
+// returns which of the model's parameters to widen back to f32 after loading.
+std::vector<bool> lora_expected(const TrainMeta& m, std::vector<ParamSpec>& expected);
 
 }  // namespace capstep::train

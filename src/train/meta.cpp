@@ -215,19 +215,7 @@ Checkpoint load_model_checkpoint(const std::string& path, TrainMeta* meta) {
   const TrainMeta m = parse_meta(load_checkpoint(path));
   std::vector<ParamSpec> expected;
   for (const nn::ParamSpec& p : nn::lm_parameters(m.model)) expected.push_back({p.name, p.type});
-  // A LoRA run's: the adapters after the base, its targets' weights in bf16
-  // with base_precision bf16 (widened to f32 here, exactly).
-  std::vector<bool> widen(expected.size(), false);
-  if (m.lora) {
-    for (size_t j = 0; j < expected.size(); ++j)
-      for (const lora::Target& t : m.lora->targets)
-        for (const std::string& w : t.weights)
-          if (m.lora->options.base_bf16 && w == expected[j].name) {
-            expected[j].type.dtype = DType::bf16;
-            widen[j] = true;
-          }
-    for (ParamSpec& s : lora_specs(m.model, *m.lora)) expected.push_back(std::move(s));
-  }
+  const std::vector<bool> widen = lora_expected(m, expected);   // a LoRA run's adapters (lora_run.h)
   Checkpoint c = load_checkpoint(path, expected);
   for (size_t j = 0; j < widen.size(); ++j)
     if (widen[j]) c.params[j].array = c.params[j].array.converted(DType::f32);
