@@ -226,7 +226,11 @@ Result train(const Options& o) {
   State state = start_state(o, specs, trains, lora_run, &done, &position, &resumed);
   split_frozen(state, trains, o, resumed);
   if (lora_run.on)
-    say("LoRA r " + std::to_string(lora_run.meta.options.r) + ", alpha " + std::to_string(lora_run.meta.options.alpha) +
+    say("LoRA r " + std::to_string(lora_run.meta.options.r) + ", alpha " + [&] {
+          std::ostringstream a;
+          a << lora_run.meta.options.alpha;
+          return a.str();
+        }() +
         " on " + std::to_string(lora_run.meta.targets.size()) + " targets: the adapters train (" +
         std::to_string(v_train) + " values), the " + std::to_string(n_frozen) + " base parameters are frozen (" +
         std::to_string(v_frozen) + " values" + (lora_run.meta.options.base_bf16 ? ", the adapted ones in bf16)" : ")"));
@@ -391,7 +395,7 @@ Result train(const Options& o) {
     say(std::string("data parallel on lane ") + lane_name(r.lane_used) + ": " + std::to_string(ranks) + " rank(s), " +
         (via.empty() ? std::string("one replica (all_reduce a device copy: built without NCCL)") : via));
   }
-  stepper->set_state(state);
+  stepper->set_state(std::move(state));
   state = State{};
 
   // Held across saves so that each save reuses the same host arrays.
