@@ -10,6 +10,7 @@
 
 #include <sys/wait.h>
 
+#include "capstep/cuda.h"
 #include "capstep/hf.h"
 #include "capstep/interpreter.h"
 #include "capstep/lora.h"
@@ -340,6 +341,31 @@ TEST(LoraTrain, PjrtFused) {
   const Checkpoint c = train::load_model_checkpoint(o.save_path, nullptr);
   const std::vector<Array> init = nn::init_parameters(o.model, o.seed);
   for (size_t j = 0; j < init.size(); ++j) EXPECT_TRUE(same_bytes(c.params[j].array, init[j])) << c.params[j].name;
+}
+
+// The GPU lanes (run where there is one): the base stays, the losses are the
+// host-fused lane's within TF32-free rounding.
+TEST(LoraTrain, OnTheGpu) {
+  std::string why;
+  if (!cuda::available(&why)) GTEST_SKIP() << "no GPU: " << why;
+  for (const char* lane : {"cuda", "cuda-fused"}) {
+    TempDir d;
+    train::Options o = with_lora(small(nn::Arch::llama), 4, {"all-linear"});
+    o.lane = train::parse_lane(lane);
+    o.require_backend = true;
+    o.tf32 = false;
+    o.steps = 3;
+    o.save_path = d.file("g.st");
+    train::Options h = o;
+    h.lane = train::parse_lane("host-fused");
+    h.save_path = d.file("h.st");
+    const train::Result rg = train::train(o), rh = train::train(h);
+    ASSERT_EQ(rg.losses.size(), 3u) << lane;
+    for (size_t k = 0; k < 3; ++k) EXPECT_NEAR(rg.losses[k], rh.losses[k], 1e-4 * rh.losses[k]) << lane << " step " << k + 1;
+    const Checkpoint c = train::load_model_checkpoint(o.save_path, nullptr);
+    const std::vector<Array> init = nn::init_parameters(o.model, o.seed);
+    for (size_t j = 0; j < init.size(); ++j) EXPECT_TRUE(same_bytes(c.params[j].array, init[j])) << lane << " " << c.params[j].name;
+  }
 }
 
 // The CLI: train --init-from a transformers GPT-2 (with its byte-level BPE) with LoRA on every linear

@@ -204,7 +204,13 @@ Result train(const Options& o) {
   }
   // (Accumulation: 4 more bytes per trained value for the accumulators.)
   const double per_trained = o.grad_accum > 1 ? 20.0 : 16.0;
-  const double need = per_trained * static_cast<double>(v_train) + 4.0 * static_cast<double>(v_frozen);
+  // (A LoRA run's bf16 base weights: 2 bytes each.)
+  double frozen_bytes = 4.0 * static_cast<double>(v_frozen);
+  if (lora_run.meta.options.base_bf16)
+    for (const nn::ParamSpec& p : specs)
+      if (std::find(lora_run.base_targets.begin(), lora_run.base_targets.end(), p.name) != lora_run.base_targets.end())
+        frozen_bytes -= 2.0 * static_cast<double>(p.type.numel());
+  const double need = per_trained * static_cast<double>(v_train) + frozen_bytes;
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
   if (have > 0 && need > have) {
     std::ostringstream m;
