@@ -18,6 +18,7 @@
 #include "capstep/train.h"
 #include "process_util.h"
 #include "test_util.h"
+#include "train/memory.h"
 
 namespace fs = std::filesystem;
 using namespace capstep;
@@ -302,6 +303,23 @@ TEST(LoraTrain, StartsFromAPeftAdapter) {
   EXPECT_EQ(meta.lora->options.r, 2);
   EXPECT_EQ(meta.lora->options.alpha, 6);
   EXPECT_EQ(meta.lora->targets.size(), targets.size());
+}
+
+// The memory plan counts the base once (no moments) and the adapters with
+// both moments.
+TEST(LoraTrain, MemoryPlanHasMomentsForTheAdaptersOnly) {
+  train::Options o = with_lora(small(nn::Arch::gpt2), 4, {"all-linear"});
+  const std::vector<lora::Target> targets = lora::targets_for(o.model, {"all-linear"});
+  lora::Options lo;
+  lo.r = 4;
+  const Program p = lora::lora(nn::lm_loss_program(o.model), targets, lo);
+  size_t base = 0, adapters = 0;
+  for (const nn::ParamSpec& s : nn::lm_parameters(o.model)) base += s.type.bytes();
+  for (const std::string& n : lora::adapter_inputs(targets)) adapters += p.input_type(p.input_index(n)).bytes();
+  ASSERT_GT(adapters, 0u);
+  const train::HostMemory m = train::plan_host_memory(o, false, p, nullptr);
+  EXPECT_EQ(m.params, base + adapters);
+  EXPECT_EQ(m.state, base + 3 * adapters);
 }
 
 // --train/--freeze with LoRA, and a seed model, are refused by name.
