@@ -413,6 +413,13 @@ TEST(LoraTrain, Cli) {
                    "--steps", "3", "--seq", "16", "--batch", "2", "--save", ck, "--no-progress"});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE((r.out + r.err).find("the adapters train ("), std::string::npos) << r.out << r.err;
+  // --resume takes the checkpoint's LoRA options; other ones are refused.
+  r = run({"train", "--resume", ck, "--steps", "4", "--save", d.file("ck4.st"), "--no-progress"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("LoRA r 4"), std::string::npos) << r.out;
+  r = run({"train", "--resume", ck, "--steps", "4", "--lora-rank", "8", "--lora-targets", "all-linear", "--no-progress"});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("resume with the checkpoint's LoRA options"), std::string::npos) << r.err;
   r = run({"export-peft", "--checkpoint", ck, "--out", d.file("peft")});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(fs::exists(d.file("peft") + "/adapter_config.json"));
