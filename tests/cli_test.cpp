@@ -27,6 +27,7 @@
 #include "capstep/autodiff.h"
 #include "capstep/checkpoint.h"
 #include "capstep/data.h"
+#include "capstep/hf.h"
 #include "capstep/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/stablehlo.h"
@@ -783,6 +784,66 @@ TEST(Cli, InitFromATransformersGpt2WithItsTokenizer) {
                        "(GPT-2's)) for the vocab_size 400 of its config.json"),
             std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("bpe:N"), std::string::npos) << r.err;
+}
+
+// Issue 38: train --init-from the small open models' variants (a tied Llama
+// with Llama 3's rotary scaling and head_dim 16, from
+// tests/golden/hf/llama3-tied; a tied Qwen2 from tests/golden/hf/qwen2,
+// written here sharded in bf16), each with the byte vocabulary; sample with
+// and without the KV cache gives the same greedy text; export-hf writes
+// transformers' class, sharded in bf16 when asked, and reads back as the
+// same model.
+TEST(Cli, InitFromTheSmallOpenModelsVariants) {
+  NEED_BINARY();
+  const char* src = std::getenv("CAPSTEP_SOURCE_DIR");
+  const std::string golden =
+      (src ? std::string(src) : fs::path(__FILE__).parent_path().parent_path().string()) + "/tests/golden/hf/";
+  TempDir d;
+  for (const std::string arch : {"llama3-tied", "qwen2"}) {
+    SCOPED_TRACE(arch);
+    nn::LmConfig c = nn::read_hf_dir(golden + arch).config;
+    c.vocab = 256;
+    const std::string dir = d.file(arch), ck = d.file(arch + ".st"), out = d.file(arch + "-out");
+    nn::HfWriteOptions o;
+    if (arch == "qwen2") o.dtype = DType::bf16, o.max_shard_bytes = 30000;
+    nn::write_hf_dir(dir, c, nn::init_parameters(c, 7), "", "", nullptr, o);
+    EXPECT_EQ(fs::exists(dir + "/model.safetensors.index.json"), arch == "qwen2");
+    Outcome r = run({"train", "--init-from", dir, "--tokenizer", "byte", "--steps", "3", "--seq", "16", "--batch", "2",
+                     "--save", ck, "--no-progress"});
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find(arch == "qwen2" ? "A 2-layer Qwen2 causal LM" : "A 2-layer Llama causal LM"), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("weights from '" + dir + "'"), std::string::npos) << r.out;
+    const nn::LmConfig trained = nn::LmConfig::from_json(load_checkpoint(ck).model_config);
+    EXPECT_TRUE(trained.tied_head);
+    const std::vector<std::string> greedy = {"sample", "--checkpoint", ck, "--prompt", "The", "--tokens", "24",
+                                             "--temperature", "0"};
+    const Outcome cached = run(greedy);
+    std::vector<std::string> whole = greedy;
+    whole.push_back("--no-kv-cache");
+    const Outcome uncached = run(whole);
+    ASSERT_EQ(cached.code, 0) << cached.err;
+    ASSERT_EQ(uncached.code, 0) << uncached.err;
+    EXPECT_EQ(cached.out, uncached.out);
+    EXPECT_GT(cached.out.size(), 3u);
+    r = run({"export-hf", "--checkpoint", ck, "--out", out, "--dtype", "bf16", "--max-shard-size", "20KB"});
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find(arch == "qwen2" ? "as transformers' Qwen2ForCausalLM" : "as transformers' LlamaForCausalLM"),
+              std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("shards (model-NNNNN-of-NNNNN.safetensors), model.safetensors.index.json (bf16)"),
+              std::string::npos) << r.out;
+    EXPECT_TRUE(fs::exists(out + "/model-00001-of-00002.safetensors") ||
+                fs::exists(out + "/model-00001-of-00003.safetensors") ||
+                fs::exists(out + "/model-00001-of-00004.safetensors")) << r.out;
+    const nn::HfModel back = nn::read_hf_dir(out);
+    nn::LmConfig want = trained;
+    want.batch = back.config.batch, want.seq = back.config.seq;
+    EXPECT_EQ(back.config.to_json(), want.to_json());
+    EXPECT_EQ(back.tokenizer, "byte");
+  }
+  const Outcome r = run({"export-hf", "--checkpoint", d.file("qwen2.st"), "--out", d.file("x"), "--max-shard-size", "5XB"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--max-shard-size: '5XB' is not a size"), std::string::npos) << r.err;
 }
 
 // --save, --log and --plot that cannot be written fail before the first

@@ -13,6 +13,7 @@
 #include <functional>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -461,7 +462,13 @@ TEST(HfTokenizer, ReadFromADirectory) {
   fs::create_directories(old);
   for (const char* f : {"config.json", "model.safetensors", "vocab.json", "merges.txt"})
     fs::copy_file(golden_dir("gpt2-bpe") + "/" + f, old + "/" + f);
-  EXPECT_EQ(nn::read_hf_dir(old).tokenizer_model, g.tokenizer_model);
+  // The same but for added_tokens: vocab.json does not say which tokens are added ones.
+  auto without_added = [](const std::string& model) {
+    nlohmann::json j = nlohmann::json::parse(model);
+    j.erase("added_tokens");
+    return j;
+  };
+  EXPECT_EQ(without_added(nn::read_hf_dir(old).tokenizer_model), without_added(g.tokenizer_model));
   fs::remove(old + "/merges.txt");
   EXPECT_NE(error_of([&] { nn::read_hf_dir(old); }).find("has vocab.json but no merges.txt"), std::string::npos);
   // None at all: no tokenizer, no error (--tokenizer char or byte may apply).
@@ -479,7 +486,7 @@ TEST(HfTokenizer, ReadFromADirectory) {
   j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}};
   std::ofstream(old + "/tokenizer.json") << j.dump();
   e = error_of([&] { nn::read_hf_dir(old); });
-  EXPECT_NE(e.find("tokenizer.json': pre_tokenizer is {\"replacement\""), std::string::npos) << e;
+  EXPECT_NE(e.find("tokenizer.json': pre_tokenizer.type is \"Metaspace\""), std::string::npos) << e;
   // More ids than config.json's vocab_size: both numbers.
   j = nlohmann::json::parse(slurp(golden_dir("gpt2-bpe") + "/tokenizer.json"));
   j["model"]["vocab"]["extra"] = 400;
@@ -577,4 +584,276 @@ TEST(HfTokenizer, ByteLevelBpeExportReadsBack) {
   // bytelevel-bpe is never trained by capstep.
   EXPECT_NE(error_of([] { data::Tokenizer::parse("bytelevel-bpe:400").trained_on("text"); }).find("is not trained by capstep"),
             std::string::npos);
+}
+
+// ---- issue 38: the tokenizer.json of Llama 3, Qwen2, SmolLM2 ----------------------
+// tests/golden/hf/pretok (scripts/make-hf-goldens ... pretok): byte-level BPEs
+// that `tokenizers` trained with those models' pre-tokenizers, normalizer and
+// added tokens, with transformers' ids and decodings of texts that hold
+// special tokens too.
+
+namespace {
+
+// Bytes in GPT-2's byte alphabet (bytes_to_unicode), as UTF-8.
+std::string in_byte_alphabet(const std::string& bytes) {
+  std::string out;
+  for (char ch : bytes) {
+    const uint32_t b = static_cast<unsigned char>(ch);
+    uint32_t c = b;
+    if (!((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE)) {
+      c = 256;
+      for (uint32_t x = 0; x < b; ++x) c += !((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE);
+    }
+    if (c < 0x80) out += static_cast<char>(c);
+    else out += static_cast<char>(0xC0 | c >> 6), out += static_cast<char>(0x80 | (c & 0x3F));
+  }
+  return out;
+}
+
+bool can_read(const std::string& name) {
+  if (name != "smollm2" && !data::bytelevel_have_split_regex()) return false;
+  return name != "qwen2" || data::bytelevel_have_nfc();
+}
+
+data::Tokenizer pretok(const std::string& name) {
+  return data::Tokenizer::from_bytelevel(slurp(golden_dir("pretok/" + name) + "/tokenizer.json"));
+}
+
+}  // namespace
+
+TEST(HfTokenizer, NewerModelsGiveTransformersIds) {
+  for (const std::string name : {"llama3", "qwen2", "smollm2", "o200k"}) {
+    if (!can_read(name)) {
+      std::printf("skipped %s: this build has no PCRE2 or utf8proc\n", name.c_str());
+      continue;
+    }
+    SCOPED_TRACE(name);
+    const data::Tokenizer t = pretok(name);
+    const nlohmann::json golden = nlohmann::json::parse(slurp(golden_dir("pretok/" + name) + "/golden.json"));
+    ASSERT_GE(golden["texts"].size(), 17u);
+    std::set<int32_t> special;
+    for (const data::AddedToken& a : t.added_tokens())
+      if (a.special) special.insert(a.id);
+    EXPECT_FALSE(special.empty());
+    // What a checkpoint keeps reads back as the same tokenizer.
+    const data::Tokenizer again = data::Tokenizer::from_model(t.name(), t.model());
+    EXPECT_EQ(again.model(), t.model());
+    // And it is the file's tokenizer for the `tokenizers` library too (what
+    // export-hf writes): the same normalizer, pre-tokenizer, added tokens,
+    // vocabulary and merges (written as "a b").
+    const nlohmann::json file = nlohmann::json::parse(slurp(golden_dir("pretok/" + name) + "/tokenizer.json"));
+    const nlohmann::json mine = nlohmann::json::parse(t.model());
+    EXPECT_EQ(mine["normalizer"], file["normalizer"]);
+    EXPECT_EQ(mine["pre_tokenizer"], file["pre_tokenizer"]);
+    EXPECT_EQ(mine["added_tokens"], file["added_tokens"]);
+    EXPECT_EQ(mine["model"]["vocab"], file["model"]["vocab"]);
+    EXPECT_EQ(mine["model"]["ignore_merges"], file["model"]["ignore_merges"]);
+    ASSERT_EQ(mine["model"]["merges"].size(), file["model"]["merges"].size());
+    for (size_t i = 0; i < file["model"]["merges"].size(); ++i) {
+      const nlohmann::json& m = file["model"]["merges"][i];
+      EXPECT_EQ(mine["model"]["merges"][i], m.is_string() ? m : nlohmann::json(m[0].get<std::string>() + " " + m[1].get<std::string>()));
+    }
+    size_t with_special = 0;
+    for (size_t i = 0; i < golden["texts"].size(); ++i) {
+      const std::string text = golden["texts"][i].get<std::string>();
+      const std::vector<int32_t> want = golden["ids"][i].get<std::vector<int32_t>>();
+      const std::string decoded = golden["decoded"][i].get<std::string>();
+      EXPECT_EQ(t.encode(text, nullptr, true).to_vector(), want) << text;
+      EXPECT_EQ(again.encode(text, nullptr, true).to_vector(), want) << text;
+      EXPECT_EQ(t.decode(want), decoded) << text;
+      // Without special tokens, their names are text: the same decoding, no special id.
+      const std::vector<int32_t> plain = t.encode(text).to_vector();
+      EXPECT_EQ(t.decode(plain), decoded) << text;
+      bool had = false;
+      for (int32_t id : want) had = had || special.count(id);
+      for (int32_t id : plain) EXPECT_EQ(special.count(id), 0u) << text;
+      with_special += had;
+    }
+    EXPECT_GE(with_special, 1u);
+    // The special tokens by their text.
+    for (auto it = golden["special"].begin(); it != golden["special"].end(); ++it)
+      EXPECT_EQ(t.token_id(it.key()), std::optional<int32_t>(it.value().get<int32_t>())) << it.key();
+    EXPECT_EQ(t.token_id("<|no such token|>"), std::nullopt);
+  }
+}
+
+// Qwen2's NFC: a decomposed character comes back composed, as transformers
+// gives it; text already in NFC, and bytes that are not UTF-8, come back as
+// they were.
+TEST(HfTokenizer, NfcNormalizer) {
+  if (!can_read("qwen2")) GTEST_SKIP() << "no PCRE2 or utf8proc in this build";
+  const data::Tokenizer t = pretok("qwen2");
+  EXPECT_EQ(t.decode(t.encode("e\u0301 A\u030a \u212b")), "\u00e9 \u00c5 \u00c5");
+  EXPECT_EQ(t.encode("e\u0301").to_vector(), t.encode("\u00e9").to_vector());
+  const std::string bytes = "a\x80\xff e\xcc\x81\xc3(z";   // invalid UTF-8 around a decomposed é
+  EXPECT_EQ(t.decode(t.encode(bytes)), "a\x80\xff \xc3\xa9\xc3(z");
+  // The random texts made of atoms (not the random bytes: NFC changes some
+  // characters, U+037E to ';' say) but for a combining mark.
+  const std::vector<std::string> random = random_texts(300);
+  for (size_t k = 0; k < random.size(); ++k)
+    if (k % 3 != 2 && random[k].find("\u0301") == std::string::npos) EXPECT_EQ(t.decode(t.encode(random[k])), random[k]);
+  EXPECT_EQ(t.decode(t.encode("\xF6\xCD\xBE")), "\xF6;");
+}
+
+// The same vocabulary and merges under other pre-tokenizers: every Split
+// behavior with and without invert, a String pattern, Digits without
+// individual_digits, ByteLevel's add_prefix_space; the `tokenizers` library's ids.
+TEST(HfTokenizer, PreTokenizerVariants) {
+  if (!data::bytelevel_have_split_regex()) GTEST_SKIP() << "no PCRE2 in this build";
+  const nlohmann::json base = nlohmann::json::parse(slurp(golden_dir("pretok/llama3") + "/tokenizer.json"));
+  const nlohmann::json v = nlohmann::json::parse(slurp(golden_dir("pretok") + "/variants.json"));
+  ASSERT_GE(v["variants"].size(), 16u);
+  for (const nlohmann::json& variant : v["variants"]) {
+    nlohmann::json j = base;
+    j["pre_tokenizer"] = variant["pre_tokenizer"];
+    SCOPED_TRACE(variant["pre_tokenizer"].dump());
+    const data::Tokenizer t = data::Tokenizer::from_bytelevel(j.dump());
+    const data::Tokenizer again = data::Tokenizer::from_model(t.name(), t.model());
+    const auto model = data::bytelevel_from_tokenizer_json(j.dump());
+    for (size_t i = 0; i < v["texts"].size(); ++i) {
+      const std::string text = v["texts"][i].get<std::string>();
+      // The pieces, each in GPT-2's byte alphabet as `tokenizers` shows them.
+      std::vector<std::string> pieces;
+      for (const std::string& p : data::bytelevel_pieces(*model, text)) pieces.push_back(in_byte_alphabet(p));
+      EXPECT_EQ(pieces, variant["pieces"][i].get<std::vector<std::string>>()) << text;
+      const std::vector<int32_t> want = variant["ids"][i].get<std::vector<int32_t>>();
+      EXPECT_EQ(t.encode(text, nullptr, true).to_vector(), want) << text;
+      EXPECT_EQ(again.encode(text, nullptr, true).to_vector(), want) << text;
+      EXPECT_EQ(t.decode(want), variant["decoded"][i].get<std::string>()) << text;
+    }
+  }
+}
+
+// Any bytes through the new pre-tokenizers: what is not removed comes back
+// (Llama 3's and SmolLM2's have nothing that changes the text), long runs
+// of one class included (a run of spaces longer than PCRE2's JIT stack holds).
+TEST(HfTokenizer, NewerModelsAnyBytesComeBack) {
+  for (const std::string name : {"llama3", "smollm2", "o200k"}) {
+    if (!can_read(name)) continue;
+    SCOPED_TRACE(name);
+    const data::Tokenizer t = pretok(name);
+    for (const std::string& s : random_texts(300)) {
+      EXPECT_EQ(t.decode(t.encode(s)), s);
+      EXPECT_EQ(t.decode(t.encode(s, nullptr, true)), s);
+    }
+    for (const std::string& s : {std::string(300000, ' ') + "x", std::string(300000, '7'), "a" + std::string(200000, '\n'),
+                                 std::string(200000, 'q') + " " + std::string(100000, '\t')}) {
+      EXPECT_EQ(t.decode(t.encode(s)), s);
+    }
+  }
+}
+
+TEST(HfTokenizer, NewerModelsRefusalsNameTheField) {
+  if (!data::bytelevel_have_split_regex()) GTEST_SKIP() << "no PCRE2 in this build";
+  const nlohmann::json good = nlohmann::json::parse(slurp(golden_dir("pretok/llama3") + "/tokenizer.json"));
+  auto refusal = [&](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json j = good;
+    change(j);
+    try {
+      data::Tokenizer::from_bytelevel(j.dump());
+    } catch (const Error& e) {
+      return std::string(e.what());
+    } catch (const std::exception& e) {
+      return std::string("not an Error: ") + e.what();
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["added_tokens"][1]["lstrip"] = true; }),
+            "added_tokens[1].lstrip is true ('<|end_of_text|>'); capstep reads added tokens without lstrip");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["added_tokens"][0]["single_word"] = true; }),
+            "added_tokens[0].single_word is true ('<|begin_of_text|>'); capstep reads added tokens without single_word");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["added_tokens"][0]["content"] = ""; }), "added_tokens[0].content is empty");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["added_tokens"][1]["id"] = 500; }),
+            "added_tokens[1].id 500 is also added_tokens[0]'s");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["normalizer"] = {{"type", "NFKC"}}; }),
+            "normalizer.type is \"NFKC\"; capstep reads no normalizer, NFC, or a Sequence of NFC");
+  if (data::bytelevel_have_nfc())
+    EXPECT_EQ(refusal([](nlohmann::json& j) {
+                j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}}}};
+                j["added_tokens"][2]["normalized"] = true;
+              }),
+              "added_tokens[2].normalized is true ('<|reserved_special_token_0|>') with the NFC normalizer; capstep "
+              "finds added tokens in the text as written");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Merged"; }),
+            "pre_tokenizer.pretokenizers[0].behavior is \"Merged\"; it is one of Removed, Isolated, MergedWithPrevious, "
+            "MergedWithNext, Contiguous");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "(a"}}; }),
+            "pre_tokenizer.pretokenizers[0].pattern \"(a\" does not compile (PCRE2, at offset 2): missing closing "
+            "parenthesis");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Glob", "a"}}; }),
+            "pre_tokenizer.pretokenizers[0].pattern is {\"Glob\":\"a\"}, not {\"Regex\": \"...\"} or {\"String\": \"...\"}");
+  EXPECT_EQ(refusal([](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][1]["type"] = "Whitespace"; }),
+            "pre_tokenizer.pretokenizers[1].type is \"Whitespace\"; capstep reads the pre-tokenizers ByteLevel, Split, "
+            "Digits and a Sequence of them");
+  std::string e = refusal([](nlohmann::json& j) {
+    std::swap(j["pre_tokenizer"]["pretokenizers"][0], j["pre_tokenizer"]["pretokenizers"][1]);
+  });
+  EXPECT_NE(e.find("does not end in one ByteLevel"), std::string::npos) << e;
+  e = refusal([](nlohmann::json& j) { j["pre_tokenizer"] = nullptr; });
+  EXPECT_NE(e.find("pre_tokenizer is missing"), std::string::npos) << e;
+}
+
+// BOS and EOS ids from tokenizer_config.json and generation_config.json.
+TEST(HfTokenizer, SpecialTokenIds) {
+  if (!can_read("llama3") || !can_read("qwen2")) GTEST_SKIP() << "no PCRE2 or utf8proc in this build";
+  const data::Tokenizer llama = pretok("llama3");
+  nn::HfSpecialTokens s = nn::read_hf_special_tokens(golden_dir("pretok/llama3"), llama);
+  const int32_t bot = *llama.token_id("<|begin_of_text|>"), eot = *llama.token_id("<|eot_id|>"),
+                eom = *llama.token_id("<|eom_id|>"), end = *llama.token_id("<|end_of_text|>");
+  EXPECT_EQ(s.bos, bot);
+  EXPECT_EQ(s.eos, (std::vector<int64_t>{eot, end, eom}));   // tokenizer_config's first, then generation_config's
+  s = nn::read_hf_special_tokens(golden_dir("pretok/qwen2"), pretok("qwen2"));
+  EXPECT_EQ(s.bos, -1);
+  EXPECT_EQ(s.eos, (std::vector<int64_t>{*pretok("qwen2").token_id("<|im_end|>")}));
+  s = nn::read_hf_special_tokens(golden_dir("pretok/smollm2"), pretok("smollm2"));
+  EXPECT_EQ(s.bos, 1);   // SmolLM2's special tokens are its first ids
+  EXPECT_EQ(s.eos, (std::vector<int64_t>{2}));
+  // GPT-2's: its <|endoftext|> is a vocabulary token.
+  s = nn::read_hf_special_tokens(golden_dir("gpt2-bpe"),
+                                 data::Tokenizer::from_bytelevel(slurp(golden_dir("gpt2-bpe") + "/tokenizer.json")));
+  EXPECT_EQ(s.bos, 0);
+  EXPECT_EQ(s.eos, (std::vector<int64_t>{0}));
+
+  TempDir d;
+  const std::string dir = d.file("l");
+  fs::create_directories(dir);
+  // AddedToken objects, an id alone, no file at all.
+  std::ofstream(dir + "/tokenizer_config.json")
+      << R"({"bos_token": {"__type": "AddedToken", "content": "<|begin_of_text|>", "special": true}, "eos_token": null})";
+  std::ofstream(dir + "/generation_config.json") << R"({"eos_token_id": 505})";
+  s = nn::read_hf_special_tokens(dir, llama);
+  EXPECT_EQ(s.bos, bot);
+  EXPECT_EQ(s.eos, (std::vector<int64_t>{eom}));
+  std::ofstream(dir + "/generation_config.json") << R"({"eos_token_id": [501, 9999]})";
+  EXPECT_EQ(error_of([&] { nn::read_hf_special_tokens(dir, llama); }),
+            "'" + dir + "/generation_config.json': eos_token_id[1] is 9999, outside the " + llama.name() +
+                " tokenizer's [0, " + std::to_string(llama.vocab()) + ")");
+  std::ofstream(dir + "/generation_config.json") << R"({"bos_token_id": "1"})";
+  EXPECT_EQ(error_of([&] { nn::read_hf_special_tokens(dir, llama); }),
+            "'" + dir + "/generation_config.json': bos_token_id is \"1\", not an integer id");
+  fs::remove(dir + "/generation_config.json");
+  std::ofstream(dir + "/tokenizer_config.json") << R"({"eos_token": "<|im_end|>"})";
+  EXPECT_EQ(error_of([&] { nn::read_hf_special_tokens(dir, llama); }),
+            "'" + dir + "/tokenizer_config.json': eos_token \"<|im_end|>\" is not a token of the " + llama.name() +
+                " tokenizer");
+  fs::remove(dir + "/tokenizer_config.json");
+  s = nn::read_hf_special_tokens(dir, llama);
+  EXPECT_EQ(s.bos, -1);
+  EXPECT_TRUE(s.eos.empty());
+
+  // read_hf_dir of a Llama directory with Llama 3's tokenizer files.
+  nn::LmConfig c;
+  c.arch = nn::Arch::llama;
+  c.vocab = 512;
+  c.n_layers = 1, c.d_model = 16, c.n_heads = 2, c.d_ff = 16, c.context = 16, c.seq = 8;
+  const std::string model = d.file("model");
+  nn::write_hf_dir(model, c, nn::init_parameters(c, 1));
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+    fs::copy_file(golden_dir("pretok/llama3") + "/" + f, model + "/" + f);
+  const nn::HfModel m = nn::read_hf_dir(model);
+  EXPECT_EQ(m.tokenizer, "bytelevel-bpe:512");
+  EXPECT_EQ(m.special.bos, bot);
+  EXPECT_EQ(m.special.eos, (std::vector<int64_t>{eot, end, eom}));
+  EXPECT_EQ(data::Tokenizer::from_model(m.tokenizer, m.tokenizer_model).encode("<|eot_id|>", nullptr, true).to_vector(),
+            std::vector<int32_t>{eot});
 }

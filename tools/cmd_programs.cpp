@@ -2,6 +2,7 @@
 // capstep's own text or as StableHLO; `capstep export-hf`: a checkpoint's
 // model in the Hugging Face layout.
 #include <algorithm>
+#include <cctype>
 #include <iostream>
 
 #include "backend/plan/kernel_plan.h"
@@ -98,10 +99,27 @@ int run_export(const ExportArgs& a) {
   return kOk;
 }
 
+int64_t parse_shard_size(const std::string& s) {
+  size_t digits = 0;
+  while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits]))) ++digits;
+  std::string unit = s.substr(digits);
+  for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  const std::pair<const char*, int64_t> units[] = {{"", 1},           {"B", 1},          {"KB", 1000},
+                                                   {"MB", 1000000},   {"GB", 1000000000}, {"KIB", 1 << 10},
+                                                   {"MIB", 1 << 20},  {"GIB", 1 << 30}};
+  for (const auto& [name, scale] : units) {
+    if (unit != name || digits == 0 || digits > 12) continue;
+    return std::stoll(s.substr(0, digits)) * scale;
+  }
+  throw UsageError("--max-shard-size: '" + s + "' is not a size (bytes, or a whole number with KB, MB, GB, KiB, MiB "
+                   "or GiB: 5GB; 0 for one file)");
+}
+
 int run_export_hf(const ExportHfArgs& a) {
   std::error_code ec;
   if (std::filesystem::exists(a.out, ec) && !std::filesystem::is_directory(a.out, ec))
     throw UsageError("--out: '" + a.out + "' is a file; give a directory");
+  const int64_t max_shard_bytes = parse_shard_size(a.max_shard_size);
   train::TrainMeta meta;
   const Checkpoint c = train::load_model_checkpoint(a.checkpoint, &meta);
   if (meta.model.arch == nn::Arch::seed)
@@ -120,12 +138,23 @@ int run_export_hf(const ExportHfArgs& a) {
   // train --init-from`, and written as tokenizer.json for transformers (a
   // SentencePiece one also as tokenizer.model).
   std::vector<std::string> warnings;
-  nn::write_hf_dir(a.out, meta.model, params, meta.tokenizer, meta.tokenizer_model, &warnings);
+  nn::HfWriteOptions options;
+  options.dtype = a.dtype == "bf16" ? DType::bf16 : DType::f32;
+  options.max_shard_bytes = max_shard_bytes;
+  nn::write_hf_dir(a.out, meta.model, params, meta.tokenizer, meta.tokenizer_model, &warnings, options);
   const bool subword = data::Tokenizer::parse(meta.tokenizer).subword();
-  std::cout << "wrote " << a.out << "/config.json, model.safetensors, tokenizer.json, tokenizer_config.json"
-            << (subword ? ", tokenizer.model" : "") << ": \"" << meta.model.describe() << "\" as transformers' "
-            << (meta.model.arch == nn::Arch::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM") << " at step " << c.step
-            << ", the " << meta.tokenizer << " tokenizer\n";
+  // The weights' files: one model.safetensors, or the shards and their index.
+  std::string weights = "model.safetensors";
+  if (std::filesystem::exists(a.out + "/model.safetensors.index.json", ec)) {
+    size_t shards = 0;
+    for (const auto& e : std::filesystem::directory_iterator(a.out, ec))
+      shards += e.path().filename().string().rfind("model-", 0) == 0;
+    weights = std::to_string(shards) + " shards (model-NNNNN-of-NNNNN.safetensors), model.safetensors.index.json";
+  }
+  std::cout << "wrote " << a.out << "/config.json, " << weights << (a.dtype == "bf16" ? " (bf16)" : "")
+            << ", tokenizer.json, tokenizer_config.json" << (subword ? ", tokenizer.model" : "") << ": \""
+            << meta.model.describe() << "\" as transformers' " << nn::hf_architecture(meta.model) << " at step "
+            << c.step << ", the " << meta.tokenizer << " tokenizer\n";
   for (const std::string& w : warnings) std::cerr << "capstep export-hf: warning: " << w << "\n";
   return kOk;
 }

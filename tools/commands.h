@@ -98,7 +98,15 @@ struct ExportArgs {
 struct ExportHfArgs {
   std::string checkpoint;             // --checkpoint
   std::string out;                    // --out DIR
+  std::string dtype = "f32";          // --dtype f32 | bf16 (nn::HfWriteOptions::dtype)
+  std::string max_shard_size = "5GB"; // --max-shard-size: bytes, or with KB MB GB KiB MiB GiB; 0: one file
 };
+
+// --max-shard-size's value in bytes, as transformers' save_pretrained reads
+// its max_shard_size: an integer, or one with the suffix B, KB, MB, GB
+// (powers of 1000) or KiB, MiB, GiB (of 1024), in any case. UsageError
+// naming the option otherwise.
+int64_t parse_shard_size(const std::string& s);
 
 // Before any work: an output file that cannot be written fails now, not
 // after a run. A directory where a file is needed is a UsageError; a missing

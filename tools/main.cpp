@@ -245,7 +245,8 @@ int main(int argc, char** argv) {
       ->check(kNonEmpty)->check(CLI::ExistingFile);
   train->add_option("--init-from", ta.init_from,
                     "start from the weights of this directory in the Hugging Face layout (config.json and "
-                    "model.safetensors, from transformers or `capstep export-hf`); architecture and sizes come from "
+                    "model.safetensors or its shards, from transformers or `capstep export-hf`: GPT-2, Llama, "
+                    "Qwen2); architecture and sizes come from "
                     "its config.json (--batch and --seq apply), the tokenizer from --tokenizer or the directory's "
                     "own (config.json's capstep_tokenizer, tokenizer.model, tokenizer.json, or vocab.json + "
                     "merges.txt)")
@@ -461,6 +462,13 @@ int main(int argc, char** argv) {
       ->required()->check(kNonEmpty)->check(CLI::ExistingFile);
   exp_hf->add_option("--out", eh.out, "the directory to write (made if missing; its config.json and model.safetensors replaced)")
       ->required()->check(kNonEmpty);
+  exp_hf->add_option("--dtype", eh.dtype, "the weights' dtype in the files: f32, or bf16 (rounded to nearest even)")
+      ->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
+  exp_hf->add_option("--max-shard-size", eh.max_shard_size,
+                     "split the weights into shards of at most this many bytes (model-00001-of-0000N.safetensors and "
+                     "model.safetensors.index.json, as save_pretrained): bytes, or with KB, MB, GB, KiB, MiB, GiB; "
+                     "0: one model.safetensors whatever its size")
+      ->capture_default_str()->check(kNonEmpty);
   exp_hf->callback([&] { action = [&] { return run_export_hf(eh); }; });
 
   // ---- lora-merge

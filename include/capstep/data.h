@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -151,15 +152,25 @@ std::string describe_unknown(const TextStats& s, const std::string& tokenizer_na
 //              by capstep): the text is cut by GPT-2's regex (\p{L} and \p{N}
 //              of Unicode 14, src/data/unicode_classes.inc), each piece's bytes
 //              merged by rank. Any bytes round-trip exactly (a byte that is not
-//              valid UTF-8 is a piece of its own), nothing is unknown, and
-//              added tokens such as "<|endoftext|>" are never made from the
-//              text (transformers would take that string as the special
-//              token; capstep takes its characters).
+//              valid UTF-8 is a piece of its own) unless an NFC normalizer
+//              changes them, nothing is unknown. The tokenizer.json of Llama
+//              3, Qwen2 and SmolLM2 read too: an NFC normalizer, a Sequence
+//              of Split (their own regex, run by PCRE2), Digits and ByteLevel
+//              pre-tokenizers, and added tokens, which the BPE never splits;
+//              special ones such as "<|endoftext|>" are made from the text
+//              only when encode is asked to (special_tokens), see encode.
 // A subword or byte-level tokenizer is parsed untrained; trained_on() (not for
 // bytelevel-bpe) or from_model() give one that encodes. Its model
 // (SentencePiece's serialized ModelProto; the byte-level BPE's tokenizer.json
 // as capstep writes it) is what a checkpoint keeps. Copies share the model.
 enum class TokenizerKind { chars, bytes, bpe, unigram, bytelevel_bpe };
+// One of a tokenizer.json's added tokens (bytelevel-bpe): its text, its id,
+// and whether it is special (a control token such as "<|begin_of_text|>").
+struct AddedToken {
+  std::string content;
+  int32_t id = 0;
+  bool special = false;
+};
 constexpr int64_t kMinSubwordVocab = 300;   // the 256 byte pieces, <unk> and room for merges
 constexpr size_t kSubwordTrainingBytes = size_t{32} << 20;
 bool have_sentencepiece();
@@ -218,7 +229,24 @@ class Tokenizer {
   // Encodes `text`, reusing its buffer for the ids when the ids are one byte
   // each (no second copy of a large text); *stats, when given, gets the counts
   // of characters and unknown ones. Error for an untrained subword tokenizer.
-  TokenIds encode(std::string text, TextStats* stats = nullptr) const;
+  // bytelevel-bpe: the text is first cut at the added tokens it holds, which
+  // become their ids: the special ones (added_tokens' "special": true, such
+  // as "<|endoftext|>", "<|im_start|>") only when `special_tokens` is true,
+  // the others always. transformers' tokenizers take both by default
+  // (split_special_tokens=False); capstep's default is false, so a training
+  // text or a prompt that spells a control token's name gets that name's
+  // characters, never the control token; pass true where the text is meant
+  // to hold them (a chat template's output) to get transformers' ids. Other
+  // kinds ignore `special_tokens`.
+  TokenIds encode(std::string text, TextStats* stats = nullptr, bool special_tokens = false) const;
+  // The id of the token whose text is `text`: an added token's content (a
+  // special token "<|eot_id|>", say), else a vocabulary token of exactly those
+  // bytes (bytelevel-bpe) or that piece (a SentencePiece model: "</s>");
+  // nullopt when there is none, and for char and byte.
+  std::optional<int32_t> token_id(std::string_view text) const;
+  // bytelevel-bpe: its tokenizer.json's added tokens, as listed there; empty
+  // for the other kinds.
+  std::vector<AddedToken> added_tokens() const;
   // Error for an id outside the vocabulary, naming its position and value.
   std::string decode(const TokenIds& ids) const;
   std::string decode(const std::vector<int32_t>& ids) const;

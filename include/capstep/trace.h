@@ -168,6 +168,10 @@ struct RopeTables {
   Tensor cos, sin;
 };
 RopeTables rope_tables(Tracer& tr, int64_t positions, int64_t head_dim, double theta, DType d = DType::f32);
+// The same tables for given inverse frequencies inv_freq[j], j < head_dim / 2
+// (a scaled rotary embedding's, as Llama 3's): column j and j + head_dim/2
+// hold p * inv_freq[j] (an f32 product), rounded as above.
+RopeTables rope_tables(Tracer& tr, int64_t positions, const std::vector<float>& inv_freq, DType d = DType::f32);
 // transformers' rotate_half: concatenate(-x[..., h:], x[..., :h]) along the
 // last axis (h = half its size, which must be even). The rotation is then
 // x * cos + rotate_half(x) * sin.

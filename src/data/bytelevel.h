@@ -4,8 +4,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "capstep/data.h"
 
@@ -14,9 +16,13 @@ namespace capstep::data {
 struct ByteLevelModel;
 
 // A model from the text of a tokenizer.json: model.type "BPE" without
-// continuing_subword_prefix or end_of_word_suffix, no normalizer, the
-// pre_tokenizer ByteLevel with use_regex and without add_prefix_space, every
-// one of the 256 bytes a token, every merge's parts and result tokens.
+// continuing_subword_prefix or end_of_word_suffix; the normalizer null, NFC
+// or a Sequence of NFC; the pre_tokenizer a Sequence of Split (a regex or a
+// string, any behavior, invert), Digits and ByteLevel (with or without
+// GPT-2's regex and a prefix space), or one of them, with one ByteLevel and
+// that one last; every one of the 256 bytes a token, every merge's parts and
+// result tokens; added tokens without single_word, lstrip or rstrip, and not
+// normalized when there is a normalizer.
 // Error naming the field and what is wrong ("model.type is \"WordPiece\"").
 std::shared_ptr<const ByteLevelModel> bytelevel_from_tokenizer_json(const std::string& json);
 // The same from GPT-2's older files: vocab.json (token -> id) and merges.txt
@@ -33,11 +39,33 @@ const std::string& bytelevel_json(const ByteLevelModel& m);
 int64_t bytelevel_size(const ByteLevelModel& m);
 // Appends the ids of `text` (any bytes) to `out`, counting its characters into
 // `s` (a byte that is not part of valid UTF-8 counts as one; none is unknown).
-void bytelevel_encode(const ByteLevelModel& m, std::string_view text, TokenIds& out, TextStats& s);
+// The text is cut at the added tokens it holds first (the special ones only
+// when `special`), then each part between them is normalized (NFC), cut by
+// the pre-tokenizers in order and each piece merged by the BPE.
+void bytelevel_encode(const ByteLevelModel& m, std::string_view text, TokenIds& out, TextStats& s, bool special);
+// The id of an added token whose content is `text`, else of the vocabulary's
+// token of exactly those bytes; nullopt when there is neither.
+std::optional<int32_t> bytelevel_token_id(const ByteLevelModel& m, std::string_view text);
+// tokenizer.json's added_tokens, as listed.
+std::vector<AddedToken> bytelevel_added_tokens(const ByteLevelModel& m);
+// Whether this build runs Split pre-tokenizers (PCRE2) and the NFC normalizer
+// (utf8proc); a tokenizer.json that needs what the build lacks is an Error
+// naming the Debian package.
+bool bytelevel_have_split_regex();
+bool bytelevel_have_nfc();
 // The bytes an id stands for (an id the vocabulary does not hold: empty;
 // an added token outside the byte alphabet: its text). Id checked by the caller.
 const std::string& bytelevel_piece(const ByteLevelModel& m, int32_t id);
 
+// Whether any text in NFC decodes back from its ids exactly (encoded with
+// `special` as bytelevel_encode's): false when a Split removes its matches,
+// ByteLevel adds a prefix space, or an added token that encode would cut
+// out decodes to other bytes (the vocabulary's token of its id, in the byte
+// alphabet, is not its text).
+bool bytelevel_gives_text_back(const ByteLevelModel& m, bool special);
+// The normalizer and the pre-tokenizers of `m` alone (for tests): the bytes
+// of each piece the BPE would get (no added token is cut out).
+std::vector<std::string> bytelevel_pieces(const ByteLevelModel& m, std::string_view text);
 // The pre-tokenization alone (for tests): the byte lengths of the pieces
 // GPT-2's regex cuts `text` into; a byte that is not valid UTF-8 is a
 // character of its own that is neither a letter, a number nor a space.

@@ -283,12 +283,27 @@ std::string Tokenizer::model() const {
   return model_ ? subword_proto(*model_) : std::string();
 }
 
-TokenIds Tokenizer::encode(std::string text, TextStats* stats) const {
+std::optional<int32_t> Tokenizer::token_id(std::string_view text) const {
+  if (bytelevel_) return bytelevel_token_id(*bytelevel_, text);
+  if (model_) {
+    // SentencePiece's piece texts ("</s>", "<0x0A>", U+2581 for a space).
+    const std::vector<SubwordPiece> pieces = subword_pieces(*model_);
+    for (size_t i = 0; i < pieces.size(); ++i)
+      if (pieces[i].text == text) return static_cast<int32_t>(i);
+  }
+  return std::nullopt;
+}
+
+std::vector<AddedToken> Tokenizer::added_tokens() const {
+  return bytelevel_ ? bytelevel_added_tokens(*bytelevel_) : std::vector<AddedToken>();
+}
+
+TokenIds Tokenizer::encode(std::string text, TextStats* stats, bool special_tokens) const {
   TextStats s;
   if (kind_ == TokenizerKind::bytelevel_bpe) {
     if (!bytelevel_) throw Error("the " + name() + " tokenizer has no model: read it from a directory first");
     TokenIds ids(vocab_);
-    bytelevel_encode(*bytelevel_, text, ids, s);
+    bytelevel_encode(*bytelevel_, text, ids, s, special_tokens);
     if (stats) *stats = s;
     return ids;
   }

@@ -34,10 +34,14 @@ void LmConfig::validate() const {
   need(d_model >= 1 && d_model <= 16384, "d_model must be in [1, 16384], got " + std::to_string(d_model));
   need(n_layers >= 1 && n_layers <= 256, "layers must be in [1, 256], got " + std::to_string(n_layers));
   need(n_heads >= 1, "heads must be at least 1, got " + std::to_string(n_heads));
-  need(d_model % n_heads == 0, "d_model " + std::to_string(d_model) + " is not a multiple of heads " +
-                                   std::to_string(n_heads));
+  need(head_dim > 0 || d_model % n_heads == 0, "d_model " + std::to_string(d_model) + " is not a multiple of heads " +
+                                                   std::to_string(n_heads));
   need(d_ff >= 1 && d_ff <= 65536, "feed-forward width must be in [1, 65536], got " + std::to_string(d_ff));
-  need(context >= 1 && context <= 65536, "context must be in [1, 65536], got " + std::to_string(context));
+  // Llama has no positional table: its context (transformers'
+  // max_position_embeddings, 131072 for Llama 3.2) only bounds the sequence.
+  const int64_t most = arch == Arch::llama ? int64_t{1} << 22 : 65536;
+  need(context >= 1 && context <= most,
+       "context must be in [1, " + std::to_string(most) + "], got " + std::to_string(context));
   need(seq >= 1 && seq <= context, "sequence length " + std::to_string(seq) + " must be in [1, context " +
                                        std::to_string(context) + "]");
   need(batch >= 1 && batch <= 65536, "batch must be in [1, 65536], got " + std::to_string(batch));
@@ -46,13 +50,34 @@ void LmConfig::validate() const {
     need(n_kv_heads == 0 || n_kv_heads == n_heads,
          std::string("kv_heads applies to the llama architecture, not ") + arch_name(arch));
     need(rope_theta == 10000, std::string("rope_theta applies to the llama architecture, not ") + arch_name(arch));
+    const bool variant = head_dim != 0 || tied_head || qkv_bias || o_bias || mlp_bias || rope_factor != 0 ||
+                         rope_low_freq_factor != 0 || rope_high_freq_factor != 0 || rope_original_context != 0;
+    need(!variant, std::string("head_dim, a tied head, q/k/v/o or MLP biases and rope scaling apply to the llama "
+                               "architecture, not ") + arch_name(arch));
     return;
   }
   need(n_kv_heads >= 0 && kv_heads() <= n_heads && n_heads % kv_heads() == 0,
        "kv_heads " + std::to_string(kv_heads()) + " must divide heads " + std::to_string(n_heads));
-  need((d_model / n_heads) % 2 == 0, "the rotary embedding needs an even head width, got d_model / heads = " +
-                                         std::to_string(d_model / n_heads));
+  need(head_dim >= 0 && head_dim <= 16384, "head_dim must be in [0, 16384], got " + std::to_string(head_dim));
+  if (head_dim == 0)
+    need((d_model / n_heads) % 2 == 0, "the rotary embedding needs an even head width, got d_model / heads = " +
+                                           std::to_string(d_model / n_heads));
+  else
+    need(head_dim % 2 == 0, "the rotary embedding needs an even head width, got head_dim " + std::to_string(head_dim));
   need(rope_theta > 1 && std::isfinite(rope_theta), "rope_theta must be a finite number above 1");
+  need(!o_bias || qkv_bias, "an o bias needs the q/k/v biases (Llama's attention_bias has all four)");
+  need(!(qkv_bias && !o_bias && mlp_bias),
+       "q/k/v biases without an o bias (Qwen2's) do not go with MLP biases: no transformers model has both");
+  if (rope_factor == 0) {
+    need(rope_low_freq_factor == 0 && rope_high_freq_factor == 0 && rope_original_context == 0,
+         "the rope scaling's frequency factors and original context need a rope factor");
+  } else {
+    need(std::isfinite(rope_factor) && rope_factor >= 1, "the rope factor must be at least 1");
+    need(std::isfinite(rope_high_freq_factor) && rope_low_freq_factor > 0 &&
+             rope_high_freq_factor > rope_low_freq_factor,
+         "the rope scaling needs 0 < low_freq_factor < high_freq_factor");
+    need(rope_original_context >= 1, "the rope scaling needs the original context (at least 1)");
+  }
 }
 
 const std::vector<std::string>& LmConfig::preset_names() {
@@ -76,7 +101,9 @@ LmConfig LmConfig::preset(const std::string& size) {
 
 std::string LmConfig::describe() const {
   std::ostringstream o;
-  o << "A " << n_layers << "-layer " << (arch == Arch::gpt2 ? "GPT-2 " : arch == Arch::llama ? "Llama " : "")
+  const bool qwen2 = arch == Arch::llama && qkv_bias && !o_bias;
+  o << "A " << n_layers << "-layer "
+    << (arch == Arch::gpt2 ? "GPT-2 " : qwen2 ? "Qwen2 " : arch == Arch::llama ? "Llama " : "")
     << "causal LM, dModel " << d_model << ", " << count_parameters(*this)
     << " parameters; batch " << batch << " \u00d7 " << seq << " tokens.";
   return o.str();
@@ -90,6 +117,17 @@ std::string LmConfig::to_json() const {
   if (arch == Arch::llama) {
     j["n_kv_heads"] = kv_heads();
     j["rope_theta"] = rope_theta;
+    // The variants, only where set: a plain Llama's JSON is as it was.
+    if (head_dim != 0) j["head_dim"] = head_dim;
+    if (tied_head) j["tied_head"] = true;
+    if (qkv_bias) j["qkv_bias"] = true;
+    if (o_bias) j["o_bias"] = true;
+    if (mlp_bias) j["mlp_bias"] = true;
+    if (rope_factor != 0)
+      j["rope_scaling"] = {{"factor", rope_factor},
+                           {"low_freq_factor", rope_low_freq_factor},
+                           {"high_freq_factor", rope_high_freq_factor},
+                           {"original_context", rope_original_context}};
   }
   return j.dump();
 }
@@ -110,6 +148,18 @@ LmConfig LmConfig::from_json(const std::string& s) {
     if (j.contains("arch")) c.arch = parse_arch(j.at("arch").get<std::string>());
     if (j.contains("n_kv_heads")) c.n_kv_heads = j.at("n_kv_heads").get<int64_t>();
     if (j.contains("rope_theta")) c.rope_theta = j.at("rope_theta").get<double>();
+    if (j.contains("head_dim")) c.head_dim = j.at("head_dim").get<int64_t>();
+    if (j.contains("tied_head")) c.tied_head = j.at("tied_head").get<bool>();
+    if (j.contains("qkv_bias")) c.qkv_bias = j.at("qkv_bias").get<bool>();
+    if (j.contains("o_bias")) c.o_bias = j.at("o_bias").get<bool>();
+    if (j.contains("mlp_bias")) c.mlp_bias = j.at("mlp_bias").get<bool>();
+    if (j.contains("rope_scaling")) {
+      const nlohmann::json& r = j.at("rope_scaling");
+      c.rope_factor = r.at("factor").get<double>();
+      c.rope_low_freq_factor = r.at("low_freq_factor").get<double>();
+      c.rope_high_freq_factor = r.at("high_freq_factor").get<double>();
+      c.rope_original_context = r.at("original_context").get<int64_t>();
+    }
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("model configuration JSON: ") + e.what());
   }
@@ -120,39 +170,39 @@ LmConfig LmConfig::from_json(const std::string& s) {
 std::vector<ParamSpec> lm_parameters(const LmConfig& c, DType d) {
   c.validate();
   if (!is_float(d)) throw Error(std::string("the model's parameters are f32 or f64, not ") + dtype_name(d));
-  const int64_t D = c.d_model, Dkv = c.kv_heads() * (D / c.n_heads);
+  const int64_t D = c.d_model, Dq = c.n_heads * c.head_width(), Dkv = c.kv_heads() * c.head_width();
   const bool gpt2 = c.arch == Arch::gpt2, llama = c.arch == Arch::llama;
   std::vector<ParamSpec> ps;
   auto gain = [&](const std::string& n, int64_t w) {
     ps.push_back({n, {d, {w}}, true});
     if (gpt2) ps.push_back({n + "_bias", {d, {w}}, false, true});
   };
-  // A matrix [in, out], then (gpt2) its bias [out].
-  auto linear = [&](const std::string& n, const std::string& bias, int64_t in, int64_t out) {
+  // A matrix [in, out], then (gpt2, or a llama with that bias) its bias [out].
+  auto linear = [&](const std::string& n, const std::string& bias, int64_t in, int64_t out, bool biased) {
     ps.push_back({n, {d, {in, out}}});
-    if (gpt2) ps.push_back({bias, {d, {out}}, false, true});
+    if (biased) ps.push_back({bias, {d, {out}}, false, true});
   };
   ps.push_back({"tok_emb", {d, {c.vocab, D}}});
   if (!llama) ps.push_back({"pos_emb", {d, {c.context, D}}});
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string b = "blocks." + std::to_string(l) + ".";
     gain(b + "attn_norm", D);
-    linear(b + "attn.wq", b + "attn.bq", D, D);
-    linear(b + "attn.wk", b + "attn.bk", D, Dkv);
-    linear(b + "attn.wv", b + "attn.bv", D, Dkv);
-    linear(b + "attn.wo", b + "attn.bo", D, D);
+    linear(b + "attn.wq", b + "attn.bq", D, Dq, gpt2 || c.qkv_bias);
+    linear(b + "attn.wk", b + "attn.bk", D, Dkv, gpt2 || c.qkv_bias);
+    linear(b + "attn.wv", b + "attn.bv", D, Dkv, gpt2 || c.qkv_bias);
+    linear(b + "attn.wo", b + "attn.bo", Dq, D, gpt2 || c.o_bias);
     gain(b + "mlp_norm", D);
     if (llama) {
-      ps.push_back({b + "mlp.w_gate", {d, {D, c.d_ff}}});
-      ps.push_back({b + "mlp.w_up", {d, {D, c.d_ff}}});
-      ps.push_back({b + "mlp.w_down", {d, {c.d_ff, D}}});
+      linear(b + "mlp.w_gate", b + "mlp.b_gate", D, c.d_ff, c.mlp_bias);
+      linear(b + "mlp.w_up", b + "mlp.b_up", D, c.d_ff, c.mlp_bias);
+      linear(b + "mlp.w_down", b + "mlp.b_down", c.d_ff, D, c.mlp_bias);
     } else {
-      linear(b + "mlp.w1", b + "mlp.b1", D, c.d_ff);
-      linear(b + "mlp.w2", b + "mlp.b2", c.d_ff, D);
+      linear(b + "mlp.w1", b + "mlp.b1", D, c.d_ff, gpt2);
+      linear(b + "mlp.w2", b + "mlp.b2", c.d_ff, D, gpt2);
     }
   }
   gain("final_norm", D);
-  if (!gpt2) ps.push_back({"head", {d, {D, c.vocab}}});   // gpt2's head is tok_emb, transposed
+  if (!gpt2 && !c.tied_head) ps.push_back({"head", {d, {D, c.vocab}}});   // gpt2's head is tok_emb, transposed
   return ps;
 }
 
@@ -188,13 +238,47 @@ struct Body {
   std::vector<Tensor> k, v;
 };
 
+// The rotary embedding's inverse frequencies: the default ones (as trace.h's
+// rope_tables computes them), or with rope_factor Llama 3's scaled ones, as
+// transformers' _compute_llama3_parameters computes them from the default
+// ones: every step in f32 (torch's f32 tensors with Python floats, which it
+// takes as f32), and a Python number divided by a tensor as torch's __rdiv__
+// does it, the tensor's reciprocal times the number (two roundings, not
+// one). Wavelengths above original_context / low_freq_factor divide the
+// frequency by the factor, those below original_context / high_freq_factor
+// keep it, and the ones between blend the two.
+std::vector<float> rotary_inv_freq(const LmConfig& c) {
+  const int64_t dim = c.head_width(), half = dim / 2;
+  std::vector<float> inv(static_cast<size_t>(half));
+  for (int64_t j = 0; j < half; ++j)
+    inv[static_cast<size_t>(j)] =
+        1.0f / std::pow(static_cast<float>(c.rope_theta), static_cast<float>(2 * j) / static_cast<float>(dim));
+  if (c.rope_factor == 0) return inv;
+  const float factor = static_cast<float>(c.rope_factor), low = static_cast<float>(c.rope_low_freq_factor),
+              high = static_cast<float>(c.rope_high_freq_factor);
+  const double old_context = static_cast<double>(c.rope_original_context);
+  const float low_wavelen = static_cast<float>(old_context / c.rope_low_freq_factor);
+  const float high_wavelen = static_cast<float>(old_context / c.rope_high_freq_factor);
+  const float two_pi = static_cast<float>(2 * M_PI), old = static_cast<float>(old_context);
+  for (float& f : inv) {
+    const float wavelen = (1.0f / f) * two_pi;
+    const float scaled = wavelen > low_wavelen ? f / factor : f;
+    const float smooth = ((1.0f / wavelen) * old - low) / (high - low);
+    const float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
+    const bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+    f = medium ? smoothed : scaled;
+  }
+  return inv;
+}
+
 // The model body: tokens i32[B, T] -> logits [B, T, V]. With `dec` (T = 1):
 // the token sits at dec->pos and attends to the cache's rows 0..pos-1 and to
 // itself; every shape is fixed by the capacity, so the cost of a step does
 // not depend on the position.
 Body body_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, const Tensor& tokens,
              const DecodeInputs* dec, bool last_only) {
-  const int64_t B = tokens.dim(0), T = tokens.dim(1), D = c.d_model, H = c.n_heads, Dh = D / H, KV = c.kv_heads();
+  const int64_t B = tokens.dim(0), T = tokens.dim(1), D = c.d_model, H = c.n_heads, Dh = c.head_width(),
+                KV = c.kv_heads();
   const bool gpt2 = c.arch == Arch::gpt2, llama = c.arch == Arch::llama;
   const DType d = params.at(0).dtype();
   size_t k = 0;
@@ -204,19 +288,20 @@ Body body_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, c
     if (gpt2) return layer_norm(x, g, next(), c.norm_eps);
     return rms_norm(x, g, c.norm_eps);
   };
-  // A weight matrix and (gpt2) its bias, taken in lm_parameters order.
+  // A weight matrix and (gpt2, or a llama with that bias) its bias, taken in
+  // lm_parameters order.
   struct Linear {
     Tensor w, b;
   };
-  auto take_linear = [&]() {
+  auto take_linear = [&](bool biased) {
     Linear f;
     f.w = next();
-    if (gpt2) f.b = next();
+    if (biased) f.b = next();
     return f;
   };
   auto apply = [&](const Tensor& x, const Linear& f) {
     Tensor y = matmul(x, f.w);
-    return gpt2 ? y + f.b : y;
+    return f.b.valid() ? y + f.b : y;
   };
   // The equations are recorded in the order the seed's model always recorded
   // them (its program text and kernel plan stay as they were): the positional
@@ -241,7 +326,9 @@ Body body_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, c
   // their own (the Llama step stays within 1.2x the seed's kernel count).
   Tensor rope_cos, rope_sin, rope_r;
   if (llama) {
-    const RopeTables rt = rope_tables(tr, dec ? dec->capacity : T, Dh, c.rope_theta, d);
+    const int64_t positions = dec ? dec->capacity : T;
+    const RopeTables rt = c.rope_factor == 0 ? rope_tables(tr, positions, Dh, c.rope_theta, d)
+                                             : rope_tables(tr, positions, rotary_inv_freq(c), d);
     rope_cos = dec ? gather_rows(rt.cos, dec->pos) : rt.cos;   // decode: the position's row [1, Dh]
     rope_sin = dec ? gather_rows(rt.sin, dec->pos) : rt.sin;
     const int64_t half = Dh / 2;
@@ -281,7 +368,8 @@ Body body_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, c
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
     Tensor h = norm(x);
-    const Linear fq = take_linear(), fk = take_linear(), fv = take_linear(), fo = take_linear();
+    const bool qkv = gpt2 || c.qkv_bias;
+    const Linear fq = take_linear(qkv), fk = take_linear(qkv), fv = take_linear(qkv), fo = take_linear(gpt2 || c.o_bias);
     Tensor v = heads(apply(h, fv), KV);
     Tensor kk = heads(apply(h, fk), KV);
     Tensor q = heads(apply(h, fq), H);
@@ -298,14 +386,14 @@ Body body_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, c
     } else {
       att = causal_attention(q, repeat_kv(kk), repeat_kv(v));
     }
-    x = x + apply(reshape(transpose(att, {0, 2, 1, 3}), {B, T, D}), fo);
+    x = x + apply(reshape(transpose(att, {0, 2, 1, 3}), {B, T, H * Dh}), fo);
     h = norm(x);
     if (llama) {
-      Tensor wg = next(), wu = next(), wd = next();
-      Tensor up = matmul(h, wu);
-      x = x + matmul(silu(matmul(h, wg)) * up, wd);
+      const Linear fg = take_linear(c.mlp_bias), fu = take_linear(c.mlp_bias), fd = take_linear(c.mlp_bias);
+      Tensor up = apply(h, fu);
+      x = x + apply(silu(apply(h, fg)) * up, fd);
     } else {
-      const Linear f1 = take_linear(), f2 = take_linear();
+      const Linear f1 = take_linear(gpt2), f2 = take_linear(gpt2);
       x = x + apply(gelu_tanh(apply(h, f1)), f2);
     }
   }
@@ -313,7 +401,7 @@ Body body_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, c
   // head (the widest product, [D, V]) run on that row alone.
   if (last_only && T > 1) x = slice(x, {0, T - 1, 0}, {B, T, D});
   Tensor hf = norm(x);
-  out.logits = gpt2 ? matmul(hf, transpose(tok_emb, {1, 0})) : matmul(hf, next());
+  out.logits = gpt2 || c.tied_head ? matmul(hf, transpose(tok_emb, {1, 0})) : matmul(hf, next());
   return out;
 }
 
@@ -384,7 +472,7 @@ Program lm_decode_program(const LmConfig& c, int64_t capacity, DType d) {
   DecodeInputs dec;
   dec.capacity = capacity;
   dec.pos = tr.input("pos", {DType::i32, {1}});
-  const Type cache{d, {1, c.kv_heads(), capacity, c.d_model / c.n_heads}};
+  const Type cache{d, {1, c.kv_heads(), capacity, c.head_width()}};
   for (int64_t l = 0; l < c.n_layers; ++l) {
     dec.k_cache.push_back(tr.input(layer_name("k_cache", static_cast<size_t>(l)), cache));
     dec.v_cache.push_back(tr.input(layer_name("v_cache", static_cast<size_t>(l)), cache));
@@ -398,6 +486,12 @@ Program lm_decode_program(const LmConfig& c, int64_t capacity, DType d) {
   Program p = tr.finish(outs);
   p.name = "causal_lm_decode";
   return p;
+}
+
+std::vector<float> rope_inv_freq(const LmConfig& c) {
+  c.validate();
+  if (c.arch != Arch::llama) throw Error(std::string("the ") + arch_name(c.arch) + " architecture has no rotary embedding");
+  return rotary_inv_freq(c);
 }
 
 namespace {

@@ -4,12 +4,16 @@
 
 #include "capstep/data.h"
 #include "data/json.h"
+#include "data/read_file.h"
 #include "data/subword.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -84,20 +88,28 @@ void layout(const LmConfig& c, std::vector<Piece>& pieces, std::vector<HfTensor>
     add("final_norm_bias", "transformer.ln_f.bias", How::copy);
     return;
   }
+  // Llama and Qwen2: nn.Linear's weight [out, in], then its bias where the
+  // model has one.
   add("tok_emb", "model.embed_tokens.weight", How::copy);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string b = "blocks." + std::to_string(l) + ".", h = "model.layers." + std::to_string(l) + ".";
     add(b + "attn_norm", h + "input_layernorm.weight", How::copy);
-    for (const char* w : {"q", "k", "v", "o"})
+    for (const char* w : {"q", "k", "v", "o"}) {
       add(b + "attn.w" + w, h + "self_attn." + w + "_proj.weight", How::transpose);
+      if (std::string(w) == "o" ? c.o_bias : c.qkv_bias)
+        add(b + "attn.b" + w, h + "self_attn." + w + "_proj.bias", How::copy);
+    }
     add(b + "mlp_norm", h + "post_attention_layernorm.weight", How::copy);
-    add(b + "mlp.w_gate", h + "mlp.gate_proj.weight", How::transpose);
-    add(b + "mlp.w_up", h + "mlp.up_proj.weight", How::transpose);
-    add(b + "mlp.w_down", h + "mlp.down_proj.weight", How::transpose);
+    for (const char* w : {"gate", "up", "down"}) {
+      add(b + "mlp.w_" + w, h + "mlp." + w + "_proj.weight", How::transpose);
+      if (c.mlp_bias) add(b + "mlp.b_" + w, h + "mlp." + w + "_proj.bias", How::copy);
+    }
   }
   add("final_norm", "model.norm.weight", How::copy);
-  add("head", "lm_head.weight", How::transpose);
+  if (!c.tied_head) add("head", "lm_head.weight", How::transpose);
 }
+
+bool is_qwen2(const LmConfig& c) { return c.arch == Arch::llama && c.qkv_bias && !c.o_bias; }
 
 // Element (ours index i) <-> (transformers index) for one piece; calls
 // f(ours_index, hf_index) for every element of the parameter.
@@ -146,6 +158,11 @@ std::vector<std::vector<std::string>> hf_parameter_names(const LmConfig& c) {
   layout(c, pieces, hf);
   for (const Piece& p : pieces) names[p.param].push_back(p.hf);
   return names;
+}
+
+const char* hf_architecture(const LmConfig& c) {
+  require_hf_arch(c);
+  return c.arch == Arch::gpt2 ? "GPT2LMHeadModel" : is_qwen2(c) ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
 }
 
 std::vector<NamedArray> to_hf_tensors(const LmConfig& c, const std::vector<Array>& params) {
@@ -204,26 +221,32 @@ std::vector<Array> params_from_hf(const LmConfig& c, const std::vector<NamedArra
     auto ends = [&](const std::string& s) { return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0; };
     // Causal-mask buffers that older GPT-2 files carry: not parameters.
     if (c.arch == Arch::gpt2 && (ends(".attn.bias") || ends(".attn.masked_bias"))) continue;
-    if (c.arch == Arch::gpt2 && name == "lm_head.weight" && by_name.count("transformer.wte.weight") &&
-        by_name.at("transformer.wte.weight")->bit_equal(*a))
-      continue;
-    throw Error("unexpected tensor '" + name + "': transformers' " +
-                (c.arch == Arch::gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM") + " of this config.json has no such "
-                "parameter" + (name == "lm_head.weight" ? " (GPT-2's head is the token embedding, tie_word_embeddings)" : ""));
+    // A tied head written out anyway: the embedding again.
+    const char* embedding = c.arch == Arch::gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+    const bool tied = c.arch == Arch::gpt2 || c.tied_head;
+    if (tied && name == "lm_head.weight" && by_name.count(embedding) && by_name.at(embedding)->bit_equal(*a)) continue;
+    throw Error("unexpected tensor '" + name + "': transformers' " + hf_architecture(c) +
+                " of this config.json has no such parameter" +
+                (name == "lm_head.weight" && tied ? " (the head is the token embedding, tie_word_embeddings)" : ""));
   }
   for (const HfTensor& t : hf) {
     auto it = by_name.find(t.name);
     if (it == by_name.end()) throw Error("missing tensor '" + t.name + "' " + shape_text(t.shape));
-    if (it->second->dtype() != DType::f32)
-      throw Error("tensor '" + t.name + "' is " + dtype_name(it->second->dtype()) + "; capstep reads F32 weights");
+    const DType dt = it->second->dtype();
+    if (dt != DType::f32 && dt != DType::bf16)
+      throw Error("tensor '" + t.name + "' is " + dtype_name(dt) + "; capstep reads F32, BF16 and F16 weights");
     if (it->second->shape() != t.shape)
       throw Error("tensor '" + t.name + "' is " + shape_text(it->second->shape()) + " but config.json makes it " +
                   shape_text(t.shape));
   }
+  // bf16 weights are read into f32, exactly.
+  std::map<std::string, Array> widened;
+  for (const HfTensor& t : hf)
+    if (by_name.at(t.name)->dtype() != DType::f32) widened.emplace(t.name, by_name.at(t.name)->converted(DType::f32));
   std::vector<Array> out;
   for (const ParamSpec& p : lm_parameters(c)) out.emplace_back(p.type);
   for (const Piece& p : pieces) {
-    const Array& src = *by_name.at(p.hf);
+    const Array& src = widened.count(p.hf) ? widened.at(p.hf) : *by_name.at(p.hf);
     Array& dst = out[p.param];
     const float* s = src.data<float>();
     float* d = dst.data<float>();
@@ -261,37 +284,127 @@ std::string hf_config_json(const LmConfig& c, const std::string& extra) {
          {"use_cache", true},
          {"torch_dtype", "float32"}};
   } else {
-    // rope_theta both at the top (transformers 4) and in rope_parameters (5).
-    j = {{"architectures", {"LlamaForCausalLM"}},
-         {"model_type", "llama"},
+    // rope_theta both at the top (transformers 4) and in rope_parameters (5);
+    // Llama 3's scaling both as rope_scaling (4) and in rope_parameters (5).
+    nlohmann::json rope = {{"rope_type", "default"}, {"rope_theta", c.rope_theta}};
+    nlohmann::json scaling = nullptr;
+    if (c.rope_factor != 0) {
+      scaling = {{"rope_type", "llama3"},
+                 {"factor", c.rope_factor},
+                 {"low_freq_factor", c.rope_low_freq_factor},
+                 {"high_freq_factor", c.rope_high_freq_factor},
+                 {"original_max_position_embeddings", c.rope_original_context}};
+      rope = scaling;
+      rope["rope_theta"] = c.rope_theta;
+    }
+    const bool qwen2 = is_qwen2(c);
+    j = {{"architectures", {hf_architecture(c)}},
+         {"model_type", qwen2 ? "qwen2" : "llama"},
          {"vocab_size", c.vocab},
          {"hidden_size", c.d_model},
          {"intermediate_size", c.d_ff},
          {"num_hidden_layers", c.n_layers},
          {"num_attention_heads", c.n_heads},
          {"num_key_value_heads", c.kv_heads()},
-         {"head_dim", c.d_model / c.n_heads},
+         {"head_dim", c.head_width()},
          {"max_position_embeddings", c.context},
          {"rms_norm_eps", c.norm_eps},
          {"rope_theta", c.rope_theta},
-         {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", c.rope_theta}}},
+         {"rope_scaling", scaling},
+         {"rope_parameters", rope},
          {"hidden_act", "silu"},
-         {"attention_bias", false},
          {"attention_dropout", 0.0},
-         {"mlp_bias", false},
-         {"tie_word_embeddings", false},
-         {"pretraining_tp", 1},
+         {"tie_word_embeddings", c.tied_head},
          {"bos_token_id", 0},
          {"eos_token_id", 0},
          {"initializer_range", 0.02},
          {"use_cache", true},
          {"torch_dtype", "float32"}};
+    if (qwen2) {
+      // Qwen2's q/k/v biases are not a field: its class always has them.
+      j["use_sliding_window"] = false;
+      j["sliding_window"] = nullptr;
+      j["max_window_layers"] = c.n_layers;
+      j["layer_types"] = std::vector<std::string>(static_cast<size_t>(c.n_layers), "full_attention");
+    } else {
+      j["attention_bias"] = c.qkv_bias;
+      j["mlp_bias"] = c.mlp_bias;
+      j["pretraining_tp"] = 1;
+    }
   }
   if (!extra.empty()) j.update(nlohmann::json::parse(extra));
   return j.dump(2) + "\n";
 }
 
 namespace {
+
+// The rotary embedding's fields: rope_theta (read before) and the scaling,
+// from rope_scaling (transformers 4) and rope_parameters (5, which may also
+// hold rope_theta). rope_type "default" (or none) and "llama3" are read;
+// another type, or a field of them capstep does not have, is an Error.
+void read_rope(const nlohmann::json& j, LmConfig& c) {
+  struct Scaling {
+    bool llama3 = false;
+    double factor = 0, low = 0, high = 0;
+    int64_t original = 0;
+  };
+  auto read = [&](const char* key) -> std::pair<bool, Scaling> {
+    Scaling sc;
+    if (!j.contains(key) || j[key].is_null()) return {false, sc};
+    const nlohmann::json& r = j[key];
+    const std::string where = std::string("config.json: field '") + key;
+    if (!r.is_object()) throw Error(where + "' is " + r.dump() + ", not an object");
+    // transformers 4's older configs call rope_type "type".
+    const char* type_key = r.contains("rope_type") ? "rope_type" : r.contains("type") ? "type" : nullptr;
+    const nlohmann::json type = type_key ? r[type_key] : nlohmann::json("default");
+    if (type != "default" && type != "llama3")
+      throw Error(where + "." + type_key + "' is " + type.dump() +
+                  "; capstep's rotary embedding is the default one or Llama 3's (\"llama3\")");
+    auto num = [&](const char* k) {
+      if (!r.contains(k) || r[k].is_null()) throw Error(where + "." + k + "' is missing (rope_type \"llama3\" needs it)");
+      if (!r[k].is_number()) throw Error(where + "." + k + "' is not a number");
+      return r[k].get<double>();
+    };
+    if (r.contains("rope_theta") && !r["rope_theta"].is_null()) {
+      if (!r["rope_theta"].is_number()) throw Error(where + ".rope_theta' is not a number");
+      c.rope_theta = r["rope_theta"].get<double>();
+    }
+    if (r.contains("partial_rotary_factor") && !r["partial_rotary_factor"].is_null() && r["partial_rotary_factor"] != 1)
+      throw Error(where + ".partial_rotary_factor' is " + r["partial_rotary_factor"].dump() +
+                  "; capstep rotates the whole head");
+    if (type == "llama3") {
+      sc.llama3 = true;
+      sc.factor = num("factor");
+      sc.low = num("low_freq_factor");
+      sc.high = num("high_freq_factor");
+      const double o = num("original_max_position_embeddings");
+      if (o != std::floor(o) || o < 1 || o > 1e12)
+        throw Error(where + ".original_max_position_embeddings' is " + r["original_max_position_embeddings"].dump() +
+                    "; it must be a positive integer");
+      sc.original = static_cast<int64_t>(o);
+      if (!(sc.factor >= 1) || !(sc.low > 0) || !(sc.high > sc.low) || !std::isfinite(sc.factor) ||
+          !std::isfinite(sc.high))
+        throw Error(where + "' is " + r.dump() + "; Llama 3's scaling needs factor >= 1 and 0 < low_freq_factor < "
+                    "high_freq_factor");
+    }
+    return {true, sc};
+  };
+  const auto [has_old, old] = read("rope_scaling");
+  const auto [has_new, now] = read("rope_parameters");
+  const Scaling& sc = has_new ? now : old;
+  if (has_old && has_new && (old.llama3 != now.llama3 || old.factor != now.factor || old.low != now.low ||
+                             old.high != now.high || old.original != now.original))
+    throw Error("config.json: fields 'rope_scaling' and 'rope_parameters' give different rotary scalings");
+  if (sc.llama3) {
+    c.rope_factor = sc.factor;
+    c.rope_low_freq_factor = sc.low;
+    c.rope_high_freq_factor = sc.high;
+    c.rope_original_context = sc.original;
+  }
+  if (j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null() && j["partial_rotary_factor"] != 1)
+    throw Error("config.json: field 'partial_rotary_factor' is " + j["partial_rotary_factor"].dump() +
+                "; capstep rotates the whole head");
+}
 
 // config_from_hf of the parsed text.
 LmConfig config_from_json(const nlohmann::json& j) {
@@ -336,7 +449,8 @@ LmConfig config_from_json(const nlohmann::json& j) {
     must("scale_attn_by_inverse_layer_idx", false, " does not scale the attention by layer");
     must("add_cross_attention", false, " has no cross-attention");
     must("tie_word_embeddings", true, " ties GPT-2's head to the token embedding");
-  } else if (type == "llama") {
+  } else if (type == "llama" || type == "qwen2") {
+    const bool qwen2 = type == "qwen2";
     c.arch = Arch::llama;
     c.vocab = integer("vocab_size");
     c.d_model = integer("hidden_size");
@@ -348,29 +462,42 @@ LmConfig config_from_json(const nlohmann::json& j) {
     c.context = integer("max_position_embeddings");
     c.norm_eps = number("rms_norm_eps", 1e-6);
     c.rope_theta = number("rope_theta", 10000);
-    if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
-      const nlohmann::json& r = j["rope_parameters"];
-      if (r.contains("rope_type") && r["rope_type"] != "default")
-        throw Error("config.json: field 'rope_parameters.rope_type' is " + r["rope_type"].dump() +
-                    "; capstep's rotary embedding is the default one");
-      if (r.contains("rope_theta")) {
-        if (!r["rope_theta"].is_number()) throw Error("config.json: field 'rope_parameters.rope_theta' is not a number");
-        c.rope_theta = r["rope_theta"].get<double>();
-      }
+    read_rope(j, c);
+    must("hidden_act", "silu", std::string("'s ") + (qwen2 ? "Qwen2" : "Llama") + " MLP is SwiGLU (silu)");
+    if (j.contains("head_dim") && !j["head_dim"].is_null()) {
+      const int64_t hd = integer("head_dim");
+      if (hd < 1) throw Error("config.json: field 'head_dim' is " + j["head_dim"].dump() + "; it must be at least 1");
+      // The width d_model / n_heads gives is no field of LmConfig (0 stands for it).
+      if (c.n_heads < 1 || c.d_model % c.n_heads != 0 || hd != c.d_model / c.n_heads) c.head_dim = hd;
     }
-    must("rope_scaling", nullptr, " has no rope scaling");
-    must("hidden_act", "silu", "'s Llama MLP is SwiGLU (silu)");
-    must("attention_bias", false, "'s Llama has no attention biases");
-    must("mlp_bias", false, "'s Llama has no MLP biases");
-    must("tie_word_embeddings", false, "'s Llama has an untied head");
-    if (j.contains("head_dim") && !j["head_dim"].is_null() && c.n_heads > 0 &&
-        integer("head_dim") != c.d_model / c.n_heads)
-      throw Error("config.json: field 'head_dim' is " + j["head_dim"].dump() +
-                  "; capstep's head width is hidden_size / num_attention_heads = " +
-                  std::to_string(c.d_model / c.n_heads));
+    if (j.contains("tie_word_embeddings") && !j["tie_word_embeddings"].is_null()) {
+      if (!j["tie_word_embeddings"].is_boolean()) throw Error("config.json: field 'tie_word_embeddings' is not a boolean");
+      c.tied_head = j["tie_word_embeddings"].get<bool>();
+    }
+    auto flag = [&](const char* k) {
+      if (!j.contains(k) || j[k].is_null()) return false;
+      if (!j[k].is_boolean()) throw Error(std::string("config.json: field '") + k + "' is not a boolean");
+      return j[k].get<bool>();
+    };
+    if (qwen2) {
+      // Qwen2Attention: q, k and v with biases, o without; no MLP biases.
+      c.qkv_bias = true;
+      must("use_sliding_window", false, "'s attention is full (causal) in every layer: no sliding window");
+      if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+        if (!j["layer_types"].is_array()) throw Error("config.json: field 'layer_types' is not a list");
+        for (const nlohmann::json& t : j["layer_types"])
+          if (t != "full_attention")
+            throw Error("config.json: field 'layer_types' holds " + t.dump() +
+                        "; capstep's attention is full (causal) in every layer (\"full_attention\")");
+      }
+    } else {
+      c.qkv_bias = c.o_bias = flag("attention_bias");
+      c.mlp_bias = flag("mlp_bias");
+      must("pretraining_tp", 1, " computes each product whole (pretraining_tp 1)");
+    }
   } else {
     throw Error("config.json: field 'model_type' is " + (j.contains("model_type") ? j["model_type"].dump() : "missing") +
-                "; capstep reads gpt2 and llama");
+                "; capstep reads gpt2, llama and qwen2");
   }
   c.seq = std::min<int64_t>(c.seq, c.context);
   try {
@@ -613,9 +740,204 @@ std::string hf_tokenizer_json(const data::Tokenizer& t, std::vector<std::string>
 
 std::string hf_tokenizer_json(const std::string& tokenizer) { return hf_tokenizer_json(data::Tokenizer::parse(tokenizer)); }
 
+namespace {
+
+// The tensors of a safetensors file in transformers' dtypes: F32 and BF16 as
+// read_safetensors reads them, and F16 (which capstep has no dtype for) read
+// into f32, exactly. F16 tensors are relabelled BF16 (also 2 bytes) in a
+// copy of the header, so that read_safetensors' checks see the whole file,
+// and their bits are then widened as IEEE half.
+std::vector<NamedArray> read_weights_file(const std::string& path) {
+  std::string image = data::read_regular_file(path, "safetensors file", UINT64_MAX);
+  std::vector<std::string> halves;
+  if (image.size() >= 8) {
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(image[static_cast<size_t>(i)]);
+    if (n <= kSafetensorsMaxHeader && n <= image.size() - 8) {
+      nlohmann::json h = nlohmann::json::parse(image.begin() + 8, image.begin() + 8 + static_cast<std::ptrdiff_t>(n),
+                                               nullptr, false);
+      if (h.is_object()) {
+        for (auto& [name, info] : h.items())
+          if (name != "__metadata__" && info.is_object() && info.contains("dtype") && info["dtype"] == "F16") {
+            info["dtype"] = "BF16";
+            halves.push_back(name);
+          }
+      }
+      if (!halves.empty()) {
+        std::string header = h.dump();
+        header.append((8 - header.size() % 8) % 8, ' ');
+        std::string len(8, '\0');
+        for (size_t i = 0; i < 8; ++i) len[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+        image = len + header + image.substr(8 + n);
+      }
+    }
+  }
+  SafetensorsFile f;
+  try {
+    f = parse_safetensors(reinterpret_cast<const uint8_t*>(image.data()), image.size());
+  } catch (const Error& e) {
+    throw Error("safetensors file '" + path + "': " + e.what());
+  }
+  for (const std::string& name : halves) {
+    for (NamedArray& t : f.tensors) {
+      if (t.name != name) continue;
+      Array wide(Type{DType::f32, t.array.shape()});
+      const uint16_t* h = t.array.data<uint16_t>();
+      float* w = wide.data<float>();
+      for (int64_t i = 0; i < wide.numel(); ++i) {
+        const uint32_t sign = (h[i] & 0x8000u) << 16, exp = (h[i] >> 10) & 0x1f, man = h[i] & 0x3ffu;
+        float v;
+        if (exp == 0) {
+          v = std::ldexp(static_cast<float>(man), -24);   // zero and subnormals
+        } else if (exp == 31) {
+          v = man ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+        } else {
+          v = std::ldexp(static_cast<float>(man | 0x400u), static_cast<int>(exp) - 25);
+        }
+        uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        bits |= sign;
+        std::memcpy(&w[i], &bits, 4);
+      }
+      t.array = std::move(wide);
+    }
+  }
+  return std::move(f.tensors);
+}
+
+// save_pretrained's name of shard i (from 1) of n.
+std::string shard_name(size_t i, size_t n) {
+  char b[64];
+  std::snprintf(b, sizeof b, "model-%05zu-of-%05zu.safetensors", i, n);
+  return b;
+}
+
+}  // namespace
+
+std::vector<NamedArray> read_hf_weights(const std::string& dir, std::string* from) {
+  const std::string single = dir + "/model.safetensors", index = dir + "/model.safetensors.index.json";
+  std::error_code ec;
+  if (std::filesystem::exists(single, ec) || !std::filesystem::exists(index, ec)) {
+    if (from) *from = single;
+    if (!std::filesystem::exists(single, ec))
+      throw Error("cannot read '" + single + "': the directory has neither model.safetensors nor "
+                  "model.safetensors.index.json (its shards')");
+    return read_weights_file(single);
+  }
+  if (from) *from = index;
+  std::string text;
+  {
+    std::ifstream f(index, std::ios::binary);
+    if (!f) throw Error("cannot read '" + index + "'");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    text = ss.str();
+  }
+  nlohmann::json j;
+  try {
+    j = data::parse_json(text, "model.safetensors.index.json");
+  } catch (const Error& e) {
+    throw Error("'" + index + "': " + e.what());
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw Error("'" + index + "': field 'weight_map' is missing or not an object of tensor: file");
+  std::vector<std::string> files;   // in order of first mention
+  for (const auto& [name, file] : j["weight_map"].items()) {
+    if (!file.is_string())
+      throw Error("'" + index + "': field 'weight_map." + name + "' is " + file.dump() + ", not a file name");
+    const std::string f = file.get<std::string>();
+    if (f.empty() || f.find('/') != std::string::npos || f.find('\\') != std::string::npos || f == "." || f == "..")
+      throw Error("'" + index + "': field 'weight_map." + name + "' is \"" + f +
+                  "\"; a shard is a file of the directory");
+    if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
+  }
+  std::vector<NamedArray> out;
+  std::map<std::string, std::string> file_of;
+  for (const std::string& f : files) {
+    for (NamedArray& t : read_weights_file(dir + "/" + f)) {
+      if (file_of.count(t.name))
+        throw Error("'" + dir + "/" + f + "': tensor '" + t.name + "' is also in '" + file_of[t.name] + "'");
+      const nlohmann::json& want = j["weight_map"].contains(t.name) ? j["weight_map"][t.name] : nlohmann::json();
+      if (want != f)
+        throw Error("'" + dir + "/" + f + "' holds tensor '" + t.name + "', which '" + index + "' puts in " +
+                    (want.is_null() ? std::string("no file") : want.dump()));
+      file_of[t.name] = f;
+      out.push_back(std::move(t));
+    }
+  }
+  for (const auto& [name, file] : j["weight_map"].items())
+    if (!file_of.count(name))
+      throw Error("'" + index + "' puts tensor '" + name + "' in " + file.dump() + ", which does not hold it");
+  return out;
+}
+
+std::vector<std::string> write_hf_weights(const std::string& dir, const std::vector<NamedArray>& tensors,
+                                          const HfWriteOptions& o) {
+  if (o.dtype != DType::f32 && o.dtype != DType::bf16)
+    throw Error(std::string("transformers' weights are written in f32 or bf16, not ") + dtype_name(o.dtype));
+  if (o.max_shard_bytes < 0) throw Error("the shard size must be 0 (one file) or positive");
+  std::vector<NamedArray> cast;
+  for (const NamedArray& t : tensors)
+    cast.push_back({t.name, t.array.dtype() == o.dtype ? t.array : t.array.converted(o.dtype)});
+  // huggingface_hub's split_torch_state_dict_into_shards: in order, a new
+  // shard where the next tensor would take the current one past the size; a
+  // tensor larger than the size alone in a shard of its own.
+  std::vector<std::vector<size_t>> shards;
+  std::vector<size_t> current;
+  uint64_t current_bytes = 0, total = 0;
+  const uint64_t limit = static_cast<uint64_t>(o.max_shard_bytes);
+  for (size_t i = 0; i < cast.size(); ++i) {
+    const uint64_t b = cast[i].array.type().bytes();
+    total += b;
+    if (limit == 0) {
+      current.push_back(i);
+      continue;
+    }
+    if (b > limit) {
+      shards.push_back({i});
+      continue;
+    }
+    if (current_bytes + b > limit && !current.empty()) {
+      shards.push_back(current);
+      current.clear();
+      current_bytes = 0;
+    }
+    current.push_back(i);
+    current_bytes += b;
+  }
+  if (!current.empty()) shards.push_back(current);
+  std::error_code ec;
+  std::vector<std::string> written;
+  if (shards.size() <= 1) {
+    write_safetensors(dir + "/model.safetensors", cast, {{"format", "pt"}});
+    std::filesystem::remove(dir + "/model.safetensors.index.json", ec);   // a sharded save's, from before
+    return {"model.safetensors"};
+  }
+  nlohmann::json map = nlohmann::json::object();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string name = shard_name(s + 1, shards.size());
+    std::vector<NamedArray> part;
+    for (size_t i : shards[s]) {
+      part.push_back(cast[i]);
+      map[cast[i].name] = name;
+    }
+    write_safetensors(dir + "/" + name, part, {{"format", "pt"}});
+    written.push_back(name);
+  }
+  // As transformers writes it: indent 2, keys sorted (nlohmann's objects are).
+  const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
+  write_file_atomically(dir + "/model.safetensors.index.json", index.dump(2) + "\n");
+  std::filesystem::remove(dir + "/model.safetensors", ec);   // an unsharded save's, from before: it would be read first
+  written.push_back("model.safetensors.index.json");
+  return written;
+}
+
 void write_hf_dir(const std::string& dir, const LmConfig& c, const std::vector<Array>& params,
-                  const std::string& tokenizer, const std::string& tokenizer_model, std::vector<std::string>* warnings) {
+                  const std::string& tokenizer, const std::string& tokenizer_model, std::vector<std::string>* warnings,
+                  const HfWriteOptions& options) {
   const std::vector<NamedArray> tensors = to_hf_tensors(c, params);
+  if (options.dtype != DType::f32 && options.dtype != DType::bf16)
+    throw Error(std::string("transformers' weights are written in f32 or bf16, not ") + dtype_name(options.dtype));
   // The tokenizer's files, made before anything is written: a tokenizer
   // that cannot be written leaves no half-written directory behind.
   std::string tokenizer_json;
@@ -630,9 +952,11 @@ void write_hf_dir(const std::string& dir, const LmConfig& c, const std::vector<A
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error("cannot create directory '" + dir + "': " + ec.message());
-  const std::string extra = tokenizer.empty() ? "" : nlohmann::json{{"capstep_tokenizer", t.name()}}.dump();
-  write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-  write_file_atomically(dir + "/config.json", hf_config_json(c, extra));
+  nlohmann::json extra = nlohmann::json::object();
+  if (!tokenizer.empty()) extra["capstep_tokenizer"] = t.name();
+  if (options.dtype == DType::bf16) extra["torch_dtype"] = "bfloat16";
+  write_hf_weights(dir, tensors, options);
+  write_file_atomically(dir + "/config.json", hf_config_json(c, extra.empty() ? "" : extra.dump()));
   if (tokenizer.empty()) return;
   write_file_atomically(dir + "/tokenizer.json", tokenizer_json);
   // The subword model as SentencePiece saves it, for tools that read
@@ -713,7 +1037,71 @@ void read_foreign_tokenizer(const std::string& dir, HfModel& m) {
   m.tokenizer_file = file;
 }
 
+// An id of generation_config.json's `field` (`v`), checked against the vocabulary.
+int64_t special_id(const nlohmann::json& v, const std::string& field, const data::Tokenizer& t) {
+  if (!v.is_number_integer()) throw Error(field + " is " + v.dump() + ", not an integer id");
+  const int64_t id = v.get<int64_t>();
+  if (id < 0 || id >= t.vocab())
+    throw Error(field + " is " + std::to_string(id) + ", outside the " + t.name() + " tokenizer's [0, " +
+                std::to_string(t.vocab()) + ")");
+  return id;
+}
+
 }  // namespace
+
+HfSpecialTokens read_hf_special_tokens(const std::string& dir, const data::Tokenizer& t) {
+  HfSpecialTokens out;
+  std::string text;
+  std::vector<int64_t> gen_eos;
+  int64_t gen_bos = -1;
+  std::string file = dir + "/generation_config.json";
+  if (read_if_there(file, &text)) {
+    try {
+      const nlohmann::json j = data::parse_json(text, "generation_config.json");
+      if (!j.is_object()) throw Error("not an object");
+      if (j.contains("bos_token_id") && !j["bos_token_id"].is_null())
+        gen_bos = special_id(j["bos_token_id"], "bos_token_id", t);
+      if (j.contains("eos_token_id") && !j["eos_token_id"].is_null()) {
+        const nlohmann::json& e = j["eos_token_id"];
+        if (e.is_array()) {
+          for (size_t i = 0; i < e.size(); ++i)
+            gen_eos.push_back(special_id(e[i], "eos_token_id[" + std::to_string(i) + "]", t));
+        } else {
+          gen_eos.push_back(special_id(e, "eos_token_id", t));
+        }
+      }
+    } catch (const Error& e) {
+      throw Error("'" + file + "': " + e.what());
+    }
+  }
+  file = dir + "/tokenizer_config.json";
+  if (read_if_there(file, &text)) {
+    try {
+      const nlohmann::json j = data::parse_json(text, "tokenizer_config.json");
+      if (!j.is_object()) throw Error("not an object");
+      auto token = [&](const char* key) -> int64_t {
+        if (!j.contains(key) || j[key].is_null()) return -1;
+        const nlohmann::json& v = j[key];
+        std::string content;
+        if (v.is_string()) content = v.get<std::string>();
+        else if (v.is_object() && v.contains("content") && v["content"].is_string()) content = v["content"].get<std::string>();
+        else throw Error(std::string(key) + " is " + v.dump() + ", not a token's text or an object with its \"content\"");
+        const std::optional<int32_t> id = t.token_id(content);
+        if (!id) throw Error(std::string(key) + " \"" + content + "\" is not a token of the " + t.name() + " tokenizer");
+        return *id;
+      };
+      out.bos = token("bos_token");
+      const int64_t eos = token("eos_token");
+      if (eos >= 0) out.eos.push_back(eos);
+    } catch (const Error& e) {
+      throw Error("'" + file + "': " + e.what());
+    }
+  }
+  if (out.bos < 0) out.bos = gen_bos;
+  for (int64_t id : gen_eos)
+    if (std::find(out.eos.begin(), out.eos.end(), id) == out.eos.end()) out.eos.push_back(id);
+  return out;
+}
 
 std::string hf_tokenizer_files() {
   return "config.json's \"capstep_tokenizer\", tokenizer.model (SentencePiece), tokenizer.json (byte-level BPE) "
@@ -721,7 +1109,7 @@ std::string hf_tokenizer_files() {
 }
 
 HfModel read_hf_dir(const std::string& dir) {
-  const std::string cfg = dir + "/config.json", weights = dir + "/model.safetensors";
+  const std::string cfg = dir + "/config.json";
   std::ifstream f(cfg, std::ios::binary);
   if (!f) throw Error("cannot read '" + cfg + "'" + (std::filesystem::exists(dir) ? "" : ": no such directory"));
   std::stringstream ss;
@@ -766,11 +1154,16 @@ HfModel read_hf_dir(const std::string& dir) {
       throw Error("'" + model + "': " + e.what());
     }
   }
-  const SafetensorsFile file = read_safetensors(weights);
+  if (!m.tokenizer.empty()) {
+    const data::Tokenizer t = data::Tokenizer::from_model(m.tokenizer, m.tokenizer_model);
+    m.special = read_hf_special_tokens(dir, t);
+  }
+  std::string from;
+  const std::vector<NamedArray> tensors = read_hf_weights(dir, &from);
   try {
-    m.params = params_from_hf(m.config, file.tensors);
+    m.params = params_from_hf(m.config, tensors);
   } catch (const Error& e) {
-    throw Error("'" + weights + "': " + e.what());
+    throw Error("'" + from + "': " + e.what());
   }
   return m;
 }

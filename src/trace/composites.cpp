@@ -83,6 +83,15 @@ RopeTables rope_tables(Tracer& tr, int64_t positions, int64_t head_dim, double t
     const float e = static_cast<float>(2 * j) / static_cast<float>(head_dim);
     inv[static_cast<size_t>(j)] = 1.0f / std::pow(static_cast<float>(theta), e);
   }
+  return rope_tables(tr, positions, inv, d);
+}
+
+RopeTables rope_tables(Tracer& tr, int64_t positions, const std::vector<float>& inv, DType d) {
+  const int64_t half = static_cast<int64_t>(inv.size()), head_dim = 2 * half;
+  if (positions < 0 || half < 1)
+    throw Error("rope_tables: need positions >= 0 and at least one frequency, got positions " +
+                std::to_string(positions) + ", " + std::to_string(half) + " frequencies");
+  if (!is_float(d)) throw Error(std::string("rope_tables: needs a float dtype, got ") + dtype_name(d));
   std::vector<double> c(static_cast<size_t>(positions * head_dim)), s(c.size());
   for (int64_t p = 0; p < positions; ++p)
     for (int64_t j = 0; j < head_dim; ++j) {

@@ -151,7 +151,7 @@ std::string sample(const SampleOptions& o) {
   }
 
   // The caches [1, KV, window, Dh] per layer, rows 0..cached-1 filled.
-  const int64_t KV = m.kv_heads(), Dh = m.d_model / m.n_heads, L = m.n_layers;
+  const int64_t KV = m.kv_heads(), Dh = m.head_width(), L = m.n_layers;
   std::vector<Array> k_cache, v_cache;
   for (int64_t l = 0; l < L; ++l) {
     k_cache.emplace_back(Type{DType::f32, {1, KV, window, Dh}});

@@ -10,13 +10,20 @@
 //   - the reader gives a tokenizer or throws capstep::Error; any other
 //     exception, or a crash, is a failure;
 //   - a tokenizer it gives reads back from its own model (what a checkpoint
-//     keeps) with the same name, and gives a fixed text of every kind of
-//     character back exactly, with nothing unknown.
+//     keeps) with the same name and the same ids, and encodes a fixed text of
+//     every kind of character (in NFC, with a special token's name in it)
+//     with nothing unknown, with and without special tokens; it gives the
+//     text back exactly unless its pre-tokenizers drop or add text (a Split
+//     that removes its matches, ByteLevel's add_prefix_space) or an added
+//     token decodes to other bytes (bytelevel_gives_text_back). A
+//     tokenizer.json may hold any pre-tokenizer capstep reads: Split regexes
+//     (PCRE2), Digits, ByteLevel, the NFC normalizer, added tokens.
 // A broken invariant is __builtin_trap(), which libFuzzer reports as a crash.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "bytelevel.h"
 #include "capstep/data.h"
 
 using namespace capstep;
@@ -29,17 +36,20 @@ void require(bool ok) {
 }
 
 const char kText[] = "The cat's 42 naps.\n  caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80 \xE2\x96\x81"
-                    "a\x80\xFF\x00z\r\n";
+                    "a\x80\xFF\x00z\r\nDON'T 3.14159<|endoftext|><|im_start|>\t\t x";
 
-void check(const Tokenizer& t) {
+void check(const Tokenizer& t, bool exact = true, bool exact_special = true) {
   const std::string text(kText, sizeof kText - 1);
   TextStats s;
   const TokenIds ids = t.encode(text, &s);
   require(s.unknown == 0);
-  require(t.decode(ids) == text);
+  require(!exact || t.decode(ids) == text);
+  const TokenIds with_special = t.encode(text, nullptr, true);
+  require(!exact_special || t.decode(with_special) == text);
   const Tokenizer again = Tokenizer::from_model(t.name(), t.model());
   require(again.name() == t.name() && again.model() == t.model());
   require(again.encode(text) == ids);
+  require(again.encode(text, nullptr, true) == with_special);
 }
 
 }  // namespace
@@ -49,9 +59,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string rest(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
     switch (data[0] % 3) {
-      case 0:
-        check(Tokenizer::from_bytelevel(rest));
+      case 0: {
+        const Tokenizer t = Tokenizer::from_bytelevel(rest);
+        const auto m = bytelevel_from_tokenizer_json(rest);
+        check(t, bytelevel_gives_text_back(*m, false), bytelevel_gives_text_back(*m, true));
         break;
+      }
       case 1: {
         const size_t cut = rest.find('\0');
         const std::string vocab = rest.substr(0, cut);
