@@ -338,6 +338,29 @@ TEST(LoraTrain, RefusesWhatItCannotDo) {
   }
 }
 
+// The Llama variants (a tied head, Qwen2's q/k/v biases, head_dim): LoRA on
+// every linear layer starts at the base's loss bit for bit and trains only
+// the adapters.
+TEST(LoraTrain, LlamaVariants) {
+  for (int v = 0; v < 3; ++v) {
+    train::Options full = small(nn::Arch::llama);
+    if (v == 0) full.model.tied_head = true;
+    if (v == 1) full.model.qkv_bias = true;
+    if (v == 2) full.model.head_dim = 8;
+    full.steps = 1;
+    const train::Result a = train::train(full);
+    TempDir d;
+    train::Options lo = with_lora(full, 2, {"all-linear"});
+    lo.steps = 3;
+    lo.save_path = d.file("v.st");
+    const train::Result b = train::train(lo);
+    EXPECT_EQ(a.losses[0], b.losses[0]) << "variant " << v;
+    const Checkpoint c = train::load_model_checkpoint(lo.save_path, nullptr);
+    const std::vector<Array> init = nn::init_parameters(lo.model, lo.seed);
+    for (size_t j = 0; j < init.size(); ++j) EXPECT_TRUE(same_bytes(c.params[j].array, init[j])) << v << " " << c.params[j].name;
+  }
+}
+
 // The fused PJRT lane: the base stays as it was, the adapters train.
 TEST(LoraTrain, PjrtFused) {
   std::string why;
