@@ -122,13 +122,15 @@ TEST(LoraTrain, TenStepsTrainOnlyTheAdapters) {
     EXPECT_NEAR(losses[0][k], losses[1][k], 1e-5 * losses[0][k]) << "step " << k + 1;
 }
 
-// A run resumed from its step-5 checkpoint continues bit for bit: losses of
-// steps 6..10 and the final parameters and moments, with the base in f32 and
-// in bf16 (whose checkpoint holds the adapted weights in bf16).
+// A run resumed from its step-5 checkpoint continues bit for bit on host and
+// host-fused: losses of steps 6..10 and the final parameters and moments,
+// with the base in f32 and in bf16 (whose checkpoint holds the adapted weights in bf16).
 TEST(LoraTrain, ResumeIsBitIdentical) {
-  for (bool bf16 : {false, true}) {
+  for (int run = 0; run < 4; ++run) {
+    const bool bf16 = run % 2 == 1;
     TempDir d;
     train::Options o = with_lora(small(nn::Arch::gpt2), 4, {"all-linear"});
+    o.lane = train::parse_lane(run < 2 ? "host" : "host-fused");
     o.lora.base_bf16 = bf16;
     o.steps = 10;
     o.adamw.lr = 1e-2;
@@ -143,7 +145,7 @@ TEST(LoraTrain, ResumeIsBitIdentical) {
     rest.save_path = d.file("rest.st");
     const train::Result second = train::train(rest);
     ASSERT_EQ(second.losses.size(), 5u);
-    for (size_t k = 0; k < 5; ++k) EXPECT_EQ(second.losses[k], whole.losses[5 + k]) << "bf16 " << bf16 << " step " << k + 6;
+    for (size_t k = 0; k < 5; ++k) EXPECT_EQ(second.losses[k], whole.losses[5 + k]) << "run " << run << " step " << k + 6;
     const Checkpoint a = train::load_model_checkpoint(o.save_path, nullptr);
     const Checkpoint b = train::load_model_checkpoint(rest.save_path, nullptr);
     ASSERT_EQ(a.params.size(), b.params.size());
