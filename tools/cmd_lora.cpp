@@ -1,10 +1,12 @@
 // capstep lora-merge: a PEFT LoRA adapter merged into a transformers model
-// (lora.h's read_peft_dir and merge, hf.h's directories).
+// (lora.h's read_peft_dir and merge, hf.h's directories); capstep
+// export-peft: a LoRA run's adapter as PEFT's files (write_peft_dir).
 #include <filesystem>
 #include <iostream>
 
 #include "capstep/hf.h"
 #include "capstep/lora.h"
+#include "capstep/train.h"
 #include "commands.h"
 
 namespace capstep::cli {
@@ -27,6 +29,22 @@ int run_lora_merge(const LoraMergeArgs& a) {
             << ad.options.r << ", alpha " << ad.options.alpha << (ad.options.rslora ? ", rslora" : "") << ", scale "
             << lora::scale(ad.options) << ")\n";
   for (const std::string& w : warnings) std::cerr << "capstep lora-merge: warning: " << w << "\n";
+  return kOk;
+}
+
+int run_export_peft(const ExportPeftArgs& a) {
+  std::error_code ec;
+  if (std::filesystem::exists(a.out, ec) && !std::filesystem::is_directory(a.out, ec))
+    throw UsageError("--out: '" + a.out + "' is a file; give a directory");
+  train::TrainMeta meta;
+  const Checkpoint c = train::load_model_checkpoint(a.checkpoint, &meta);
+  if (!meta.lora)
+    throw UsageError("--checkpoint: '" + a.checkpoint + "' is not a LoRA run's (train it with --lora-rank or --lora-from)");
+  const lora::Adapter ad = train::checkpoint_adapter(c, meta);
+  lora::write_peft_dir(a.out, meta.model, ad);
+  std::cout << "wrote " << a.out << "/adapter_config.json, adapter_model.safetensors: " << ad.targets.size()
+            << " LoRA pairs, r " << ad.options.r << ", alpha " << ad.options.alpha << (ad.options.rslora ? ", rslora" : "")
+            << ", at step " << c.step << "\n";
   return kOk;
 }
 

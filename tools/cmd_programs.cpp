@@ -151,8 +151,14 @@ int run_export_hf(const ExportHfArgs& a) {
     throw UsageError("--checkpoint: '" + a.checkpoint +
                      "' holds the seed architecture (learned positions with RMSNorm and an untied head), which has no "
                      "transformers counterpart; train with --arch gpt2 or --arch llama to export");
+  // A LoRA run's checkpoint: the merged model (lora::merge, f32).
   std::vector<Array> params;
-  for (const NamedArray& p : c.params) params.push_back(p.array);
+  std::vector<std::string> names;
+  for (const nn::ParamSpec& s : nn::lm_parameters(meta.model)) {
+    names.push_back(s.name);
+    params.push_back(c.params[params.size()].array);
+  }
+  if (meta.lora) lora::merge(train::checkpoint_adapter(c, meta), names, params);
   // The tokenizer is named in config.json ("capstep_tokenizer") for `capstep
   // train --init-from`, and written as tokenizer.json for transformers (a
   // SentencePiece one also as tokenizer.model).

@@ -102,7 +102,16 @@ void adopt_checkpoint(TrainArgs& a) {
       note_changed("--grad-accum " + std::to_string(*meta.grad_accum), "--grad-accum " + std::to_string(o.grad_accum));
     else o.grad_accum = *meta.grad_accum;
   }
-  if (o.train_patterns.empty() && o.freeze_patterns.empty()) o.freeze_patterns = meta.frozen;
+  // A LoRA run continues with its adapters' options unless they are given.
+  if (meta.lora && !a.lora_given) {
+    o.lora.rank = meta.lora->options.r;
+    o.lora.alpha = meta.lora->options.alpha;
+    o.lora.rslora = meta.lora->options.rslora;
+    o.lora.base_bf16 = meta.lora->options.base_bf16;
+    o.lora.targets = meta.lora->target_modules;
+  } else if (!meta.lora && o.train_patterns.empty() && o.freeze_patterns.empty()) {
+    o.freeze_patterns = meta.frozen;
+  }
   // The held-out share decides which tokens the training batches come from.
   if (meta.val_fraction) {
     if (a.val_fraction_given)
@@ -259,6 +268,20 @@ int run_train(TrainArgs a) {
   if (comm) rank = comm->rank();
 #endif
   if (o.save_every > 0 && o.save_path.empty()) throw UsageError("--save-every needs --save FILE");
+  if (a.lora_dropout != 0)
+    throw UsageError("--lora-dropout: LoRA dropout is not supported (the adapters train without it); leave it out or give 0");
+  if (a.lora_given && !o.lora.from.empty() && (o.lora.rank > 0 || !a.lora_targets.empty()))
+    throw UsageError("--lora-from: the rank, alpha and targets come from its adapter_config.json; leave out --lora-rank "
+                     "and --lora-targets");
+  if (a.lora_given && o.lora.rank == 0 && o.lora.from.empty() && o.resume_path.empty())
+    throw UsageError("the --lora-* flags and --base-precision need --lora-rank R (or --lora-from DIR)");
+  for (size_t p = 0; p < a.lora_targets.size();) {
+    const size_t q = std::min(a.lora_targets.find(',', p), a.lora_targets.size());
+    if (q == p) throw UsageError("--lora-targets: an empty name in '" + a.lora_targets + "'");
+    o.lora.targets.push_back(a.lora_targets.substr(p, q - p));
+    p = q + 1;
+  }
+  o.lora.base_bf16 = a.base_precision == "bf16";
   if (!a.plot.empty() && plot_format(a.plot).empty())
     throw UsageError("--plot: '" + a.plot + "' must end in .svg or .png");
   if (!a.init_from.empty()) {
@@ -403,6 +426,9 @@ int run_train(TrainArgs a) {
   if (o.clip_grad_norm > 0) std::printf(", gradients clipped to norm %g", o.clip_grad_norm);
   if (o.precision == optim::Precision::bf16) std::printf("; precision bf16 (GEMM operands bf16, f32 accumulation)");
   if (o.fused_attention) std::printf(", fused attention");
+  if (o.lora.on())
+    std::printf("; LoRA %s%s", o.lora.from.empty() ? ("r " + std::to_string(o.lora.rank)).c_str() : ("from " + o.lora.from).c_str(),
+                o.lora.base_bf16 ? ", base in bf16" : "");
   if (o.grad_accum > 1)
     std::printf(", %lld micro-batches a step (batch %lld)", static_cast<long long>(o.grad_accum),
                 static_cast<long long>(o.grad_accum * o.model.batch));

@@ -48,6 +48,10 @@ struct TrainArgs {
   bool no_progress = false;           // --no-progress: plain log lines even on a terminal
   bool tokenizer_given = false;
   bool accum_given = false;           // --grad-accum
+  std::string lora_targets;           // --lora-targets a,b,... (train::Options::Lora::targets)
+  std::string base_precision = "f32"; // --base-precision f32|bf16 (Lora::base_bf16)
+  double lora_dropout = 0;            // --lora-dropout: only 0 (no dropout) is supported
+  bool lora_given = false;            // any --lora-* flag or --base-precision
   std::string init_from;              // --init-from DIR (train::Options::init_from)
   std::string log_csv;                // --log
   std::string plot;                   // --plot (.svg or .png)
@@ -127,5 +131,12 @@ struct LoraMergeArgs {
   std::string out;                    // --out DIR
 };
 int run_lora_merge(const LoraMergeArgs& a);
+// capstep export-peft (tools/cmd_lora.cpp): a LoRA run's adapter as PEFT's
+// adapter_config.json and adapter_model.safetensors.
+struct ExportPeftArgs {
+  std::string checkpoint;             // --checkpoint FILE (of a train --lora-* run)
+  std::string out;                    // --out DIR
+};
+int run_export_peft(const ExportPeftArgs& a);
 
 }  // namespace capstep::cli

@@ -314,6 +314,26 @@ int main(int argc, char** argv) {
                     "micro-batches of --batch rows per optimizer step, one update of their mean gradient")
       ->capture_default_str()->transform(int_range(1, 1000000))
       ->each([&](const std::string&) { ta.accum_given = true; });
+  auto lora_given = [&](const std::string&) { ta.lora_given = true; };
+  train->add_option("--lora-rank", ta.opts.lora.rank,
+                    "train LoRA adapters of this rank on --lora-targets, every base parameter frozen (0: no LoRA)")
+      ->transform(int_range(0, 1 << 20))->each(lora_given);
+  train->add_option("--lora-alpha", ta.opts.lora.alpha, "LoRA's alpha: the adapters' scale is alpha / rank (PEFT's lora_alpha)")
+      ->capture_default_str()->check(real_range(1e-30, 1e30))->each(lora_given);
+  train->add_flag("--lora-rslora", ta.opts.lora.rslora, "scale alpha / sqrt(rank) (PEFT's use_rslora)")->each(lora_given);
+  train->add_option("--lora-targets", ta.lora_targets,
+                    "the modules to adapt, comma-separated (q_proj,v_proj, ..., or all-linear: every linear layer but "
+                    "the head); default PEFT's: llama q_proj,v_proj, gpt2 c_attn")
+      ->check(kNonEmpty)->each(lora_given);
+  train->add_option("--lora-from", ta.opts.lora.from,
+                    "start from the LoRA adapter PEFT saved in this directory (rank, alpha, targets from its "
+                    "adapter_config.json)")
+      ->check(kNonEmpty)->check(CLI::ExistingDirectory)->each(lora_given);
+  train->add_option("--lora-dropout", ta.lora_dropout, "LoRA dropout: not supported, only 0")
+      ->check(real_range(0.0, 1.0))->each(lora_given);
+  train->add_option("--base-precision", ta.base_precision,
+                    "with LoRA: hold the adapted base weights in f32 or bf16 (half the memory)")
+      ->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}))->each(lora_given);
   ta.opts.val_fraction = 0.1;   // the CLI holds out 10% as nanoGPT does; the library default is none
   CLI::Option* val_fraction = train->add_option("--val-fraction", ta.opts.val_fraction,
                     "hold out the text's last fraction for a validation loss (0: none)")
@@ -478,6 +498,16 @@ int main(int argc, char** argv) {
       ->required()->check(kNonEmpty);
   lora_merge->callback([&] { action = [&] { return run_lora_merge(lm); }; });
 
+  // ---- export-peft
+  ExportPeftArgs ep;
+  CLI::App* exp_peft = app.add_subcommand(
+      "export-peft", "write a LoRA run's adapter as PEFT's files (adapter_config.json, adapter_model.safetensors)");
+  exp_peft->add_option("--checkpoint", ep.checkpoint, "a checkpoint written by `capstep train --lora-rank ... --save`")
+      ->required()->check(kNonEmpty)->check(CLI::ExistingFile);
+  exp_peft->add_option("--out", ep.out, "the directory to write (made if missing; its two files replaced)")
+      ->required()->check(kNonEmpty);
+  exp_peft->callback([&] { action = [&] { return run_export_peft(ep); }; });
+
   // ---- tokenize
   TokenizeArgs tk;
   CLI::App* tokenize = app.add_subcommand("tokenize", "encode a text file into token ids in llm.c's layout (for train --tokens)");
@@ -495,9 +525,9 @@ int main(int argc, char** argv) {
   tokenize->callback([&] { action = [&] { return run_tokenize(tk); }; });
 
   // CLI11 would call a misspelt subcommand "an extra argument"; name it instead.
-  const std::set<std::string> known = {"train", "sample", "bench", "show", "export", "export-hf", "lora-merge", "tokenize"};
+  const std::set<std::string> known = {"train", "sample", "bench", "show", "export", "export-hf", "lora-merge", "export-peft", "tokenize"};
   if (argc > 1 && argv[1][0] != '-' && !known.count(argv[1])) {
-    std::cerr << "capstep: unknown subcommand '" << argv[1] << "'; the subcommands are train, sample, bench, show, export, export-hf, lora-merge, tokenize\n"
+    std::cerr << "capstep: unknown subcommand '" << argv[1] << "'; the subcommands are train, sample, bench, show, export, export-hf, lora-merge, export-peft, tokenize\n"
               << "Run with --help for more information.\n";
     return kUsage;
   }

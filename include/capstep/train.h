@@ -44,6 +44,7 @@
 #include "capstep/checkpoint.h"
 #include "capstep/collective.h"
 #include "capstep/data.h"
+#include "capstep/lora.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 
@@ -210,6 +211,31 @@ struct Options {
   // is asked after a whole step, so a stop (Ctrl-C) mid-accumulation finishes
   // that step first. 1: no accumulation.
   int64_t grad_accum = 1;
+  // LoRA (issue 38, lora.h): with rank > 0 or `from`, the step trains only
+  // the adapters lora::lora gives the target weights (inputs lora.A.<target>
+  // [r, in], lora.B.<target> [out, r]); every base parameter is frozen (the
+  // machinery of train_patterns above: no gradient, no moments, set once).
+  // The loss is with_precision(lora(lm_loss_program), precision). Fresh
+  // adapters are lora::init_adapter's (seeded by `seed`: B zeros, so step 1's
+  // loss is the base model's); `from` is a PEFT adapter directory
+  // (lora::read_peft_dir) whose rank, alpha, rslora and targets replace
+  // these, its A and B the starting ones. targets: lora::targets_for's
+  // target_modules; empty: PEFT's defaults (llama q_proj,v_proj; gpt2
+  // c_attn). base_bf16: lora::Options::base_bf16 (the target weights held,
+  // and checkpointed, in bf16). Checkpoints hold the base parameters, A and
+  // B, moments for A and B only, and the "lora" metadata (kLoraMetadataKey);
+  // a resumed LoRA checkpoint must be resumed with the same LoRA options.
+  // Not with train_patterns / freeze_patterns. Dropout is not supported.
+  struct Lora {
+    int64_t rank = 0;                    // 0 (and no `from`): no LoRA
+    double alpha = 8;                    // PEFT's lora_alpha default
+    bool rslora = false;
+    std::vector<std::string> targets;
+    bool base_bf16 = false;
+    std::string from;
+    bool on() const { return rank > 0 || !from.empty(); }
+  };
+  Lora lora;
 
   std::function<void(const StepInfo&)> on_step;          // progress, each step
   std::function<void(const std::string&)> on_message;    // fallbacks, saves, stops
@@ -295,6 +321,24 @@ struct TokensMeta {
   std::string tokens, tokens_hash, format = "auto", val_tokens, val_tokens_hash;
 };
 
+// A LoRA run's checkpoint also records "lora": JSON {"r", "alpha", "rslora",
+// "base_precision" ("f32" or "bf16"), "target_modules" (as given; PEFT's
+// defaults filled in), "targets": [{"name", "weights": [...]}]}. Its
+// parameters are the base model's (lm_parameters) then adapter_inputs'
+// A and B (f32), trained; the base ones frozen. With base_precision bf16 the
+// target weights are stored in bf16 (load_model_checkpoint widens them to f32).
+constexpr const char* kLoraMetadataKey = "lora";
+struct LoraMeta {
+  lora::Options options;
+  std::vector<std::string> target_modules;
+  std::vector<lora::Target> targets;
+};
+std::string lora_metadata(const LoraMeta& m);
+struct TrainMeta;
+// The checkpoint's adapter (its A and B, c.params by name), for
+// lora::write_peft_dir or lora::merge. Error when m has no "lora".
+lora::Adapter checkpoint_adapter(const Checkpoint& c, const TrainMeta& m);
+
 struct TrainMeta {
   nn::LmConfig model;
   bool has_train = false;                // false for checkpoints without "train"
@@ -315,6 +359,7 @@ struct TrainMeta {
   std::optional<int64_t> grad_accum;     // micro-batches per step: which rows the batches hold
   std::vector<std::string> frozen;       // the checkpoint's frozen parameters (Checkpoint::frozen)
   std::optional<TokensMeta> tokens;      // a run on token files
+  std::optional<LoraMeta> lora;          // a LoRA run's (kLoraMetadataKey)
 };
 // The "train" metadata of a run with options `o` on `text` ("builtin" or a
 // path) whose bytes have the fingerprint `text_hash` ("": none recorded).
@@ -335,7 +380,8 @@ std::string file_fingerprint(const std::string& path);
 std::string absolute_path(const std::string& path);
 
 // Loads a checkpoint and checks every tensor against the model its config
-// describes; parameters come in lm_parameters order.
+// describes; parameters come in lm_parameters order (a LoRA checkpoint's
+// adapters after them, adapter_inputs order; bf16 base weights widened to f32).
 Checkpoint load_model_checkpoint(const std::string& path, TrainMeta* meta);
 
 // ---- sampling ------------------------------------------------------------------

@@ -106,8 +106,15 @@ HostMemory plan_host_memory(const Options& o, bool step_on_host, const Program& 
   HostMemory m;
   // Moments for the trained parameters only (Options::train_patterns, freeze_patterns).
   const std::vector<nn::ParamSpec> ps = nn::lm_parameters(o.model);
-  const std::vector<bool> trains = trainable_mask(o.model, o.train_patterns, o.freeze_patterns);
+  // (LoRA: the base frozen, the adapters, inputs lora.*, trained.)
+  const std::vector<bool> trains =
+      o.lora.on() ? std::vector<bool>(ps.size(), false) : trainable_mask(o.model, o.train_patterns, o.freeze_patterns);
   size_t trained = 0;
+  for (size_t i = 0; i < grad.inputs.size(); ++i)
+    if (o.lora.on() && grad.inputs[i].name.rfind("lora.", 0) == 0) {
+      m.params += grad.input_type(static_cast<int>(i)).bytes();
+      trained += grad.input_type(static_cast<int>(i)).bytes();
+    }
   for (size_t j = 0; j < ps.size(); ++j) {
     const int i = grad.input_index(ps[j].name);
     if (i < 0) throw Error("plan_host_memory: program \"" + grad.name + "\" has no input \"" + ps[j].name + "\"");

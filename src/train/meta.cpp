@@ -9,6 +9,7 @@
 
 #include "capstep/data.h"
 #include "capstep/train.h"
+#include "lora_run.h"
 
 namespace capstep::train {
 
@@ -85,6 +86,7 @@ TrainMeta parse_meta(const Checkpoint& c) {
       throw Error(std::string("the checkpoint's \"tokenizer_model\" is malformed: ") + e.what());
     }
   }
+  if (auto l = c.extra.find(kLoraMetadataKey); l != c.extra.end()) m.lora = parse_lora_metadata(l->second);
   auto it = c.extra.find(kTrainMetadataKey);
   if (it == c.extra.end()) return m;
   try {
@@ -213,7 +215,10 @@ Checkpoint load_model_checkpoint(const std::string& path, TrainMeta* meta) {
   const TrainMeta m = parse_meta(load_checkpoint(path));
   std::vector<ParamSpec> expected;
   for (const nn::ParamSpec& p : nn::lm_parameters(m.model)) expected.push_back({p.name, p.type});
+  const std::vector<bool> widen = lora_expected(m, expected);   // a LoRA run's adapters (lora_run.h)
   Checkpoint c = load_checkpoint(path, expected);
+  for (size_t j = 0; j < widen.size(); ++j)
+    if (widen[j]) c.params[j].array = c.params[j].array.converted(DType::f32);
   if (meta) *meta = parse_meta(c);   // of the file that was read
   return c;
 }

@@ -92,6 +92,9 @@ void Options::validate() const {
   if (!val_tokens_path.empty() && val_fraction > 0)
     throw Error("val-tokens gives the validation ids and val-fraction cuts them from the training ids: give one");
   data::parse_token_file_format(tokens_format);   // Error naming the layouts
+  if (lora.rank < 0) throw Error("lora rank must be >= 0 (0: no LoRA), got " + std::to_string(lora.rank));
+  if (!(lora.alpha > 0) || !std::isfinite(lora.alpha)) throw Error("lora alpha must be positive, got " + std::to_string(lora.alpha));
+  if (lora.rank > 0 && !lora.from.empty()) throw Error("lora: give a rank or a PEFT directory to start from, not both");
   if (!tokenizer_model.empty()) {
     if (!resume_path.empty()) throw Error("a resumed run takes its checkpoint's tokenizer; give no tokenizer model");
     data::Tokenizer::from_model(tokenizer, tokenizer_model);   // Error for char, byte or a model of another size

@@ -103,8 +103,17 @@ std::string sample(const SampleOptions& o) {
     throw data::UnknownTextError("the prompt: " + data::describe_unknown(unknown, tokenizer.name()) +
                                  "; the checkpoint's model was trained without them");
 
-  std::vector<const Array*> params;
-  for (const NamedArray& p : c.params) params.push_back(&p.array);
+  // A LoRA checkpoint: every program wrapped in lora::lora, the adapters
+  // (after the base parameters in c.params) its last inputs.
+  const size_t n_base = nn::lm_parameters(m).size();
+  std::vector<const Array*> params, adapters;
+  for (size_t j = 0; j < c.params.size(); ++j) (j < n_base ? params : adapters).push_back(&c.params[j].array);
+  auto adapted = [&](Program p) {
+    if (!meta.lora) return p;
+    lora::Options lo = meta.lora->options;
+    lo.base_bf16 = false;   // load_model_checkpoint widened the base
+    return lora::lora(p, meta.lora->targets, lo);
+  };
   std::string result;
   result.reserve(static_cast<size_t>(o.tokens));
   Sampler sampler{o.temperature, o.top_k, o.top_p, o.seed, {}, {}};
@@ -119,10 +128,11 @@ std::string sample(const SampleOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
 
   if (!o.kv_cache) {
-    host::Interpreter interp(nn::lm_logits_program(m, window), o.backend.host);
+    host::Interpreter interp(adapted(nn::lm_logits_program(m, window)), o.backend.host);
     std::vector<const Array*> ins = params;
     Array tokens({DType::i32, {1, window}});
     ins.push_back(&tokens);
+    ins.insert(ins.end(), adapters.begin(), adapters.end());
     std::vector<Array> outs;
     for (int64_t k = 0; k < o.tokens; ++k) {
       const int64_t len = std::min<int64_t>(static_cast<int64_t>(text.size()), window);
@@ -159,11 +169,12 @@ std::string sample(const SampleOptions& o) {
   int64_t cached = 0;
   auto prefill = [&](int64_t n) {
     auto it = prefills.find(n);
-    if (it == prefills.end()) it = prefills.emplace(n, host::Interpreter(nn::lm_prefill_program(m, n), o.backend.host)).first;
+    if (it == prefills.end()) it = prefills.emplace(n, host::Interpreter(adapted(nn::lm_prefill_program(m, n)), o.backend.host)).first;
     Array tokens({DType::i32, {1, n}});
     std::copy(text.end() - n, text.end(), tokens.data<int32_t>());
     std::vector<const Array*> ins = params;
     ins.push_back(&tokens);
+    ins.insert(ins.end(), adapters.begin(), adapters.end());
     it->second.run(ins, outs);
     for (int64_t l = 0; l < L; ++l) {
       write_rows(k_cache[static_cast<size_t>(l)], outs[static_cast<size_t>(1 + 2 * l)], 0, n);
@@ -172,7 +183,7 @@ std::string sample(const SampleOptions& o) {
     cached = n;
   };
 
-  host::Interpreter decode(nn::lm_decode_program(m, window), o.backend.host);
+  host::Interpreter decode(adapted(nn::lm_decode_program(m, window)), o.backend.host);
   Array token({DType::i32, {1, 1}}), pos({DType::i32, {1}});
   std::vector<const Array*> dins = params;
   dins.push_back(&token);
@@ -181,6 +192,7 @@ std::string sample(const SampleOptions& o) {
     dins.push_back(&k_cache[static_cast<size_t>(l)]);
     dins.push_back(&v_cache[static_cast<size_t>(l)]);
   }
+  dins.insert(dins.end(), adapters.begin(), adapters.end());
 
   stats.prompt_tokens = std::min<int64_t>(static_cast<int64_t>(text.size()), window);
   if (o.tokens > 0) prefill(stats.prompt_tokens);

@@ -40,6 +40,9 @@ class Stepper {
   // Replaces the parameters and moments (names in the order the stepper was
   // made with).
   virtual void set_state(const State& s) = 0;
+  // The same, taking s's arrays where the stepper keeps host copies (the
+  // host lane: one copy of a LoRA run's frozen base, not two).
+  virtual void set_state(State&& s) { set_state(static_cast<const State&>(s)); }
   // The loss of (parameters, batch) before the update, then the AdamW update
   // with these scalars. The host-AdamW lanes skip the update when the loss is
   // not finite (training stops there anyway).

@@ -83,9 +83,10 @@ class HostStepper final : public Stepper {
       for (size_t j = 0; j < names.size(); ++j) ins_[static_cast<size_t>(accum_.in[j])] = &acc_[j];
     }
   }
-  void set_state(const State& s) override {
+  void set_state(const State& s) override { set_state(State(s)); }
+  void set_state(State&& s) override {
     check_names(s, names_);
-    s_ = s;
+    s_ = std::move(s);
     for (size_t j = 0; j < s_.params.size(); ++j) ins_[j] = &s_.params[j];
     for (size_t j = 0; j < s_.frozen.size(); ++j)
       ins_[static_cast<size_t>(interp_.program().input_index(s_.frozen_names[j]))] = &s_.frozen[j];
@@ -158,6 +159,7 @@ class HostAdamWStepper final : public Stepper {
     if (const int c = b_->program().input_index(optim::kClipMaxNormName); c >= 0) b_->set_input(c, Array::scalar(clip));
     norm_out_ = b_->program().output_index(optim::kGradNormName);
   }
+  using Stepper::set_state;
   void set_state(const State& s) override {
     check_names(s, names_);
     p_ = s.params;
@@ -228,6 +230,7 @@ class FusedStepper final : public Stepper {
       step_.set(optim::kClipMaxNormName, Array::scalar(clip));
     norm_out_ = step_.backend().program().output_index(optim::kGradNormName);
   }
+  using Stepper::set_state;
   void set_state(const State& s) override {
     check_names(s, step_.parameters());
     Checkpoint c;

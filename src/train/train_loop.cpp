@@ -19,6 +19,7 @@
 #include "capstep/hf.h"
 #include "capstep/interpreter.h"
 #include "capstep/train.h"
+#include "lora_run.h"
 #include "memory.h"
 #include "stepper.h"
 
@@ -33,6 +34,7 @@ std::string first_non_finite(const Checkpoint& c) {
   const char* labels[3] = {"parameter", "first moment of", "second moment of"};
   for (int g = 0; g < 3; ++g)
     for (const NamedArray& t : *groups[g]) {
+      if (t.array.dtype() != DType::f32) continue;   // a LoRA run's bf16 base: frozen
       const float* p = t.array.data<float>();
       for (int64_t i = 0; i < t.array.numel(); ++i)
         if (!std::isfinite(p[i])) return std::string(labels[g]) + " " + t.name + " (element " + std::to_string(i) + ")";
@@ -42,8 +44,16 @@ std::string first_non_finite(const Checkpoint& c) {
 
 // Where training starts: a checkpoint, or fresh parameters and zero moments.
 // On resume, *meta is the checkpoint's training metadata.
-State start_state(const Options& o, const std::vector<nn::ParamSpec>& specs, uint64_t* step, uint64_t* position,
-                  TrainMeta* meta_out) {
+// LoRA: specs and trains end with the adapters (lr.start their first values).
+State start_state(const Options& o, const std::vector<nn::ParamSpec>& specs, const std::vector<bool>& trains,
+                  const LoraRun& lr, uint64_t* step, uint64_t* position, TrainMeta* meta_out) {
+  // With base_bf16 the adapted weights are held in bf16 (lora::Options::base_bf16).
+  auto narrow = [&](State& s) {
+    if (!lr.meta.options.base_bf16) return;
+    for (size_t j = 0; j < s.names.size(); ++j)
+      if (std::find(lr.base_targets.begin(), lr.base_targets.end(), s.names[j]) != lr.base_targets.end())
+        s.params[j] = s.params[j].converted(DType::bf16);
+  };
   State s;
   for (const nn::ParamSpec& p : specs) s.names.push_back(p.name);
   if (o.resume_path.empty()) {
@@ -58,10 +68,13 @@ State start_state(const Options& o, const std::vector<nn::ParamSpec>& specs, uin
                     o.model.describe() + ")");
       s.params = std::move(m.params);
     }
-    for (const Array& a : s.params) {
-      s.m.emplace_back(a.type());
-      s.v.emplace_back(a.type());
+    for (const Array& a : lr.start) s.params.push_back(a);
+    // Zero moments for the parameters that train only (split_frozen drops the others').
+    for (size_t j = 0; j < s.params.size(); ++j) {
+      s.m.push_back(trains[j] ? Array(s.params[j].type()) : Array());
+      s.v.push_back(trains[j] ? Array(s.params[j].type()) : Array());
     }
+    narrow(s);
     *step = 0;
     *position = 0;
     return s;
@@ -71,15 +84,20 @@ State start_state(const Options& o, const std::vector<nn::ParamSpec>& specs, uin
   if (meta.model.to_json() != o.model.to_json())
     throw Error("checkpoint '" + o.resume_path + "' holds a different model (" + meta.model.describe() +
                 ") than the one asked for (" + o.model.describe() + ")");
+  const std::string want_lora = lr.on ? lora_metadata(lr.meta) : "none", had_lora = meta.lora ? lora_metadata(*meta.lora) : "none";
+  if (want_lora != had_lora)
+    throw Error("checkpoint '" + o.resume_path + "' was trained with LoRA " + had_lora + ", this run asks for " +
+                want_lora + " (resume with the checkpoint's LoRA options)");
   // Moments of the parameters the checkpoint trained (Checkpoint::frozen has
   // none): zeros for a frozen one, which split_frozen drops.
   for (size_t j = 0, k = 0; j < specs.size(); ++j) {
     s.params.push_back(std::move(c.params[j].array));
     const bool has = k < c.adam_m.size() && c.adam_m[k].name == specs[j].name;
-    s.m.push_back(has ? std::move(c.adam_m[k].array) : Array(specs[j].type));
-    s.v.push_back(has ? std::move(c.adam_v[k].array) : Array(specs[j].type));
+    s.m.push_back(has ? std::move(c.adam_m[k].array) : trains[j] ? Array(specs[j].type) : Array());
+    s.v.push_back(has ? std::move(c.adam_v[k].array) : trains[j] ? Array(specs[j].type) : Array());
     k += has ? 1 : 0;
   }
+  narrow(s);
   *step = c.step;
   *position = c.data_position;
   *meta_out = std::move(meta);
@@ -164,10 +182,21 @@ Result train(const Options& o) {
   // that needs more than the machine's memory would be killed by the kernel
   // part-way through initialisation. Refuse it with the figures instead.
   // Frozen parameters: 4 bytes, no gradient or moments.
-  const std::vector<bool> trains = trainable_mask(o.model, o.train_patterns, o.freeze_patterns);
+  // LoRA: the adapters after the model's parameters, they alone trained.
+  const Program base_loss = nn::lm_loss_program(o.model);
+  const LoraRun lora_run = make_lora_run(o, base_loss);
+  auto adapted = [&](const Program& p) { return lora_run.on ? lora::lora(p, lora_run.meta.targets, lora_run.meta.options) : p; };
+  std::vector<nn::ParamSpec> specs = nn::lm_parameters(o.model);
+  std::vector<bool> trains = lora_run.on ? std::vector<bool>(specs.size(), false)
+                                         : trainable_mask(o.model, o.train_patterns, o.freeze_patterns);
+  if (lora_run.on)
+    for (const ParamSpec& a : lora_specs(o.model, lora_run.meta)) {
+      specs.push_back({a.name, a.type});
+      trains.push_back(true);
+    }
   int64_t n_train = 0, n_frozen = 0, v_train = 0, v_frozen = 0;
   {
-    const std::vector<nn::ParamSpec> ps = nn::lm_parameters(o.model);
+    const std::vector<nn::ParamSpec>& ps = specs;
     for (size_t j = 0; j < ps.size(); ++j) {
       (trains[j] ? n_train : n_frozen) += 1;
       (trains[j] ? v_train : v_frozen) += ps[j].type.numel();
@@ -175,7 +204,13 @@ Result train(const Options& o) {
   }
   // (Accumulation: 4 more bytes per trained value for the accumulators.)
   const double per_trained = o.grad_accum > 1 ? 20.0 : 16.0;
-  const double need = per_trained * static_cast<double>(v_train) + 4.0 * static_cast<double>(v_frozen);
+  // (A LoRA run's bf16 base weights: 2 bytes each.)
+  double frozen_bytes = 4.0 * static_cast<double>(v_frozen);
+  if (lora_run.meta.options.base_bf16)
+    for (const nn::ParamSpec& p : specs)
+      if (std::find(lora_run.base_targets.begin(), lora_run.base_targets.end(), p.name) != lora_run.base_targets.end())
+        frozen_bytes -= 2.0 * static_cast<double>(p.type.numel());
+  const double need = per_trained * static_cast<double>(v_train) + frozen_bytes;
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
   if (have > 0 && need > have) {
     std::ostringstream m;
@@ -192,12 +227,20 @@ Result train(const Options& o) {
 
   // The state: new, or the resumed checkpoint's (read once: its metadata
   // also gives a subword tokenizer's pieces below).
-  const std::vector<nn::ParamSpec> specs = nn::lm_parameters(o.model);
   uint64_t done = 0, position = 0;
   TrainMeta resumed;
-  State state = start_state(o, specs, &done, &position, &resumed);
+  State state = start_state(o, specs, trains, lora_run, &done, &position, &resumed);
   split_frozen(state, trains, o, resumed);
-  if (n_frozen > 0)
+  if (lora_run.on)
+    say("LoRA r " + std::to_string(lora_run.meta.options.r) + ", alpha " + [&] {
+          std::ostringstream a;
+          a << lora_run.meta.options.alpha;
+          return a.str();
+        }() +
+        " on " + std::to_string(lora_run.meta.targets.size()) + " targets: the adapters train (" +
+        std::to_string(v_train) + " values), the " + std::to_string(n_frozen) + " base parameters are frozen (" +
+        std::to_string(v_frozen) + " values" + (lora_run.meta.options.base_bf16 ? ", the adapted ones in bf16)" : ")"));
+  else if (n_frozen > 0)
     say(std::to_string(n_train) + " parameters train (" + std::to_string(v_train) + " values), " +
         std::to_string(n_frozen) + " are frozen (" + std::to_string(v_frozen) + " values)");
   if (static_cast<int64_t>(done) >= o.steps)
@@ -315,8 +358,7 @@ Result train(const Options& o) {
         val->fill_rows(static_cast<uint64_t>(k), c * o.model.batch, b.inputs, b.targets);
         val_batches.push_back(std::move(b));
       }
-    const Program loss = nn::lm_loss_program(o.model);
-    forward_program = optim::with_precision(o.fused_attention ? fuse_attention(loss) : loss, o.precision);
+    forward_program = optim::with_precision(adapted(o.fused_attention ? fuse_attention(base_loss) : base_loss), o.precision);
   }
   batches.set_position(position);
   if (!o.resume_path.empty())
@@ -329,10 +371,10 @@ Result train(const Options& o) {
         "' was saved (fingerprint " + *resumed.text_hash + " then, " + text_hash +
         " now): the batches from here on are drawn from the new text");
 
-  const Program loss = nn::lm_loss_program(o.model);
   // Over the trained parameters only, which come first (frozen ones after them).
   Program grad = value_and_grad(
-      inputs_first(optim::with_precision(o.fused_attention ? fuse_attention(loss) : loss, o.precision), state.names),
+      inputs_first(optim::with_precision(adapted(o.fused_attention ? fuse_attention(base_loss) : base_loss), o.precision),
+                   state.names),
       state.names);
   if (o.checkpoint_every > 0) grad = checkpoint_activations(grad, every_kth_region(grad, o.checkpoint_every));
   // Data parallel: the mean over the replicas of the gradients and the loss,
@@ -360,7 +402,7 @@ Result train(const Options& o) {
     say(std::string("data parallel on lane ") + lane_name(r.lane_used) + ": " + std::to_string(ranks) + " rank(s), " +
         (via.empty() ? std::string("one replica (all_reduce a device copy: built without NCCL)") : via));
   }
-  stepper->set_state(state);
+  stepper->set_state(std::move(state));
   state = State{};
 
   // Held across saves so that each save reuses the same host arrays.
@@ -386,6 +428,7 @@ Result train(const Options& o) {
   ckpt.model_config = o.model.to_json();
   ckpt.extra[kTrainMetadataKey] = train_metadata(o, text_name, text_hash, tokens_meta ? &*tokens_meta : nullptr);
   if (tokenizer.has_model()) ckpt.extra[kTokenizerModelKey] = base64_encode(tokenizer.model());
+  if (lora_run.on) ckpt.extra[kLoraMetadataKey] = lora_metadata(lora_run.meta);
   auto save = [&](int64_t step) -> bool {
     stepper->state(ckpt);
     const std::string bad = first_non_finite(ckpt);
