@@ -191,6 +191,9 @@ TEST(Sft, PaddingPackingAndCutting) {
   EXPECT_EQ(padded.cut(), 1u);
   // Targets: row 0: 2 (ids 1, 2 trained); row 1: 4 (ids 2..5); row 2: 2 (ids 4, 5 of the cut 6).
   EXPECT_EQ(padded.targets(), 2 + 4 + 2);
+  EXPECT_EQ(padded.empty_units(), 0u);
+  // A row whose trained tokens are all past seq + 1 has no target left.
+  EXPECT_EQ(data::SftBatches({row_of(9, 7), row_of(3, 1)}, {.seq = 5}).empty_units(), 1u);
   Array in({DType::i32, {3, 5}}), tg({DType::i32, {3, 5}});
   // Find a batch whose first row is unit 0 and check it exactly.
   uint64_t k = 0;

@@ -113,12 +113,13 @@ class SftBatches {
   size_t rows() const { return rows_; }
   size_t cut() const { return cut_; }                  // padded: rows longer than seq + 1 tokens
   int64_t targets() const { return n_targets_; }       // non-ignored targets over all units
+  size_t empty_units() const { return empty_; }          // units with no target left (a completion cut away)
   uint64_t position() const { return position_; }
   void set_position(uint64_t p) { position_ = p; }
 
  private:
   SftOptions o_;
-  size_t rows_ = 0, cut_ = 0;
+  size_t rows_ = 0, cut_ = 0, empty_ = 0;
   int64_t n_targets_ = 0;
   std::vector<int32_t> inputs_, targets_;   // units() x seq each
   uint64_t position_ = 0;

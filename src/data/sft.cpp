@@ -176,6 +176,7 @@ SftBatches::SftBatches(const std::vector<SftRow>& rows, const SftOptions& o) : o
   // One unit from tokens [0, n) of ids/trained (n <= seq + 1).
   auto add_unit = [&](const int32_t* ids, const uint8_t* trained, size_t n) {
     const size_t base = inputs_.size();
+    const int64_t before = n_targets_;
     inputs_.resize(base + seq, o.pad_id);
     targets_.resize(base + seq, -100);
     for (size_t i = 0; i + 1 < n; ++i) {
@@ -185,6 +186,7 @@ SftBatches::SftBatches(const std::vector<SftRow>& rows, const SftOptions& o) : o
         ++n_targets_;
       }
     }
+    if (n_targets_ == before) ++empty_;
   };
   if (!o.pack) {
     for (const SftRow& r : rows) {

@@ -175,6 +175,12 @@ void sft_batches(const Options& o, const data::Tokenizer& tokenizer, std::unique
   const size_t n_cut = (*train)->cut() + (*val ? (*val)->cut() : 0);
   if (n_cut > 0)
     say(std::to_string(n_cut) + " of " + std::to_string(rows.size()) + " rows cut to --seq " + std::to_string(o.model.seq));
+  // A unit with no target adds nothing to the loss (a batch of only such has loss 0).
+  const size_t n_empty = (*train)->empty_units() + (*val ? (*val)->empty_units() : 0);
+  if (n_empty > 0)
+    say(std::string("warning: ") + std::to_string(n_empty) + " of " + std::to_string((*train)->units() + (*val ? (*val)->units() : 0)) +
+        (o.sft_pack ? " windows" : " rows") + " have no trained token within --seq " + std::to_string(o.model.seq) +
+        " and add nothing to the loss");
 }
 
 }  // namespace
