@@ -297,6 +297,47 @@ TEST(Sft, TrainFirstLossIsTheHandBuiltMaskedBatch) {
             std::string::npos);
 }
 
+// A run on instruction data resumed from its checkpoint takes the same
+// batches: its losses are bit-identical to an uninterrupted run's; the
+// checkpoint records the file and settings.
+TEST(Sft, ResumedRunIsBitIdentical) {
+  const std::string dir = source_dir() + "/tests/golden/hf/gpt2-bpe";
+  TempDir d;
+  const std::string path = d.write("rows.jsonl", rows_jsonl());
+  nn::HfModel m = nn::read_hf_dir(dir);
+  train::Options o;
+  o.model = m.config;
+  o.model.batch = 2;
+  o.model.seq = 16;
+  o.init_from = dir;
+  o.tokenizer = m.tokenizer;
+  o.tokenizer_model = m.tokenizer_model;
+  o.sft_path = path;
+  o.sft_pack = true;
+  o.steps = 4;
+  const train::Result whole = train::train(o);
+  ASSERT_EQ(whole.losses.size(), 4u) << whole.stopped;
+  o.steps = 2;
+  o.save_path = d.file("ck.st");
+  ASSERT_EQ(train::train(o).losses.size(), 2u);
+  train::TrainMeta meta;
+  train::load_model_checkpoint(o.save_path, &meta);
+  ASSERT_TRUE(meta.sft.has_value());
+  EXPECT_EQ(meta.sft->path, train::absolute_path(path));
+  EXPECT_TRUE(meta.sft->pack);
+  EXPECT_TRUE(meta.sft->mask_prompt);
+  train::Options r = o;
+  r.init_from.clear();
+  r.tokenizer_model.clear();
+  r.resume_path = o.save_path;
+  r.save_path.clear();
+  r.steps = 4;
+  const train::Result rest = train::train(r);
+  ASSERT_EQ(rest.losses.size(), 2u) << rest.stopped;
+  EXPECT_EQ(rest.losses[0], whole.losses[2]);
+  EXPECT_EQ(rest.losses[1], whole.losses[3]);
+}
+
 TEST(Sft, CliTrainsOnRows) {
   const std::string bin = test::capstep_binary();
   if (bin.empty() || !fs::exists(bin)) GTEST_SKIP() << "no capstep binary beside the test";
@@ -325,6 +366,17 @@ TEST(Sft, CliTrainsOnRows) {
            "--no-mask-prompt"});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE((r.out + r.err).find("1 of 4 rows cut to --seq 16"), std::string::npos) << r.out << r.err;
+  // --resume alone continues on the checkpoint's rows and settings.
+  const std::string ck = d.file("ck.st");
+  r = run({"train", "--init-from", dir, "--sft", path, "--steps", "2", "--seq", "16", "--batch", "2", "--no-progress",
+           "--sft-pack", "--save", ck});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  r = run({"train", "--resume", ck, "--steps", "3", "--no-progress"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("note: the instruction data '" + train::absolute_path(path) + "' comes from the checkpoint"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE((r.out + r.err).find("packed to --seq 16"), std::string::npos) << r.out << r.err;
   r = run({"train", "--init-from", dir, "--sft", path, "--steps", "1", "--chat-template", "chatml"});
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("needs the token \"<|im_start|>\""), std::string::npos) << r.err;

@@ -117,7 +117,13 @@ void adopt_checkpoint(TrainArgs& a) {
     if (o.tokens_format == "auto") o.tokens_format = meta.tokens->format;
     std::cout << "note: the token files '" << o.tokens_path << "' come from the checkpoint; --tokens overrides them\n";
   }
-  if (!o.tokens_path.empty() || meta.tokens || !o.sft_path.empty()) return;
+  // Instruction data: the checkpoint's file and settings unless --text, --tokens or --sft.
+  if (meta.sft && !a.text_given && o.tokens_path.empty() && o.sft_path.empty()) {
+    o.sft_path = meta.sft->path, o.chat_template = meta.sft->chat_template;
+    o.mask_prompt = meta.sft->mask_prompt, o.sft_pack = meta.sft->pack;
+    std::cout << "note: the instruction data '" << o.sft_path << "' comes from the checkpoint; --sft overrides it\n";
+  }
+  if (!o.tokens_path.empty() || meta.tokens || !o.sft_path.empty() || meta.sft) return;
   // The text: the checkpoint's (an absolute path; older checkpoints hold it as
   // typed, relative to the directory the run was started in) unless --text.
   if (!a.text_given && meta.text != "builtin") {

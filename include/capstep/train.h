@@ -306,6 +306,13 @@ constexpr const char* kTokenizerModelKey = "tokenizer_model";
 struct TokensMeta {
   std::string tokens, tokens_hash, format = "auto", val_tokens, val_tokens_hash;
 };
+// A run on instruction data (Options::sft_path) records "sft": {"path" (absolute),
+// "hash" (file_fingerprint), "chat_template" (as given: "" for the
+// tokenizer's), "mask_prompt", "pack"}; its "text" is "".
+struct SftMeta {
+  std::string path, hash, chat_template;
+  bool mask_prompt = true, pack = false;
+};
 
 struct TrainMeta {
   nn::LmConfig model;
@@ -327,6 +334,7 @@ struct TrainMeta {
   std::optional<int64_t> grad_accum;     // micro-batches per step: which rows the batches hold
   std::vector<std::string> frozen;       // the checkpoint's frozen parameters (Checkpoint::frozen)
   std::optional<TokensMeta> tokens;      // a run on token files
+  std::optional<SftMeta> sft;            // a run on instruction data
 };
 // The "train" metadata of a run with options `o` on `text` ("builtin" or a
 // path) whose bytes have the fingerprint `text_hash` ("": none recorded).

@@ -289,6 +289,14 @@ Result train(const Options& o) {
   std::unique_ptr<data::SftBatches> sft, sft_val;
   if (!o.sft_path.empty()) {
     sft_batches(o, tokenizer, &sft, &sft_val, say);
+    // Resumed: other rows or settings draw other batches from here on; said.
+    const std::optional<SftMeta>& was = resumed.sft;
+    if (!o.resume_path.empty() &&
+        (!was || was->path != absolute_path(o.sft_path) || was->hash != file_fingerprint(o.sft_path) ||
+         was->chat_template != o.chat_template || was->mask_prompt != o.mask_prompt || was->pack != o.sft_pack))
+      say("warning: checkpoint '" + o.resume_path + "' was not trained on these instruction data and settings (" +
+          (was ? "'" + was->path + "'" : std::string("no --sft")) +
+          "); the batches from here on are drawn from '" + o.sft_path + "' as given");
   } else if (!o.tokens_path.empty()) {
     // Token files: mapped, their ids taken as they are (checked against the
     // model's vocabulary once, as they are opened).
