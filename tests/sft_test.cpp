@@ -297,6 +297,57 @@ TEST(Sft, TrainFirstLossIsTheHandBuiltMaskedBatch) {
             std::string::npos);
 }
 
+// A Llama whose directory holds a tokenizer with chat tokens (the
+// tokenizer.json of tests/golden/hf/pretok/qwen2: chatml; pretok/llama3:
+// llama3): train() picks the format from the tokens, and its first loss is
+// the hand-built masked batch's.
+TEST(Sft, ChatTokenizerPicksItsFormatInTraining) {
+  TempDir d;
+  const std::string path = d.write(
+      "rows.jsonl",
+      "{\"messages\": [{\"role\": \"system\", \"content\": \"Be short.\"}, {\"role\": \"user\", \"content\": "
+      "\"Say hi\"}, {\"role\": \"assistant\", \"content\": \"hi\"}]}\n"
+      "{\"prompt\": \"Count: 1 2 3\", \"completion\": \"4 5\"}\n");
+  for (const auto& [name, want] : std::vector<std::pair<std::string, std::string>>{{"qwen2", "chatml"},
+                                                                                         {"llama3", "llama3"}}) {
+    const data::Tokenizer t = golden_tokenizer("tests/golden/hf/pretok/" + name);
+    nn::LmConfig c;
+    c.arch = nn::Arch::llama;
+    c.vocab = t.vocab();
+    c.n_layers = 1, c.d_model = 16, c.n_heads = 2, c.d_ff = 16, c.context = 128, c.seq = 64, c.batch = 2;
+    const std::string dir = d.file(name);
+    nn::write_hf_dir(dir, c, nn::init_parameters(c, 3));
+    fs::copy_file(source_dir() + "/tests/golden/hf/pretok/" + name + "/tokenizer.json", dir + "/tokenizer.json");
+    const nn::HfModel m = nn::read_hf_dir(dir);
+    train::Options o;
+    o.model = m.config;
+    o.model.batch = 2, o.model.seq = 64;
+    o.init_from = dir;
+    o.tokenizer = m.tokenizer;
+    o.tokenizer_model = m.tokenizer_model;
+    o.sft_path = path;
+    o.steps = 2;
+    std::vector<std::string> said;
+    o.on_message = [&](const std::string& s) { said.push_back(s); };
+    const train::Result r = train::train(o);
+    ASSERT_EQ(r.losses.size(), 2u) << r.stopped;
+    ASSERT_FALSE(said.empty());
+    EXPECT_EQ(said[0], "instruction data: 2 rows, chat template " + want + ", padded to --seq 64, loss on completions only");
+    std::vector<data::SftRow> rows;
+    for (const data::SftExample& e : data::parse_sft_jsonl(slurp(path), "rows"))
+      rows.push_back(data::render_sft(e, data::parse_chat_template(want), t, std::nullopt));
+    data::SftBatches b(rows, {.seq = 64, .batch = 2, .seed = 1});
+    EXPECT_EQ(b.cut(), 0u);
+    Array tokens({DType::i32, {2, 64}}), targets({DType::i32, {2, 64}});
+    b.fill_rows(0, 0, tokens, targets);
+    std::vector<Array> ins = m.params;
+    ins.push_back(tokens);
+    ins.push_back(targets);
+    const double first = host::Interpreter(nn::lm_loss_program(o.model, DType::f32, true)).run(ins)[0].get(0);
+    EXPECT_NEAR(r.losses[0], first, 1e-5 * first) << name;
+  }
+}
+
 // A run on instruction data resumed from its checkpoint takes the same
 // batches: its losses are bit-identical to an uninterrupted run's; the
 // checkpoint records the file and settings.
