@@ -295,6 +295,10 @@ TEST(Sft, TrainFirstLossIsTheHandBuiltMaskedBatch) {
   bad.sft_path = d.write("bad.jsonl", "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": 1}\n");
   EXPECT_NE(error_of([&] { train::train(bad); }).find("bad.jsonl line 2: \"prompt\" without \"completion\""),
             std::string::npos);
+  bad = o;
+  bad.sft_path = d.write("long.jsonl", "{\"prompt\": \"" + std::string(40, 'x') + "\", \"completion\": \"y\"}\n");
+  EXPECT_NE(error_of([&] { train::train(bad); }).find("no training row has a trained token within --seq 16"),
+            std::string::npos);
 }
 
 // A Llama whose directory holds a tokenizer with chat tokens (the

@@ -175,6 +175,9 @@ void sft_batches(const Options& o, const data::Tokenizer& tokenizer, std::unique
   const size_t n_cut = (*train)->cut() + (*val ? (*val)->cut() : 0);
   if (n_cut > 0)
     say(std::to_string(n_cut) + " of " + std::to_string(rows.size()) + " rows cut to --seq " + std::to_string(o.model.seq));
+  if ((*train)->targets() == 0)
+    throw Error("instruction data '" + o.sft_path + "': no training row has a trained token within --seq " +
+                std::to_string(o.model.seq) + " (every completion is cut away, or there is none); give a longer --seq");
   // A unit with no target adds nothing to the loss (a batch of only such has loss 0).
   const size_t n_empty = (*train)->empty_units() + (*val ? (*val)->empty_units() : 0);
   if (n_empty > 0)
