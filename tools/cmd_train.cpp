@@ -126,7 +126,13 @@ void adopt_checkpoint(TrainArgs& a) {
     if (o.tokens_format == "auto") o.tokens_format = meta.tokens->format;
     std::cout << "note: the token files '" << o.tokens_path << "' come from the checkpoint; --tokens overrides them\n";
   }
-  if (!o.tokens_path.empty() || meta.tokens) return;
+  // Instruction data: the checkpoint's file and settings unless --text, --tokens or --sft.
+  if (meta.sft && !a.text_given && o.tokens_path.empty() && o.sft_path.empty()) {
+    o.sft_path = meta.sft->path, o.chat_template = meta.sft->chat_template;
+    o.mask_prompt = meta.sft->mask_prompt, o.sft_pack = meta.sft->pack;
+    std::cout << "note: the instruction data '" << o.sft_path << "' comes from the checkpoint; --sft overrides it\n";
+  }
+  if (!o.tokens_path.empty() || meta.tokens || !o.sft_path.empty() || meta.sft) return;
   // The text: the checkpoint's (an absolute path; older checkpoints hold it as
   // typed, relative to the directory the run was started in) unless --text.
   if (!a.text_given && meta.text != "builtin") {
@@ -415,8 +421,9 @@ int run_train(TrainArgs a) {
 
   std::printf("%s\n", o.model.describe().c_str());
   if (!o.init_from.empty()) std::printf("weights from '%s'\n", o.init_from.c_str());
-  std::printf("lane %s; %s: %s; seed %llu; lr %g", train::lane_name(o.lane), o.tokens_path.empty() ? "text" : "tokens",
-              !o.tokens_path.empty() ? o.tokens_path.c_str() : o.text_path.empty() ? "the built-in corpus" : o.text_path.c_str(),
+  std::printf("lane %s; %s: %s; seed %llu; lr %g", train::lane_name(o.lane),
+              !o.sft_path.empty() ? "sft" : o.tokens_path.empty() ? "text" : "tokens",
+              !o.sft_path.empty() ? o.sft_path.c_str() : !o.tokens_path.empty() ? o.tokens_path.c_str() : o.text_path.empty() ? "the built-in corpus" : o.text_path.c_str(),
               static_cast<unsigned long long>(o.seed),
               o.adamw.lr);
   if (o.tokenizer != "char") std::printf("; tokenizer %s", o.tokenizer.c_str());

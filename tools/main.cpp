@@ -201,6 +201,20 @@ int main(int argc, char** argv) {
   train->add_option("--tokens-format", ta.opts.tokens_format,
                     "auto (llm.c's header by its magic, else raw uint16), llmc or raw-u16")
       ->capture_default_str()->check(CLI::IsMember({"auto", "llmc", "raw-u16"}));
+  train->add_option("--sft", ta.opts.sft_path,
+                    "instruction data instead of a text: JSONL rows {\"prompt\": ..., \"completion\": ...} or "
+                    "{\"messages\": [{\"role\": system|user|assistant, \"content\": ...}, ...]}, in the model's chat "
+                    "format, the loss on the completion/assistant tokens only (docs/cli.md, \"Instruction data\")")
+      ->check(kNonEmpty)->check(CLI::ExistingFile);
+  train->add_option("--chat-template", ta.opts.chat_template,
+                    "with --sft: chatml, llama3 or plain (default: chatml or llama3 when the tokenizer has their "
+                    "special tokens, else plain)")
+      ->check(CLI::IsMember({"chatml", "llama3", "plain"}));
+  train->add_flag("--mask-prompt,!--no-mask-prompt", ta.opts.mask_prompt,
+                  "with --sft: the loss on completion/assistant tokens only (default); --no-mask-prompt: on every token");
+  train->add_flag("--sft-pack", ta.opts.sft_pack,
+                  "with --sft: concatenate the rows into windows of --seq (default: one row per batch row, padded, "
+                  "a longer row cut)");
   train->add_option_function<std::string>(
            "--tokenizer",
            [&](const std::string& s) {

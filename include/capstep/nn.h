@@ -105,7 +105,10 @@ int64_t count_parameters(const LmConfig& c);
 
 // Program inputs: every parameter (in lm_parameters order), then "tokens" and
 // "targets" (i32[batch, seq]); output "loss" (scalar). dtype f32 or f64.
-Program lm_loss_program(const LmConfig& c, DType d = DType::f32);
+// masked: the loss is masked_cross_entropy's (trace.h): targets < 0 (the SFT
+// batches' -100 on prompt and padding positions) take no part; false: the
+// plain mean cross_entropy, every target in [0, vocab).
+Program lm_loss_program(const LmConfig& c, DType d = DType::f32, bool masked = false);
 // Program inputs: every parameter, then "tokens" (i32[1, t]); output "logits"
 // [1, t, vocab]. Used for sampling.
 Program lm_logits_program(const LmConfig& c, int64_t t, DType d = DType::f32);

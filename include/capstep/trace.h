@@ -166,6 +166,12 @@ Tensor rms_norm(const Tensor& x, const Tensor& gain, double eps = 1e-5);
 // gather_rows, whose index error names the position); an exported program
 // clamps it instead (docs/stablehlo.md).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+// cross_entropy with positions left out, as PyTorch's cross_entropy with
+// ignore_index: a target < 0 (-100 in the SFT batches, data::SftRows) takes
+// no part; the loss is sum over the other positions of -log_softmax[target]
+// divided by max(their count, 1), so a batch with none gives 0 (PyTorch: NaN).
+// A target >= V is the gather's error at run time, as for cross_entropy.
+Tensor masked_cross_entropy(const Tensor& logits, const Tensor& targets);
 // Rotary position embedding as transformers' LlamaRotaryEmbedding computes it
 // (rope_type "default"): tables cos and sin of [positions, head_dim], captured
 // as constants of dtype d (no sin/cos primitive: docs/api.md, "Rotary

@@ -136,6 +136,23 @@ struct Options {
   // val_tokens_path: the validation batches' ids (instead of val_fraction).
   std::string tokens_path, val_tokens_path;
   std::string tokens_format = "auto";    // data::parse_token_file_format's names
+  // Instruction data (capstep/sft.h) in place of the text (not with
+  // text_path or tokens_path): a JSONL file of prompt/completion or messages
+  // rows, rendered in chat_template ("chatml", "llama3", "plain"; empty: the
+  // tokenizer's, data::detect_chat_template), which needs a trained tokenizer
+  // (init_from's, or the resumed checkpoint's; char and byte are). plain's EOS
+  // is init_from's first EOS id, else "<|endoftext|>" if the tokenizer has it.
+  // The loss program is nn::lm_loss_program(..., masked = true): mean
+  // cross-entropy over the targets that are not -100. mask_prompt: only
+  // completion/assistant tokens are targets (false: every real token; padding
+  // never). sft_pack: rows concatenated into windows of seq + 1 tokens; else
+  // one row per batch row, padded (cut when longer, said through on_message
+  // as "N of M rows cut to --seq S"). val_fraction keeps the last rows out for
+  // validation. Batches over rows from `seed` (data::SftBatches).
+  std::string sft_path;
+  std::string chat_template;
+  bool mask_prompt = true;
+  bool sft_pack = false;
   // data::Tokenizer::parse's name: "char" (the seed's, vocab 64), "byte"
   // (vocab 256), "bpe:N" or "unigram:N" (vocab N), or "bytelevel-bpe:N"
   // (only with tokenizer_model); model.vocab must be the tokenizer's
@@ -320,6 +337,13 @@ constexpr const char* kTokenizerModelKey = "tokenizer_model";
 struct TokensMeta {
   std::string tokens, tokens_hash, format = "auto", val_tokens, val_tokens_hash;
 };
+// A run on instruction data (Options::sft_path) records "sft": {"path" (absolute),
+// "hash" (file_fingerprint), "chat_template" (as given: "" for the
+// tokenizer's), "mask_prompt", "pack"}; its "text" is "".
+struct SftMeta {
+  std::string path, hash, chat_template;
+  bool mask_prompt = true, pack = false;
+};
 
 // A LoRA run's checkpoint also records "lora": JSON {"r", "alpha", "rslora",
 // "base_precision" ("f32" or "bf16"), "target_modules" (as given; PEFT's
@@ -360,6 +384,7 @@ struct TrainMeta {
   std::vector<std::string> frozen;       // the checkpoint's frozen parameters (Checkpoint::frozen)
   std::optional<TokensMeta> tokens;      // a run on token files
   std::optional<LoraMeta> lora;          // a LoRA run's (kLoraMetadataKey)
+  std::optional<SftMeta> sft;            // a run on instruction data
 };
 // The "train" metadata of a run with options `o` on `text` ("builtin" or a
 // path) whose bytes have the fingerprint `text_hash` ("": none recorded).

@@ -419,12 +419,13 @@ std::vector<Tensor> param_inputs(Tracer& tr, const LmConfig& c, DType d) {
 
 }  // namespace
 
-Program lm_loss_program(const LmConfig& c, DType d) {
+Program lm_loss_program(const LmConfig& c, DType d, bool masked) {
   Tracer tr;
   std::vector<Tensor> ps = param_inputs(tr, c, d);
   Tensor tokens = tr.input("tokens", {DType::i32, {c.batch, c.seq}});
   Tensor targets = tr.input("targets", {DType::i32, {c.batch, c.seq}});
-  Tensor loss = cross_entropy(logits_of(tr, c, ps, tokens), targets);
+  Tensor logits = logits_of(tr, c, ps, tokens);
+  Tensor loss = masked ? masked_cross_entropy(logits, targets) : cross_entropy(logits, targets);
   Program p = tr.finish({{"loss", loss}});
   p.name = "causal_lm_loss";
   return p;

@@ -157,6 +157,30 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   return picked * (-1.0 / static_cast<double>(n));
 }
 
+Tensor masked_cross_entropy(const Tensor& logits, const Tensor& targets) {
+  require_float("masked_cross_entropy", logits);
+  if (logits.rank() < 1) throw Error("masked_cross_entropy: logits need rank >= 1, got " + logits.type().str());
+  const Shape s = logits.shape();
+  const Shape pos(s.begin(), s.end() - 1);
+  if (targets.dtype() != DType::i32 || targets.shape() != pos)
+    throw Error("masked_cross_entropy: targets must be i32" + shape_str(pos) + " for logits " + logits.type().str() +
+                ", got " + targets.type().str());
+  Tracer& tr = *logits.tracer();
+  const int64_t last = logits.rank() - 1;
+  // valid = targets >= 0; a negative target (-100, PyTorch's ignore_index)
+  // is clamped to class 0 for the gather and then zeroed by `valid`.
+  Tensor zero = tr.full(pos, 0.0, DType::i32);
+  Tensor valid = compare(targets, zero, Cmp::GE);
+  Tensor labels = gather_rows(tr.iota({DType::i32, {s.back()}}, 0), maximum(targets, zero));
+  Tensor classes = tr.iota({DType::i32, s}, last);
+  Tensor hit = compare(classes, unreduce(labels, s, {last}), Cmp::EQ);
+  Tensor validf = convert(valid, logits.dtype());
+  Tensor onehot = convert(hit, logits.dtype()) * unreduce(validf, s, {last});
+  Tensor picked = sum(log_softmax(logits, last) * onehot);
+  Tensor count = maximum(sum(validf), tr.scalar(1.0, logits.dtype()));
+  return -(picked / count);
+}
+
 Tensor causal_mask(Tracer& tr, int64_t T, DType d) {
   if (T < 1) throw Error("causal_mask: T must be positive, got " + std::to_string(T));
   Tensor row = tr.iota({DType::i32, {T, T}}, 0);

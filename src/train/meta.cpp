@@ -34,6 +34,9 @@ std::string train_metadata(const Options& o, const std::string& text, const std:
                       {"tokenizer", o.tokenizer},
                       {"grad_accum", o.grad_accum}};
   if (!text_hash.empty()) j["text_hash"] = text_hash;
+  if (!o.sft_path.empty())
+    j["sft"] = {{"path", absolute_path(o.sft_path)}, {"hash", file_fingerprint(o.sft_path)},
+                {"chat_template", o.chat_template}, {"mask_prompt", o.mask_prompt}, {"pack", o.sft_pack}};
   if (tokens) {
     j["tokens"] = tokens->tokens;
     j["tokens_hash"] = tokens->tokens_hash;
@@ -130,6 +133,11 @@ TrainMeta parse_meta(const Checkpoint& c) {
         k.val_tokens_hash = t.at("val_tokens_hash").get<std::string>();
       }
       m.tokens = k;
+    }
+    if (t.contains("sft")) {
+      const nlohmann::json& f = t.at("sft");
+      m.sft = SftMeta{f.at("path").get<std::string>(), f.at("hash").get<std::string>(),
+                      f.at("chat_template").get<std::string>(), f.at("mask_prompt").get<bool>(), f.at("pack").get<bool>()};
     }
     if (t.contains("fused_attention")) m.fused_attention = t.at("fused_attention").get<bool>();
     if (t.contains("val_fraction")) {

@@ -89,6 +89,12 @@ void Options::validate() const {
   if (!tokens_path.empty() && !text_path.empty())
     throw Error("token files (tokens) take the place of the text: give one of text and tokens");
   if (!val_tokens_path.empty() && tokens_path.empty()) throw Error("val-tokens needs token files to train on (tokens)");
+  if (!sft_path.empty() && (!text_path.empty() || !tokens_path.empty()))
+    throw Error("instruction data (sft) takes the place of the text and token files: give one of text, tokens and sft");
+  if (sft_path.empty() && (!chat_template.empty() || sft_pack || !mask_prompt))
+    throw Error("chat-template, sft-pack and no-mask-prompt need instruction data (sft)");
+  if (!chat_template.empty() && chat_template != "chatml" && chat_template != "llama3" && chat_template != "plain")
+    throw Error("unknown chat template '" + chat_template + "' (chatml, llama3 or plain)");
   if (!val_tokens_path.empty() && val_fraction > 0)
     throw Error("val-tokens gives the validation ids and val-fraction cuts them from the training ids: give one");
   data::parse_token_file_format(tokens_format);   // Error naming the layouts

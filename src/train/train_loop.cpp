@@ -18,6 +18,7 @@
 #include "capstep/data.h"
 #include "capstep/hf.h"
 #include "capstep/interpreter.h"
+#include "capstep/sft.h"
 #include "capstep/train.h"
 #include "lora_run.h"
 #include "memory.h"
@@ -144,6 +145,65 @@ Program inputs_first(Program p, const std::vector<std::string>& first) {
   return p;
 }
 
+// Instruction data: the rows of o.sft_path in o.chat_template (or the
+// tokenizer's), split into training and validation rows (val_fraction: the
+// last max(1, floor(M * val_fraction)) of the M rows), as SftBatches; the cut
+// rows said once.
+void sft_batches(const Options& o, const data::Tokenizer& tokenizer, std::unique_ptr<data::SftBatches>* train,
+                 std::unique_ptr<data::SftBatches>* val, const std::function<void(const std::string&)>& say) {
+  if (!tokenizer.trained())
+    throw Error("the " + tokenizer.name() + " tokenizer would be trained on a text; with instruction data (" +
+                o.sft_path + ") it must come trained: from an --init-from directory or the resumed checkpoint");
+  const data::ChatTemplate ct =
+      o.chat_template.empty() ? data::detect_chat_template(tokenizer) : data::parse_chat_template(o.chat_template);
+  // plain's EOS: the directory's (tokenizer_config.json, generation_config.json), else "<|endoftext|>".
+  std::optional<int32_t> eos;
+  if (!o.init_from.empty()) {
+    const nn::HfSpecialTokens sp = nn::read_hf_special_tokens(o.init_from, tokenizer);
+    if (!sp.eos.empty()) eos = static_cast<int32_t>(sp.eos[0]);
+  }
+  if (!eos) eos = tokenizer.token_id("<|endoftext|>");
+  const std::vector<data::SftExample> ex = data::parse_sft_jsonl(data::read_text_bytes(o.sft_path), o.sft_path);
+  std::vector<data::SftRow> rows;
+  for (const data::SftExample& e : ex) {
+    rows.push_back(data::render_sft(e, ct, tokenizer, eos));
+    for (int32_t id : rows.back().ids)
+      if (id < 0 || id >= o.model.vocab)
+        throw Error(o.sft_path + " line " + std::to_string(e.line) + ": token id " + std::to_string(id) +
+                    " is outside the model's vocabulary of " + std::to_string(o.model.vocab));
+  }
+  // The last max(1, floor(M * val_fraction)) rows validate (none without val_fraction).
+  const size_t cut = o.val_fraction > 0 ? std::min(data::split_point(rows.size(), o.val_fraction), rows.size() - 1)
+                                        : rows.size();
+  if (cut == 0)
+    throw Error("instruction data '" + o.sft_path + "' has " + std::to_string(rows.size()) +
+                " rows, too few to keep --val-fraction " + std::to_string(o.val_fraction) + " of them for validation");
+  const int ranks = o.comm ? o.comm->size() : 1;
+  data::SftOptions so{.seq = o.model.seq, .batch = o.model.batch * ranks * o.grad_accum, .seed = o.seed,
+                      .pack = o.sft_pack, .mask_prompt = o.mask_prompt};
+  *train = std::make_unique<data::SftBatches>(std::vector<data::SftRow>(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(cut)), so);
+  if (cut < rows.size()) {
+    so.batch = o.model.batch * ranks;
+    *val = std::make_unique<data::SftBatches>(std::vector<data::SftRow>(rows.begin() + static_cast<std::ptrdiff_t>(cut), rows.end()), so);
+  }
+  std::string m = std::string("instruction data: ") + std::to_string(rows.size()) + " rows, chat template " +
+                  data::chat_template_name(ct) + (o.sft_pack ? ", packed" : ", padded") + " to --seq " +
+                  std::to_string(o.model.seq) + ", loss on " + (o.mask_prompt ? "completions only" : "every token");
+  say(m);
+  const size_t n_cut = (*train)->cut() + (*val ? (*val)->cut() : 0);
+  if (n_cut > 0)
+    say(std::to_string(n_cut) + " of " + std::to_string(rows.size()) + " rows cut to --seq " + std::to_string(o.model.seq));
+  if ((*train)->targets() == 0)
+    throw Error("instruction data '" + o.sft_path + "': no training row has a trained token within --seq " +
+                std::to_string(o.model.seq) + " (every completion is cut away, or there is none); give a longer --seq");
+  // A unit with no target adds nothing to the loss (a batch of only such has loss 0).
+  const size_t n_empty = (*train)->empty_units() + (*val ? (*val)->empty_units() : 0);
+  if (n_empty > 0)
+    say(std::string("warning: ") + std::to_string(n_empty) + " of " + std::to_string((*train)->units() + (*val ? (*val)->units() : 0)) +
+        (o.sft_pack ? " windows" : " rows") + " have no trained token within --seq " + std::to_string(o.model.seq) +
+        " and add nothing to the loss");
+}
+
 }  // namespace
 
 Result train(const Options& o) {
@@ -183,7 +243,8 @@ Result train(const Options& o) {
   // part-way through initialisation. Refuse it with the figures instead.
   // Frozen parameters: 4 bytes, no gradient or moments.
   // LoRA: the adapters after the model's parameters, they alone trained.
-  const Program base_loss = nn::lm_loss_program(o.model);
+  // SFT: targets < 0 are ignored (the masked mean); otherwise the plain loss program.
+  const Program base_loss = nn::lm_loss_program(o.model, DType::f32, !o.sft_path.empty());
   const LoraRun lora_run = make_lora_run(o, base_loss);
   auto adapted = [&](const Program& p) { return lora_run.on ? lora::lora(p, lora_run.meta.targets, lora_run.meta.options) : p; };
   std::vector<nn::ParamSpec> specs = nn::lm_parameters(o.model);
@@ -251,8 +312,9 @@ Result train(const Options& o) {
   // from another directory finds it, and its fingerprint (below, once the
   // text has been read), so that a resumed run can tell an edited text from
   // the one it was trained on.
-  const std::string text_name = !o.tokens_path.empty() ? "" : o.text_path.empty() ? "builtin" : absolute_path(o.text_path);
-  const std::string which = !o.tokens_path.empty()  ? "token files '" + o.tokens_path + "'"
+  const std::string text_name = !o.tokens_path.empty() || !o.sft_path.empty() ? "" : o.text_path.empty() ? "builtin" : absolute_path(o.text_path);
+  const std::string which = !o.sft_path.empty()     ? "instruction data '" + o.sft_path + "'"
+                            : !o.tokens_path.empty()  ? "token files '" + o.tokens_path + "'"
                             : o.text_path.empty() ? "the built-in corpus"
                                                   : "text file '" + o.text_path + "'";
   // The text, read once and encoded in place: its ids, one byte each, are
@@ -270,7 +332,19 @@ Result train(const Options& o) {
   data::TextStats stats;
   std::shared_ptr<const data::TokenSource> text, val_ids;
   std::optional<TokensMeta> tokens_meta;
-  if (!o.tokens_path.empty()) {
+  // Instruction data (capstep/sft.h): rows, not a text; the batches below.
+  std::unique_ptr<data::SftBatches> sft, sft_val;
+  if (!o.sft_path.empty()) {
+    sft_batches(o, tokenizer, &sft, &sft_val, say);
+    // Resumed: other rows or settings draw other batches from here on; said.
+    const std::optional<SftMeta>& was = resumed.sft;
+    if (!o.resume_path.empty() &&
+        (!was || was->path != absolute_path(o.sft_path) || was->hash != file_fingerprint(o.sft_path) ||
+         was->chat_template != o.chat_template || was->mask_prompt != o.mask_prompt || was->pack != o.sft_pack))
+      say("warning: checkpoint '" + o.resume_path + "' was not trained on these instruction data and settings (" +
+          (was ? "'" + was->path + "'" : std::string("no --sft")) +
+          "); the batches from here on are drawn from '" + o.sft_path + "' as given");
+  } else if (!o.tokens_path.empty()) {
     // Token files: mapped, their ids taken as they are (checked against the
     // model's vocabulary once, as they are opened).
     if (!tokenizer.trained())
@@ -316,7 +390,7 @@ Result train(const Options& o) {
           was->tokens_hash + "); continuing on '" + tokens_meta->tokens + "' (fingerprint " + tokens_meta->tokens_hash +
           "): the batches from here on are drawn from other ids");
   }
-  const size_t cut = data::split_point(text->size(), o.val_fraction);
+  const size_t cut = sft ? 0 : data::split_point(text->size(), o.val_fraction);
   const char* unit = !o.tokens_path.empty()                              ? " tokens"
                      : tokenizer.kind() == data::TokenizerKind::chars ? " characters"
                      : tokenizer.kind() == data::TokenizerKind::bytes ? " bytes" : " tokens";
@@ -326,9 +400,11 @@ Result train(const Options& o) {
                   std::to_string(o.model.seq) + " and its next-token targets need at least " +
                   std::to_string(o.model.seq + 1));
   };
-  need_tokens(text->size(), "");
-  need_tokens(cut, o.val_fraction > 0 ? " for training" : "");
-  if (o.val_fraction > 0) need_tokens(text->size() - cut, " in its validation part (--val-fraction)");
+  if (!sft) {
+    need_tokens(text->size(), "");
+    need_tokens(cut, o.val_fraction > 0 ? " for training" : "");
+    if (o.val_fraction > 0) need_tokens(text->size() - cut, " in its validation part (--val-fraction)");
+  }
   if (val_ids && static_cast<int64_t>(val_ids->size()) <= o.model.seq)
     throw Error("validation token files '" + o.val_tokens_path + "' have " + std::to_string(val_ids->size()) +
                 " tokens; a window of " + std::to_string(o.model.seq) + " and its next-token targets need at least " +
@@ -337,7 +413,13 @@ Result train(const Options& o) {
   // The stream of global batches; this rank's rows of each (all of them alone).
   // Accumulating N micro-batches: batch k holds all N of step k+1 (Options::grad_accum).
   const int64_t accum = o.grad_accum;
-  data::BatchStream batches(text, 0, cut, o.seed, o.model.batch * ranks * accum, o.model.seq);
+  std::unique_ptr<data::BatchStream> batches =
+      sft ? nullptr : std::make_unique<data::BatchStream>(text, 0, cut, o.seed, o.model.batch * ranks * accum, o.model.seq);
+  auto fill_batch = [&](uint64_t k, int64_t row, Array& in, Array& tg) {
+    if (sft) sft->fill_rows(k, row, in, tg);
+    else batches->fill_rows(k, row, in, tg);
+  };
+  auto data_position = [&]() { return sft ? sft->position() : batches->position(); };
   // Validation: fixed batches, and the forward program on the host.
   std::unique_ptr<data::BatchStream> val;
   std::unique_ptr<host::Interpreter> forward;  // built after the memory check below
@@ -347,20 +429,23 @@ Result train(const Options& o) {
     // Data parallel: the global batches' rows, every rank all of them in
     // chunks of the local batch (the mean of the equal chunks' means is the
     // global batches' mean), so the figure does not depend on the rank count.
-    val = val_ids ? std::make_unique<data::BatchStream>(val_ids, 0, val_ids->size(), o.seed, o.model.batch * ranks,
-                                                        o.model.seq)
-                  : std::make_unique<data::BatchStream>(text, cut, text->size(), o.seed, o.model.batch * ranks,
-                                                        o.model.seq);
+    if (!sft)
+      val = val_ids ? std::make_unique<data::BatchStream>(val_ids, 0, val_ids->size(), o.seed, o.model.batch * ranks,
+                                                          o.model.seq)
+                    : std::make_unique<data::BatchStream>(text, cut, text->size(), o.seed, o.model.batch * ranks,
+                                                          o.model.seq);
     for (int64_t k = 0; k < o.eval_batches; ++k)
       for (int c = 0; c < ranks; ++c) {
         const Type t{DType::i32, {o.model.batch, o.model.seq}};
         data::Batch b{Array(t), Array(t)};
-        val->fill_rows(static_cast<uint64_t>(k), c * o.model.batch, b.inputs, b.targets);
+        if (sft_val) sft_val->fill_rows(static_cast<uint64_t>(k), c * o.model.batch, b.inputs, b.targets);
+        else val->fill_rows(static_cast<uint64_t>(k), c * o.model.batch, b.inputs, b.targets);
         val_batches.push_back(std::move(b));
       }
     forward_program = optim::with_precision(adapted(o.fused_attention ? fuse_attention(base_loss) : base_loss), o.precision);
   }
-  batches.set_position(position);
+  if (sft) sft->set_position(position);
+  else batches->set_position(position);
   if (!o.resume_path.empty())
     say("resumed from '" + o.resume_path + "' at step " + std::to_string(done));
   // The same file, other bytes: training goes on (the file may have been
@@ -446,7 +531,7 @@ Result train(const Options& o) {
       ckpt.extra[kBestValLossKey] = b;
     }
     ckpt.step = static_cast<uint64_t>(step);
-    ckpt.data_position = batches.position();
+    ckpt.data_position = data_position();
     // Data parallel: every rank holds the same state (and took the same
     // decision above); rank 0 alone writes it.
     if (rank == 0) save_checkpoint(o.save_path, ckpt);
@@ -471,9 +556,10 @@ Result train(const Options& o) {
   const Clock::time_point t0 = Clock::now();
   for (int64_t step = first; step <= o.steps; ++step) {
     for (int64_t j = 0; j < accum; ++j)
-      batches.fill_rows(batches.position(), (j * ranks + rank) * o.model.batch, tokens[static_cast<size_t>(j)],
-                        targets[static_cast<size_t>(j)]);
-    batches.set_position(batches.position() + 1);
+      fill_batch(data_position(), (j * ranks + rank) * o.model.batch, tokens[static_cast<size_t>(j)],
+                 targets[static_cast<size_t>(j)]);
+    if (sft) sft->set_position(sft->position() + 1);
+    else batches->set_position(batches->position() + 1);
     const double lr = scheduled_lr(o.schedule, o.adamw.lr, step, o.steps);
     const float loss = stepper->step_n(tokens.data(), targets.data(), static_cast<int>(accum),
                                        optim::adamw_scalars(o.adamw, step, lr));
