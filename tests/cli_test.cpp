@@ -1078,7 +1078,7 @@ TEST(Cli, CheckpointActivationsInShowAndTrain) {
     for (const char* ck : {"", "--checkpoint-activations", "--checkpoint-every=2"}) {
       std::vector<std::string> args = {"train", "--steps", "3", "--lane", lane, "--d-model", "16", "--heads", "2",
                                        "--d-ff", "32", "--layers", "3", "--batch", "2", "--seq", "12",
-                                       "--val-fraction", "0", "--log", d.file("l.csv")};
+                                       "--val-fraction", "0", "--log", d.file("l.csv"), "--overwrite"};
       if (*ck) args.push_back(ck);
       const Outcome t = run(args);
       ASSERT_EQ(t.code, 0) << t.out << t.err;
