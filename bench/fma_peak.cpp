@@ -3,7 +3,7 @@
 // on two ports), timed in short rounds on one core, then on every core at once.
 // On a shared VM the figure moves from minute to minute (2026-12-01, the AMD
 // EPYC development machine: medians of 75 to 101 GFLOP/s for one core), and
-// every host timing moves with it; bench/README.md, "Machine speed", reads the
+// every host timing moves with it; bench/results/2026-12-01-host-lane-speed.md, "Machine speed", reads the
 // lane timings against it. Built by CMake as bench_fma_peak. Run:
 // build/bench_fma_peak [rounds] (default 21); prints, per instruction set the
 // CPU has (AVX2+FMA, AVX-512F), the median, fastest and slowest round in

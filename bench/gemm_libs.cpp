@@ -3,7 +3,7 @@
 // the host interpreter plans it (host::plan_dot: batch, M, N, K, transposes,
 // leading dimensions, batch offsets) and run as that many row-major GEMMs on
 // buffers of the operands' real sizes, one thread. This is how the host's GEMM
-// libraries were chosen: bench/README.md, "Host GEMM library".
+// libraries were chosen: bench/results/2026-12-02-host-gemm-library.md.
 //
 // One binary per library (BLIS and OpenBLAS export the same BLAS symbols),
 // from this file and a host build's libcapstep.a (here build-h3):

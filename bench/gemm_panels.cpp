@@ -1,7 +1,7 @@
 // B in panels: each single-matrix GEMM shape of the seed step (one thread,
 // libxsmm), B read in place against B copied into contiguous K x w column
 // panels (the copy timed with it), w = 64, 32, 16. This is the measurement
-// behind DotPlan::panel (src/backend/host/step.h); bench/README.md, "B in
+// behind DotPlan::panel (src/backend/host/step.h); bench/results/2026-12-01-host-lane-speed.md, "B in
 // panels", has a run. Built by CMake as bench_gemm_panels (without libxsmm it
 // times OpenBLAS, which copies B itself). Run: build/bench_gemm_panels
 // [rounds]. Per shape, the variants run interleaved (50 calls each, `rounds`

@@ -39,7 +39,7 @@ struct EnvVariable {
 //    (SkylakeX or Cooperlake on AVX-512, Haswell on AVX2, Sandybridge on AVX;
 //    none below AVX): Debian 12's OpenBLAS 0.3.21 picks by model number and
 //    runs its SSE3 kernels on CPUs newer than itself (far slower there:
-//    bench/README.md);
+//    bench/results/2026-12-02-host-gemm-library.md);
 //  - OPENBLAS_NUM_THREADS=1: the step's GEMMs are too small for OpenBLAS's
 //    own threads, whose start-up spinning competes with the host's threads
 //    even after openblas_set_num_threads(1).

@@ -1,7 +1,7 @@
 // The host's GEMMs: OpenBLAS loaded at run time with a kernel set picked from
 // the CPU's flags, libxsmm's JIT for small f32 ones, oneDNN (loaded at run
 // time) for bf16 ones on CPUs with AVX512_BF16. See gemm.h for why, and
-// bench/README.md ("Host GEMM library") for the measurements.
+// bench/results/2026-12-02-host-gemm-library.md for the measurements.
 #include "backend/host/gemm.h"
 
 #include <dlfcn.h>
@@ -52,7 +52,7 @@ namespace capstep::host {
 namespace {
 
 // The three matrices of a GEMM that goes to libxsmm fit in this many bytes
-// (half of a 512 KiB L2). Measured in bench/README.md: at the seed's sizes
+// (half of a 512 KiB L2). Measured in bench/results/2026-12-01-host-lane-speed.md: at the seed's sizes
 // (at most 224 KiB) libxsmm beats OpenBLAS; at 2 MiB and above it loses by up
 // to 4x, since its kernels do not block for the cache.
 constexpr int64_t kSmallBytes = 256 * 1024;
@@ -434,7 +434,7 @@ bool isa_is_sse_only(const std::string& isa) {
 // OMP_NUM_THREADS say), and each spins (sched_yield) for a while after
 // start-up even when openblas_set_num_threads(1) follows
 // (configure_gemm_threads), competing with the host pool's threads for the
-// cores (bench/README.md measures it). Only the variable
+// cores (bench/results/2026-12-01-host-lane-speed.md measures it). Only the variable
 // keeps them from starting.
 std::vector<EnvVariable> openblas_environment() {
   std::vector<EnvVariable> v;

@@ -1,12 +1,12 @@
 // The host's GEMMs, on kernels picked from what the CPU can do rather than
-// from its model number. bench/README.md ("Host GEMM library") has the
+// from its model number. bench/results/2026-12-02-host-gemm-library.md has the
 // measurements behind the choice:
 //  - OpenBLAS, loaded at run time (dlopen) on first use, with the kernel set
 //    picked from the CPU's feature flags (openblas_core_from_cpu_flags) when
 //    the program put it into OPENBLAS_CORETYPE, which OpenBLAS reads once,
 //    when it loads. Debian 12's OpenBLAS 0.3.21 picks by model number and
 //    runs its SSE3 "Prescott" kernels on CPUs newer than itself (far slower
-//    than the AVX-512 ones: bench/README.md). The library
+//    than the AVX-512 ones: bench/results/2026-12-02-host-gemm-library.md). The library
 //    sets no environment variable (changing the environment races with any
 //    other thread reading it): openblas_environment() in
 //    capstep/backend_options.h says what it would ask for, and the programs

@@ -39,7 +39,7 @@ std::string host_threads_line();
 // 330-450 (two dies: every GEMM or group reading what the other thread
 // wrote pays for it). Lane 1 on two threads took 0.9-1.2 ms in most runs at
 // 30-110 ns and 1.5-1.9 in most at 330-450, but not all: the machine's other
-// load moves it as much (bench/README.md). 0 on one thread, or when the two
+// load moves it as much (bench/results/2026-12-01-host-lane-speed.md). 0 on one thread, or when the two
 // parts did not run at once within 50 ms (nested in another parallel_parts,
 // the pool busy, a worker not scheduled).
 double threads_round_trip_ns();

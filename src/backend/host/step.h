@@ -53,7 +53,7 @@ struct DotPlan {
   // narrower), and run libxsmm on one panel at a time while it sits in L1.
   // B's rows in place are ldb floats apart, which puts a panel's rows in a
   // few of L1's sets; libxsmm re-reads B for every few rows of A. Measured on
-  // the seed's shapes, one thread (bench/README.md, "B in panels"):
+  // the seed's shapes, one thread (bench/results/2026-12-01-host-lane-speed.md, "B in panels"):
   // 64x128x128 from 38 to 30 us, 64x128x256 from 63 to 48.
   int64_t panel = 0;
   // C's rows are ldc apart (n when C is a whole matrix); c_off, when not
