@@ -163,7 +163,7 @@ struct Target {
   // stay what they are without the rule. Computed with `loops` false too, so
   // that an unfused backend gets the same views. Empty: no library GEMM reads
   // through a transpose (each is a copy). The rule is the backend's (the
-  // host's: its GEMM planning, src/backend/host/interpreter.cpp), hence a
+  // host's: its GEMM planning, src/backend/host/interpreter_program.cpp), hence a
   // function.
   std::function<bool(const Program& p, const Eqn& dot, int side, const Eqn& transpose)> library_gemm_reads_transpose;
 };
@@ -171,7 +171,7 @@ struct Target {
 // (InterpreterOptions::tile_elems), every dot_general a library call,
 // reshapes views. Without library_gemm_reads_transpose, which depends on the
 // host's GEMM planning: the interpreter adds it (interpreter_target in
-// src/backend/host/interpreter.cpp), so this is the host's grouping with
+// src/backend/host/interpreter_program.cpp), so this is the host's grouping with
 // every transpose a copy.
 Target host_target();
 // The CUDA backend: with `fuse`, small dot_generals as generated GEMMs
