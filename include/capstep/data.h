@@ -176,7 +176,7 @@ constexpr size_t kSubwordTrainingBytes = size_t{32} << 20;
 bool have_sentencepiece();
 
 struct SubwordModel;     // src/data/subword.cpp
-struct ByteLevelModel;   // src/data/bytelevel.cpp
+struct ByteLevelModel;   // src/data/bytelevel_model.h
 
 class Tokenizer {
  public:
