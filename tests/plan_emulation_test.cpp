@@ -991,7 +991,7 @@ struct Bf16Cases {
   }
 };
 
-// The generated kernels' conversions (kernel_source.cpp's capstep_bf16_*)
+// The generated kernels' conversions (kernel_emitter.h's capstep_bf16_*)
 // against the interpreter's (ir/bf16.h), bit for bit, on Bf16Cases.
 TEST(PlanEmulation, Bf16ConversionsMatchTheInterpreterOnManyValues) {
   const Bf16Cases cs;

@@ -50,8 +50,8 @@ struct Options {
   // With fuse, when every kernel of the plan is generated (the seed's step):
   // the whole step as ONE kernel whose phases are the plan's kernels, with a
   // grid-wide barrier between them, launched cooperatively with as many
-  // blocks as the device holds at once (plan/persistent.h). Off by default:
-  // it has not run on a GPU yet. A plan
+  // blocks as the device holds at once (plan/persistent.h). Off by default
+  // (the launches are the tried path). A plan
   // that cannot be one kernel, or a device that refuses it, runs the plan's
   // launches as before and says why (describe_launches()).
   bool persistent = false;

@@ -176,7 +176,7 @@ constexpr size_t kSubwordTrainingBytes = size_t{32} << 20;
 bool have_sentencepiece();
 
 struct SubwordModel;     // src/data/subword.cpp
-struct ByteLevelModel;   // src/data/bytelevel.cpp
+struct ByteLevelModel;   // src/data/bytelevel_model.h
 
 class Tokenizer {
  public:
@@ -389,7 +389,7 @@ class BatchStream {
   uint64_t position_ = 0;
 };
 
-// ---- held-out split (issue 15) ---------------------------------------------------
+// ---- held-out split --------------------------------------------------------------
 // The token stream cut once at a fixed place: train is the first
 // n - floor(n * val_fraction) tokens, val the rest (the last part of the text,
 // as nanoGPT does). Windows drawn from one part never contain a token of the

@@ -81,7 +81,7 @@ struct LmConfig {
   // defaults, and read as the defaults where missing (older checkpoints).
   std::string to_json() const;
   static LmConfig from_json(const std::string& s);
-  // The benchmark's size ladder (issue 11), vocab 64 throughout:
+  // The benchmark's size ladder, vocab 64 throughout:
   //   "seed": the defaults above (311,936 parameters, batch 4 x 16);
   //   "middle": 8 layers, d_model 512, 8 heads, d_ff 2048, context 256, batch 8 x 256;
   //   "gpt2-small": 12 layers, d_model 768, 12 heads, d_ff 3072, context 1024,

@@ -127,7 +127,7 @@ extern const char* const kScalarNames[4];             // "adamw.lr", "adamw.bc1"
 // batch) stay plain inputs: no gradient, no moments, not donated.
 Program with_adamw(const Program& grad_program, const std::vector<std::string>& params, const AdamW& o);
 
-// ---- global gradient-norm clipping (issue 15) --------------------------------
+// ---- global gradient-norm clipping -------------------------------------------
 // A Program -> Program transform placed between value_and_grad and with_adamw:
 //   with_adamw(clip_grad_norm(value_and_grad(loss, params), params), params, o)
 // Appends ||g|| = sqrt(sum over params, in order, of sum(grad.p * grad.p)) as
@@ -142,7 +142,7 @@ extern const char* const kClipMaxNormName;            // "clip.max_norm"
 extern const char* const kGradNormName;               // "grad_norm"
 Program clip_grad_norm(const Program& grad_program, const std::vector<std::string>& params);
 
-// ---- gradient accumulation (issue 39) -----------------------------------------
+// ---- gradient accumulation ----------------------------------------------------
 // N micro-batches, one update of their mean gradient, as one program run once
 // per micro-batch, so that the parameters, moments and accumulators stay
 // where the step runs (donated) and a backend holds one program:
@@ -172,7 +172,7 @@ std::string accumulator_name(const std::string& param);   // "accum.<param>"
 Program accumulate_gradients(const Program& grad_program, const std::vector<std::string>& params, int n);
 Program update_on_last(const Program& step_program, const std::vector<std::string>& params);
 
-// ---- bf16 mixed precision (issue 11) -------------------------------------------
+// ---- bf16 mixed precision ------------------------------------------------------
 // A Program -> Program transform applied to the forward (loss) program, before
 // value_and_grad:
 //   with_adamw(value_and_grad(mixed_precision_bf16(loss), params), params, o)
@@ -193,7 +193,7 @@ Precision parse_precision(const std::string& s);      // Error naming the allowe
 Program mixed_precision_bf16(const Program& forward);
 // f32: forward itself; bf16: mixed_precision_bf16(forward).
 Program with_precision(const Program& forward, Precision p);
-// ---- data parallelism (issue 14) ------------------------------------------------
+// ---- data parallelism -----------------------------------------------------------
 // A Program -> Program transform placed right after value_and_grad:
 //   with_adamw(clip_grad_norm(data_parallel(value_and_grad(loss, params), params, N), params), params, o)
 // Replaces every "grad.<p>" and the output "loss" (when there is one) by their

@@ -180,7 +180,7 @@ struct Options {
   // resuming, the checkpoint's). Only with a `tokenizer` of its kind and
   // size, and not with resume_path.
   std::string tokenizer_model;
-  // Data parallelism (issue 14): with a communicator of R replicas (ranks),
+  // Data parallelism: with a communicator of R replicas (ranks),
   // every rank runs this same loop; model.batch is the local batch and the
   // global batch is R x model.batch. Batch k of the stream is drawn with the
   // global batch's rows and rank r takes rows [r*b, (r+1)*b), so the data seen
@@ -199,7 +199,7 @@ struct Options {
   bool dp_pack = true;
   int64_t dp_bucket_bytes = optim::DataParallelOptions{}.bucket_bytes;  // with dp_pack: DataParallelOptions::bucket_bytes
 
-  // Which parameters train (issue 38): glob patterns (* any run of
+  // Which parameters train: glob patterns (* any run of
   // characters, dots included; ? one character), each entry a comma-separated
   // list, matched against capstep's names (nn::lm_parameters: "blocks.0.attn.wq")
   // and, for gpt2 and llama, transformers' (nn::hf_parameter_names:
@@ -214,7 +214,7 @@ struct Options {
   // a pattern that matches no parameter (naming it) or when none is left.
   std::vector<std::string> train_patterns;
   std::vector<std::string> freeze_patterns;
-  // Gradient accumulation (issue 39): each optimizer step takes grad_accum
+  // Gradient accumulation: each optimizer step takes grad_accum
   // micro-batches of model.batch rows and one AdamW update of their mean
   // gradient (optim::accumulate_gradients; with AdamW in the program also
   // optim::update_on_last), clipping on that mean. Micro-batch j of step k
@@ -228,7 +228,7 @@ struct Options {
   // is asked after a whole step, so a stop (Ctrl-C) mid-accumulation finishes
   // that step first. 1: no accumulation.
   int64_t grad_accum = 1;
-  // LoRA (issue 38, lora.h): with rank > 0 or `from`, the step trains only
+  // LoRA (lora.h): with rank > 0 or `from`, the step trains only
   // the adapters lora::lora gives the target weights (inputs lora.A.<target>
   // [r, in], lora.B.<target> [out, r]); every base parameter is frozen (the
   // machinery of train_patterns above: no gradient, no moments, set once).

@@ -1,6 +1,7 @@
 // The byte-level BPE tokenizer (GPT-2's: Tokenizer "bytelevel-bpe:N"), behind
 // data::Tokenizer: read from a Hugging Face tokenizer.json or vocab.json +
-// merges.txt, never trained by capstep. src/data/bytelevel.cpp.
+// merges.txt, never trained by capstep. src/data/bytelevel.cpp reads it,
+// bytelevel_encode.cpp runs it; bytelevel_model.h is the model they share.
 #pragma once
 
 #include <memory>

@@ -1,7 +1,7 @@
 // The tokenizers documented in include/capstep/data.h: the 64-symbol character
 // tokenizer (the free functions and Tokenizer "char"), the 256-symbol byte
 // tokenizer (Tokenizer "byte"), the subword ones' front (their SentencePiece
-// side is subword.cpp) and the byte-level BPE's (bytelevel.cpp), with the
+// side is subword.cpp) and the byte-level BPE's (bytelevel.cpp, bytelevel_encode.cpp), with the
 // compact TokenIds they produce.
 #include <algorithm>
 #include <array>

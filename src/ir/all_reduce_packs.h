@@ -1,5 +1,5 @@
-// The packs of a program's all_reduce equations (issue 14;
-// optim::DataParallelOptions::pack): maximal runs of 2 or more consecutive
+// The packs of a program's all_reduce equations
+// (optim::DataParallelOptions::pack): maximal runs of 2 or more consecutive
 // all_reduce equations of one dtype, none reading another's result. A backend
 // sends a pack as ONE message (the host interpreter: one all_reduce_sum of the
 // members copied into one buffer); the StableHLO writer emits it as one

@@ -3,7 +3,7 @@
 // rounded to nearest even on every store (NaN stays a quiet NaN with its
 // sign; infinities stay; overflow rounds to infinity); an f64 (or i32, through
 // f64) rounded once, through f32 rounded "to odd". The generated kernels carry
-// the same functions as text (plan/kernel_source.cpp, kBf16DeviceText); the
+// the same functions as text (plan/kernel_emitter.h, kBf16DeviceText); the
 // plan emulation test checks those bit for bit against the interpreter.
 #pragma once
 

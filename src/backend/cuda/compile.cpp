@@ -104,13 +104,13 @@ void Executable::Impl::add_single_launch(const plan::Item& item) {
       case Op::reshape:
         break;  // statics filled once; a reshape is a view of its operand
       CAPSTEP_BINARY_OPS(CAPSTEP_CASE_OP) {
-        const k::Binary f = binary_op(e.op);
+        const BinaryOp f = binary_op(e.op);
         const DType t = ot.dtype;
         kernel([=] { return k::binary(*st, f, t, in[0], in[1], out, n); });
         break;
       }
       CAPSTEP_UNARY_OPS(CAPSTEP_CASE_OP) {
-        const k::Unary f = unary_op(e.op);
+        const UnaryOp f = unary_op(e.op);
         const DType t = ot.dtype;
         kernel([=] { return k::unary(*st, f, t, in[0], out, n); });
         break;

@@ -30,12 +30,10 @@ struct DeviceError {
 // Whether this build carries a kernel image the current device can run.
 cudaError_t probe_kernel_image();
 
-// The primitive table's sub-enums (CAPSTEP_UNARY_OPS, CAPSTEP_BINARY_OPS).
-using Unary = capstep::UnaryOp;
-using Binary = capstep::BinaryOp;
-
-cudaError_t unary(cudaStream_t s, Unary f, DType t, const void* a, void* out, int64_t n);
-cudaError_t binary(cudaStream_t s, Binary f, DType t, const void* a, const void* b, void* out, int64_t n);
+// A unary or binary primitive of the table (CAPSTEP_UNARY_OPS,
+// CAPSTEP_BINARY_OPS), named by the IR's own sub-enums.
+cudaError_t unary(cudaStream_t s, UnaryOp f, DType t, const void* a, void* out, int64_t n);
+cudaError_t binary(cudaStream_t s, BinaryOp f, DType t, const void* a, const void* b, void* out, int64_t n);
 // cmp in capstep::Cmp order (scalar::compare's direction)
 cudaError_t compare(cudaStream_t s, int cmp, DType t, const void* a, const void* b, void* out, int64_t n);
 cudaError_t select(cudaStream_t s, size_t elem_bytes, const void* pred, const void* a, const void* b, void* out,

@@ -38,7 +38,7 @@ template <class T> __device__ __forceinline__ T narrow(typename Reg<T>::type x) 
   else return x;
 }
 
-template <class T, int F>
+template <class T, UnaryOp F>
 __global__ void k_unary(const T* a, T* out, int64_t n) {
   using R = typename Reg<T>::type;
   CAPSTEP_GRID_LOOP(i, n) {
@@ -46,14 +46,14 @@ __global__ void k_unary(const T* a, T* out, int64_t n) {
     R y;
     // one `if constexpr` per row of CAPSTEP_UNARY_OPS: F's scalar::NAME
 #define CAPSTEP_X(name, ...) \
-  if constexpr (F == static_cast<int>(Unary::name)) y = scalar::name<R>(x);
+  if constexpr (F == UnaryOp::name) y = scalar::name<R>(x);
     CAPSTEP_UNARY_OPS(CAPSTEP_X)
 #undef CAPSTEP_X
     out[i] = narrow<T>(y);
   }
 }
 
-template <class T, int F>
+template <class T, BinaryOp F>
 __global__ void k_binary(const T* a, const T* b, T* out, int64_t n) {
   using R = typename Reg<T>::type;
   CAPSTEP_GRID_LOOP(i, n) {
@@ -61,7 +61,7 @@ __global__ void k_binary(const T* a, const T* b, T* out, int64_t n) {
     R z;
     // one `if constexpr` per row of CAPSTEP_BINARY_OPS: F's scalar::NAME
 #define CAPSTEP_X(name, ...) \
-  if constexpr (F == static_cast<int>(Binary::name)) z = scalar::name<R>(x, y);
+  if constexpr (F == BinaryOp::name) z = scalar::name<R>(x, y);
     CAPSTEP_BINARY_OPS(CAPSTEP_X)
 #undef CAPSTEP_X
     out[i] = narrow<T>(z);
@@ -103,13 +103,13 @@ __global__ void k_convert(const From* a, To* out, int64_t n) {
 }
 
 template <class T>
-cudaError_t launch_unary(cudaStream_t s, Unary f, const void* a, void* out, int64_t n) {
+cudaError_t launch_unary(cudaStream_t s, UnaryOp f, const void* a, void* out, int64_t n) {
   const T* x = static_cast<const T*>(a);
   T* y = static_cast<T*>(out);
   const unsigned g = blocks_for(n);
   switch (f) {
 #define CAPSTEP_X(name, ...) \
-  case Unary::name: k_unary<T, static_cast<int>(Unary::name)><<<g, kThreads, 0, s>>>(x, y, n); break;
+  case UnaryOp::name: k_unary<T, UnaryOp::name><<<g, kThreads, 0, s>>>(x, y, n); break;
     CAPSTEP_UNARY_OPS(CAPSTEP_X)
 #undef CAPSTEP_X
   }
@@ -117,14 +117,14 @@ cudaError_t launch_unary(cudaStream_t s, Unary f, const void* a, void* out, int6
 }
 
 template <class T>
-cudaError_t launch_binary(cudaStream_t s, Binary f, const void* a, const void* b, void* out, int64_t n) {
+cudaError_t launch_binary(cudaStream_t s, BinaryOp f, const void* a, const void* b, void* out, int64_t n) {
   const T* x = static_cast<const T*>(a);
   const T* y = static_cast<const T*>(b);
   T* z = static_cast<T*>(out);
   const unsigned g = blocks_for(n);
   switch (f) {
 #define CAPSTEP_X(name, ...) \
-  case Binary::name: k_binary<T, static_cast<int>(Binary::name)><<<g, kThreads, 0, s>>>(x, y, z, n); break;
+  case BinaryOp::name: k_binary<T, BinaryOp::name><<<g, kThreads, 0, s>>>(x, y, z, n); break;
     CAPSTEP_BINARY_OPS(CAPSTEP_X)
 #undef CAPSTEP_X
   }
@@ -149,17 +149,17 @@ cudaError_t launch_convert_from(cudaStream_t s, DType to, const void* a, void* o
 
 cudaError_t probe_kernel_image() {
   cudaFuncAttributes attr;
-  return cudaFuncGetAttributes(&attr, k_unary<float, 0>);
+  return cudaFuncGetAttributes(&attr, k_unary<float, UnaryOp::negate>);
 }
 
-cudaError_t unary(cudaStream_t s, Unary f, DType t, const void* a, void* out, int64_t n) {
+cudaError_t unary(cudaStream_t s, UnaryOp f, DType t, const void* a, void* out, int64_t n) {
   if (n == 0) return cudaSuccess;
   switch (t) {
     case DType::f32: return launch_unary<float>(s, f, a, out, n);
     case DType::f64: return launch_unary<double>(s, f, a, out, n);
     case DType::i32:  // only negate is defined on integers (the verifier refuses the rest)
-      if (f != Unary::negate) return cudaErrorInvalidValue;
-      k_unary<int32_t, 0><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const int32_t*>(a),
+      if (f != UnaryOp::negate) return cudaErrorInvalidValue;
+      k_unary<int32_t, UnaryOp::negate><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const int32_t*>(a),
                                                                static_cast<int32_t*>(out), n);
       return cudaGetLastError();
     case DType::bf16: return launch_unary<uint16_t>(s, f, a, out, n);
@@ -168,7 +168,7 @@ cudaError_t unary(cudaStream_t s, Unary f, DType t, const void* a, void* out, in
   return cudaErrorInvalidValue;
 }
 
-cudaError_t binary(cudaStream_t s, Binary f, DType t, const void* a, const void* b, void* out, int64_t n) {
+cudaError_t binary(cudaStream_t s, BinaryOp f, DType t, const void* a, const void* b, void* out, int64_t n) {
   if (n == 0) return cudaSuccess;
   switch (t) {
     case DType::f32: return launch_binary<float>(s, f, a, b, out, n);

@@ -1,4 +1,4 @@
-// NCCL for the data-parallel GPU lanes (issue 14): one process per GPU, the
+// NCCL for the data-parallel GPU lanes: one process per GPU, the
 // gradient all-reduce of the step program (Op::all_reduce) as ncclAllReduce
 // (sum) on the step's stream, so that it is part of the step's CUDA graph
 // (NCCL supports stream capture). Built only when CMake finds NCCL

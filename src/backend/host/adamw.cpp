@@ -48,9 +48,9 @@ AdamWConstants adamw_constants(const AdamW& o) {
 }
 
 // Each part at least 4096 elements: the interpreter's with_adamw groups
-// (fused.cpp) update one parameter at a time, and one of 16384 took 8.0 us as
-// one part, 5.8 us as two (lane 1f, two threads, per-step timers). The update
-// is elementwise, so the parts do not change a result.
+// (fused.cpp) update one parameter at a time, and below that size a second
+// thread's start costs about what it saves. The update is elementwise, so the
+// parts do not change a result.
 int adamw_parts(int64_t n) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(host_threads(), n / 4096)));
 }

@@ -52,9 +52,9 @@ namespace capstep::host {
 namespace {
 
 // The three matrices of a GEMM that goes to libxsmm fit in this many bytes
-// (half of a 512 KiB L2). Measured in bench/results/2026-12-01-host-lane-speed.md: at the seed's sizes
-// (at most 224 KiB) libxsmm beats OpenBLAS; at 2 MiB and above it loses by up
-// to 4x, since its kernels do not block for the cache.
+// (half of a 512 KiB L2): at the seed's sizes (at most 224 KiB) libxsmm beats
+// OpenBLAS, at a few MiB it loses, since its kernels do not block for the
+// cache (bench/results/2026-12-01-host-lane-speed.md).
 constexpr int64_t kSmallBytes = 256 * 1024;
 
 struct Cpu {
@@ -401,7 +401,8 @@ CBLAS_TRANSPOSE tr(bool t) { return t ? CblasTrans : CblasNoTrans; }
 std::string openblas_core_from_cpu_flags() {
   const Cpu& c = cpu();
   // SkylakeX's kernels need F, BW, VL and DQ; Cooperlake's are those plus
-  // BF16 (and ran fastest on the Xeon model 207 measured).
+  // BF16 (and ran fastest on the AVX512_BF16 CPU of
+  // bench/results/2026-12-02-host-gemm-library.md).
   if (c.avx512f && c.avx512bw && c.avx512vl && c.avx512dq) return c.avx512bf16 ? "Cooperlake" : "SkylakeX";
   if (c.avx2 && c.fma) return "Haswell";
   if (c.avx) return "Sandybridge";
@@ -471,7 +472,7 @@ void configure_gemm_threads() {
   std::call_once(once, [] {
     // The step's matrices are tiny (64x128x128 and smaller): OpenBLAS's worker
     // threads cost more in wake-ups and sched_yield spinning than they save
-    // (measured: lane 1 went from 7.9 ms to 2.6 ms a step with one thread), and
+    // (lane 1 runs faster with one of them), and
     // results then do not depend on the thread count either. A user who sets
     // OPENBLAS_NUM_THREADS keeps their choice, as the program told
     // (describe_openblas_environment). This is process-wide. Where the

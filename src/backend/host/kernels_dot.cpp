@@ -338,8 +338,8 @@ DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::s
   // (one matrix), or whole (pack_bt, a batch). An untransposed B of L1's size
   // or more goes into panels too when it is more than two panels wide, unless
   // A has so few rows that the copy is not repaid (each element of a panel is
-  // used M times). Measured (bench/results/2026-12-01-host-lane-speed.md, "B in panels"): 64x64x128 and
-  // 128x64x64 (TA) ran slower in panels, 16x128x128 no faster.
+  // used M times); smaller or transposed-A shapes run no faster in panels
+  // (bench/results/2026-12-01-host-lane-speed.md, "B in panels").
   const bool xsmm_f32 = !d.pack_b && lhs.dtype == DType::f32 && rhs.dtype == DType::f32 && gemm_nn_small_f32(M, N, K);
   if (xsmm_f32 && d.batch == 1 &&
       (d.trans_b || (M >= 32 && N > 2 * kPanelCols && K * N * static_cast<int64_t>(sizeof(float)) >= kPanelBytes)))

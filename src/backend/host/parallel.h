@@ -35,11 +35,10 @@ std::string host_threads_line();
 // How long a cache line takes to go from the caller's thread to a worker and
 // back (ns; median of 5 batches of 1000 round trips), measured now. On a VM
 // it tells where its CPUs are, which often decides what a second thread
-// gains: on the 2-core AMD EPYC development machine about 30 ns, 60-110, or
-// 330-450 (two dies: every GEMM or group reading what the other thread
-// wrote pays for it). Lane 1 on two threads took 0.9-1.2 ms in most runs at
-// 30-110 ns and 1.5-1.9 in most at 330-450, but not all: the machine's other
-// load moves it as much (bench/results/2026-12-01-host-lane-speed.md). 0 on one thread, or when the two
+// gains: two vCPUs on two dies take several times as long as two on one, and
+// every GEMM or group reading what the other thread wrote pays for it; the
+// machine's other load moves a step's time as much
+// (bench/results/2026-12-01-host-lane-speed.md). 0 on one thread, or when the two
 // parts did not run at once within 50 ms (nested in another parallel_parts,
 // the pool busy, a worker not scheduled).
 double threads_round_trip_ns();

@@ -52,9 +52,9 @@ struct DotPlan {
   // panels of `panel` columns, each K x panel and contiguous (the last one
   // narrower), and run libxsmm on one panel at a time while it sits in L1.
   // B's rows in place are ldb floats apart, which puts a panel's rows in a
-  // few of L1's sets; libxsmm re-reads B for every few rows of A. Measured on
-  // the seed's shapes, one thread (bench/results/2026-12-01-host-lane-speed.md, "B in panels"):
-  // 64x128x128 from 38 to 30 us, 64x128x256 from 63 to 48.
+  // few of L1's sets; libxsmm re-reads B for every few rows of A, so panels
+  // make the seed's larger GEMMs faster on one thread (measurements:
+  // bench/results/2026-12-01-host-lane-speed.md, "B in panels").
   int64_t panel = 0;
   // C's rows are ldc apart (n when C is a whole matrix); c_off, when not
   // empty, the offset of each batch's matrix (else i * m * n): a result that

@@ -1,6 +1,8 @@
 // Fusion grouping: partitions a verified Program's equations into groups that
-// a backend runs as one pass over memory each (DESIGN.md, "Speed comes from
-// fewer passes"). Pure C++, so that the grouping is tested on any machine.
+// a backend runs as one pass over memory each: a step's speed on a GPU is
+// mostly its passes over memory (each launch reads its inputs and writes its
+// outputs once), so fewer, larger groups are faster. Pure C++, so that the
+// grouping is tested on any machine.
 //
 // Group kinds:
 //   loop    a maximal connected set of elementwise ops, broadcast_in_dim and

@@ -1,5 +1,6 @@
 // The kernel plan: what a backend launches for one step of a Program, as data
-// computed without a GPU (DESIGN.md, "Speed comes from fewer kernels"). A pass
+// computed without a GPU, since a step's speed on a GPU comes from fewer
+// kernels (each launch costs time and a pass over memory). A pass
 // over the fused grouping (fusion.h) and the device memory plan
 // (capstep/device_plan.h) that lists kernel items in launch order, each naming
 // the values it reads and writes. The CUDA executor launches the items; it
