@@ -1606,6 +1606,33 @@ TEST(Run, ZeroSizedValuesFlowThroughEveryLayoutOp) {
   expect_exact(out[3], T(DType::f32, {3, 3}), std::vector<double>(9, 0.0));
 }
 
+// An empty result made from a non-empty operand reads nothing, so the plan
+// may make it a view of that operand whatever its bytes: a scalar broadcast
+// to [0], and adamw on an empty parameter (whose scalars are broadcast to
+// [0] when it is written out), fused or not.
+TEST(Run, EmptyResultsOfNonEmptyOperands) {
+  Program p;
+  const int s = p.add_input("s", T(DType::f32, {}));
+  Attrs none;
+  p.add_output("b", p.add_eqn_typed(Op::broadcast_in_dim, {s}, none, T(DType::f32, {3, 0})));
+  Program q;
+  const Type e = T(DType::f32, {0}), sc = T(DType::f32, {});
+  std::vector<int> in;
+  for (const char* n : {"p", "g", "m", "v"}) in.push_back(q.add_input(n, e));
+  for (const char* n : {"lr", "bc1", "bc2", "decay"}) in.push_back(q.add_input(n, sc));
+  Attrs a;
+  a.literal = {0.9, 0.95, 1e-8};
+  q.add_output("p1", q.add_eqn(Op::adamw, in, a));
+  for (bool fuse : {true, false}) {
+    host::InterpreterOptions o;
+    o.fuse = fuse;
+    EXPECT_EQ(host::Interpreter(p, o).run({Array::scalar(2.0)})[0].type(), T(DType::f32, {3, 0}));
+    std::vector<Array> args(4, Array(e));
+    for (int k = 0; k < 4; ++k) args.push_back(Array::scalar(0.5));
+    EXPECT_EQ(host::Interpreter(q, o).run(args)[0].type(), e);
+  }
+}
+
 TEST(Reduce, IntSumWrapsInsteadOfOverflowing) {
   Program p;
   int x = p.add_input("x", T(DType::i32, {3}));
