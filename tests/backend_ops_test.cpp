@@ -590,6 +590,7 @@ struct Deviation {
   bool nan_dropped;     // a NaN operand may be dropped: the other operand (or the max of the others) is accepted
   bool fused;           // the reference's fused_err instead of exact
   const char* why;
+  double err_scale = 1; // the reference's err (a sum's bound) times this
 };
 const Deviation kDeviations[] = {
     // XLA contracts a multiply and an add into one FMA (one rounding instead
@@ -616,6 +617,9 @@ const Deviation kDeviations[] = {
     // above a bf16 halfway point (1 + 2^-8 + 2^-30) lands one bf16 ulp from
     // the once-rounded result.
     {BackendKind::pjrt, Op::convert, DType::f64, 1, false, false, "f64 -> f32 -> bf16 double rounding"},
+    // cuBLASLt's bf16 tensor-core GEMMs may truncate their f32 additions: each
+    // within 2^-22 of a partial sum instead of 2^-24, four times the sum's bound.
+    {BackendKind::cuda, Op::dot_general, DType::bf16, 0, false, false, "tensor-core additions", 4},
 };
 
 // Op x dtype pairs that a shape rule accepts but a backend refuses when it
@@ -695,6 +699,9 @@ Program one_op(Op op, const std::vector<Type>& in, const Attrs& a = {}, const Ty
   return p;
 }
 
+// What a generator throws for a dtype a case does not apply to (NaN in integers).
+const char* const kNotForThisDtype = "not for this dtype";
+
 struct Cases {
   std::vector<OpCase> list;
   uint32_t seed = 1;
@@ -705,7 +712,13 @@ struct Cases {
     std::vector<Array> in;
     try {
       make(p, in);
-    } catch (const Error&) {
+    } catch (const Error& e) {
+      // Only a shape rule's refusal ("op(types): why") or the generator's own
+      // "not for this dtype" skips the case; any other Error is the test's.
+      const std::string m = e.what();
+      bool shape_rule = m == kNotForThisDtype;
+      for (int k = 0; k < kNumOps; ++k) shape_rule = shape_rule || m.rfind(std::string(op_name(static_cast<Op>(k))) + "(", 0) == 0;
+      if (!shape_rule) throw;
       return;
     }
     list.push_back({std::string(op_name(op)) + " " + name, op, d, ulps, std::move(p), std::move(in)});
@@ -747,7 +760,7 @@ void elementwise_cases(Op op, Cases& c) {
     // NaN and infinities in either operand (not where they make no test: log of -inf is NaN anyway)
     c.add(op, d, dn(d) + "[7] NaN and infinities", ulps, [&](Program& p, std::vector<Array>& in) {
       const Type t{d, {7}};
-      if (!is_float(d)) throw Error("no NaN");
+      if (!is_float(d)) throw Error(kNotForThisDtype);
       p = unary ? one_op(op, {t}) : one_op(op, {t, t});
       in.push_back(with_specials(c.input(t, lo, hi)));
       if (!unary) {
@@ -822,7 +835,7 @@ void reduce_cases(Op op, Cases& c) {
     Shape s;
     std::vector<int64_t> dims;
   };
-  const R rs[] = {{{3, 4, 5}, {0}}, {{3, 4, 5}, {1}}, {{3, 4, 5}, {2}}, {{3, 4, 5}, {0, 2}},   {{3, 4, 5}, {0, 1, 2}},
+  const R rs[] = {{{3, 4, 5}, {0}}, {{3, 4, 5}, {1}}, {{3, 4, 5}, {2}}, {{3, 4, 5}, {0, 2}},   {{3, 4, 5}, {0, 1}},  {{3, 4, 5}, {0, 1, 2}},
                   {{3, 4, 5}, {}},  {{7, 37}, {1}},   {{37, 7}, {0}},   {{0, 3}, {0}},         {{3, 0}, {1}},
                   {{}, {}},         {{1000}, {0}}};
   for (DType d : kDtypes)
@@ -837,7 +850,7 @@ void reduce_cases(Op op, Cases& c) {
   if (op == Op::reduce_max)
     for (DType d : kDtypes)
       c.add(op, d, dn(d) + "[3,9] over [1] with NaN and infinities", 0, [&](Program& p, std::vector<Array>& in) {
-        if (!is_float(d)) throw Error("no NaN");
+        if (!is_float(d)) throw Error(kNotForThisDtype);
         Attrs a;
         a.dims = {1};
         p = one_op(op, {{d, {3, 9}}}, a);
@@ -897,6 +910,7 @@ void layout_cases(Op op, Cases& c) {
           std::vector<int64_t> b, e, st;
         };
         const S ss[] = {{{3, 17, 19}, {1, 2, 3}, {3, 17, 16}, {1, 3, 2}}, {{3, 17, 19}, {0, 0, 0}, {3, 17, 19}, {1, 1, 1}},
+                        {{2, 3, 4}, {0, 1, 0}, {2, 3, 4}, {2, 1, 3}},      {{2, 3, 4}, {0, 2, 0}, {2, 2, 4}, {1, 1, 1}},
                         {{7}, {6}, {7}, {5}},                             {{7}, {3}, {3}, {1}},
                         {{}, {}, {}, {}}};
         for (const S& s : ss) {
@@ -1080,7 +1094,7 @@ std::vector<OpCase> cases_for(Op op) {
                   const Type t{d, table}, it{DType::i32, idx};
                   p = one_op(op, {t, it});
                   in = {c.input(t, -9, 9), c.input(it, 0, static_cast<double>(table[0]))};
-                  in[1].set(0 % std::max<int64_t>(1, in[1].numel()), in[1].numel() ? table[0] - 1 : 0);
+                  if (in[1].numel() > 0) in[1].set(0, static_cast<double>(table[0] - 1));  // the last row
                 });
       break;
     case Op::scatter_add_rows:
@@ -1159,6 +1173,7 @@ void run_case(const Variant& v, const OpCase& c, Outcome& out) {
         if (g == w || (std::isnan(g) && std::isnan(w))) continue;
         double ulps = c.ulps, err = want[j].err[k];
         if (dev) {
+          err *= dev->err_scale;
           ulps = std::max(ulps, dev->ulps);
           if (dev->fused) err += want[j].fused_err[k];
           if (dev->nan_dropped && std::isnan(w) && !std::isnan(g)) continue;
