@@ -633,6 +633,9 @@ struct Unsupported {
 const Unsupported kUnsupported[] = {
     {BackendKind::host, Op::attention, DType::bf16, "attention: no host kernel for bf16"},
     {BackendKind::host, Op::attention_grad, DType::bf16, "attention_grad: no host kernel for bf16"},
+    // cuda::check_supported: the GPU's attention kernels are f32 and f64 only.
+    {BackendKind::cuda, Op::attention, DType::bf16, "has a bf16 attention"},
+    {BackendKind::cuda, Op::attention_grad, DType::bf16, "has a bf16 attention"},
 };
 
 const Unsupported* unsupported(BackendKind k, Op op, DType d) {
