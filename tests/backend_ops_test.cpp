@@ -33,18 +33,22 @@
 //     rsqrt: 2 ulp (a square root rounded, then a division rounded: a
 //     relative error of 2u is at most 2 ulp). bf16 computes these in f32
 //     and rounds once: 0.5 bf16 ulp plus 2 f32 ulps, 0.5 + 2^-14 bf16 ulp.
-//   - Sums (reduce_sum, dot_general, scatter_add_rows) of n terms in any
-//     order, accumulated in f32 (f32 and bf16 operands) or f64: the classic
-//     bound gamma(n) * sum |term|, gamma(n) = n u / (1 - n u), u = 2^-24 or
-//     2^-53, as err; then 0.5 ulp for the final rounding into the dtype
-//     (bf16 reduce_sum is accumulated in f32 and rounded once).
+//   - Sums (reduce_sum, dot_general) of n terms in any order, accumulated in
+//     f32 (f32 and bf16 operands) or f64: the classic bound
+//     gamma(n) * sum |term|, gamma(n) = n u / (1 - n u), u = 2^-24 or 2^-53,
+//     as err; then 0.5 ulp for the final rounding into the dtype (bf16
+//     reduce_sum is accumulated in f32 and rounded once). scatter_add_rows
+//     adds each update into its row in the row's dtype: the same bound with
+//     u the dtype's own unit roundoff (2^-8 in bf16).
 //   - attention and attention_grad: a first-order error analysis of the
-//     softmax and the sums (attention_bounds below), with u the unit
-//     roundoff of the operands' dtype, as err; then 0.5 ulp.
+//     softmax and the sums (attention_probs and attention_ref below), with u
+//     the unit roundoff of the operands' dtype, as err; then 0.5 ulp.
 //   - adamw: its definition rounds each operation to f32 in a fixed order,
 //     and the reference does the same: 0 ulp.
 // Known deviations of a backend from these bounds are in kDeviations, each
-// with the bound it needs and why; nothing else is widened.
+// with the bound it needs and why; nothing else is widened. Op x dtype pairs
+// a shape rule accepts but a backend refuses are in kUnsupported, with the
+// Error the backend must give.
 #include <gtest/gtest.h>
 
 #include <algorithm>
