@@ -97,6 +97,44 @@ TEST(Attention, FuseFindsThePatternAndMatchesTheUnfusedProgram) {
   }
 }
 
+// expand_attention (what StableHLO export and the PJRT backend run) writes a
+// bf16 attention and its gradient out in f32, rounded once to bf16: the same
+// values as the f32 program's results rounded to bf16 (a bf16 product of two
+// dot_generals would be f32 scores meeting a bf16 mask and bf16 v). T = 0 is
+// an empty attention, written out too.
+TEST(Attention, ExpandsBf16InF32AndEmptySequences) {
+  const Shape s = {1, 2, 5, 4};
+  auto program = [](DType d, const Shape& sh) {
+    Tracer tr;
+    Tensor q = tr.input("q", {d, sh});
+    Tensor k = tr.input("k", {d, sh});
+    Tensor v = tr.input("v", {d, sh});
+    Tensor o = tr.input("o", {d, sh});
+    Tensor g = tr.input("g", {d, sh});
+    std::vector<std::pair<std::string, Tensor>> outs = {{"out", attention(q, k, v)}};
+    for (int64_t axis : {0, 1, 2}) {
+      Attrs a;
+      a.axis = axis;
+      outs.push_back({"d" + std::to_string(axis), tr.emit(Op::attention_grad, {q, k, v, o, g}, a)});
+    }
+    return tr.finish(outs);
+  };
+  std::mt19937 rng(5);
+  std::vector<Array> in16, in32;
+  for (int i = 0; i < 5; ++i) {
+    in16.push_back(gradcheck::random_array(rng, {DType::bf16, s}, -2, 2));
+    in32.push_back(Array::from_doubles({DType::f32, s}, in16.back().to_doubles()));
+  }
+  const std::vector<Array> got = host::run(expand_attention(program(DType::bf16, s)), in16);
+  const std::vector<Array> want = host::run(expand_attention(program(DType::f32, s)), in32);
+  for (size_t j = 0; j < got.size(); ++j)
+    EXPECT_TRUE(got[j].bit_equal(Array::from_doubles({DType::bf16, s}, want[j].to_doubles()))) << "output " << j;
+  const Shape empty = {1, 2, 0, 3};
+  const std::vector<Array> none = host::run(expand_attention(program(DType::f32, empty)),
+                                            std::vector<Array>(5, Array(Type{DType::f32, empty})));
+  for (const Array& a : none) EXPECT_EQ(a.type(), (Type{DType::f32, empty}));
+}
+
 TEST(Attention, OnlyTheCausalPatternIsFused) {
   // softmax(q k^T / sqrt(Dh)) v without the mask is not causal attention
   Tracer tr;

@@ -77,8 +77,8 @@ inline void check_supported(const Program& p) {
     const Eqn& e = p.eqns[i];
     if ((e.op == Op::attention || e.op == Op::attention_grad) && p.type(e.inputs[0]).dtype == DType::bf16)
       throw Error("cuda::Executable: program \"" + p.name + "\" has a bf16 attention (equation " + std::to_string(i) +
-                  ": " + eqn_text(p, e) + "); the GPU's attention kernels are f32 and f64 only: run it on the host, "
-                  "or keep attention in f32");
+                  ": " + eqn_text(p, e) + "); the GPU's attention kernels are f32 and f64 only, as the host's are: keep attention "
+                  "in f32, or run the program on the PJRT backend");
   }
 }
 

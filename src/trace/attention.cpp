@@ -114,6 +114,10 @@ class Matcher {
 
 Tensor attention_grad_expanded(Tracer& tr, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                const Tensor& dout, int64_t which) {
+  if (q.dtype() == DType::bf16) {  // in f32, rounded once, as causal_attention
+    auto w = [](const Tensor& t) { return convert(t, DType::f32); };
+    return convert(attention_grad_expanded(tr, w(q), w(k), w(v), w(out), w(dout), which), DType::bf16);
+  }
   const Shape s = q.shape();
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.dim(3)));
   Tensor scores = dot_general(q, k, kScores) * scale + causal_mask(tr, q.dim(2), q.dtype());

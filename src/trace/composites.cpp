@@ -182,7 +182,7 @@ Tensor masked_cross_entropy(const Tensor& logits, const Tensor& targets) {
 }
 
 Tensor causal_mask(Tracer& tr, int64_t T, DType d) {
-  if (T < 1) throw Error("causal_mask: T must be positive, got " + std::to_string(T));
+  if (T < 0) throw Error("causal_mask: T must be at least 0, got " + std::to_string(T));
   Tensor row = tr.iota({DType::i32, {T, T}}, 0);
   Tensor col = tr.iota({DType::i32, {T, T}}, 1);
   Tensor future = compare(col, row, Cmp::GT);
@@ -195,6 +195,10 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
     throw Error("causal_attention: q, k, v must share one [B,H,T,Dh] type, got " + q.type().str() + ", " +
                 k.type().str() + ", " + v.type().str());
   require_float("causal_attention", q);
+  // bf16: computed in f32 and rounded once (bf16 scores would come out of
+  // their dot_general as f32, which the mask and v do not match).
+  if (q.dtype() == DType::bf16)
+    return convert(causal_attention(convert(q, DType::f32), convert(k, DType::f32), convert(v, DType::f32)), DType::bf16);
   const int64_t T = q.dim(2), dh = q.dim(3);
   // scores[b,h,t,s] = sum_d q[b,h,t,d] k[b,h,s,d]
   Tensor scores = dot_general(q, k, {{0, 1}, {0, 1}, {3}, {3}});

@@ -15,10 +15,39 @@
 namespace capstep::pjrt {
 namespace {
 
+// XLA reduces a bf16 stablehlo.reduce in bf16, rounding every partial sum;
+// capstep's reduce_sum of bf16 accumulates in f32 and rounds once (ir.h).
+// Each such equation becomes: convert to f32, the f32 sum, convert back.
+Program sum_bf16_in_f32(const Program& p) {
+  bool any = false;
+  for (const Eqn& e : p.eqns) any = any || (e.op == Op::reduce_sum && p.type(e.out).dtype == DType::bf16);
+  if (!any) return p;
+  Program q;
+  q.name = p.name;
+  std::vector<int> to(static_cast<size_t>(p.num_values()), -1);
+  for (const NamedValue& in : p.inputs) to[static_cast<size_t>(in.value)] = q.add_input(in.name, p.type(in.value));
+  for (const Eqn& e : p.eqns) {
+    std::vector<int> ins;
+    for (int v : e.inputs) ins.push_back(to[static_cast<size_t>(v)]);
+    const Type& out = p.type(e.out);
+    int r;
+    if (e.op == Op::reduce_sum && out.dtype == DType::bf16) {
+      const int wide = q.add_eqn_typed(Op::convert, ins, {}, {DType::f32, p.type(e.inputs[0]).shape});
+      r = q.add_eqn_typed(Op::convert, {q.add_eqn(Op::reduce_sum, {wide}, e.attrs)}, {}, out);
+    } else {
+      r = has_given_type(e.op) ? q.add_eqn_typed(e.op, ins, e.attrs, out) : q.add_eqn(e.op, ins, e.attrs);
+    }
+    to[static_cast<size_t>(e.out)] = r;
+  }
+  for (const NamedValue& o : p.outputs) q.add_output(o.name, to[static_cast<size_t>(o.value)]);
+  q.aliases = p.aliases;
+  return q;
+}
+
 class PjrtBackend final : public Backend {
  public:
   PjrtBackend(Program p, const PjrtOptions& o)
-      : p_(expand_adamw(p)), c_(client(o)), mlir_(to_stablehlo(p_)), exe_(c_, mlir_, o.cache_dir),
+      : p_(sum_bf16_in_f32(expand_adamw(p))), c_(client(o)), mlir_(to_stablehlo(p_)), exe_(c_, mlir_, o.cache_dir),
         slots_(p_.inputs.size()), outs_(p_.outputs.size()), donated_to_(p_.inputs.size(), -1),
         donated_from_(p_.outputs.size(), -1) {
     if (exe_.num_outputs() != p_.outputs.size())

@@ -115,7 +115,9 @@ Plan plan_memory(const Program& p, const PlanOptions& opt) {
       const std::string what = "plan_memory: equation " + std::to_string(d) + " (" + op_name(e.op) + ")";
       if (e.op != Op::transpose && e.op != Op::convert && e.op != Op::broadcast_in_dim)
         throw Error(what + " cannot be a view");
-      if (e.op != Op::convert && x.bytes != v[static_cast<size_t>(e.inputs[0])].bytes)
+      // An empty result reads nothing: a view of any operand (a scalar
+      // broadcast to [0], adamw's scalars on an empty parameter).
+      if (e.op != Op::convert && x.bytes != 0 && x.bytes != v[static_cast<size_t>(e.inputs[0])].bytes)
         throw Error(what + " cannot be a view: it makes " + p.type(e.out).str() + " of " + p.type(e.inputs[0]).str() +
                     ", another number of bytes");
       x.home = Home::view;
