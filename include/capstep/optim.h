@@ -1,7 +1,7 @@
 // AdamW: decoupled weight decay, bias-corrected (Loshchilov & Hutter; the
 // formula of torch.optim.AdamW). Two forms that round alike:
 //  - adamw_update: the host update (lanes 1 and 2);
-//  - with_adamw: a Program -> Program transform that appends the same update
+//  - with_adamw (transforms.h): a Program -> Program transform that appends the same update
 //    as adamw equations (ir.h: AdamW known by name; expand_adamw writes them
 //    out as plain equations), with output aliases params' -> params, m' -> m,
 //    v' -> v (lane 3, and any backend or StableHLO consumer).

@@ -234,7 +234,7 @@ Program data_parallel(const Program& grad_program, const std::vector<std::string
 
 namespace capstep::lora {
 
-// ---- LoRA (lora.h has the adapters' initialisation, files and merge) -------------
+// ---- LoRA (lora.h has the targets in capstep's models and PEFT's files) -----------
 // One LoRA pair, A [r, in] and B [out, r], the program inputs
 // "lora.A.<name>" and "lora.B.<name>". `weights` are the base matrices it
 // adapts, each an input [in, out_j] of one `in`; B's rows are their outs end
