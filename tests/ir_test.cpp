@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "capstep/ir.h"
+#include "capstep/transforms.h"
 
 #include "test_util.h"
 

@@ -5,7 +5,7 @@
 #include <cctype>
 #include <iostream>
 
-#include "backend/plan/kernel_plan.h"
+#include "capstep/kernel_report.h"
 #include <filesystem>
 
 #include "capstep/autodiff.h"
@@ -60,7 +60,7 @@ int run_show(const ShowArgs& a) {
   if (a.data_parallel > 0 && a.program == "forward") throw UsageError("--data-parallel goes with --program grad or fused");
   const nn::LmConfig c = a.model.checked();
   const Program p = model_program(c, a.program, a.precision, a.fused_attention, a.data_parallel, a.checkpoint_every);
-  if (a.kernels) std::cout << plan::plan_kernels(p, {!a.unfused}).describe();
+  if (a.kernels) std::cout << describe_gpu_kernels(p, !a.unfused);
   else std::cout << to_text(p);
   if (a.data_parallel > 0) {
     int64_t n = 0, bytes = 0;

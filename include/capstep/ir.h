@@ -400,7 +400,5 @@ std::string index_error_text(const Program& p, int eqn, int64_t position, int64_
 // Reads what to_text writes (round trip is exact, constants included).
 Program parse_text(const std::string& text);
 
-// Removes equations whose results no output needs; renumbers values densely.
-Program dead_code_eliminate(const Program& p);
 
 }  // namespace capstep

@@ -198,37 +198,5 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v);
 // ---- fused attention (the attention primitives of ir.h) ---------------------------
 // The attention primitive recorded directly: causal_attention as one equation.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v);
-// Program -> Program: each causal_attention traced above (the scores' dot_general,
-// the scale 1/sqrt(Dh), an additive causal mask of -1e9 or below, softmax, the
-// product with v) becomes one attention equation; other equations are kept, and
-// those no output needs any more are dropped. Run it on a forward program before
-// value_and_grad, whose VJP of attention is attention_grad. Equal to the unfused
-// program within rounding (the masked weights are exactly 0 in both).
-Program fuse_attention(const Program& p);
-// Program -> Program: attention and attention_grad written out as the primitives
-// they stand for (causal_attention, and the formulas of ir.h for the cotangents);
-// a program without them comes back unchanged. The StableHLO export runs it.
-Program expand_attention(const Program& p);
-bool has_attention(const Program& p);
-
-// ---- AdamW by name (the adamw primitive of ir.h) -------------------------------
-// One parameter's update as expand_adamw wrote it: value ids of the expanded
-// program. The fused host runs the equations that make `values` as one AdamW
-// loop (host::AdamWShortcut) instead of one by one.
-struct ExpandedAdamW {
-  int p = -1, g = -1, m = -1, v = -1;               // the adamw equations' operands
-  int lr = -1, bc1 = -1, bc2 = -1, decay = -1;
-  int p_out = -1, m_out = -1, v_out = -1;           // p', m', v' (-1: no equation wants it)
-  int b1 = -1, c1 = -1, b2 = -1, c2 = -1, eps = -1;  // the splat constants beta1, 1-beta1, beta2, 1-beta2, eps
-  std::vector<int> values;                          // every value written out for it, constants included
-};
-// Program -> Program: each adamw equation written out as the plain equations
-// it stands for (ir.h), the ones of one parameter (same operands and
-// constants) once, in the order m', v', then the step and p' (the host
-// AdamW kernel's operation order, so both round alike). A program without adamw comes back
-// unchanged. StableHLO export, the GPU planner and the host interpreter run
-// it; `updates` (when given) receives one entry per parameter.
-Program expand_adamw(const Program& p, std::vector<ExpandedAdamW>* updates = nullptr);
-bool has_adamw(const Program& p);
 
 }  // namespace capstep

@@ -1,7 +1,6 @@
-// make_backend: the one place that picks a backend by kind.
-#include "backend/backends.h"
-
-#include "capstep/cuda.h"
+// The Backend contract's own calls (backend.h): names, slots by name, the
+// checks around set_input, run and the reads. make_backend is in registry.cpp.
+#include "capstep/backend.h"
 
 namespace capstep {
 
@@ -80,24 +79,6 @@ void Backend::read_input(int i, Array& dst) {
   const Type& t = p.input_type(i);
   if (dst.type() != t || (t.bytes() > 0 && !dst.raw())) dst.reset(t);
   get_input(i, dst);
-}
-
-bool backend_available(BackendKind kind, const BackendOptions& o, std::string* why) {
-  switch (kind) {
-    case BackendKind::host: return true;
-    case BackendKind::cuda: return cuda::available(why);
-    case BackendKind::pjrt: return pjrt::available(o.pjrt, why);
-  }
-  return false;
-}
-
-std::unique_ptr<Backend> make_backend(BackendKind kind, Program p, const BackendOptions& o) {
-  switch (kind) {
-    case BackendKind::host: return host::make_backend(std::move(p), o);
-    case BackendKind::cuda: return cuda::make_backend(std::move(p), o);
-    case BackendKind::pjrt: return pjrt::make_backend(std::move(p), o);
-  }
-  throw Error("make_backend: unknown backend kind");
 }
 
 }  // namespace capstep

@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "capstep/stablehlo.h"
-#include "capstep/trace.h"
+#include "capstep/transforms.h"
 #include "ir/all_reduce_packs.h"
 #include "export/stablehlo_common.h"
 

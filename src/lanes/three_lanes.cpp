@@ -11,14 +11,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/host/gemm.h"
-#include "backend/host/loop_jit.h"
-#include "backend/host/parallel.h"
 #include "capstep/autodiff.h"
 #include "capstep/backend.h"
 #include "capstep/cuda.h"
 #include "capstep/trace.h"
 #include "capstep/data.h"
+#include "capstep/host.h"
 #include "capstep/interpreter.h"
 #include "lanes/lanes.h"
 #include "train/stepper.h"
@@ -173,11 +171,11 @@ Report run(const Options& o) {
   // two threads gain (parallel.h).
   r.host_round_trip_ns = host::threads_round_trip_ns();
   if (selected("1", r.lanes[0])) run_lane(o, s, {BackendKind::host, false}, grad, r.lanes[0]);
-  r.gemm = host::gemm_info().line;
+  r.gemm = host::gemm_line();
   r.host_threads = host::host_threads();
   r.host_threads_line = host::host_threads_line();
   r.host_loops = host::host_loops_line(o.backend.host);
-  r.host_subnormals = !host::SubnormalMode::available() ? "subnormals kept (IEEE: no flush mode on this CPU)"
+  r.host_subnormals = !host::subnormal_flush_available() ? "subnormals kept (IEEE: no flush mode on this CPU)"
                       : o.backend.host.flush_subnormals ? "subnormals flushed (DAZ/FTZ)"
                                                         : "subnormals kept (IEEE)";
   if (selected("1f", r.lanes[3])) run_lane(o, s, {BackendKind::host, true}, grad, r.lanes[3]);

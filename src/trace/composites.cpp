@@ -208,4 +208,10 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v) {
   return dot_general(p, v, {{0, 1}, {0, 1}, {3}, {2}});
 }
 
+// The attention primitive recorded directly (the passes over it: src/transforms/attention.cpp).
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v) {
+  Tracer& tr = trace_detail::tracer_of("attention", {q, k, v});
+  return tr.emit(Op::attention, {q, k, v});
+}
+
 }  // namespace capstep

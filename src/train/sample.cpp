@@ -11,7 +11,7 @@
 #include <map>
 #include <numeric>
 
-#include "backend/host/parallel.h"
+#include "capstep/host.h"
 #include "capstep/data.h"
 #include "capstep/interpreter.h"
 #include "capstep/train.h"

@@ -10,7 +10,7 @@
 
 #include <unistd.h>
 
-#include "backend/host/parallel.h"
+#include "capstep/host.h"
 #include "capstep/autodiff.h"
 #include "capstep/token_file.h"
 #include "capstep/trace.h"

@@ -11,7 +11,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/executable_impl.h"
-#include "capstep/trace.h"
+#include "capstep/transforms.h"
 
 namespace capstep::cuda {
 

@@ -32,7 +32,7 @@
 #include "backend/host/step.h"
 #include "backend/plan/fusion.h"
 #include "capstep/device_plan.h"
-#include "capstep/trace.h"
+#include "capstep/transforms.h"
 
 namespace capstep::host {
 

@@ -10,7 +10,7 @@
 #include "backend/backends.h"
 #include "backend/pjrt/pjrt.h"
 #include "capstep/stablehlo.h"
-#include "capstep/trace.h"
+#include "capstep/transforms.h"
 
 namespace capstep::pjrt {
 namespace {

@@ -14,7 +14,7 @@
 #include <queue>
 #include <sstream>
 
-#include "capstep/trace.h"
+#include "capstep/transforms.h"
 
 namespace capstep::plan {
 namespace {

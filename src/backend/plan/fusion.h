@@ -75,7 +75,7 @@
 
 #include "backend/plan/view_layout.h"
 #include "capstep/ir.h"
-#include "capstep/trace.h"
+#include "capstep/transforms.h"
 
 namespace capstep::plan {
 

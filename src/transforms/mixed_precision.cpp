@@ -2,7 +2,7 @@
 // everything else in f32 (see optim.h).
 #include <unordered_map>
 
-#include "capstep/optim.h"
+#include "capstep/transforms.h"
 
 namespace capstep::optim {
 

@@ -3,7 +3,7 @@
 // the batch dimensions, then transpose into the operand's layout. Of the two
 // operand orders we pick one whose result already has that layout when there is
 // one (plain matmuls, q k^T), so most VJPs need no transpose at all.
-#include "autodiff/dot_vjp.h"
+#include "transforms/dot_vjp.h"
 
 #include <algorithm>
 #include <utility>

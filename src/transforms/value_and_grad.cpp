@@ -3,9 +3,9 @@
 // API, so the gradient is made of ordinary primitives.
 #include <set>
 
-#include "autodiff/passes.h"
-#include "autodiff/vjp.h"
-#include "capstep/autodiff.h"
+#include "transforms/passes.h"
+#include "transforms/vjp.h"
+#include "capstep/transforms.h"
 #include "capstep/trace.h"
 
 namespace capstep {

@@ -1,9 +1,10 @@
-// The attention primitives (ir.h) on the trace side: recording one directly,
-// fuse_attention (the traced causal_attention pattern -> one attention
-// equation) and expand_attention (both primitives written out as the
-// primitives they stand for, for StableHLO and for checking).
+// The attention primitives' passes (ir.h): fuse_attention (the traced
+// causal_attention pattern -> one attention equation) and expand_attention
+// (both primitives written out as the primitives they stand for, for
+// StableHLO and for checking). trace.h's attention() records one directly.
 #include <cmath>
 
+#include "capstep/transforms.h"
 #include "trace/internal.h"
 
 namespace capstep {
@@ -131,11 +132,6 @@ Tensor attention_grad_expanded(Tracer& tr, const Tensor& q, const Tensor& k, con
 }
 
 }  // namespace
-
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v) {
-  Tracer& tr = trace_detail::tracer_of("attention", {q, k, v});
-  return tr.emit(Op::attention, {q, k, v});
-}
 
 Program fuse_attention(const Program& p) {
   verify(p);

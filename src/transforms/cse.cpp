@@ -4,7 +4,7 @@
 #include <functional>
 #include <unordered_map>
 
-#include "capstep/autodiff.h"
+#include "capstep/transforms.h"
 
 namespace capstep {
 namespace {

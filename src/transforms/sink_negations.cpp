@@ -1,6 +1,6 @@
 // Negation sinking (see passes.h): one full pass over memory saved per
 // subtract whose operand's cotangent is reduced or accumulated.
-#include "autodiff/passes.h"
+#include "transforms/passes.h"
 
 namespace capstep::autodiff_detail {
 

@@ -3,7 +3,7 @@
 // trace.h), and records which outputs replace which inputs.
 #include <algorithm>
 
-#include "capstep/optim.h"
+#include "capstep/transforms.h"
 #include "capstep/trace.h"
 
 namespace capstep::optim {

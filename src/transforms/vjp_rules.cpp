@@ -2,8 +2,8 @@
 // the table without a rule here fails the build (-Werror=switch).
 #include <algorithm>
 
-#include "autodiff/dot_vjp.h"
-#include "autodiff/vjp.h"
+#include "transforms/dot_vjp.h"
+#include "transforms/vjp.h"
 
 namespace capstep::autodiff_detail {
 namespace {

@@ -1,4 +1,4 @@
-// The adamw primitive (ir.h) on the trace side: expand_adamw writes each
+// The adamw primitive's pass (ir.h): expand_adamw writes each
 // parameter's update out as the plain equations it stands for, in the
 // operation order of the host AdamW kernel (adamw_update) and with the same
 // constants, so that StableHLO export, the GPU planner and the host's
@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 
+#include "capstep/transforms.h"
 #include "trace/internal.h"
 
 namespace capstep {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "autodiff/passes.h"
+#include "transforms/passes.h"
 #include "ir/bf16.h"
 
 namespace capstep::autodiff_detail {

@@ -1,12 +1,12 @@
-// LoRA in the program (lora.h): the transform, PEFT's initialisation and the
-// merge. PEFT's files and the choice of targets in capstep's models are in
-// src/nn/peft.cpp.
+// LoRA in the program (transforms.h): the transform, PEFT's initialisation
+// and the merge. PEFT's files and the choice of targets in capstep's models
+// (lora.h) are in src/nn/peft.cpp.
 #include <cmath>
 #include <map>
 #include <set>
 #include <utility>
 
-#include "capstep/lora.h"
+#include "capstep/transforms.h"
 
 namespace capstep::lora {
 

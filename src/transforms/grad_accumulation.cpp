@@ -4,7 +4,7 @@
 // so that parameters, moments and accumulators stay where the step runs.
 #include <algorithm>
 
-#include "capstep/optim.h"
+#include "capstep/transforms.h"
 #include "capstep/trace.h"
 
 namespace capstep::optim {

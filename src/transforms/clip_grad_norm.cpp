@@ -3,7 +3,7 @@
 // a GPU lane, any StableHLO consumer) and nothing extra crosses the host.
 #include <algorithm>
 
-#include "capstep/optim.h"
+#include "capstep/transforms.h"
 #include "capstep/trace.h"
 
 namespace capstep::optim {

@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-#include "capstep/autodiff.h"
+#include "capstep/transforms.h"
 
 namespace capstep {
 namespace {

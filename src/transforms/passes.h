@@ -1,7 +1,7 @@
 // Program -> Program clean-ups that value_and_grad runs on its result.
 #pragma once
 
-#include "capstep/ir.h"
+#include "capstep/transforms.h"
 
 namespace capstep::autodiff_detail {
 

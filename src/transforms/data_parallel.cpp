@@ -3,7 +3,7 @@
 // exported and checked like every other equation, never a side channel.
 #include <algorithm>
 
-#include "capstep/optim.h"
+#include "capstep/transforms.h"
 #include "capstep/trace.h"
 
 namespace capstep::optim {
