@@ -56,6 +56,31 @@ void Backend::run() {
   ++runs_;
 }
 
+void Backend::run(const RunEvents& events) {
+  const Program& p = program();
+  if (set_.size() != p.inputs.size()) set_.assign(p.inputs.size(), 0);
+  for (size_t i = 0; i < p.inputs.size(); ++i)
+    if (!set_[i])
+      throw Error("program \"" + p.name + "\": input \"" + p.inputs[i].name + "\" was never set before run()");
+  // Counted before the events: an output_ready callback may read the output.
+  ++runs_;
+  try {
+    execute(events);
+  } catch (...) {
+    --runs_;
+    throw;
+  }
+}
+
+void Backend::execute(const RunEvents& events) {
+  execute();
+  const Program& p = program();
+  if (events.output_ready)
+    for (size_t j = 0; j < p.outputs.size(); ++j) events.output_ready(static_cast<int>(j));
+  if (events.input_released)
+    for (size_t i = 0; i < p.inputs.size(); ++i) events.input_released(static_cast<int>(i));
+}
+
 void Backend::read_output(int j, Array& dst) {
   const Program& p = program();
   if (j < 0 || static_cast<size_t>(j) >= p.outputs.size())
@@ -89,6 +114,16 @@ bool backend_available(BackendKind kind, const BackendOptions& o, std::string* w
     case BackendKind::pjrt: return pjrt::available(o.pjrt, why);
   }
   return false;
+}
+
+Support supports(BackendKind kind, const Program& p, const BackendOptions& o) {
+  Support s;
+  if (kind == BackendKind::cuda) s.why = cuda::unsupported(p);
+  std::string why;
+  if (s.why.empty() && !backend_available(kind, o, &why))
+    s.why = why.empty() ? std::string("the ") + backend_name(kind) + " backend is not available here" : why;
+  s.ok = s.why.empty();
+  return s;
 }
 
 std::unique_ptr<Backend> make_backend(BackendKind kind, Program p, const BackendOptions& o) {
