@@ -161,11 +161,11 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, Program p, const Backend
 bool backend_available(BackendKind kind, const BackendOptions& o, std::string* why = nullptr);
 
 // Whether make_backend(kind, p, o) would run `p` here: the backend is
-// available (backend_available), and it runs every equation of `p` (the CUDA
-// backend's attention kernels are f32 and f64 only: a bf16 attention is
-// refused; the host and PJRT run every verified program). The answer comes
-// before anything is compiled and is the same with or without a GPU for the
-// program's part: the program is checked first.
+// available (backend_available), and it has kernels for every equation of
+// `p` (the host's and the CUDA backend's attention kernels are f32 and f64
+// only: a bf16 attention is refused; PJRT lowers every verified program).
+// The answer comes before anything is compiled; the program is checked
+// first, so its part of the answer is the same with or without a device.
 Support supports(BackendKind kind, const Program& p, const BackendOptions& o = {});
 
 }  // namespace capstep

@@ -118,7 +118,11 @@ bool backend_available(BackendKind kind, const BackendOptions& o, std::string* w
 
 Support supports(BackendKind kind, const Program& p, const BackendOptions& o) {
   Support s;
-  if (kind == BackendKind::cuda) s.why = cuda::unsupported(p);
+  switch (kind) {
+    case BackendKind::host: s.why = host::unsupported(p); break;
+    case BackendKind::cuda: s.why = cuda::unsupported(p); break;
+    case BackendKind::pjrt: break;  // every verified program lowers to StableHLO
+  }
   std::string why;
   if (s.why.empty() && !backend_available(kind, o, &why))
     s.why = why.empty() ? std::string("the ") + backend_name(kind) + " backend is not available here" : why;

@@ -57,7 +57,12 @@ class HostBackend final : public Backend {
     if (j < 0 || static_cast<size_t>(j) >= outs_.size() || runs() == 0) return nullptr;
     return &outs_[static_cast<size_t>(j)];
   }
-  Support supports(const Program&) const override { return {}; }
+  Support supports(const Program& q) const override {
+    Support s;
+    s.why = unsupported(q);
+    s.ok = s.why.empty();
+    return s;
+  }
 
  protected:
   void set_slot(int i, const Array& a) override { *slot(i) = a; }
@@ -88,6 +93,18 @@ class HostBackend final : public Backend {
 };
 
 }  // namespace
+
+std::string unsupported(const Program& p) {
+  for (size_t i = 0; i < p.eqns.size(); ++i) {
+    const Eqn& e = p.eqns[i];
+    if (e.op != Op::attention && e.op != Op::attention_grad) continue;
+    const DType d = p.type(e.inputs[0]).dtype;
+    if (d != DType::f32 && d != DType::f64)
+      return "program \"" + p.name + "\" has a " + dtype_name(d) + " attention (equation " + std::to_string(i) + ": " +
+             eqn_text(p, e) + "); the host's attention kernels are f32 and f64 only: keep attention in f32";
+  }
+  return "";
+}
 
 const InterpreterOptions& interpreter_options(const Backend& b) {
   const auto* h = dynamic_cast<const HostBackend*>(&b);
