@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
       {"lane 1 step (fused + AdamW on the host)",
        [&] {
          it.run(in1, out);
-         // in the run's subnormal mode, as optim::HostAdamW updates
+         // in the run's subnormal mode, as host::HostAdamW updates
          const host::SubnormalMode mode(it.options().flush_subnormals);
          optim::adamw_update(aw, sc, p1, out.data() + 1, m, v);
        },

@@ -154,6 +154,53 @@ TEST_P(Conformance, ValueAndGradOfTheLmLoss) {
   check({"tiny_value_and_grad", grad, in});
 }
 
+// Run events: each output_ready and input_released once per index per run;
+// an output read inside its output_ready has its final value (the one read
+// after the run); on the host, some output is ready before the last input is
+// released (the events come as the steps go), elsewhere at the end. And
+// supports() says yes to a program the backend runs.
+TEST_P(Conformance, RunEventsComeOncePerIndexWithFinalOutputs) {
+  const nn::LmConfig cfg = tiny_lm();
+  std::vector<std::string> names;
+  for (const auto& ps : nn::lm_parameters(cfg)) names.push_back(ps.name);
+  const Case full = fused_step_case(cfg, "tiny_step");
+  const Program grad = value_and_grad(nn::lm_loss_program(cfg), names);
+  std::vector<Array> in(full.inputs.begin(), full.inputs.begin() + static_cast<long>(names.size()));
+  in.push_back(full.inputs[3 * names.size()]);
+  in.push_back(full.inputs[3 * names.size() + 1]);
+  EXPECT_TRUE(supports(GetParam(), grad, options_for(GetParam()))) << supports(GetParam(), grad, options_for(GetParam())).why;
+  std::unique_ptr<Backend> b = make(grad);
+  EXPECT_TRUE(b->supports(grad));
+  for (size_t i = 0; i < in.size(); ++i) b->set_input(static_cast<int>(i), in[i]);
+  for (int run = 0; run < 2; ++run) {
+    std::vector<int> ready(grad.outputs.size()), released(grad.inputs.size());
+    std::vector<Array> early(grad.outputs.size());
+    int order = 0, first_ready = -1, last_released = -1;
+    RunEvents ev;
+    ev.output_ready = [&](int j) {
+      ++ready[static_cast<size_t>(j)];
+      b->read_output(j, early[static_cast<size_t>(j)]);
+      if (first_ready < 0) first_ready = order;
+      ++order;
+    };
+    ev.input_released = [&](int i) {
+      ++released[static_cast<size_t>(i)];
+      last_released = order++;
+    };
+    b->run(ev);
+    for (size_t j = 0; j < ready.size(); ++j) {
+      EXPECT_EQ(ready[j], 1) << grad.outputs[j].name;
+      Array after;
+      b->read_output(static_cast<int>(j), after);
+      EXPECT_TRUE(after.bit_equal(early[j])) << grad.outputs[j].name;
+    }
+    for (size_t i = 0; i < released.size(); ++i) EXPECT_EQ(released[i], 1) << grad.inputs[i].name;
+    if (GetParam() == BackendKind::host) EXPECT_LT(first_ready, last_released);
+    else EXPECT_GT(first_ready, -1);
+    EXPECT_EQ(b->host_output(0) != nullptr, GetParam() == BackendKind::host);
+  }
+}
+
 // The training step with AdamW in the program (optim::with_adamw): loss,
 // params', m', v', and the three donated per parameter.
 TEST_P(Conformance, TinyTrainingStepWithAdamW) { check(fused_step_case(tiny_lm(), "tiny_step")); }

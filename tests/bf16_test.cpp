@@ -11,6 +11,7 @@
 
 #include "capstep/array.h"
 #include "capstep/autodiff.h"
+#include "capstep/backend.h"
 #include "capstep/cuda.h"
 #include "capstep/interpreter.h"
 #include "capstep/ir.h"
@@ -463,6 +464,15 @@ TEST(Bf16Cuda, CheckSupportedTakesBf16AndRefusesBf16AttentionByName) {
   a.add_output("o", a.add_eqn(Op::attention, {qv, kv, vv}, {}));
   expect_error([&] { cuda::check_supported(a); }, {"bf16 attention", "equation 0", "f32 and f64 only"});
   expect_error([&] { cuda::Executable e(a); }, {"bf16 attention"});
+  // supports() gives the same answer before anything is compiled, GPU or
+  // not; the host has no bf16 attention kernel either.
+  for (BackendKind k : {BackendKind::cuda, BackendKind::host}) {
+    const Support s = supports(k, a);
+    EXPECT_FALSE(s) << backend_name(k);
+    EXPECT_NE(s.why.find("bf16 attention (equation 0"), std::string::npos) << s.why;
+  }
+  EXPECT_TRUE(supports(BackendKind::host, p));
+  EXPECT_FALSE(make_backend(BackendKind::host, p)->supports(a));
 }
 
 // ---- training: the bf16 loss curve follows the f32 one ---------------------------

@@ -16,10 +16,12 @@
 #include <immintrin.h>
 #endif
 
+#include "capstep/host_adamw.h"
 #include "backend/host/parallel.h"
 #include "backend/host/step.h"
 #include "capstep/array.h"
 #include "capstep/autodiff.h"
+#include "capstep/backend.h"
 #include "capstep/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
@@ -482,7 +484,7 @@ TEST(HostParallel, RunEventsComeWhenOutputsAreFinalAndInputsAreFree) {
   }
 }
 
-// optim::HostAdamW (lane 1): the same bits as the run, then adamw_update,
+// host::HostAdamW (lane 1): the same bits as the run, then adamw_update,
 // over several steps, whatever the threads; idle threads take chunks; and
 // it says what is wrong before running anything.
 TEST(HostParallel, HostAdamWIsTheRunThenAdamWUpdate) {
@@ -490,108 +492,107 @@ TEST(HostParallel, HostAdamWIsTheRunThenAdamWUpdate) {
   const size_t n = s.names.size();
   optim::AdamW aw;
   std::vector<Array> ref_p, ref_m, ref_v;
+  // The host backend of the gradient program, every input set from s.in.
+  auto backend = [&] {
+    std::unique_ptr<Backend> b = make_backend(BackendKind::host, s.grad);
+    for (size_t i = 0; i < s.in.size(); ++i) b->set_input(static_cast<int>(i), s.in[i]);
+    return b;
+  };
+  auto zeros = [&] {
+    std::vector<Array> z;
+    for (size_t j = 0; j < n; ++j) z.emplace_back(s.in[j].type());
+    return z;
+  };
   for (int threads : {1, 2, 3}) {
     Threads t(threads);
+    const std::unique_ptr<Backend> b = backend();
     host::Interpreter it(s.grad);
-    optim::HostAdamW h(aw);
+    host::HostAdamW h(aw);
+    std::vector<Array> m = zeros(), v = zeros();
     // The reference: run, then adamw_update, in the same process.
-    std::vector<Array> p(s.in.begin(), s.in.begin() + static_cast<std::ptrdiff_t>(n)), m, v;
-    for (const Array& a : p) {
-      m.emplace_back(a.type());
-      v.emplace_back(a.type());
-    }
-    std::vector<Array> p2 = p, m2 = m, v2 = v;
-    std::vector<const Array*> ins, ins2;
-    for (size_t j = 0; j < n; ++j) ins.push_back(&p[j]), ins2.push_back(&p2[j]);
-    for (size_t j = n; j < s.in.size(); ++j) ins.push_back(&s.in[j]), ins2.push_back(&s.in[j]);
-    std::vector<Array> out, out2;
+    std::vector<Array> p2(s.in.begin(), s.in.begin() + static_cast<std::ptrdiff_t>(n)), m2 = m, v2 = v;
+    std::vector<const Array*> ins2;
+    for (size_t j = 0; j < n; ++j) ins2.push_back(&p2[j]);
+    for (size_t j = n; j < s.in.size(); ++j) ins2.push_back(&s.in[j]);
+    std::vector<Array> out2;
     int early = 0;
     for (int k = 1; k <= 3; ++k) {
       const optim::AdamWScalars sc = optim::adamw_scalars(aw, k);
-      h.step(it, ins, out, 1, sc, p, m, v);
+      h.step(*b, 1, sc, m, v);
       early += h.early_chunks();
       it.run(ins2, out2);
       optim::adamw_update(aw, sc, p2, out2.data() + 1, m2, v2);
-      for (size_t j = 0; j < out.size(); ++j) EXPECT_TRUE(out[j].bit_equal(out2[j])) << s.grad.outputs[j].name << ", step " << k;
+      for (size_t j = 0; j < out2.size(); ++j)
+        EXPECT_TRUE(b->host_output(static_cast<int>(j))->bit_equal(out2[j])) << s.grad.outputs[j].name << ", step " << k;
       for (size_t j = 0; j < n; ++j) {
-        EXPECT_TRUE(p[j].bit_equal(p2[j])) << s.names[j] << ", step " << k << ", " << threads << " threads";
+        EXPECT_TRUE(b->host_input(static_cast<int>(j))->bit_equal(p2[j]))
+            << s.names[j] << ", step " << k << ", " << threads << " threads";
         EXPECT_TRUE(m[j].bit_equal(m2[j])) << s.names[j] << ", step " << k;
         EXPECT_TRUE(v[j].bit_equal(v2[j])) << s.names[j] << ", step " << k;
       }
     }
     int64_t elems = 0;
-    for (const Array& a : p) elems += a.numel();
     int chunks = 0;
-    for (const Array& a : p) chunks += static_cast<int>((a.numel() + optim::HostAdamW::kChunk - 1) / optim::HostAdamW::kChunk);
+    for (size_t j = 0; j < n; ++j) {
+      elems += p2[j].numel();
+      chunks += static_cast<int>((p2[j].numel() + host::HostAdamW::kChunk - 1) / host::HostAdamW::kChunk);
+    }
     EXPECT_EQ(h.chunks(), chunks) << elems << " elements";
     if (threads == 1) EXPECT_EQ(early, 0);
     if (ref_p.empty()) {
-      ref_p = p, ref_m = m, ref_v = v;
+      ref_p = p2, ref_m = m, ref_v = v;
       continue;
     }
-    for (size_t j = 0; j < n; ++j) EXPECT_TRUE(p[j].bit_equal(ref_p[j])) << s.names[j] << ", " << threads << " threads";
+    for (size_t j = 0; j < n; ++j) EXPECT_TRUE(p2[j].bit_equal(ref_p[j])) << s.names[j] << ", " << threads << " threads";
   }
 
   // Errors, before anything runs.
-  host::Interpreter it(s.grad);
-  optim::HostAdamW h(aw);
-  std::vector<Array> p(s.in.begin(), s.in.begin() + static_cast<std::ptrdiff_t>(n)), m, v, out;
-  for (const Array& a : p) {
-    m.emplace_back(a.type());
-    v.emplace_back(a.type());
-  }
-  std::vector<const Array*> ins;
-  for (size_t j = 0; j < n; ++j) ins.push_back(&p[j]);
-  for (size_t j = n; j < s.in.size(); ++j) ins.push_back(&s.in[j]);
+  const std::unique_ptr<Backend> b = backend();
+  host::HostAdamW h(aw);
+  std::vector<Array> m = zeros(), v = zeros();
   const optim::AdamWScalars sc = optim::adamw_scalars(aw, 1);
-  const std::vector<Array> p0 = p;
   auto unchanged = [&] {
     for (size_t j = 0; j < n; ++j)
-      if (!p[j].bit_equal(p0[j])) return false;
-    return out.empty();
+      if (!b->host_input(static_cast<int>(j))->bit_equal(s.in[j])) return false;
+    return b->runs() == 0;
   };
-  std::vector<Array> short_m(m.begin(), m.end() - 1);
-  test::expect_error([&] { h.step(it, ins, out, 1, sc, p, short_m, v); }, {"second moments"});
-  test::expect_error([&] { h.step(it, ins, out, 3, sc, p, m, v); }, {"gradients from output 3"});
-  std::vector<const Array*> swapped = ins;
-  std::swap(swapped[0], swapped[1]);
-  test::expect_error([&] { h.step(it, swapped, out, 1, sc, p, m, v); }, {"must be the parameter's Array p[0]"});
-  std::vector<const Array*> longer = ins;
-  longer.push_back(&p[0]);
-  test::expect_error([&] { h.step(it, longer, out, 1, sc, p, m, v); }, {"inputs, got " + std::to_string(ins.size() + 1)});
-  std::vector<const Array*> twice = ins;
-  twice[n] = &p[4];  // the tokens' place: a parameter the update writes while the run reads it
-  test::expect_error([&] { h.step(it, twice, out, 1, sc, p, m, v); }, {"input " + std::to_string(n), "is p[4]"});
-  twice[n] = &v[1];
-  test::expect_error([&] { h.step(it, twice, out, 1, sc, p, m, v); }, {"is v[1]"});
-  test::expect_error([&] { h.step(it, ins, p, 1, sc, p, m, v); }, {"outputs vector"});
+  std::vector<Array> short_v(v.begin(), v.end() - 1);
+  test::expect_error([&] { h.step(*b, 1, sc, m, short_v); }, {"second moments"});
+  test::expect_error([&] { h.step(*b, 3, sc, m, v); }, {"gradients from output 3"});
   std::vector<Array> bad_m = m;
   bad_m[2] = Array({DType::f32, {3}});
-  test::expect_error([&] { h.step(it, ins, out, 1, sc, p, bad_m, v); }, {"must have one type"});
-  test::expect_error([&] { h.step(it, ins, out, 1, sc, p, m, v, 2); }, {"finite_output 2 must be a scalar f32 output"});
-  test::expect_error([&] { h.step(it, ins, out, 1, sc, p, m, v, 99); }, {"finite_output 99"});
+  test::expect_error([&] { h.step(*b, 1, sc, bad_m, v); }, {"must have one type"});
+  test::expect_error([&] { h.step(*b, 1, sc, m, v, 2); }, {"finite_output 2 must be a scalar f32 output"});
+  test::expect_error([&] { h.step(*b, 1, sc, m, v, 99); }, {"finite_output 99"});
   EXPECT_TRUE(unchanged());
-  test::expect_error([] { optim::HostAdamW bad(optim::AdamW{-1.0}); }, {"lr must be positive"});
+  test::expect_error([] { host::HostAdamW bad(optim::AdamW{-1.0}); }, {"lr must be positive"});
+  // A parameter donated to an output (the with_adamw program's): the run
+  // writes it while the update would.
+  {
+    const std::unique_ptr<Backend> w = make_backend(BackendKind::host, optim::with_adamw(s.grad, s.names, aw));
+    test::expect_error([&] { h.step(*w, 1, sc, m, v); }, {"is donated to output"});
+  }
 
   // finite_output: a finite loss updates as without it; a NaN one (a NaN
   // weight) updates nothing, even on two threads where chunks run early.
   Threads two(2);
-  EXPECT_TRUE(h.step(it, ins, out, 1, sc, p, m, v, 0));
-  EXPECT_FALSE(p[3].bit_equal(p0[3]));
-  std::vector<Array> q = p0, qm = m, qv = v;
-  q[3].set(0, std::nan(""));
-  for (size_t j = 0; j < n; ++j) ins[j] = &q[j];
-  const std::vector<Array> q0 = q, qm0 = qm, qv0 = qv;
-  EXPECT_FALSE(h.step(it, ins, out, 1, sc, q, qm, qv, 0));
-  EXPECT_TRUE(std::isnan(out[0].get(0)));
+  EXPECT_TRUE(h.step(*b, 1, sc, m, v, 0));
+  EXPECT_FALSE(b->host_input(3)->bit_equal(s.in[3]));
+  Array q3 = s.in[3];
+  q3.set(0, std::nan(""));
+  const std::unique_ptr<Backend> q = backend();
+  q->set_input(3, q3);
+  std::vector<Array> qm = zeros(), qv = zeros();
+  EXPECT_FALSE(h.step(*q, 1, sc, qm, qv, 0));
+  EXPECT_TRUE(std::isnan(q->host_output(0)->get(0)));
   for (size_t j = 0; j < n; ++j) {
-    EXPECT_TRUE(q[j].bit_equal(q0[j])) << s.names[j];
-    EXPECT_TRUE(qm[j].bit_equal(qm0[j])) << s.names[j];
-    EXPECT_TRUE(qv[j].bit_equal(qv0[j])) << s.names[j];
+    EXPECT_TRUE(q->host_input(static_cast<int>(j))->bit_equal(j == 3 ? q3 : s.in[j])) << s.names[j];
+    EXPECT_TRUE(qm[j].bit_equal(Array(s.in[j].type()))) << s.names[j];
+    EXPECT_TRUE(qv[j].bit_equal(Array(s.in[j].type()))) << s.names[j];
   }
-  EXPECT_TRUE(h.step(it, ins, out, 1, sc, q, qm, qv));  // without it: NaN everywhere
-  EXPECT_TRUE(std::isnan(q[3].get(1)));
-  EXPECT_TRUE(std::isnan(q[n - 1].get(0)));
+  EXPECT_TRUE(h.step(*q, 1, sc, qm, qv));  // without it: NaN everywhere
+  EXPECT_TRUE(std::isnan(q->host_input(3)->get(1)));
+  EXPECT_TRUE(std::isnan(q->host_input(static_cast<int>(n) - 1)->get(0)));
 }
 
 namespace {
@@ -664,8 +665,8 @@ TEST(HostParallel, SubnormalsFlushedOnEveryThreadOrKept) {
   }
 }
 
-// optim::HostAdamW runs its chunks (on idle threads and after the run) in
-// its interpreter's mode: for a normal g = 1e-37, (1 - beta1) * g is
+// host::HostAdamW runs its chunks (on idle threads and after the run) in
+// its backend's mode: for a normal g = 1e-37, (1 - beta1) * g is
 // subnormal, so the first moment is 0 everywhere when flushing and
 // (1 - beta1) * g when not.
 TEST(HostParallel, HostAdamWChunksFlushAsTheirInterpreter) {
@@ -680,17 +681,19 @@ TEST(HostParallel, HostAdamWChunksFlushAsTheirInterpreter) {
   Threads t(2);
   for (bool flush : {true, false}) {
     SCOPED_TRACE(flush ? "flush" : "keep");
-    host::InterpreterOptions o;
-    o.flush_subnormals = flush;
-    host::Interpreter it(grad, o);
-    std::vector<Array> q{Array({DType::f32, {n}})}, qm{Array({DType::f32, {n}})}, qv{Array({DType::f32, {n}})};
-    for (int64_t i = 0; i < n; ++i) q[0].data<float>()[i] = 1.f;
+    BackendOptions o;
+    o.host.flush_subnormals = flush;
+    const std::unique_ptr<Backend> b = make_backend(BackendKind::host, grad, o);
+    Array q({DType::f32, {n}});
+    for (int64_t i = 0; i < n; ++i) q.data<float>()[i] = 1.f;
+    b->set("p", q);
+    b->set("x", xs);
+    std::vector<Array> qm{Array({DType::f32, {n}})}, qv{Array({DType::f32, {n}})};
     const optim::AdamW aw;
-    optim::HostAdamW h(aw);
-    std::vector<Array> out;
+    host::HostAdamW h(aw);
     const optim::AdamWScalars sc = optim::adamw_scalars(aw, 1);
     const unsigned before = control_word();
-    ASSERT_TRUE(h.step(it, {&q[0], &xs}, out, 1, sc, q, qm, qv));
+    ASSERT_TRUE(h.step(*b, 1, sc, qm, qv));
     EXPECT_EQ(control_word(), before);
     const float kept = static_cast<float>(1 - aw.beta1) * 1e-37f;
     ASSERT_EQ(std::fpclassify(kept), FP_SUBNORMAL);

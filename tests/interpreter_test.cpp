@@ -18,9 +18,11 @@
 #include <new>
 
 #include "backend/host/gemm.h"
+#include "capstep/host_adamw.h"
 #include "backend/host/parallel.h"
 #include "capstep/array.h"
 #include "capstep/autodiff.h"
+#include "capstep/backend.h"
 #include "capstep/interpreter.h"
 #include "capstep/ir.h"
 #include "capstep/nn.h"
@@ -1244,20 +1246,24 @@ TEST(Run, SeedStepAndInPlaceAdamwAllocateNothingFusedOrNot) {
     g_counting = false;
     EXPECT_EQ(g_allocations.load(), 0) << "gradient step, fuse " << fuse;
 
-    // Lane 1's step: the run with events and AdamW on the idle threads.
+    // Lane 1's step: the host backend's run with events and AdamW on the idle threads.
     {
-      optim::HostAdamW h(optim::AdamW{});
-      std::vector<Array> p = params, m, v;
-      for (const Array& x : p) m.emplace_back(x.type()), v.emplace_back(x.type());
-      for (size_t j = 0; j < p.size(); ++j) in[j] = &p[j];
-      h.step(g, in, out, 1, optim::adamw_scalars(optim::AdamW{}, 1), p, m, v);
+      BackendOptions bo;
+      bo.host = o;
+      const std::unique_ptr<Backend> b = make_backend(BackendKind::host, grad, bo);
+      for (size_t j = 0; j < params.size(); ++j) b->set_input(static_cast<int>(j), params[j]);
+      b->set("tokens", tokens);
+      b->set("targets", targets);
+      host::HostAdamW h(optim::AdamW{});
+      std::vector<Array> m, v;
+      for (const Array& x : params) m.emplace_back(x.type()), v.emplace_back(x.type());
+      h.step(*b, 1, optim::adamw_scalars(optim::AdamW{}, 1), m, v);
       g_allocations = 0;
       g_counting = true;
-      h.step(g, in, out, 1, optim::adamw_scalars(optim::AdamW{}, 2), p, m, v);
+      h.step(*b, 1, optim::adamw_scalars(optim::AdamW{}, 2), m, v);
       g_counting = false;
       EXPECT_EQ(g_allocations.load(), 0) << "HostAdamW step, fuse " << fuse;
-      EXPECT_TRUE(std::isfinite(out[0].get(0)));
-      for (size_t j = 0; j < p.size(); ++j) in[j] = &params[j];
+      EXPECT_TRUE(std::isfinite(b->host_output(0)->get(0)));
     }
 
     // with_adamw in place: outputs "loss", then <p>.new, m, v for every parameter.

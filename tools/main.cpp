@@ -406,6 +406,11 @@ int main(int argc, char** argv) {
   bench->add_option("--only", ba.opts.only, "run this lane alone: 1, 1f, 2, 3 or 4")
       ->check(CLI::IsMember({"1", "1f", "2", "3", "4"}));
   bench->add_flag("--fused-attention", ba.opts.fused_attention, kFusedAttentionHelp);
+  bench->add_option("--pjrt-plugin", ba.opts.backend.pjrt.plugin,
+                    "the PJRT plugin (.so) of lane [4] (default: CAPSTEP_PJRT_PLUGIN; none: [4] skips)");
+  bench->add_option("--pjrt-cache", ba.opts.backend.pjrt.cache_dir,
+                    "a directory of compiled XLA executables for lane [4] (default: CAPSTEP_PJRT_CACHE; none)")
+      ->check(kNonEmpty);
   bench->add_option_function<std::string>(
            "--size",
            [&](const std::string& s) {

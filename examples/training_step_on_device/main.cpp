@@ -2,7 +2,8 @@
 // ways (host; host with AdamW in the program; GPU with AdamW on the host; GPU
 // with AdamW in the program; XLA through a PJRT plugin, AdamW in the program),
 // each timed, each checked against the host lane. The lanes live in
-// src/lanes/three_lanes.cpp, shared with `capstep bench`. Lane [4]'s plugin is
+// src/lanes/three_lanes.cpp, shared with `capstep bench`, whose flags it takes
+// for what they share. Lane [4]'s plugin is --pjrt-plugin or
 // CAPSTEP_PJRT_PLUGIN (scripts/run-example fetches a CPU plugin; docs/pjrt.md).
 #include <CLI/CLI.hpp>
 #include <charconv>
@@ -29,6 +30,16 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "print one JSON object with every figure");
   app.add_option("--only", o.only, "run this lane alone: 1, 1f, 2, 3 or 4")
       ->check(CLI::IsMember({"1", "1f", "2", "3", "4"}));
+  std::string precision = "f32";
+  app.add_option("--precision", precision,
+                 "f32, or bf16: GEMM operands in bf16 with f32 accumulation, parameters, AdamW and reductions in f32 "
+                 "(default f32)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_flag("--fused-attention", o.fused_attention,
+               "each layer's causal attention as one attention primitive (fuse_attention)");
+  std::string plugin, cache;
+  app.add_option("--pjrt-plugin", plugin, "the PJRT plugin (.so) of lane [4] (default: CAPSTEP_PJRT_PLUGIN; none: [4] skips)");
+  app.add_option("--pjrt-cache", cache, "a directory of compiled XLA executables for lane [4] (default: CAPSTEP_PJRT_CACHE; none)");
   app.add_option("--size", o.size,
                  "the model of the size ladder: seed (default), middle (8 layers, d_model 512, batch 8 x 256) or "
                  "gpt2-small (12 layers, d_model 768, batch 8 x 512)")
@@ -46,7 +57,11 @@ int main(int argc, char** argv) {
   o.tf32 = !no_tf32;
   try {
     if (!o.size.empty()) o.model = capstep::nn::LmConfig::preset(o.size);
+    o.precision = capstep::optim::parse_precision(precision);
+    // --pjrt-plugin and --pjrt-cache over CAPSTEP_PJRT_PLUGIN and CAPSTEP_PJRT_CACHE, as in capstep
     o.backend = capstep::env::backend_options(o.backend);
+    if (!plugin.empty()) o.backend.pjrt.plugin = plugin;
+    if (!cache.empty()) o.backend.pjrt.cache_dir = cache;
     capstep::lanes::Report r = capstep::lanes::run(o);
     if (json) std::cout << capstep::lanes::to_json(r) << '\n';
     else capstep::lanes::print(r, std::cout);

@@ -15,9 +15,16 @@
 // Inputs and outputs are addressed by index (Program::inputs / outputs order)
 // or by name; a name the Program lacks, an index out of range, or an Array of
 // the wrong type is an Error that names the input or output.
+//
+// run(events) says, while it runs, when an output is final and when an input
+// is read no more, so that a caller overlaps its own work with the rest of
+// the run (the host lane starts each parameter's AdamW update on idle host
+// threads as soon as its gradient is there). supports() says whether a
+// backend runs a program here, and why not, before anything is compiled.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +51,31 @@ struct BackendInfo {
   std::string collective;
 };
 
+// Whether a backend runs a program here: ok, or why not.
+struct Support {
+  bool ok = true;
+  std::string why;  // empty when ok: "no CUDA device", "a bf16 attention (equation 3: ...)"
+  explicit operator bool() const { return ok; }
+};
+
+// What a run tells while it runs (Backend::run(events)), on the calling
+// thread, between its steps; each is called once per index per run:
+//  - output_ready(j): output j's value is final. read_output(j) may be
+//    called inside the callback, and host_output(j) read, on any thread,
+//    until the next run().
+//  - input_released(i): the run reads input i's slot no more. A write
+//    through host_input(i) may start then, on any thread, unless the input
+//    is donated (its slot is its output's, which the run may still write).
+// The host backend calls them as its steps go (Interpreter's run events:
+// an output as soon as the step that writes it last has run, an input after
+// the last step that reads it). CUDA and PJRT run a program as one launch or
+// one execution: they call every output_ready, then every input_released,
+// once the run has finished.
+struct RunEvents {
+  std::function<void(int output)> output_ready;
+  std::function<void(int input)> input_released;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -63,6 +95,8 @@ class Backend {
   // least once (Error naming the first that was not). Donated outputs go
   // into their inputs' slots; the others are kept until the next run().
   void run();
+  // The same, calling `events` as the run goes (RunEvents above).
+  void run(const RunEvents& events);
   // Copies output j of the last run() to `dst` (retyped when its type
   // differs, else written in place without allocating). Error before the
   // first run().
@@ -70,6 +104,20 @@ class Backend {
   // Copies the current value of input i's slot to `dst` (as read_output).
   void read_input(int i, Array& dst);
   int runs() const { return runs_; }
+
+  // Where a backend's slots are Arrays in host memory (the host backend):
+  // input i's slot itself, which the caller may read and write in place
+  // between runs (no copy; as set_input, but the values are the caller's to
+  // write, the type stays), and output j of the last run. nullptr on a
+  // backend whose slots live elsewhere (a device, a plugin's buffers), or
+  // before the input was first set / the first run. Valid until the backend
+  // is destroyed.
+  virtual Array* host_input(int i) { (void)i; return nullptr; }
+  virtual const Array* host_output(int j) const { (void)j; return nullptr; }
+
+  // Whether this backend (its device, plugin and options) would run `p`;
+  // what capstep::supports(kind(), p, options) says.
+  virtual Support supports(const Program& p) const = 0;
 
   // By name: Error naming the Program and the missing name.
   int input(const std::string& name) const;
@@ -87,6 +135,9 @@ class Backend {
   // index, the type, that every slot is set and that a run happened.
   virtual void set_slot(int i, const Array& a) = 0;
   virtual void execute() = 0;
+  // execute() calling `events` as the run goes; by default every
+  // output_ready after execute(), then every input_released.
+  virtual void execute(const RunEvents& events);
   virtual void get_output(int j, Array& dst) = 0;  // dst already has the output's type
   virtual void get_input(int i, Array& dst) = 0;   // dst already has the input's type
 
@@ -108,5 +159,13 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, Program p, const Backend
 // Whether `kind` can run here; when not, *why says what is missing ("no CUDA
 // device", "no PJRT plugin: BackendOptions::pjrt.plugin is empty").
 bool backend_available(BackendKind kind, const BackendOptions& o, std::string* why = nullptr);
+
+// Whether make_backend(kind, p, o) would run `p` here: the backend is
+// available (backend_available), and it has kernels for every equation of
+// `p` (the host's and the CUDA backend's attention kernels are f32 and f64
+// only: a bf16 attention is refused; PJRT lowers every verified program).
+// The answer comes before anything is compiled; the program is checked
+// first, so its part of the answer is the same with or without a device.
+Support supports(BackendKind kind, const Program& p, const BackendOptions& o = {});
 
 }  // namespace capstep

@@ -72,14 +72,19 @@ struct Options {
 // only (optim::mixed_precision_bf16 leaves attention in f32). Executable calls
 // it first, before it looks for a device, so the refusal is the same with or
 // without a GPU.
-inline void check_supported(const Program& p) {
+// Why the CUDA backend has no kernels for p, or "" when it has them all.
+inline std::string unsupported(const Program& p) {
   for (size_t i = 0; i < p.eqns.size(); ++i) {
     const Eqn& e = p.eqns[i];
     if ((e.op == Op::attention || e.op == Op::attention_grad) && p.type(e.inputs[0]).dtype == DType::bf16)
-      throw Error("cuda::Executable: program \"" + p.name + "\" has a bf16 attention (equation " + std::to_string(i) +
-                  ": " + eqn_text(p, e) + "); the GPU's attention kernels are f32 and f64 only, as the host's are: keep attention "
-                  "in f32, or run the program on the PJRT backend");
+      return "program \"" + p.name + "\" has a bf16 attention (equation " + std::to_string(i) + ": " + eqn_text(p, e) +
+             "); the GPU's attention kernels are f32 and f64 only, as the host's are: keep attention in f32, or run the "
+             "program on the PJRT backend";
   }
+  return "";
+}
+inline void check_supported(const Program& p) {
+  if (std::string why = unsupported(p); !why.empty()) throw Error("cuda::Executable: " + why);
 }
 
 class Executable {

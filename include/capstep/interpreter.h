@@ -113,7 +113,7 @@ class Interpreter {
   // per input, not per Array); after output_ready(j) it may read outputs[j],
   // and work on it on other threads while the run goes on (lane 1 starts
   // each parameter's AdamW update on the host's idle threads this way:
-  // optim::HostAdamW). Which step releases what is planned once, when the
+  // host::HostAdamW). Which step releases what is planned once, when the
   // Interpreter is built, so a run with events allocates no more than one
   // without. A run that throws may have made some of the calls.
   struct RunEvents {

@@ -55,6 +55,31 @@ void Backend::run() {
   ++runs_;
 }
 
+void Backend::run(const RunEvents& events) {
+  const Program& p = program();
+  if (set_.size() != p.inputs.size()) set_.assign(p.inputs.size(), 0);
+  for (size_t i = 0; i < p.inputs.size(); ++i)
+    if (!set_[i])
+      throw Error("program \"" + p.name + "\": input \"" + p.inputs[i].name + "\" was never set before run()");
+  // Counted before the events: an output_ready callback may read the output.
+  ++runs_;
+  try {
+    execute(events);
+  } catch (...) {
+    --runs_;
+    throw;
+  }
+}
+
+void Backend::execute(const RunEvents& events) {
+  execute();
+  const Program& p = program();
+  if (events.output_ready)
+    for (size_t j = 0; j < p.outputs.size(); ++j) events.output_ready(static_cast<int>(j));
+  if (events.input_released)
+    for (size_t i = 0; i < p.inputs.size(); ++i) events.input_released(static_cast<int>(i));
+}
+
 void Backend::read_output(int j, Array& dst) {
   const Program& p = program();
   if (j < 0 || static_cast<size_t>(j) >= p.outputs.size())

@@ -10,6 +10,9 @@
 
 namespace capstep::host {
 std::unique_ptr<Backend> make_backend(Program p, const BackendOptions& o);
+// Why the host interpreter has no kernel for p, or "" when it has them all
+// (its attention kernels are f32 and f64 only).
+std::string unsupported(const Program& p);
 }
 namespace capstep::cuda {
 std::unique_ptr<Backend> make_backend(Program p, const BackendOptions& o);

@@ -15,6 +15,20 @@ bool backend_available(BackendKind kind, const BackendOptions& o, std::string* w
   return false;
 }
 
+Support supports(BackendKind kind, const Program& p, const BackendOptions& o) {
+  Support s;
+  switch (kind) {
+    case BackendKind::host: s.why = host::unsupported(p); break;
+    case BackendKind::cuda: s.why = cuda::unsupported(p); break;
+    case BackendKind::pjrt: break;  // every verified program lowers to StableHLO
+  }
+  std::string why;
+  if (s.why.empty() && !backend_available(kind, o, &why))
+    s.why = why.empty() ? std::string("the ") + backend_name(kind) + " backend is not available here" : why;
+  s.ok = s.why.empty();
+  return s;
+}
+
 std::unique_ptr<Backend> make_backend(BackendKind kind, Program p, const BackendOptions& o) {
   switch (kind) {
     case BackendKind::host: return host::make_backend(std::move(p), o);

@@ -180,10 +180,11 @@ Report run(const Options& o) {
                                                         : "subnormals kept (IEEE)";
   if (selected("1f", r.lanes[3])) run_lane(o, s, {BackendKind::host, true}, grad, r.lanes[3]);
 
-  std::string why;
-  if (!cuda::available(&why)) {
-    r.device = why;
-    r.lanes[1].skipped = r.lanes[2].skipped = why;
+  // Each lane skips by its backend's own answer (supports: the device or
+  // plugin, then the program's equations).
+  if (const Support cu = supports(BackendKind::cuda, grad, o.backend); !cu) {
+    r.device = cu.why;
+    r.lanes[1].skipped = r.lanes[2].skipped = cu.why;
   } else {
     r.device = cuda::device_description();
     for (int i : {1, 2}) {
@@ -196,11 +197,10 @@ Report run(const Options& o) {
     }
   }
   if (selected("4", r.lanes[4])) {
-    std::string no_pjrt;
     if (o.backend.pjrt.plugin.empty()) {
-      r.lanes[4].skipped = "no PJRT plugin (CAPSTEP_PJRT_PLUGIN; scripts/pjrt-plugin downloads a CPU plugin)";
-    } else if (!backend_available(BackendKind::pjrt, o.backend, &no_pjrt)) {
-      r.lanes[4].skipped = no_pjrt;
+      r.lanes[4].skipped = "no PJRT plugin (--pjrt-plugin or CAPSTEP_PJRT_PLUGIN; scripts/pjrt-plugin downloads a CPU plugin)";
+    } else if (const Support pj = supports(BackendKind::pjrt, grad, o.backend); !pj) {
+      r.lanes[4].skipped = pj.why;
     } else {
       try {
         run_lane(o, s, {BackendKind::pjrt, true}, grad, r.lanes[4]);

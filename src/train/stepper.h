@@ -5,7 +5,7 @@
 // A lane is a backend (capstep/backend.h) and where AdamW runs:
 //   AdamW on the host: the gradient program on the backend, the update in C++
 //     (on the host backend, each parameter's update starts on the idle host
-//     threads as soon as the run has its gradient: optim::HostAdamW);
+//     threads as soon as the run has its gradient: host::HostAdamW);
 //   AdamW in the program: optim::with_adamw's program on the backend, the
 //     parameters and both moments donated, so they stay where it computes and
 //     only the batch, four scalars and the loss cross.

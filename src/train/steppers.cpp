@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "capstep/interpreter.h"
+#include "capstep/host_adamw.h"
 #include "capstep/train_step.h"
 #include "stepper.h"
 
@@ -57,95 +57,87 @@ struct Accum {
   }
 };
 
-// The host backend, AdamW on the host: the gradient program in the
-// interpreter, each parameter's update started on idle host threads as soon
-// as the run has its gradient (optim::HostAdamW), none when the loss is not
-// finite. Inputs point at the held parameters; outputs (loss, gradients) are
-// reused, so a step allocates nothing. (The Interpreter is driven directly:
-// the early start of each update needs its run events.)
+// The host backend, AdamW on the host: the gradient program on the host
+// backend, each parameter's update started on idle host threads as soon as
+// the run has its gradient (host::HostAdamW, over the backend's run events),
+// none when the loss is not finite. The parameters live in the backend's
+// slots and are updated there in place; the gradient accumulators are
+// donated (updated in place by the run), so a step allocates nothing and
+// copies only the batch.
 class HostStepper final : public Stepper {
  public:
-  HostStepper(const Program& grad, const std::vector<std::string>& names, const optim::AdamW& o, float clip,
-              const BackendOptions& bo)
-      : interp_(grad, bo.host), adamw_(o), names_(names), ins_(grad.inputs.size()),
-        communicator_(bo.communicator != nullptr), accum_(grad, names) {
-    interp_.set_communicator(bo.communicator);
-    clip_.data<float>()[0] = clip;
-    if (const int c = grad.input_index(optim::kClipMaxNormName); c >= 0) ins_[static_cast<size_t>(c)] = &clip_;
-    norm_out_ = grad.output_index(optim::kGradNormName);
-    tok_ = grad.input_index("tokens");
-    tgt_ = grad.input_index("targets");
-    if (accum_.on()) {
-      ins_[static_cast<size_t>(accum_.last)] = &last_;
-      for (size_t j = 0; j < names.size(); ++j) {
-        acc_.emplace_back(grad.input_type(accum_.in[j]));   // zeros
-      }
-      for (size_t j = 0; j < names.size(); ++j) ins_[static_cast<size_t>(accum_.in[j])] = &acc_[j];
-    }
+  HostStepper(std::unique_ptr<Backend> b, const std::vector<std::string>& names, const optim::AdamW& o, float clip)
+      : b_(std::move(b)), adamw_(o), names_(names), accum_(b_->program(), names) {
+    const Program& p = b_->program();
+    if (const int c = p.input_index(optim::kClipMaxNormName); c >= 0) b_->set_input(c, Array::scalar(clip));
+    norm_out_ = p.output_index(optim::kGradNormName);
+    tok_ = b_->input("tokens");
+    tgt_ = b_->input("targets");
   }
-  void set_state(const State& s) override { set_state(State(s)); }
-  void set_state(State&& s) override {
+  using Stepper::set_state;
+  void set_state(const State& s) override {
     check_names(s, names_);
-    s_ = std::move(s);
-    for (size_t j = 0; j < s_.params.size(); ++j) ins_[j] = &s_.params[j];
-    for (size_t j = 0; j < s_.frozen.size(); ++j)
-      ins_[static_cast<size_t>(interp_.program().input_index(s_.frozen_names[j]))] = &s_.frozen[j];
-    for (Array& a : acc_) std::fill(a.data<float>(), a.data<float>() + a.numel(), 0.0f);
+    for (size_t j = 0; j < s.params.size(); ++j) b_->set_input(static_cast<int>(j), s.params[j]);
+    m_ = s.m;
+    v_ = s.v;
+    frozen_names_ = s.frozen_names;
+    for (size_t j = 0; j < s.frozen.size(); ++j) b_->set(s.frozen_names[j], s.frozen[j]);
+    for (size_t j = 0; j < accum_.in.size(); ++j)
+      b_->set_input(accum_.in[j], Array(b_->program().input_type(accum_.in[j])));
   }
   float step_n(const Array* tokens, const Array* targets, int n, const optim::AdamWScalars& sc) override {
     accum_.check(n);
     // Micro-batches before the last: gradients summed into the accumulators
-    // (swapped in from the outputs: no copy, no allocation).
+    // (donated: the run updates them in place).
     double loss = 0;
     for (int i = 0; i + 1 < n; ++i) {
-      last_.data<float>()[0] = 0;
-      ins_[static_cast<size_t>(tok_)] = &tokens[i];
-      ins_[static_cast<size_t>(tgt_)] = &targets[i];
-      interp_.run(ins_, outs_);
-      for (size_t j = 0; j < acc_.size(); ++j) std::swap(acc_[j], outs_[static_cast<size_t>(accum_.out[j])]);
-      loss += outs_[0].data<float>()[0];
+      b_->set_input(accum_.last, last_(0.f));
+      b_->set_input(tok_, tokens[i]);
+      b_->set_input(tgt_, targets[i]);
+      b_->run();
+      loss += b_->host_output(0)->data<float>()[0];
     }
-    last_.data<float>()[0] = 1;
-    ins_[static_cast<size_t>(tok_)] = &tokens[n - 1];
-    ins_[static_cast<size_t>(tgt_)] = &targets[n - 1];
+    if (accum_.on()) b_->set_input(accum_.last, last_(1.f));
+    b_->set_input(tok_, tokens[n - 1]);
+    b_->set_input(tgt_, targets[n - 1]);
     // Gradients after the loss; no update when the loss is not finite.
-    if (std::isfinite(loss)) adamw_.step(interp_, ins_, outs_, 1, sc, s_.params, s_.m, s_.v, 0);
-    else interp_.run(ins_, outs_);
-    for (size_t j = 0; j < acc_.size(); ++j) std::swap(acc_[j], outs_[static_cast<size_t>(accum_.out[j])]);
-    if (norm_out_ >= 0) norm_ = outs_[static_cast<size_t>(norm_out_)].data<float>()[0];
-    loss += outs_[0].data<float>()[0];
+    if (std::isfinite(loss)) adamw_.step(*b_, 1, sc, m_, v_, 0);
+    else b_->run();
+    if (norm_out_ >= 0) norm_ = b_->host_output(norm_out_)->data<float>()[0];
+    loss += b_->host_output(0)->data<float>()[0];
     return static_cast<float>(loss / n);
   }
   void state(Checkpoint& c) override {
-    copy_state(names_, s_.params, c.params);
-    copy_state(names_, s_.m, c.adam_m);
-    copy_state(names_, s_.v, c.adam_v);
-    append_frozen(s_, c);
+    c.params.resize(names_.size() + frozen_names_.size());
+    for (size_t j = 0; j < names_.size(); ++j) {
+      c.params[j].name = names_[j];
+      b_->read_input(static_cast<int>(j), c.params[j].array);
+    }
+    for (size_t j = 0; j < frozen_names_.size(); ++j) {
+      c.params[names_.size() + j].name = frozen_names_[j];
+      b_->read_input(b_->input(frozen_names_[j]), c.params[names_.size() + j].array);
+    }
+    c.frozen = frozen_names_;
+    copy_state(names_, m_, c.adam_m);
+    copy_state(names_, v_, c.adam_v);
   }
   double grad_norm() const override { return norm_; }
-  BackendInfo describe() const override {
-    BackendInfo b;
-    b.device = "host";
-    b.plan = interp_.fused_groups() > 0 ? "fused: " + std::to_string(interp_.fused_groups()) + " groups" : "unfused";
-    b.bytes = interp_.memory().held();
-    if (communicator_) b.collective = "Communicator";
-    return b;
-  }
+  BackendInfo describe() const override { return b_->describe(); }
 
  private:
-  host::Interpreter interp_;
-  optim::HostAdamW adamw_;
-  std::vector<std::string> names_;
-  State s_;
-  std::vector<const Array*> ins_;
-  std::vector<Array> outs_;
-  Array clip_{Type{DType::f32, {}}};
-  bool communicator_;  // all_reduce sums over BackendOptions::communicator
+  // The scalar "accum.last" = x, in an Array kept here (no allocation per step).
+  const Array& last_(float x) {
+    last_arr_.data<float>()[0] = x;
+    return last_arr_;
+  }
+  std::unique_ptr<Backend> b_;
+  host::HostAdamW adamw_;
+  std::vector<std::string> names_, frozen_names_;
+  std::vector<Array> m_, v_;
   int norm_out_ = -1, tok_ = -1, tgt_ = -1;
   double norm_ = NAN;
   Accum accum_;
-  std::vector<Array> acc_;
-  Array last_{Type{DType::f32, {}}};
+  Array last_arr_{Type{DType::f32, {}}};
 };
 
 // Any backend, AdamW on the host: every parameter up, every gradient down
@@ -299,7 +291,8 @@ std::unique_ptr<Stepper> make_stepper(const Lane& lane, const Program& step, con
                                       const optim::AdamW& o, float clip, const BackendOptions& bo) {
   if (lane.adamw_in_program) return std::make_unique<FusedStepper>(make_backend(lane.backend, step, bo), names, o, clip);
   const Program& grad = step;
-  if (lane.backend == BackendKind::host) return std::make_unique<HostStepper>(grad, names, o, clip, bo);
+  if (lane.backend == BackendKind::host)
+    return std::make_unique<HostStepper>(make_backend(BackendKind::host, grad, bo), names, o, clip);
   return std::make_unique<HostAdamWStepper>(make_backend(lane.backend, grad, bo), names, o, clip);
 }
 

@@ -422,7 +422,7 @@ Result train(const Options& o) {
   auto data_position = [&]() { return sft ? sft->position() : batches->position(); };
   // Validation: fixed batches, and the forward program on the host.
   std::unique_ptr<data::BatchStream> val;
-  std::unique_ptr<host::Interpreter> forward;  // built after the memory check below
+  std::unique_ptr<Backend> forward;  // the host backend, built after the memory check below
   Program forward_program;
   std::vector<data::Batch> val_batches;
   if (validating) {
@@ -475,7 +475,7 @@ Result train(const Options& o) {
   // then the validation interpreter, whose constants may take gigabytes.
   const Program step = step_program(r.lane_used, grad, state.names, o.adamw);
   check_host_memory(o, r.lane_used.backend == BackendKind::host, step, validating ? &forward_program : nullptr);
-  if (validating) forward = std::make_unique<host::Interpreter>(std::move(forward_program), o.backend.host);
+  if (validating) forward = make_backend(BackendKind::host, std::move(forward_program), o.backend);
   // Data parallel: o.comm goes to the backend whatever it is. On a GPU lane
   // the CUDA backend makes its NCCL communicator from it (the NCCL id from
   // rank 0 through o.comm), one process per GPU: every rank takes the same
@@ -494,19 +494,17 @@ Result train(const Options& o) {
   Checkpoint ckpt;
   if (!o.resume_path.empty() && validating) r.best_val_loss = resumed.best_val_loss;
   // Mean loss of the validation batches at the current parameters.
-  std::vector<const Array*> fin;
-  std::vector<Array> fout;
+  Array val_loss;
   auto evaluate = [&]() -> double {
     stepper->state(ckpt);
-    const Program& fp = forward->program();
-    fin.assign(fp.inputs.size(), nullptr);
-    for (const NamedArray& p : ckpt.params) fin[static_cast<size_t>(fp.input_index(p.name))] = &p.array;
+    for (const NamedArray& p : ckpt.params) forward->set(p.name, p.array);
     double total = 0;
     for (const data::Batch& b : val_batches) {
-      fin[static_cast<size_t>(fp.input_index("tokens"))] = &b.inputs;
-      fin[static_cast<size_t>(fp.input_index("targets"))] = &b.targets;
-      forward->run(fin, fout);
-      total += static_cast<double>(fout[0].data<float>()[0]);
+      forward->set("tokens", b.inputs);
+      forward->set("targets", b.targets);
+      forward->run();
+      forward->read_output(0, val_loss);
+      total += static_cast<double>(val_loss.data<float>()[0]);
     }
     return total / static_cast<double>(val_batches.size());
   };

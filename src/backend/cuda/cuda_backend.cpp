@@ -67,9 +67,16 @@ class CudaBackend final : public Backend {
 #endif
     return b;
   }
+  Support supports(const Program& q) const override {
+    Support s;
+    s.why = unsupported(q);
+    s.ok = s.why.empty();
+    return s;
+  }
 
  protected:
   void set_slot(int i, const Array& a) override { exe_.upload(i, a); }
+  using Backend::execute;
   void execute() override { exe_.step(); }
   void get_output(int j, Array& dst) override { exe_.download_output(j, dst); }
   void get_input(int i, Array& dst) override { exe_.download_input(i, dst); }

@@ -1,7 +1,7 @@
 // AdamW on the host: the per-element kernel (also run by the interpreter's
 // fused with_adamw groups, fused.cpp), adamw_update over the host's threads,
 // and HostAdamW, which starts each parameter's update in the idle moments of
-// an interpreter run. Part of the host backend: it uses its threads and its
+// a host backend's run (capstep/host_adamw.h). Part of the host backend: it uses its threads and its
 // run events; optim/ holds only the settings and the scalars.
 #include <algorithm>
 #include <cmath>
@@ -9,6 +9,7 @@
 #include "backend/host/adamw_kernel.h"
 #include "backend/host/parallel.h"
 #include "backend/host/step.h"
+#include "capstep/host_adamw.h"
 #include "capstep/interpreter.h"
 #include "capstep/optim.h"
 
@@ -125,6 +126,10 @@ void adamw_update(const AdamW& o, const AdamWScalars& s, std::vector<Array>& p, 
   host::parallel_parts(parts, part_fn);
 }
 
+}  // namespace capstep::optim
+
+namespace capstep::host {
+
 HostAdamW::HostAdamW(const AdamW& o) : o_(o) { o_.validate(); }
 
 void HostAdamW::run_chunk(void* self, int i) {
@@ -140,21 +145,22 @@ void HostAdamW::ready(int j) {
     return;
   }
   const size_t k = static_cast<size_t>(j);
-  float* p = (*p_)[k].data<float>();
+  Array& pa = *b_->host_input(j);
+  float* p = pa.data<float>();
   float* m = (*m_)[k].data<float>();
   float* v = (*v_)[k].data<float>();
-  const float* g = (*outputs_)[static_cast<size_t>(first_grad_ + j)].data<float>();
-  const int64_t n = (*p_)[k].numel();
+  const float* g = b_->host_output(first_grad_ + j)->data<float>();
+  const int64_t n = pa.numel();
   for (int64_t b = 0; b < n; b += kChunk)
     chunks_[static_cast<size_t>(count_++)] = {p + b, m + b, v + b, g + b, std::min(kChunk, n - b)};
   background_->release(count_);
 }
 
-bool HostAdamW::step(host::Interpreter& interp, const std::vector<const Array*>& inputs, std::vector<Array>& outputs,
-                     int first_grad, const AdamWScalars& s, std::vector<Array>& p, std::vector<Array>& m,
-                     std::vector<Array>& v, int finite_output) {
-  const Program& prog = interp.program();
-  const size_t n = p.size();
+bool HostAdamW::step(Backend& b, int first_grad, const AdamWScalars& s, std::vector<Array>& m, std::vector<Array>& v,
+                     int finite_output) {
+  const InterpreterOptions& io = interpreter_options(b);  // Error on another backend
+  const Program& prog = b.program();
+  const size_t n = m.size();
   if (finite_output >= 0) {
     if (static_cast<size_t>(finite_output) >= prog.outputs.size() ||
         prog.output_type(finite_output) != Type{DType::f32, {}} ||
@@ -162,37 +168,30 @@ bool HostAdamW::step(host::Interpreter& interp, const std::vector<const Array*>&
       throw Error("HostAdamW: finite_output " + std::to_string(finite_output) + " must be a scalar f32 output of program \"" +
                   prog.name + "\" other than the gradients");
   }
-  if (m.size() != n || v.size() != n)
-    throw Error("HostAdamW: " + std::to_string(n) + " parameters but " + std::to_string(m.size()) + " first and " +
-                std::to_string(v.size()) + " second moments");
-  if (inputs.size() != prog.inputs.size())
-    throw Error("HostAdamW: program \"" + prog.name + "\" has " + std::to_string(prog.inputs.size()) + " inputs, got " +
-                std::to_string(inputs.size()));
-  if (first_grad < 0 || static_cast<size_t>(first_grad) + n > prog.outputs.size() || n > inputs.size())
+  if (v.size() != n)
+    throw Error("HostAdamW: " + std::to_string(n) + " first moments but " + std::to_string(v.size()) +
+                " second moments");
+  if (first_grad < 0 || static_cast<size_t>(first_grad) + n > prog.outputs.size() || n > prog.inputs.size())
     throw Error("HostAdamW: " + std::to_string(n) + " parameters, their gradients from output " +
                 std::to_string(first_grad) + ", but program \"" + prog.name + "\" has " +
-                std::to_string(inputs.size()) + " inputs and " + std::to_string(prog.outputs.size()) + " outputs");
-  // The updated Arrays are written while the run goes on: none may be read
-  // by the run other than as its own parameter input, nor be an output.
-  if (&outputs == &p || &outputs == &m || &outputs == &v)
-    throw Error("HostAdamW: the outputs vector must not be the parameters' or the moments'");
-  for (size_t k = 0; k < inputs.size(); ++k)
-    for (size_t j = 0; j < n; ++j)
-      if ((k >= n && inputs[k] == &p[j]) || inputs[k] == &m[j] || inputs[k] == &v[j])
-        throw Error("HostAdamW: input " + std::to_string(k) + " (\"" + prog.inputs[k].name + "\") is " +
-                    (inputs[k] == &p[j] ? "p[" : inputs[k] == &m[j] ? "m[" : "v[") + std::to_string(j) +
-                    "], which the update writes while the run may still read it");
+                std::to_string(prog.inputs.size()) + " inputs and " + std::to_string(prog.outputs.size()) + " outputs");
   size_t total = 0;
   for (size_t j = 0; j < n; ++j) {
-    if (inputs[j] != &p[j])
-      throw Error("HostAdamW: input " + std::to_string(j) + " (\"" + prog.inputs[j].name +
-                  "\") must be the parameter's Array p[" + std::to_string(j) + "]");
-    check_types(p[j], p[j], m[j], v[j]);
-    const Type& gt = prog.output_type(first_grad + static_cast<int>(j));
-    if (gt != p[j].type())
-      throw Error("HostAdamW: parameter \"" + prog.inputs[j].name + "\" is " + p[j].type().str() + ", its gradient (output \"" +
+    const int i = static_cast<int>(j);
+    const Type& pt = prog.input_type(i);
+    for (const Alias& a : prog.aliases)
+      if (a.input == i)
+        throw Error("HostAdamW: parameter \"" + prog.inputs[j].name + "\" is donated to output \"" +
+                    prog.outputs[static_cast<size_t>(a.output)].name + "\", which the run writes while the update does");
+    if (pt.dtype != DType::f32) throw Error("HostAdamW: parameters must be f32, got " + pt.str());
+    if (m[j].type() != pt || v[j].type() != pt)
+      throw Error("HostAdamW: parameter \"" + prog.inputs[j].name + "\" " + pt.str() + ", moments " +
+                  m[j].type().str() + " and " + v[j].type().str() + " must have one type");
+    const Type& gt = prog.output_type(first_grad + i);
+    if (gt != pt)
+      throw Error("HostAdamW: parameter \"" + prog.inputs[j].name + "\" is " + pt.str() + ", its gradient (output \"" +
                   prog.outputs[static_cast<size_t>(first_grad) + j].name + "\") " + gt.str());
-    total += static_cast<size_t>((p[j].numel() + kChunk - 1) / kChunk);
+    total += static_cast<size_t>((pt.numel() + kChunk - 1) / kChunk);
   }
   if (chunks_.size() < total) chunks_.resize(total);
   grad_done_.assign(n, 0);
@@ -201,19 +200,19 @@ bool HostAdamW::step(host::Interpreter& interp, const std::vector<const Array*>&
   waiting_.reserve(n);
   finite_output_ = finite_output;
   gate_ = finite_output >= 0 ? Gate::waiting : Gate::open;
-  p_ = &p, m_ = &m, v_ = &v, outputs_ = &outputs;
+  b_ = &b, m_ = &m, v_ = &v;
   first_grad_ = first_grad;
   s_ = s;
   count_ = early_ = 0;
   // the run's subnormal mode for the updates too, on whichever thread: the
   // same bits as the with_adamw program on the same interpreter options
-  const host::SubnormalMode mode(interp.options().flush_subnormals);
-  host::Background bg(&run_chunk, this);
+  const SubnormalMode mode(io.flush_subnormals);
+  Background bg(&run_chunk, this);
   background_ = &bg;
-  host::Interpreter::RunEvents ev;
+  RunEvents ev;
   ev.output_ready = [this, n](int out) {
     if (out == finite_output_) {
-      gate_ = std::isfinite((*outputs_)[static_cast<size_t>(out)].data<float>()[0]) ? Gate::open : Gate::shut;
+      gate_ = std::isfinite(b_->host_output(out)->data<float>()[0]) ? Gate::open : Gate::shut;
       if (gate_ == Gate::open)
         for (int j : waiting_) ready(j);
       return;
@@ -228,7 +227,7 @@ bool HostAdamW::step(host::Interpreter& interp, const std::vector<const Array*>&
     param_done_[static_cast<size_t>(in)] = 1;
     if (grad_done_[static_cast<size_t>(in)]) ready(in);
   };
-  interp.run(inputs, outputs, ev);
+  b.run(ev);
   background_ = nullptr;
   if (gate_ == Gate::shut) {
     bg.finish();
@@ -242,4 +241,4 @@ bool HostAdamW::step(host::Interpreter& interp, const std::vector<const Array*>&
   return true;
 }
 
-}  // namespace capstep::optim
+}  // namespace capstep::host

@@ -1,5 +1,5 @@
 // The host AdamW kernel (src/backend/host/adamw.cpp): what optim::adamw_update
-// and optim::HostAdamW run, and what a fused group that is one parameter's
+// and host::HostAdamW run, and what a fused group that is one parameter's
 // AdamW update runs (fused.cpp), in the program's operation order, so the
 // same bits as the group's members. The host backend's, so in its namespace;
 // optim/ holds only the settings and the scalars.

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backend/backends.h"
+#include "capstep/host_adamw.h"
 #include "backend/host/parallel.h"
 #include "capstep/interpreter.h"
 
@@ -48,10 +49,29 @@ class HostBackend final : public Backend {
     return b;
   }
   const Interpreter& interpreter() const { return interp_; }
+  Array* host_input(int i) override {
+    if (i < 0 || static_cast<size_t>(i) >= ins_.size()) return nullptr;
+    return slot(i);
+  }
+  const Array* host_output(int j) const override {
+    if (j < 0 || static_cast<size_t>(j) >= outs_.size() || runs() == 0) return nullptr;
+    return &outs_[static_cast<size_t>(j)];
+  }
+  Support supports(const Program& q) const override {
+    Support s;
+    s.why = unsupported(q);
+    s.ok = s.why.empty();
+    return s;
+  }
 
  protected:
   void set_slot(int i, const Array& a) override { *slot(i) = a; }
+  using Backend::execute;
   void execute() override { interp_.run(ins_, outs_); }
+  void execute(const RunEvents& events) override {
+    Interpreter::RunEvents ev{events.output_ready, events.input_released};
+    interp_.run(ins_, outs_, ev);
+  }
   void get_output(int j, Array& dst) override { copy(outs_[static_cast<size_t>(j)], dst); }
   void get_input(int i, Array& dst) override { copy(*slot(i), dst); }
 
@@ -73,6 +93,24 @@ class HostBackend final : public Backend {
 };
 
 }  // namespace
+
+std::string unsupported(const Program& p) {
+  for (size_t i = 0; i < p.eqns.size(); ++i) {
+    const Eqn& e = p.eqns[i];
+    if (e.op != Op::attention && e.op != Op::attention_grad) continue;
+    const DType d = p.type(e.inputs[0]).dtype;
+    if (d != DType::f32 && d != DType::f64)
+      return "program \"" + p.name + "\" has a " + dtype_name(d) + " attention (equation " + std::to_string(i) + ": " +
+             eqn_text(p, e) + "); the host's attention kernels are f32 and f64 only: keep attention in f32";
+  }
+  return "";
+}
+
+const InterpreterOptions& interpreter_options(const Backend& b) {
+  const auto* h = dynamic_cast<const HostBackend*>(&b);
+  if (!h) throw Error(std::string("not the host backend: ") + backend_name(b.kind()));
+  return h->interpreter().options();
+}
 
 std::unique_ptr<Backend> make_backend(Program p, const BackendOptions& o) {
   return std::make_unique<HostBackend>(std::move(p), o);

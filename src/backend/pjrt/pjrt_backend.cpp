@@ -63,6 +63,9 @@ class PjrtBackend final : public Backend {
 
   const Program& program() const override { return p_; }
   BackendKind kind() const override { return BackendKind::pjrt; }
+  // Every verified program lowers to StableHLO; the plugin's compile is the
+  // only other refusal, and it comes from make_backend.
+  Support supports(const Program&) const override { return {}; }
   BackendInfo describe() const override {
     BackendInfo b;
     // "PJRT cpu (plugin pjrt_c_api_cpu_plugin.so, PJRT C API 0.115)"; a GPU's kind
@@ -87,6 +90,7 @@ class PjrtBackend final : public Backend {
  protected:
   void set_slot(int i, const Array& a) override { slots_[static_cast<size_t>(i)] = upload(c_, a); }
 
+  using Backend::execute;
   void execute() override {
     std::vector<c::PJRT_Buffer*> args(slots_.size());
     for (size_t i = 0; i < slots_.size(); ++i) args[i] = slots_[i].get();
