@@ -34,6 +34,15 @@ void append_frozen(const State& s, Checkpoint& c) {
   c.frozen = s.frozen_names;
 }
 
+// (name, array) of the trained parameters, then the frozen ones, in place.
+std::vector<std::pair<std::string, const Array*>> in_place(const std::vector<std::string>& names,
+                                                           const std::vector<Array>& params, const State& frozen) {
+  std::vector<std::pair<std::string, const Array*>> r;
+  for (size_t j = 0; j < names.size(); ++j) r.emplace_back(names[j], &params[j]);
+  for (size_t j = 0; j < frozen.frozen.size(); ++j) r.emplace_back(frozen.frozen_names[j], &frozen.frozen[j]);
+  return r;
+}
+
 // Gradient accumulation's inputs and outputs in a step program
 // (optim::accumulate_gradients): none when it does not accumulate.
 struct Accum {
@@ -122,6 +131,9 @@ class HostStepper final : public Stepper {
     copy_state(names_, s_.v, c.adam_v);
     append_frozen(s_, c);
   }
+  std::vector<std::pair<std::string, const Array*>> params_in_place() const override {
+    return in_place(names_, s_.params, s_);
+  }
   double grad_norm() const override { return norm_; }
   BackendInfo describe() const override {
     BackendInfo b;
@@ -201,6 +213,9 @@ class HostAdamWStepper final : public Stepper {
     copy_state(names_, m_, c.adam_m);
     copy_state(names_, v_, c.adam_v);
     append_frozen(frozen_, c);
+  }
+  std::vector<std::pair<std::string, const Array*>> params_in_place() const override {
+    return in_place(names_, p_, frozen_);
   }
   double grad_norm() const override { return norm_; }
   BackendInfo describe() const override { return b_->describe(); }

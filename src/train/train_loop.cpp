@@ -497,10 +497,16 @@ Result train(const Options& o) {
   std::vector<const Array*> fin;
   std::vector<Array> fout;
   auto evaluate = [&]() -> double {
-    stepper->state(ckpt);
+    // The parameters where the stepper holds them on the host (no copy of
+    // them and the moments), else copied out of the backend.
     const Program& fp = forward->program();
     fin.assign(fp.inputs.size(), nullptr);
-    for (const NamedArray& p : ckpt.params) fin[static_cast<size_t>(fp.input_index(p.name))] = &p.array;
+    const std::vector<std::pair<std::string, const Array*>> held = stepper->params_in_place();
+    if (held.empty()) {
+      stepper->state(ckpt);
+      for (const NamedArray& p : ckpt.params) fin[static_cast<size_t>(fp.input_index(p.name))] = &p.array;
+    }
+    for (const auto& [name, a] : held) fin[static_cast<size_t>(fp.input_index(name))] = a;
     double total = 0;
     for (const data::Batch& b : val_batches) {
       fin[static_cast<size_t>(fp.input_index("tokens"))] = &b.inputs;

@@ -1,0 +1,75 @@
+// What a full fine-tuning run holds at its peak, by count (never RSS):
+// validation reads the host lane's parameters where the step holds them (no
+// copy of the parameters and both moments); the host interpreter's statics
+// hold one copy of equal constants and iotas.
+#include <gtest/gtest.h>
+
+#include "capstep/autodiff.h"
+#include "capstep/interpreter.h"
+#include "capstep/nn.h"
+#include "capstep/optim.h"
+#include "capstep/train.h"
+#include "train/stepper.h"
+
+using namespace capstep;
+
+namespace {
+
+nn::LmConfig small() {
+  nn::LmConfig c;
+  c.n_layers = 2, c.d_model = 32, c.n_heads = 2, c.d_ff = 64, c.context = 16, c.batch = 2, c.seq = 8;
+  return c;
+}
+
+train::State fresh(const nn::LmConfig& c) {
+  train::State s;
+  for (const nn::ParamSpec& p : nn::lm_parameters(c)) s.names.push_back(p.name);
+  s.params = nn::init_parameters(c, 1);
+  for (const Array& a : s.params) s.m.emplace_back(a.type()), s.v.emplace_back(a.type());
+  return s;
+}
+
+}  // namespace
+
+// The host lanes with AdamW on the host hand out the arrays they step: every
+// parameter, none copied (each address is the one the next step updates: its
+// bytes change with the step, and equal state()'s copy after it).
+TEST(MemoryPeak, HostLaneParametersAreReadInPlace) {
+  const nn::LmConfig c = small();
+  train::State s = fresh(c);
+  const std::vector<std::string> names = s.names;
+  const Program grad = value_and_grad(nn::lm_loss_program(c), names);
+  const train::Lane lane = train::parse_lane("host");
+  std::unique_ptr<train::Stepper> st =
+      train::make_stepper(lane, train::step_program(lane, grad, names, optim::AdamW{}), names, optim::AdamW{}, 0,
+                          train::lane_backend_options(BackendOptions{}, false, nullptr));
+  st->set_state(std::move(s));
+  const auto held = st->params_in_place();
+  ASSERT_EQ(held.size(), names.size());
+  std::vector<Array> before;
+  for (size_t j = 0; j < held.size(); ++j) {
+    EXPECT_EQ(held[j].first, names[j]);
+    before.push_back(*held[j].second);
+  }
+  Array tokens(Type{DType::i32, {c.batch, c.seq}}), targets(Type{DType::i32, {c.batch, c.seq}});
+  for (int64_t i = 0; i < tokens.numel(); ++i) tokens.data<int32_t>()[i] = static_cast<int32_t>(i % 7), targets.data<int32_t>()[i] = static_cast<int32_t>((i + 1) % 7);
+  const optim::AdamWScalars sc = optim::adamw_scalars(optim::AdamW{}, 1, 1e-2);
+  st->step(tokens, targets, sc);
+  const auto after = st->params_in_place();
+  Checkpoint ck;
+  st->state(ck);
+  int changed = 0;
+  for (size_t j = 0; j < held.size(); ++j) {
+    EXPECT_EQ(after[j].second, held[j].second) << names[j];  // the same arrays, not copies
+    EXPECT_TRUE(held[j].second->bit_equal(ck.params[j].array)) << names[j];
+    changed += held[j].second->bit_equal(before[j]) ? 0 : 1;
+  }
+  EXPECT_EQ(changed, static_cast<int>(names.size()));
+  // The lane with AdamW in the program holds them in the backend's slots: none in place.
+  const train::Lane fused = train::parse_lane("host-fused");
+  std::unique_ptr<train::Stepper> sf =
+      train::make_stepper(fused, train::step_program(fused, grad, names, optim::AdamW{}), names, optim::AdamW{}, 0,
+                          train::lane_backend_options(BackendOptions{}, false, nullptr));
+  sf->set_state(fresh(c));
+  EXPECT_TRUE(sf->params_in_place().empty());
+}
