@@ -73,3 +73,32 @@ TEST(MemoryPeak, HostLaneParametersAreReadInPlace) {
   sf->set_state(fresh(c));
   EXPECT_TRUE(sf->params_in_place().empty());
 }
+
+// Equal constants and iotas share one location in the statics; any
+// difference (literal, dtype, shape, iota axis) keeps its own. Unfused and
+// fused, the program still computes the sum of each copy it reads.
+TEST(MemoryPeak, EqualConstantsAndIotasShareTheirStatics) {
+  const Type t{DType::f32, {64, 32}};  // 8 KiB: a multiple of the alignment
+  Program p;
+  const int x = p.add_input("x", t);
+  int acc = x;
+  auto use = [&](int v) { acc = p.add_eqn(Op::add, {acc, v}, {}); };
+  use(p.add_eqn_typed(Op::constant, {}, Attrs{.literal = {0.5}}, t));
+  use(p.add_eqn_typed(Op::constant, {}, Attrs{.literal = {0.5}}, t));   // shares
+  use(p.add_eqn_typed(Op::constant, {}, Attrs{.literal = {-0.5}}, t));  // its own
+  use(p.add_eqn_typed(Op::iota, {}, Attrs{.axis = 0}, t));
+  use(p.add_eqn_typed(Op::iota, {}, Attrs{.axis = 0}, t));              // shares
+  use(p.add_eqn_typed(Op::iota, {}, Attrs{.axis = 1}, t));              // its own
+  p.add_output("y", acc);
+  for (bool fuse : {false, true}) {
+    host::InterpreterOptions o;
+    o.fuse = fuse;
+    EXPECT_EQ(host::plan_memory(p, o).statics, 4 * t.bytes()) << "fuse " << fuse;
+    host::Interpreter in(p, o);
+    EXPECT_EQ(in.memory().statics, 4 * t.bytes());
+    const Array xs(t);
+    const std::vector<Array> y = in.run({xs});
+    for (int64_t i = 0; i < t.numel(); ++i)  // 0.5 + 0.5 - 0.5 + 2 * row + column
+      ASSERT_EQ(y[0].data<float>()[i], 0.5f + 2.0f * static_cast<float>(i / 32) + static_cast<float>(i % 32)) << i;
+  }
+}
