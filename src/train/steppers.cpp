@@ -134,6 +134,7 @@ class HostStepper final : public Stepper {
   std::vector<std::pair<std::string, const Array*>> params_in_place() const override {
     return in_place(names_, s_.params, s_);
   }
+  size_t release_scratch() override { return interp_.release_arena(); }
   double grad_norm() const override { return norm_; }
   BackendInfo describe() const override {
     BackendInfo b;

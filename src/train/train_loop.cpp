@@ -499,6 +499,9 @@ Result train(const Options& o) {
   auto evaluate = [&]() -> double {
     // The parameters where the stepper holds them on the host (no copy of
     // them and the moments), else copied out of the backend.
+    // The step's arena and the validation interpreter's are resident one at
+    // a time: the step's pages go back before validation, validation's after.
+    stepper->release_scratch();
     const Program& fp = forward->program();
     fin.assign(fp.inputs.size(), nullptr);
     const std::vector<std::pair<std::string, const Array*>> held = stepper->params_in_place();
@@ -514,6 +517,7 @@ Result train(const Options& o) {
       forward->run(fin, fout);
       total += static_cast<double>(fout[0].data<float>()[0]);
     }
+    forward->release_arena();
     return total / static_cast<double>(val_batches.size());
   };
   ckpt.model_config = o.model.to_json();
