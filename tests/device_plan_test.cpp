@@ -74,12 +74,20 @@ struct FakeDevice {
 int simulate(const Program& p, const Plan& pl, const std::vector<size_t>& scratch = {}) {
   FakeDevice dev(pl);
   int failures = 0;
-  auto tag = [&](int value) { return pl.values[static_cast<size_t>(value)].root; };
+  // Equal constants and iotas share one location: the first one's tag there.
+  std::map<size_t, int> static_tag;
+  for (const Eqn& e : p.eqns)
+    if (e.op == Op::constant || e.op == Op::iota) static_tag.try_emplace(pl.values[static_cast<size_t>(e.out)].loc.offset, e.out);
+  auto tag = [&](int value) {
+    const int r = pl.values[static_cast<size_t>(value)].root;
+    const auto& rv = pl.values[static_cast<size_t>(r)];
+    return rv.home == Home::statics ? static_tag.at(rv.loc.offset) : r;
+  };
   for (const NamedValue& in : p.inputs) dev.write(pl.values[static_cast<size_t>(in.value)].loc,
                                                   pl.values[static_cast<size_t>(in.value)].bytes, in.value);
   for (const Eqn& e : p.eqns)
     if (e.op == Op::constant || e.op == Op::iota)
-      dev.write(pl.values[static_cast<size_t>(e.out)].loc, pl.values[static_cast<size_t>(e.out)].bytes, e.out);
+      dev.write(pl.values[static_cast<size_t>(e.out)].loc, pl.values[static_cast<size_t>(e.out)].bytes, tag(e.out));
   for (size_t d = 0; d < p.eqns.size(); ++d) {
     const Eqn& e = p.eqns[d];
     const bool has_scratch = d < scratch.size() && scratch[d] > 0;

@@ -697,7 +697,16 @@ int simulate_fused(const Fused& f, const plan::Plan& pl) {
   mem[plan::Space::inputs].assign(pl.inputs_bytes, -1);
   mem[plan::Space::statics].assign(pl.statics_bytes, -1);
   mem[plan::Space::arena].assign(pl.arena_bytes, -1);
-  auto root = [&](int x) { return pl.values[static_cast<size_t>(x)].root; };
+  // Equal constants and iotas share one location in the statics: the first one's tag there.
+  std::map<size_t, int> static_tag;
+  for (const Eqn& e : p.eqns)
+    if (e.op == Op::constant || e.op == Op::iota)
+      static_tag.try_emplace(pl.values[static_cast<size_t>(e.out)].loc.offset, e.out);
+  auto root = [&](int x) {
+    const int r = pl.values[static_cast<size_t>(x)].root;
+    const auto& rv = pl.values[static_cast<size_t>(r)];
+    return rv.loc.space == plan::Space::statics ? static_tag.at(rv.loc.offset) : r;
+  };
   auto write = [&](int x) {
     const auto& v = pl.values[static_cast<size_t>(x)];
     auto& m = mem[v.loc.space];

@@ -91,6 +91,12 @@ class Backend {
 
   // Copies `a` into input i's slot. Error when `a`'s type is not the input's.
   void set_input(int i, const Array& a);
+  // Input i read by the following runs straight from `a`, not copied, until
+  // it is set or borrowed again: `a` must outlive those runs and is not
+  // written by them. Where the backend cannot (its slots live on a device or
+  // in a plugin's buffers, or the input is donated) it returns false and does
+  // nothing: set_input then. Error when `a`'s type is not the input's.
+  bool borrow_input(int i, const Array& a);
   // Runs the Program once on the slots. Every slot must have been set at
   // least once (Error naming the first that was not). Donated outputs go
   // into their inputs' slots; the others are kept until the next run().
@@ -113,6 +119,10 @@ class Backend {
   // before the input was first set / the first run. Valid until the backend
   // is destroyed.
   virtual Array* host_input(int i) { (void)i; return nullptr; }
+  // Gives back the memory the backend uses only while it runs (the host's
+  // arena of intermediate values) until the next run touches it again, for
+  // other work to use meanwhile; the bytes given back (0 where it holds none).
+  virtual size_t release_scratch() { return 0; }
   virtual const Array* host_output(int j) const { (void)j; return nullptr; }
 
   // Whether this backend (its device, plugin and options) would run `p`;
@@ -134,6 +144,7 @@ class Backend {
   // What each backend implements; the public calls above have checked the
   // index, the type, that every slot is set and that a run happened.
   virtual void set_slot(int i, const Array& a) = 0;
+  virtual bool borrow_slot(int i, const Array& a) { (void)i; (void)a; return false; }
   virtual void execute() = 0;
   // execute() calling `events` as the run goes; by default every
   // output_ready after execute(), then every input_released.
@@ -142,6 +153,8 @@ class Backend {
   virtual void get_input(int i, Array& dst) = 0;   // dst already has the input's type
 
  private:
+  void check_input(int i, const Array& a) const;  // Error for a bad index or type
+  void mark_set(int i);
   std::vector<char> set_;  // per input: set at least once
   int runs_ = 0;
 };

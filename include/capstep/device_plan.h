@@ -7,7 +7,8 @@
 // Three device allocations ("spaces"):
 //   inputs   one resident region per Program input, never reused: what the
 //            caller uploads stays there from step to step (lane 3).
-//   statics  constant and iota results, filled once at compile time.
+//   statics  constant and iota results, filled once at compile time; equal
+//            ones (op, type, literal, iota axis) share one location.
 //   arena    every other value, and per-equation scratch; two buffers share
 //            bytes only when their lifetimes do not overlap.
 // The host has statics and an arena too; its inputs and outputs are the

@@ -139,6 +139,11 @@ class Interpreter {
   const Program& program() const;
   size_t arena_bytes() const;        // bytes of the planned intermediate arena
   MemoryPlan memory() const;         // what this one allocated (plan_memory's figures)
+  // Gives the arena's pages back to the system until the next run touches
+  // them again (it holds nothing between runs): for an Interpreter that waits
+  // while another runs, as the training step does during validation. Returns
+  // the bytes given back (whole pages inside the arena).
+  size_t release_arena();
   int fused_groups() const;          // groups run tile by tile (0 when unfused)
   int fused_equations() const;       // equations inside those groups
   // Of those groups, the ones that are one parameter's AdamW update (its

@@ -31,7 +31,7 @@ int Backend::output(const std::string& name) const {
   return j;
 }
 
-void Backend::set_input(int i, const Array& a) {
+void Backend::check_input(int i, const Array& a) const {
   const Program& p = program();
   if (i < 0 || static_cast<size_t>(i) >= p.inputs.size())
     throw Error("program \"" + p.name + "\" has no input " + std::to_string(i) + " (it has " +
@@ -40,9 +40,24 @@ void Backend::set_input(int i, const Array& a) {
   if (a.type() != want)
     throw Error("input \"" + p.inputs[static_cast<size_t>(i)].name + "\" of program \"" + p.name + "\" is " +
                 want.str() + ", given " + a.type().str());
-  set_slot(i, a);
-  if (set_.size() != p.inputs.size()) set_.assign(p.inputs.size(), 0);
+}
+
+void Backend::mark_set(int i) {
+  if (set_.size() != program().inputs.size()) set_.assign(program().inputs.size(), 0);
   set_[static_cast<size_t>(i)] = 1;
+}
+
+void Backend::set_input(int i, const Array& a) {
+  check_input(i, a);
+  set_slot(i, a);
+  mark_set(i);
+}
+
+bool Backend::borrow_input(int i, const Array& a) {
+  check_input(i, a);
+  if (!borrow_slot(i, a)) return false;
+  mark_set(i);
+  return true;
 }
 
 void Backend::run() {

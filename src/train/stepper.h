@@ -58,6 +58,16 @@ class Stepper {
   // trained ones' moments, into c.params / c.adam_m / c.adam_v (reusing their
   // arrays when the names are already there); c.frozen names the frozen ones.
   virtual void state(Checkpoint& c) = 0;
+  // The current parameters (trained, then frozen) as the stepper holds them
+  // on the host, without a copy: (name, array) pairs valid until the next
+  // step or set_state; empty where it holds none there (a backend's slots:
+  // then state() copies them out). Validation reads them so, instead of a
+  // copy of the parameters and both moments.
+  virtual std::vector<std::pair<std::string, const Array*>> params_in_place() const { return {}; }
+  // Gives back the host memory the step's intermediate values take until the
+  // next step (host::Interpreter::release_arena), for validation to run in
+  // it; the bytes given back (0 where the step runs elsewhere).
+  virtual size_t release_scratch() { return 0; }
   // The global gradient norm of the last step (before clipping) when the
   // program clips (optim::clip_grad_norm: output "grad_norm"), else NaN.
   virtual double grad_norm() const = 0;

@@ -34,6 +34,15 @@ void append_frozen(const State& s, Checkpoint& c) {
   c.frozen = s.frozen_names;
 }
 
+// (name, array) of the trained parameters, then the frozen ones, in place.
+std::vector<std::pair<std::string, const Array*>> in_place(const std::vector<std::string>& names,
+                                                           const std::vector<Array>& params, const State& frozen) {
+  std::vector<std::pair<std::string, const Array*>> r;
+  for (size_t j = 0; j < names.size(); ++j) r.emplace_back(names[j], &params[j]);
+  for (size_t j = 0; j < frozen.frozen.size(); ++j) r.emplace_back(frozen.frozen_names[j], &frozen.frozen[j]);
+  return r;
+}
+
 // Gradient accumulation's inputs and outputs in a step program
 // (optim::accumulate_gradients): none when it does not accumulate.
 struct Accum {
@@ -121,6 +130,16 @@ class HostStepper final : public Stepper {
     copy_state(names_, m_, c.adam_m);
     copy_state(names_, v_, c.adam_v);
   }
+  // The parameters in the host backend's slots (where HostAdamW updates them).
+  std::vector<std::pair<std::string, const Array*>> params_in_place() const override {
+    std::vector<std::pair<std::string, const Array*>> r;
+    for (size_t j = 0; j < names_.size(); ++j) r.emplace_back(names_[j], b_->host_input(static_cast<int>(j)));
+    for (const std::string& n : frozen_names_) r.emplace_back(n, b_->host_input(b_->input(n)));
+    for (const auto& [name, a] : r)
+      if (!a) return {};
+    return r;
+  }
+  size_t release_scratch() override { return b_->release_scratch(); }
   double grad_norm() const override { return norm_; }
   BackendInfo describe() const override { return b_->describe(); }
 
@@ -193,6 +212,9 @@ class HostAdamWStepper final : public Stepper {
     copy_state(names_, m_, c.adam_m);
     copy_state(names_, v_, c.adam_v);
     append_frozen(frozen_, c);
+  }
+  std::vector<std::pair<std::string, const Array*>> params_in_place() const override {
+    return in_place(names_, p_, frozen_);
   }
   double grad_norm() const override { return norm_; }
   BackendInfo describe() const override { return b_->describe(); }

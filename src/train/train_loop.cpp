@@ -496,8 +496,18 @@ Result train(const Options& o) {
   // Mean loss of the validation batches at the current parameters.
   Array val_loss;
   auto evaluate = [&]() -> double {
-    stepper->state(ckpt);
-    for (const NamedArray& p : ckpt.params) forward->set(p.name, p.array);
+    // The parameters read where the stepper holds them on the host (no copy
+    // of them, nor of the moments), else copied out of its backend. The
+    // step's arena and validation's are resident one at a time: the step's
+    // pages go back before validation, validation's after.
+    stepper->release_scratch();
+    const std::vector<std::pair<std::string, const Array*>> held = stepper->params_in_place();
+    if (held.empty()) {
+      stepper->state(ckpt);
+      for (const NamedArray& p : ckpt.params) forward->set(p.name, p.array);
+    }
+    for (const auto& [name, a] : held)
+      if (!forward->borrow_input(forward->input(name), *a)) forward->set(name, *a);
     double total = 0;
     for (const data::Batch& b : val_batches) {
       forward->set("tokens", b.inputs);
@@ -506,6 +516,7 @@ Result train(const Options& o) {
       forward->read_output(0, val_loss);
       total += static_cast<double>(val_loss.data<float>()[0]);
     }
+    forward->release_scratch();
     return total / static_cast<double>(val_batches.size());
   };
   ckpt.model_config = o.model.to_json();

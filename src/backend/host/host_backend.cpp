@@ -50,9 +50,10 @@ class HostBackend final : public Backend {
   }
   const Interpreter& interpreter() const { return interp_; }
   Array* host_input(int i) override {
-    if (i < 0 || static_cast<size_t>(i) >= ins_.size()) return nullptr;
+    if (i < 0 || static_cast<size_t>(i) >= ins_.size() || ins_[static_cast<size_t>(i)] != slot(i)) return nullptr;
     return slot(i);
   }
+  size_t release_scratch() override { return interp_.release_arena(); }
   const Array* host_output(int j) const override {
     if (j < 0 || static_cast<size_t>(j) >= outs_.size() || runs() == 0) return nullptr;
     return &outs_[static_cast<size_t>(j)];
@@ -65,7 +66,17 @@ class HostBackend final : public Backend {
   }
 
  protected:
-  void set_slot(int i, const Array& a) override { *slot(i) = a; }
+  void set_slot(int i, const Array& a) override {
+    ins_[static_cast<size_t>(i)] = slot(i);
+    *slot(i) = a;
+  }
+  // A borrowed input is read where it lies; its own slot gives its memory back.
+  bool borrow_slot(int i, const Array& a) override {
+    if (donated_to_[static_cast<size_t>(i)] >= 0) return false;
+    ins_[static_cast<size_t>(i)] = &a;
+    own_[static_cast<size_t>(i)] = Array();
+    return true;
+  }
   using Backend::execute;
   void execute() override { interp_.run(ins_, outs_); }
   void execute(const RunEvents& events) override {
@@ -73,7 +84,7 @@ class HostBackend final : public Backend {
     interp_.run(ins_, outs_, ev);
   }
   void get_output(int j, Array& dst) override { copy(outs_[static_cast<size_t>(j)], dst); }
-  void get_input(int i, Array& dst) override { copy(*slot(i), dst); }
+  void get_input(int i, Array& dst) override { copy(*ins_[static_cast<size_t>(i)], dst); }
 
  private:
   Array* slot(int i) {
@@ -87,7 +98,7 @@ class HostBackend final : public Backend {
   Interpreter interp_;
   std::vector<Array> outs_;  // one per output; a donated input's slot is its output's Array
   std::vector<Array> own_;   // the slots of the inputs that are not donated
-  std::vector<const Array*> ins_;
+  std::vector<const Array*> ins_;  // what each run reads: the input's slot, or the Array it borrows
   std::vector<int> donated_to_;  // per input: the output it is donated to, or -1
   bool communicator_;            // all_reduce sums over BackendOptions::communicator
 };

@@ -53,6 +53,9 @@
 #include <cstring>
 #include <functional>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "backend/host/interpreter_impl.h"
 #include "backend/host/parallel.h"
 
@@ -262,6 +265,20 @@ MemoryPlan Interpreter::Impl::memory() const {
 MemoryPlan plan_memory(const Program& p, const InterpreterOptions& o) {
   return Interpreter::Impl(p, o, /*plan_only=*/true).memory();
 }
+// The whole pages inside the arena block (its first partial page, where the
+// allocator keeps its header, left alone) go back to the system; the next
+// run faults them in again, zero-filled, and writes every value it reads
+// (the arena holds nothing from one run to the next).
+size_t Interpreter::release_arena() {
+  if (!impl_->arena || impl_->arena_bytes == 0) return 0;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(impl_->arena.get());
+  const uintptr_t first = (begin + page - 1) / page * page, last = (begin + impl_->arena_bytes) / page * page;
+  if (last <= first) return 0;
+  if (madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0) return 0;
+  return last - first;
+}
+
 int Interpreter::fused_groups() const { return static_cast<int>(impl_->groups.size()); }
 int Interpreter::fused_equations() const { return impl_->fused_eqns; }
 int Interpreter::adamw_groups() const {

@@ -12,8 +12,10 @@
 #include "capstep/device_plan.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 namespace capstep::plan {
 namespace {
@@ -97,6 +99,8 @@ Plan plan_memory(const Program& p, const PlanOptions& opt) {
   }
 
   // 1. homes
+  using StaticKey = std::tuple<int, int, std::vector<int64_t>, std::vector<uint64_t>, int64_t>;
+  std::map<StaticKey, size_t> statics_at;  // the offset of each distinct constant / iota
   plan.input_loc.resize(p.inputs.size());
   for (size_t i = 0; i < p.inputs.size(); ++i) {
     ValuePlan& x = v[static_cast<size_t>(p.inputs[i].value)];
@@ -125,9 +129,16 @@ Plan plan_memory(const Program& p, const PlanOptions& opt) {
       continue;
     }
     if (op_kind(e.op) == OpKind::source) {  // constant, iota
+      // Equal ones (same op, type, literal bits, iota axis) share one copy:
+      // statics are only read, and a model repeats its constants per layer.
       x.home = Home::statics;
-      x.loc = {Space::statics, plan.statics_bytes};
-      plan.statics_bytes += align_up(x.bytes);
+      std::vector<uint64_t> bits(e.attrs.literal.size());
+      if (!bits.empty()) std::memcpy(bits.data(), e.attrs.literal.data(), bits.size() * sizeof(uint64_t));
+      const StaticKey key{static_cast<int>(e.op), static_cast<int>(p.type(e.out).dtype), p.type(e.out).shape,
+                          std::move(bits), e.op == Op::iota ? e.attrs.axis : 0};
+      const auto [it, fresh] = statics_at.try_emplace(key, plan.statics_bytes);
+      x.loc = {Space::statics, it->second};
+      if (fresh) plan.statics_bytes += align_up(x.bytes);
     } else if (e.op == Op::reshape) {
       x.home = Home::view;
       x.root = v[static_cast<size_t>(e.inputs[0])].root;

@@ -1,0 +1,136 @@
+// What a full fine-tuning run holds at its peak, by count (never RSS):
+// validation reads the host lane's parameters where the step holds them (no
+// copy of the parameters and both moments); the host interpreter's statics
+// hold one copy of equal constants and iotas.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include "capstep/autodiff.h"
+#include "capstep/interpreter.h"
+#include "capstep/nn.h"
+#include "capstep/optim.h"
+#include "capstep/train.h"
+#include "train/stepper.h"
+
+using namespace capstep;
+
+namespace {
+
+nn::LmConfig small() {
+  nn::LmConfig c;
+  c.n_layers = 2, c.d_model = 32, c.n_heads = 2, c.d_ff = 64, c.context = 16, c.batch = 2, c.seq = 8;
+  return c;
+}
+
+train::State fresh(const nn::LmConfig& c) {
+  train::State s;
+  for (const nn::ParamSpec& p : nn::lm_parameters(c)) s.names.push_back(p.name);
+  s.params = nn::init_parameters(c, 1);
+  for (const Array& a : s.params) s.m.emplace_back(a.type()), s.v.emplace_back(a.type());
+  return s;
+}
+
+}  // namespace
+
+// The host lanes with AdamW on the host hand out the arrays they step: every
+// parameter, none copied (each address is the one the next step updates: its
+// bytes change with the step, and equal state()'s copy after it).
+TEST(MemoryPeak, HostLaneParametersAreReadInPlace) {
+  const nn::LmConfig c = small();
+  train::State s = fresh(c);
+  const std::vector<std::string> names = s.names;
+  const Program grad = value_and_grad(nn::lm_loss_program(c), names);
+  const train::Lane lane = train::parse_lane("host");
+  std::unique_ptr<train::Stepper> st =
+      train::make_stepper(lane, train::step_program(lane, grad, names, optim::AdamW{}), names, optim::AdamW{}, 0,
+                          train::lane_backend_options(BackendOptions{}, false, nullptr));
+  st->set_state(std::move(s));
+  const auto held = st->params_in_place();
+  ASSERT_EQ(held.size(), names.size());
+  std::vector<Array> before;
+  for (size_t j = 0; j < held.size(); ++j) {
+    EXPECT_EQ(held[j].first, names[j]);
+    before.push_back(*held[j].second);
+  }
+  Array tokens(Type{DType::i32, {c.batch, c.seq}}), targets(Type{DType::i32, {c.batch, c.seq}});
+  for (int64_t i = 0; i < tokens.numel(); ++i) tokens.data<int32_t>()[i] = static_cast<int32_t>(i % 7), targets.data<int32_t>()[i] = static_cast<int32_t>((i + 1) % 7);
+  const optim::AdamWScalars sc = optim::adamw_scalars(optim::AdamW{}, 1, 1e-2);
+  st->step(tokens, targets, sc);
+  const auto after = st->params_in_place();
+  Checkpoint ck;
+  st->state(ck);
+  int changed = 0;
+  for (size_t j = 0; j < held.size(); ++j) {
+    EXPECT_EQ(after[j].second, held[j].second) << names[j];  // the same arrays, not copies
+    EXPECT_TRUE(held[j].second->bit_equal(ck.params[j].array)) << names[j];
+    changed += held[j].second->bit_equal(before[j]) ? 0 : 1;
+  }
+  EXPECT_EQ(changed, static_cast<int>(names.size()));
+  // The lane with AdamW in the program holds them in the backend's slots: none in place.
+  const train::Lane fused = train::parse_lane("host-fused");
+  std::unique_ptr<train::Stepper> sf =
+      train::make_stepper(fused, train::step_program(fused, grad, names, optim::AdamW{}), names, optim::AdamW{}, 0,
+                          train::lane_backend_options(BackendOptions{}, false, nullptr));
+  sf->set_state(fresh(c));
+  EXPECT_TRUE(sf->params_in_place().empty());
+}
+
+// Equal constants and iotas share one location in the statics; any
+// difference (literal, dtype, shape, iota axis) keeps its own. Unfused and
+// fused, the program still computes the sum of each copy it reads.
+TEST(MemoryPeak, EqualConstantsAndIotasShareTheirStatics) {
+  const Type t{DType::f32, {64, 32}};  // 8 KiB: a multiple of the alignment
+  Program p;
+  const int x = p.add_input("x", t);
+  int acc = x;
+  auto use = [&](int v) { acc = p.add_eqn(Op::add, {acc, v}, {}); };
+  use(p.add_eqn_typed(Op::constant, {}, Attrs{.literal = {0.5}}, t));
+  use(p.add_eqn_typed(Op::constant, {}, Attrs{.literal = {0.5}}, t));   // shares
+  use(p.add_eqn_typed(Op::constant, {}, Attrs{.literal = {-0.5}}, t));  // its own
+  use(p.add_eqn_typed(Op::iota, {}, Attrs{.axis = 0}, t));
+  use(p.add_eqn_typed(Op::iota, {}, Attrs{.axis = 0}, t));              // shares
+  use(p.add_eqn_typed(Op::iota, {}, Attrs{.axis = 1}, t));              // its own
+  p.add_output("y", acc);
+  for (bool fuse : {false, true}) {
+    host::InterpreterOptions o;
+    o.fuse = fuse;
+    EXPECT_EQ(host::plan_memory(p, o).statics, 4 * t.bytes()) << "fuse " << fuse;
+    host::Interpreter in(p, o);
+    EXPECT_EQ(in.memory().statics, 4 * t.bytes());
+    const Array xs(t);
+    const std::vector<Array> y = in.run({xs});
+    for (int64_t i = 0; i < t.numel(); ++i)  // 0.5 + 0.5 - 0.5 + 2 * row + column
+      ASSERT_EQ(y[0].data<float>()[i], 0.5f + 2.0f * static_cast<float>(i / 32) + static_cast<float>(i % 32)) << i;
+  }
+}
+
+// The arena holds nothing between runs: given back to the system (every whole
+// page inside it), the next run gives the same bits, fused and unfused, on
+// GPT-2's step (gradients included).
+TEST(MemoryPeak, ArenaGivenBackBetweenRunsGivesTheSameBits) {
+  nn::LmConfig c = small();
+  c.arch = nn::Arch::gpt2;
+  std::vector<std::string> names;
+  for (const nn::ParamSpec& p : nn::lm_parameters(c)) names.push_back(p.name);
+  const Program grad = value_and_grad(nn::lm_loss_program(c), names);
+  std::vector<Array> in = nn::init_parameters(c, 3);
+  Array tokens(Type{DType::i32, {c.batch, c.seq}}), targets(Type{DType::i32, {c.batch, c.seq}});
+  for (int64_t i = 0; i < tokens.numel(); ++i)
+    tokens.data<int32_t>()[i] = static_cast<int32_t>(i * 5 % 64), targets.data<int32_t>()[i] = static_cast<int32_t>(i * 3 % 64);
+  in.push_back(tokens);
+  in.push_back(targets);
+  for (bool fuse : {false, true}) {
+    host::InterpreterOptions o;
+    o.fuse = fuse;
+    host::Interpreter a(grad, o);
+    const std::vector<Array> want = a.run(in);
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t given = a.release_arena();
+    EXPECT_GE(given + 2 * page, a.memory().arena) << "fuse " << fuse;
+    EXPECT_EQ(given % page, 0u);
+    const std::vector<Array> got = a.run(in);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t j = 0; j < want.size(); ++j) EXPECT_TRUE(got[j].bit_equal(want[j])) << grad.outputs[j].name << " fuse " << fuse;
+  }
+}
