@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
@@ -478,6 +479,35 @@ TEST(Lora, Bf16BaseComputesAsRoundedWeights) {
   for (size_t i = 0; i < o16.size(); ++i) EXPECT_TRUE(o16[i].bit_equal(o32[i])) << p16.outputs[i].name;
   // Rounding the base to bf16 moves the loss (the comparison above is not vacuous).
   EXPECT_NE(o16[0].get(0), k.golden.find("loss")->get(0));
+  // convert_at_each_use: the same outputs bit for bit, each f32 copy of a
+  // bf16 weight read by one equation only (the forward's and the backward's
+  // dots each convert their own), made just before it (so it does not live
+  // from the forward through the backward).
+  const Program each = lora::convert_at_each_use(p16);
+  const std::vector<Array> oe = host::run(each, in16);
+  ASSERT_EQ(oe.size(), o16.size());
+  for (size_t i = 0; i < oe.size(); ++i) EXPECT_TRUE(oe[i].bit_equal(o16[i])) << each.outputs[i].name;
+  std::map<int, size_t> made_at;
+  auto converts = [&](const Program& p) {
+    std::map<int, int> readers;
+    made_at.clear();
+    for (size_t i = 0; i < p.eqns.size(); ++i)
+      if (p.eqns[i].op == Op::convert && p.type(p.eqns[i].inputs[0]).dtype == DType::bf16) {
+        readers[p.eqns[i].out] = 0;
+        made_at[p.eqns[i].out] = i;
+      }
+    for (size_t i = 0; i < p.eqns.size(); ++i)
+      for (int v : p.eqns[i].inputs)
+        if (readers.count(v)) {
+          ++readers[v];
+          if (&p == &each) EXPECT_LE(i - made_at[v], 2u) << "value " << v << " read far from its convert";
+        }
+    return readers;
+  };
+  EXPECT_EQ(converts(p16).size(), 14u);
+  const std::map<int, int> r = converts(each);
+  EXPECT_GT(r.size(), 14u);   // forward and backward readers
+  for (const auto& [v, n] : r) EXPECT_EQ(n, 1) << "value " << v;
   lora::Options bad = half;
   EXPECT_NE(error_of([&] { lora::lora(nn::lm_loss_program(k.c, DType::f64), lora::targets_for(k.c, {"q_proj"}), bad); })
                 .find("base_bf16"),

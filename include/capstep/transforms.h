@@ -286,6 +286,15 @@ double scale(const Options& o);   // alpha / r, or alpha / sqrt(r) with rslora
 // all zeros, y' = y bit for bit (y + 0), so the loss is the base model's.
 Program lora(const Program& p, const std::vector<Target>& targets, const Options& o);
 
+// A program (a gradient program of lora() with base_bf16, usually) with every
+// convert of a bf16 input to f32 made again just before each equation that
+// reads it, instead of once where the step starts: the f32 copy of a frozen
+// bf16 weight then lives from its convert to its one reader (the forward's
+// x W, the backward's dY W^T), not from the forward through the backward.
+// Each converted weight costs one more convert a step; the numbers are the
+// same bit for bit. Other equations, inputs, outputs and aliases: p's.
+Program convert_at_each_use(const Program& p);
+
 // An adapter: the options, its targets, and per target A [r, in] and B
 // [out, r] (f32), with what PEFT's adapter_config.json records besides.
 struct Adapter {

@@ -462,6 +462,9 @@ Result train(const Options& o) {
                    state.names),
       state.names);
   if (o.checkpoint_every > 0) grad = checkpoint_activations(grad, every_kth_region(grad, o.checkpoint_every));
+  // A bf16 base: each weight's f32 copy made at its readers, not held from
+  // the forward through the backward.
+  if (lora_run.meta.options.base_bf16) grad = lora::convert_at_each_use(grad);
   // Data parallel: the mean over the replicas of the gradients and the loss,
   // before clipping (the global gradient is clipped) and the update.
   if (o.comm) grad = optim::data_parallel(grad, state.names, ranks, {o.dp_pack, o.dp_bucket_bytes});

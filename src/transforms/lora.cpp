@@ -190,6 +190,50 @@ Program lora(const Program& p, const std::vector<Target>& targets, const Options
   return q;
 }
 
+Program convert_at_each_use(const Program& p) {
+  verify(p);
+  std::vector<char> is_input(static_cast<size_t>(p.num_values()), 0), moved(p.eqns.size(), 0);
+  for (const NamedValue& in : p.inputs) is_input[static_cast<size_t>(in.value)] = 1;
+  std::map<int, size_t> convert_of;   // converted value -> its equation
+  for (size_t i = 0; i < p.eqns.size(); ++i) {
+    const Eqn& e = p.eqns[i];
+    if (e.op == Op::convert && e.inputs.size() == 1 && is_input[static_cast<size_t>(e.inputs[0])] &&
+        p.type(e.inputs[0]).dtype == DType::bf16 && p.type(e.out).dtype == DType::f32) {
+      moved[i] = 1;
+      convert_of[e.out] = i;
+    }
+  }
+  Program q;
+  q.name = p.name;
+  std::vector<int> remap(static_cast<size_t>(p.num_values()), -1);
+  for (const NamedValue& in : p.inputs) remap[static_cast<size_t>(in.value)] = q.add_input(in.name, p.type(in.value));
+  auto fresh = [&](int v) {
+    const Eqn& c = p.eqns[convert_of.at(v)];
+    return q.add_eqn_typed(Op::convert, {remap[static_cast<size_t>(c.inputs[0])]}, c.attrs, p.type(v));
+  };
+  for (size_t i = 0; i < p.eqns.size(); ++i) {
+    if (moved[i]) continue;
+    const Eqn& e = p.eqns[i];
+    std::map<int, int> here;   // one convert for this equation, however often it reads the value
+    std::vector<int> ins;
+    for (int v : e.inputs) {
+      if (convert_of.count(v)) {
+        auto it = here.find(v);
+        if (it == here.end()) it = here.emplace(v, fresh(v)).first;
+        ins.push_back(it->second);
+      } else {
+        ins.push_back(remap[static_cast<size_t>(v)]);
+      }
+    }
+    remap[static_cast<size_t>(e.out)] = q.add_eqn_typed(e.op, ins, e.attrs, p.type(e.out));
+  }
+  for (const NamedValue& out : p.outputs)
+    q.add_output(out.name, convert_of.count(out.value) ? fresh(out.value) : remap[static_cast<size_t>(out.value)]);
+  q.aliases = p.aliases;
+  verify(q);
+  return q;
+}
+
 namespace {
 
 uint64_t splitmix64(uint64_t& s) {
