@@ -11,13 +11,43 @@
 #include <map>
 #include <numeric>
 
-#include "capstep/host.h"
+#include "capstep/backend.h"
 #include "capstep/data.h"
-#include "capstep/interpreter.h"
+#include "capstep/host.h"
 #include "capstep/train.h"
 
 namespace capstep::train {
 namespace {
+
+// A program on the host backend fed from the caller's arrays: each input
+// borrowed where it lies (read in place, no copy) or, on a backend that
+// cannot borrow, copied in before every run; outputs read where the backend
+// keeps them, or copied out.
+class Feed {
+ public:
+  Feed(Program p, const BackendOptions& o, std::vector<const Array*> ins)
+      : b_(make_backend(BackendKind::host, std::move(p), o)), ins_(std::move(ins)), borrowed_(ins_.size(), 0) {
+    for (size_t i = 0; i < ins_.size(); ++i) borrowed_[i] = b_->borrow_input(static_cast<int>(i), *ins_[i]);
+  }
+  void run() {
+    for (size_t i = 0; i < ins_.size(); ++i)
+      if (!borrowed_[i]) b_->set_input(static_cast<int>(i), *ins_[i]);
+    b_->run();
+  }
+  // Output j of the last run, valid until the next run.
+  const Array& output(int j) {
+    if (const Array* a = b_->host_output(j)) return *a;
+    copies_.resize(b_->program().outputs.size());
+    b_->read_output(j, copies_[static_cast<size_t>(j)]);
+    return copies_[static_cast<size_t>(j)];
+  }
+
+ private:
+  std::unique_ptr<Backend> b_;
+  std::vector<const Array*> ins_;
+  std::vector<char> borrowed_;
+  std::vector<Array> copies_;
+};
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -128,19 +158,18 @@ std::string sample(const SampleOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
 
   if (!o.kv_cache) {
-    host::Interpreter interp(adapted(nn::lm_logits_program(m, window)), o.backend.host);
-    std::vector<const Array*> ins = params;
     Array tokens({DType::i32, {1, window}});
+    std::vector<const Array*> ins = params;
     ins.push_back(&tokens);
     ins.insert(ins.end(), adapters.begin(), adapters.end());
-    std::vector<Array> outs;
+    Feed logits_program(adapted(nn::lm_logits_program(m, window)), o.backend, ins);
     for (int64_t k = 0; k < o.tokens; ++k) {
       const int64_t len = std::min<int64_t>(static_cast<int64_t>(text.size()), window);
       int32_t* w = tokens.data<int32_t>();
       std::copy(text.end() - len, text.end(), w);
       std::fill(w + len, w + window, 0);
-      interp.run(ins, outs);
-      const float* logits = outs[0].data<float>() + (len - 1) * m.vocab;
+      logits_program.run();
+      const float* logits = logits_program.output(0).data<float>() + (len - 1) * m.vocab;
       if (o.on_logits) o.on_logits(len, logits);
       emit(sampler.draw(logits, m.vocab));
     }
@@ -164,26 +193,31 @@ std::string sample(const SampleOptions& o) {
                   static_cast<size_t>(n * Dh) * sizeof(float));
   };
   // One prefill program per length (the prompt's, the slide's), built at need.
-  std::map<int64_t, host::Interpreter> prefills;
-  std::vector<Array> outs;
+  // Each with the tokens it reads.
+  std::map<int64_t, std::pair<std::unique_ptr<Array>, std::unique_ptr<Feed>>> prefills;
+  Feed* last = nullptr;   // the program whose output 0 holds the next token's logits
   int64_t cached = 0;
   auto prefill = [&](int64_t n) {
     auto it = prefills.find(n);
-    if (it == prefills.end()) it = prefills.emplace(n, host::Interpreter(adapted(nn::lm_prefill_program(m, n)), o.backend.host)).first;
-    Array tokens({DType::i32, {1, n}});
-    std::copy(text.end() - n, text.end(), tokens.data<int32_t>());
-    std::vector<const Array*> ins = params;
-    ins.push_back(&tokens);
-    ins.insert(ins.end(), adapters.begin(), adapters.end());
-    it->second.run(ins, outs);
-    for (int64_t l = 0; l < L; ++l) {
-      write_rows(k_cache[static_cast<size_t>(l)], outs[static_cast<size_t>(1 + 2 * l)], 0, n);
-      write_rows(v_cache[static_cast<size_t>(l)], outs[static_cast<size_t>(2 + 2 * l)], 0, n);
+    if (it == prefills.end()) {
+      auto tokens = std::make_unique<Array>(Type{DType::i32, {1, n}});
+      std::vector<const Array*> ins = params;
+      ins.push_back(tokens.get());
+      ins.insert(ins.end(), adapters.begin(), adapters.end());
+      auto feed = std::make_unique<Feed>(adapted(nn::lm_prefill_program(m, n)), o.backend, ins);
+      it = prefills.emplace(n, std::make_pair(std::move(tokens), std::move(feed))).first;
     }
+    std::copy(text.end() - n, text.end(), it->second.first->data<int32_t>());
+    Feed& f = *it->second.second;
+    f.run();
+    for (int64_t l = 0; l < L; ++l) {
+      write_rows(k_cache[static_cast<size_t>(l)], f.output(static_cast<int>(1 + 2 * l)), 0, n);
+      write_rows(v_cache[static_cast<size_t>(l)], f.output(static_cast<int>(2 + 2 * l)), 0, n);
+    }
+    last = &f;
     cached = n;
   };
 
-  host::Interpreter decode(adapted(nn::lm_decode_program(m, window)), o.backend.host);
   Array token({DType::i32, {1, 1}}), pos({DType::i32, {1}});
   std::vector<const Array*> dins = params;
   dins.push_back(&token);
@@ -193,6 +227,7 @@ std::string sample(const SampleOptions& o) {
     dins.push_back(&v_cache[static_cast<size_t>(l)]);
   }
   dins.insert(dins.end(), adapters.begin(), adapters.end());
+  Feed decode(adapted(nn::lm_decode_program(m, window)), o.backend, dins);
 
   stats.prompt_tokens = std::min<int64_t>(static_cast<int64_t>(text.size()), window);
   if (o.tokens > 0) prefill(stats.prompt_tokens);
@@ -200,7 +235,7 @@ std::string sample(const SampleOptions& o) {
   t0 = std::chrono::steady_clock::now();
   const int64_t keep = std::max<int64_t>(1, window / 2);
   for (int64_t k = 0; k < o.tokens; ++k) {
-    const float* logits = outs[0].data<float>();
+    const float* logits = last->output(0).data<float>();
     if (o.on_logits) o.on_logits(cached, logits);
     const int32_t id = sampler.draw(logits, m.vocab);
     emit(id);
@@ -212,11 +247,12 @@ std::string sample(const SampleOptions& o) {
     }
     token.data<int32_t>()[0] = id;
     pos.data<int32_t>()[0] = static_cast<int32_t>(cached);
-    decode.run(dins, outs);
+    decode.run();
     for (int64_t l = 0; l < L; ++l) {
-      write_rows(k_cache[static_cast<size_t>(l)], outs[static_cast<size_t>(1 + 2 * l)], cached, 1);
-      write_rows(v_cache[static_cast<size_t>(l)], outs[static_cast<size_t>(2 + 2 * l)], cached, 1);
+      write_rows(k_cache[static_cast<size_t>(l)], decode.output(static_cast<int>(1 + 2 * l)), cached, 1);
+      write_rows(v_cache[static_cast<size_t>(l)], decode.output(static_cast<int>(2 + 2 * l)), cached, 1);
     }
+    last = &decode;
     ++cached;
   }
   stats.tokens = o.tokens;
