@@ -15,7 +15,7 @@
 
 #include "backend/host/parallel.h"
 #include "capstep/autodiff.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "../tools/env_options.h"  // apply_openblas_environment, as the capstep command does

@@ -10,7 +10,7 @@
 
 #include "capstep/autodiff.h"
 #include "capstep/hf.h"
-#include "capstep/interpreter.h"
+#include "capstep/host_options.h"
 #include "capstep/nn.h"
 
 using namespace capstep;

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "capstep/autodiff.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "capstep/stablehlo.h"

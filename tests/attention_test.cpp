@@ -13,7 +13,7 @@
 #include <random>
 
 #include "capstep/autodiff.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/trace.h"
 #include "gradcheck_util.h"

@@ -11,9 +11,9 @@
 
 #include "capstep/autodiff.h"
 #include "capstep/backend.h"
-#include "capstep/cuda.h"
-#include "capstep/device_plan.h"
-#include "capstep/interpreter.h"
+#include "backend/cuda/cuda.h"
+#include "backend/plan/device_plan.h"
+#include "backend/host/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "capstep/trace.h"

@@ -28,7 +28,7 @@
 #include "capstep/checkpoint.h"
 #include "capstep/data.h"
 #include "capstep/hf.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/stablehlo.h"
 #include "capstep/train.h"

@@ -14,8 +14,8 @@
 #include <random>
 
 #include "capstep/autodiff.h"
-#include "capstep/cuda.h"
-#include "capstep/interpreter.h"
+#include "backend/cuda/cuda.h"
+#include "backend/host/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "capstep/trace.h"

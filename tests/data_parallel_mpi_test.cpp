@@ -32,7 +32,7 @@
 #include <sstream>
 #include <thread>
 
-#include "capstep/cuda.h"
+#include "backend/cuda/cuda.h"
 #include "capstep/autodiff.h"
 #include "capstep/checkpoint.h"
 #include "capstep/nn.h"

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "capstep/checkpoint.h"
-#include "capstep/cuda.h"
+#include "backend/cuda/cuda.h"
 #include "capstep/trace.h"
 #include "capstep/train.h"
 #include "backend/cuda/nccl.h"

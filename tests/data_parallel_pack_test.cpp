@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "capstep/autodiff.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "thread_comm.h"

@@ -18,8 +18,8 @@
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "capstep/trace.h"
-#include "capstep/interpreter.h"
-#include "capstep/device_plan.h"
+#include "backend/host/interpreter.h"
+#include "backend/plan/device_plan.h"
 
 namespace capstep {
 namespace {

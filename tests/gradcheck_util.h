@@ -11,7 +11,7 @@
 
 #include "capstep/array.h"
 #include "capstep/autodiff.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/trace.h"
 
 namespace gradcheck {

@@ -22,7 +22,7 @@
 #include "capstep/autodiff.h"
 #include "capstep/data.h"
 #include "capstep/hf.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/safetensors.h"
 #include "data/subword.h"

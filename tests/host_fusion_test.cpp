@@ -15,7 +15,7 @@
 #include "ir/scalar_math.h"
 #include "capstep/array.h"
 #include "capstep/autodiff.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/ir.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"

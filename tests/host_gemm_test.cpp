@@ -17,7 +17,7 @@
 #include "backend/host/parallel.h"
 #include "backend/host/step.h"
 #include "backend/host/strided.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 
 using namespace capstep;
 

@@ -10,7 +10,7 @@
 #include <new>
 
 #include "capstep/autodiff.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "capstep/train.h"

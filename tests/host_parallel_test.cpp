@@ -22,7 +22,7 @@
 #include "capstep/array.h"
 #include "capstep/autodiff.h"
 #include "capstep/backend.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "capstep/trace.h"

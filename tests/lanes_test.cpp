@@ -11,8 +11,8 @@
 
 #include "backend/host/loop_jit.h"
 #include "backend/host/parallel.h"
-#include "capstep/cuda.h"
-#include "capstep/interpreter.h"
+#include "backend/cuda/cuda.h"
+#include "backend/host/interpreter.h"
 #include "lanes/lanes.h"
 #include "test_util.h"
 

@@ -10,9 +10,9 @@
 
 #include <sys/wait.h>
 
-#include "capstep/cuda.h"
+#include "backend/cuda/cuda.h"
 #include "capstep/hf.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/lora.h"
 #include "capstep/nn.h"
 #include "capstep/train.h"

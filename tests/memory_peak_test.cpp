@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "capstep/autodiff.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "capstep/train.h"

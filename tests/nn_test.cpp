@@ -9,7 +9,7 @@
 
 #include "capstep/autodiff.h"
 #include "capstep/data.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/stablehlo.h"
 #include "capstep/trace.h"

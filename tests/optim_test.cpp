@@ -6,7 +6,7 @@
 
 #include "capstep/autodiff.h"
 #include "capstep/data.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "capstep/trace.h"

@@ -26,7 +26,7 @@
 #include "backend/plan/kernel_plan.h"
 #include "backend/plan/persistent.h"
 #include "capstep/autodiff.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "capstep/trace.h"

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <limits>
 
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "ir/scalar_math.h"
 
 using namespace capstep;

@@ -14,7 +14,7 @@
 
 #include "capstep/autodiff.h"
 #include "capstep/hf.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/safetensors.h"
 #include "capstep/sft.h"

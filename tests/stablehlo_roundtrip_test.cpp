@@ -8,7 +8,7 @@
 #include <bit>
 #include <cmath>
 
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/stablehlo.h"
 #include "capstep/trace.h"
 #include "stablehlo_programs.h"

@@ -17,7 +17,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/stablehlo.h"
 #include "stablehlo_npy.h"
 #include "stablehlo_programs.h"

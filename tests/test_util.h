@@ -17,7 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "capstep/array.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/ir.h"
 
 namespace capstep::test {

@@ -6,7 +6,7 @@
 #include <functional>
 #include <string>
 
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/trace.h"
 
 namespace {

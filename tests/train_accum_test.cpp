@@ -11,8 +11,8 @@
 #include <sys/wait.h>
 
 #include "capstep/autodiff.h"
-#include "capstep/cuda.h"
-#include "capstep/interpreter.h"
+#include "backend/cuda/cuda.h"
+#include "backend/host/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "capstep/stablehlo.h"

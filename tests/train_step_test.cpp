@@ -6,7 +6,7 @@
 
 #include "capstep/autodiff.h"
 #include "capstep/backend.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/trace.h"
 #include "capstep/train_step.h"
 #include "test_util.h"

@@ -12,9 +12,9 @@
 #include <new>
 
 #include "capstep/autodiff.h"
-#include "capstep/cuda.h"
+#include "backend/cuda/cuda.h"
 #include "capstep/data.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/train.h"
 

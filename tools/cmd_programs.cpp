@@ -11,7 +11,7 @@
 #include "capstep/autodiff.h"
 #include "capstep/data.h"
 #include "capstep/hf.h"
-#include "capstep/interpreter.h"
+#include "capstep/host_options.h"
 #include "capstep/safetensors.h"
 #include "capstep/stablehlo.h"
 #include "capstep/trace.h"

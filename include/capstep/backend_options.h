@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "capstep/collective.h"
-#include "capstep/cuda.h"
-#include "capstep/interpreter.h"
+#include "capstep/cuda_options.h"
+#include "capstep/host_options.h"
 
 namespace capstep {
 

@@ -16,6 +16,8 @@ std::string unsupported(const Program& p);
 }
 namespace capstep::cuda {
 std::unique_ptr<Backend> make_backend(Program p, const BackendOptions& o);
+// Why the CUDA backend has no kernels for p, or "" when it has them all.
+std::string unsupported(const Program& p);
 }
 namespace capstep::pjrt {
 // o.pjrt; o.communicator of more than one replica is an Error (one replica).

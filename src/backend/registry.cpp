@@ -2,7 +2,7 @@
 // sits above every backend; each backend's folder knows only itself).
 #include "backend/backends.h"
 
-#include "capstep/cuda.h"
+#include "capstep/cuda_options.h"
 
 namespace capstep {
 

@@ -13,11 +13,11 @@
 
 #include "capstep/autodiff.h"
 #include "capstep/backend.h"
-#include "capstep/cuda.h"
+#include "capstep/cuda_options.h"
 #include "capstep/trace.h"
 #include "capstep/data.h"
 #include "capstep/host.h"
-#include "capstep/interpreter.h"
+#include "capstep/host_options.h"
 #include "lanes/lanes.h"
 #include "train/stepper.h"
 

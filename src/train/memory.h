@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <string>
 
-#include "capstep/interpreter.h"
+#include "capstep/host_options.h"
 #include "capstep/ir.h"
 #include "capstep/train.h"
 

@@ -11,7 +11,7 @@
 
 #include "backend/backends.h"
 #include "backend/cuda/nccl.h"
-#include "capstep/cuda.h"
+#include "backend/cuda/cuda.h"
 
 namespace capstep::cuda {
 namespace {
@@ -95,6 +95,17 @@ std::unique_ptr<Backend> make_backend(Program p, const BackendOptions& o) {
   std::string why;
   if (!available(&why)) throw Error("the cuda backend cannot run here: " + why);
   return std::make_unique<CudaBackend>(std::move(p), o);
+}
+
+std::string unsupported(const Program& p) {
+  for (size_t i = 0; i < p.eqns.size(); ++i) {
+    const Eqn& e = p.eqns[i];
+    if ((e.op == Op::attention || e.op == Op::attention_grad) && p.type(e.inputs[0]).dtype == DType::bf16)
+      return "program \"" + p.name + "\" has a bf16 attention (equation " + std::to_string(i) + ": " + eqn_text(p, e) +
+             "); the GPU's attention kernels are f32 and f64 only, as the host's are: keep attention in f32, or run the "
+             "program on the PJRT backend";
+  }
+  return "";
 }
 
 }  // namespace capstep::cuda

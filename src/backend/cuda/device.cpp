@@ -5,7 +5,7 @@
 #include <mutex>
 
 #include "backend/cuda/kernels.h"
-#include "capstep/cuda.h"
+#include "backend/cuda/cuda.h"
 
 namespace capstep::cuda {
 namespace {

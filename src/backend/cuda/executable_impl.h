@@ -15,8 +15,8 @@
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/kernels.h"
 #include "backend/plan/kernel_plan.h"
-#include "capstep/cuda.h"
-#include "capstep/device_plan.h"
+#include "backend/cuda/cuda.h"
+#include "backend/plan/device_plan.h"
 
 namespace capstep::cuda {
 

@@ -1,6 +1,6 @@
 // The CUDA backend when this build has no CUDA toolkit: every entry point says
 // so, and callers skip their GPU parts by name.
-#include "capstep/cuda.h"
+#include "backend/cuda/cuda.h"
 
 namespace capstep::cuda {
 

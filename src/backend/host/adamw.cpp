@@ -10,7 +10,7 @@
 #include "backend/host/parallel.h"
 #include "backend/host/step.h"
 #include "capstep/host_adamw.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/optim.h"
 
 namespace capstep::host {

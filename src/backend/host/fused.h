@@ -31,7 +31,7 @@
 #include "backend/host/loop_jit.h"
 #include "backend/host/step.h"
 #include "backend/plan/fusion.h"
-#include "capstep/device_plan.h"
+#include "backend/plan/device_plan.h"
 #include "capstep/transforms.h"
 
 namespace capstep::host {

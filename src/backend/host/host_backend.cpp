@@ -9,7 +9,7 @@
 #include "backend/backends.h"
 #include "capstep/host_adamw.h"
 #include "backend/host/parallel.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 
 namespace capstep::host {
 namespace {

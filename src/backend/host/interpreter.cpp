@@ -2,7 +2,7 @@
 // it with one precomputed Step per equation.
 //
 // Where each value lives, decided at construction by the memory planner of
-// every backend (capstep/device_plan.h: plan::plan_memory, with the host's
+// every backend (backend/plan/device_plan.h: plan::plan_memory, with the host's
 // options: plan_buffers), in its vocabulary and table of facts per value
 // (plan::Home; plan::ValuePlan: home, root, def, last, loc):
 //   input      the caller's Array, read in place (its address is set per run)
@@ -47,7 +47,7 @@
 //
 // The constructor's phases and what they share are in interpreter_impl.h,
 // which lists the file that holds each job.
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 
 #include <algorithm>
 #include <cstring>

@@ -31,7 +31,7 @@
 #include "backend/host/memory_plan.h"
 #include "backend/host/step.h"
 #include "backend/plan/fusion.h"
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 
 namespace capstep::host {
 

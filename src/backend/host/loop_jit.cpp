@@ -1,7 +1,7 @@
 // The fused groups' elementwise runs compiled to AVX2 loops (loop_jit.h).
 #include "backend/host/loop_jit.h"
 
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 
 #if defined(CAPSTEP_HAVE_XBYAK) && defined(__x86_64__)
 #define CAPSTEP_LOOP_JIT 1

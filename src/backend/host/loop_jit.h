@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "capstep/interpreter.h"
+#include "backend/host/interpreter.h"
 #include "capstep/ir.h"
 
 namespace capstep::host {

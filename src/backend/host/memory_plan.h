@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "capstep/device_plan.h"
+#include "backend/plan/device_plan.h"
 
 namespace capstep::host {
 

@@ -1,6 +1,6 @@
 // plan_memory: homes, lifetimes and offsets of every value of a Program, for
 // every backend, and the alias bookkeeping for donated inputs (device). See
-// include/capstep/device_plan.h for the rules; this file applies them in order:
+// device_plan.h for the rules; this file applies them in order:
 //   1. homes and roots (inputs, statics, views, arena)
 //   2. lifetimes per root (reads through any view; outputs live to the end)
 //   3. aliases: direct write when provably safe, else copy-back (with a note)
@@ -9,7 +9,7 @@
 //      caller's Arrays)
 //   5. snapshots of old input values that outputs still need
 //   6. arena packing, then every location resolved
-#include "capstep/device_plan.h"
+#include "backend/plan/device_plan.h"
 
 #include <algorithm>
 #include <cstring>

@@ -2,7 +2,7 @@
 // computed without a GPU, since a step's speed on a GPU comes from fewer
 // kernels (each launch costs time and a pass over memory). A pass
 // over the fused grouping (fusion.h) and the device memory plan
-// (capstep/device_plan.h) that lists kernel items in launch order, each naming
+// (device_plan.h) that lists kernel items in launch order, each naming
 // the values it reads and writes. The CUDA executor launches the items; it
 // decides no fusion itself. `capstep show --kernels` prints the plan, and the
 // tests count its kernels, so a count cannot creep back unseen.
@@ -15,7 +15,7 @@
 #include "backend/plan/fusion.h"
 #include "backend/plan/gemm_layout.h"
 #include "backend/plan/kernel_source.h"
-#include "capstep/device_plan.h"
+#include "backend/plan/device_plan.h"
 
 namespace capstep::plan {
 

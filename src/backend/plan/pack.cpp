@@ -8,7 +8,7 @@
 #include <numeric>
 #include <utility>
 
-#include "capstep/device_plan.h"
+#include "backend/plan/device_plan.h"
 
 namespace capstep::plan {
 std::vector<size_t> pack(const std::vector<Interval>& buffers, size_t align, size_t* total) {
