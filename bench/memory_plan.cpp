@@ -1,4 +1,4 @@
-// The host interpreter's planned memory (host::plan_memory) of the training
+// The host interpreter's planned memory (host::memory_needed) of the training
 // step and the validation forward of a model in transformers' layout, and
 // the program's largest constants and iotas (what becomes the statics):
 //   bench_memory_plan DIR [BATCH SEQ]
@@ -26,7 +26,7 @@ std::string shape_text(Op op, const Type& t) {
 double mib(size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
 void report(const char* what, const Program& p) {
-  const host::MemoryPlan m = host::plan_memory(p);
+  const host::MemoryPlan m = host::memory_needed(p);
   std::printf("%s: %zu equations; arena %.1f MiB, statics %.1f MiB, tiles %.1f MiB, inputs %.1f MiB, outputs %.1f MiB\n",
               what, p.eqns.size(), mib(m.arena), mib(m.statics), mib(m.tiles), mib(m.inputs), mib(m.outputs));
   std::vector<std::pair<size_t, std::string>> big;

@@ -217,7 +217,7 @@ TEST(CheckpointActivations, PlannedMemoryIsSmaller) {
   const Program plain = optim::with_adamw(value_and_grad(nn::lm_loss_program(c), names), names, optim::AdamW{});
   const Program all = checkpoint_activations(plain, every_kth_region(plain, 1));
   const Program half = checkpoint_activations(plain, every_kth_region(plain, 2));
-  const host::MemoryPlan hp = host::plan_memory(plain), ha = host::plan_memory(all), hh = host::plan_memory(half);
+  const host::MemoryPlan hp = host::memory_needed(plain), ha = host::memory_needed(all), hh = host::memory_needed(half);
   const plan::Plan dp = plan::plan_memory(plain), da = plan::plan_memory(all), dh = plan::plan_memory(half);
   std::printf("host arena: plain %zu, every block %zu (%.1f%%), every 2nd %zu; device arena: plain %zu, every block "
               "%zu (%.1f%%), every 2nd %zu\n",
@@ -269,7 +269,7 @@ TEST(CheckpointActivations, AnchorsKeepTheCopiesInTheBackward) {
   ASSERT_GE(selects, 4);  // one (or two) per block
   bare = dead_code_eliminate(bare);
   EXPECT_TRUE(host::run(bare, loss_inputs(c))[0].bit_equal(host::run(plain, loss_inputs(c))[0]));
-  const size_t p = host::plan_memory(plain).arena, a = host::plan_memory(ck).arena, b = host::plan_memory(bare).arena;
+  const size_t p = host::memory_needed(plain).arena, a = host::memory_needed(ck).arena, b = host::memory_needed(bare).arena;
   std::printf("host arena: plain %zu, checkpointed %zu, checkpointed without anchors %zu\n", p, a, b);
   EXPECT_LT(static_cast<double>(a), 0.4 * static_cast<double>(p));
   EXPECT_GT(static_cast<double>(b), 0.6 * static_cast<double>(p));

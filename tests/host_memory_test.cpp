@@ -1,5 +1,5 @@
 // The memory a training run will take, known before its first step:
-// host::plan_memory (the Interpreter's plan, nothing allocated) against what
+// host::memory_needed (the Interpreter's plan, nothing allocated) against what
 // an Interpreter then allocates; the room this process has (MemAvailable and
 // the memory cgroup, on fake /proc and cgroup trees); the refusal and its
 // figures (src/train/memory.h).
@@ -42,12 +42,12 @@ TEST(HostMemory, PlanIsWhatTheInterpreterAllocatesForTheSeedStep) {
     for (bool fuse : {true, false}) {
       host::InterpreterOptions o;
       o.fuse = fuse;
-      const host::MemoryPlan planned = host::plan_memory(p, o);
+      const host::MemoryPlan planned = host::memory_needed(p, o);
       host::Interpreter it(p, o);
       expect_same_plan(planned, it.memory(), p.name + (fuse ? " fused" : " unfused"));
       EXPECT_EQ(planned.arena, it.arena_bytes());
     }
-  const host::MemoryPlan m = host::plan_memory(s.grad);
+  const host::MemoryPlan m = host::memory_needed(s.grad);
   // Inputs: 311936 f32 parameters, tokens and targets i32[4,16]; outputs: the
   // loss and a gradient per parameter.
   EXPECT_EQ(nn::count_parameters(s.c), 311936);
@@ -75,7 +75,7 @@ TEST(HostMemory, PlanningAllocatesNothing) {
   const int b = p.add_eqn_typed(Op::broadcast_in_dim, {x}, Attrs{.dims = {0}}, big);
   const int e = p.add_eqn(Op::exponential, {b}, {});
   p.add_output("s", p.add_eqn_typed(Op::reduce_sum, {e}, Attrs{.dims = {0}}, Type{DType::f32, {}}));
-  const host::MemoryPlan m = host::plan_memory(p, unfused);
+  const host::MemoryPlan m = host::memory_needed(p, unfused);
   EXPECT_GE(m.arena, size_t{4} << 50);
   EXPECT_EQ(m.inputs, 4u);
   EXPECT_EQ(m.outputs, 4u);
@@ -164,7 +164,7 @@ TEST(HostMemory, RefusalGivesTheFigures) {
   EXPECT_EQ(need.params, 311936u * 4);
   EXPECT_EQ(need.state, 3 * need.params);
   EXPECT_EQ(need.copy, need.state);
-  const host::MemoryPlan step = host::plan_memory(grad), val = host::plan_memory(loss);
+  const host::MemoryPlan step = host::memory_needed(grad), val = host::memory_needed(loss);
   EXPECT_EQ(need.step.arena, step.arena);
   EXPECT_EQ(need.validation.held(), val.held());
   EXPECT_EQ(need.batch(), 2u * 4 * 16 * 4);  // tokens and targets

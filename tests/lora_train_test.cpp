@@ -396,7 +396,7 @@ TEST(LoraTrain, OnTheGpu) {
     train::Options o = with_lora(small(nn::Arch::llama), 4, {"all-linear"});
     o.lane = train::parse_lane(lane);
     o.require_backend = true;
-    o.tf32 = false;
+    o.backend.cuda.tf32 = false;
     o.steps = 3;
     o.save_path = d.file("g.st");
     train::Options h = o;

@@ -44,7 +44,7 @@ TEST(MemoryPeak, HostLaneParametersAreReadInPlace) {
   const train::Lane lane = train::parse_lane("host");
   std::unique_ptr<train::Stepper> st =
       train::make_stepper(lane, train::step_program(lane, grad, names, optim::AdamW{}), names, optim::AdamW{}, 0,
-                          train::lane_backend_options(BackendOptions{}, false, nullptr));
+                          train::lane_backend_options(BackendOptions{}, nullptr));
   st->set_state(std::move(s));
   const auto held = st->params_in_place();
   ASSERT_EQ(held.size(), names.size());
@@ -71,7 +71,7 @@ TEST(MemoryPeak, HostLaneParametersAreReadInPlace) {
   const train::Lane fused = train::parse_lane("host-fused");
   std::unique_ptr<train::Stepper> sf =
       train::make_stepper(fused, train::step_program(fused, grad, names, optim::AdamW{}), names, optim::AdamW{}, 0,
-                          train::lane_backend_options(BackendOptions{}, false, nullptr));
+                          train::lane_backend_options(BackendOptions{}, nullptr));
   sf->set_state(fresh(c));
   EXPECT_TRUE(sf->params_in_place().empty());
 }
@@ -95,7 +95,7 @@ TEST(MemoryPeak, EqualConstantsAndIotasShareTheirStatics) {
   for (bool fuse : {false, true}) {
     host::InterpreterOptions o;
     o.fuse = fuse;
-    EXPECT_EQ(host::plan_memory(p, o).statics, 4 * t.bytes()) << "fuse " << fuse;
+    EXPECT_EQ(host::memory_needed(p, o).statics, 4 * t.bytes()) << "fuse " << fuse;
     host::Interpreter in(p, o);
     EXPECT_EQ(in.memory().statics, 4 * t.bytes());
     const Array xs(t);

@@ -50,7 +50,7 @@ std::vector<train::Options> on_lanes(const train::Options& base, const std::vect
     train::Options o = base;
     o.lane = train::parse_lane(lane);
     o.require_backend = true;
-    o.tf32 = false;
+    o.backend.cuda.tf32 = false;
     std::string why;
     if (o.lane.backend == BackendKind::pjrt) o.backend.pjrt.plugin = pjrt_plugin(&why);
     out.push_back(o);

@@ -75,11 +75,11 @@ int run_show(const ShowArgs& a) {
   if (a.checkpoint_every > 0) {
     // What checkpointing changed: the equations it added (the recomputed
     // forward) and the host's planned memory of the step without and with it
-    // (host::plan_memory: the arena of intermediate values; held(): the
+    // (host::memory_needed: the arena of intermediate values; held(): the
     // arena, constants and tiles).
     const Program plain = model_program(c, a.program, a.precision, a.fused_attention, a.data_parallel, 0);
     const std::vector<int> r = every_kth_region(p, a.checkpoint_every);
-    const host::MemoryPlan mp = host::plan_memory(plain), mc = host::plan_memory(p);
+    const host::MemoryPlan mp = host::memory_needed(plain), mc = host::memory_needed(p);
     auto mib = [](size_t b) { return std::to_string((b + (1u << 19)) >> 20); };
     std::cout << "activation checkpointing: " << r.size() << " of " << checkpoint_regions(p).size()
               << " blocks recomputed in the backward, " << (p.eqns.size() - plain.eqns.size())

@@ -250,7 +250,7 @@ int main(int argc, char** argv) {
       ->check(kNonEmpty);
   train->add_flag("--require-backend,--require-gpu", ta.opts.require_backend,
                   "fail (exit 1) instead of falling back to the host when the backend cannot run here");
-  train->add_flag("!--no-tf32", ta.opts.tf32, "full f32 dots on the GPU (TF32 is the default)");
+  train->add_flag("!--no-tf32", ta.opts.backend.cuda.tf32, "full f32 dots on the GPU (TF32 is the default)");
   CLI::Option* precision = add_precision_option(train, ta.opts.precision);
   CLI::Option* fused_attention =
       train->add_flag("--fused-attention,!--no-fused-attention", ta.opts.fused_attention,
@@ -445,7 +445,7 @@ int main(int argc, char** argv) {
     } catch (const capstep::Error& e) {
       throw CLI::ValidationError(e.what());
     }
-    ba.opts.tf32 = !no_tf32;
+    ba.opts.backend.cuda.tf32 = !no_tf32;
     action = [&] { return run_bench(ba); };
   });
 

@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
     std::cerr << "--seed: '" << seed_text << "' is not an integer in [0, 18446744073709551615]\n";
     return 2;
   }
-  o.tf32 = !no_tf32;
+  o.backend.cuda.tf32 = !no_tf32;
   try {
     if (!o.size.empty()) o.model = capstep::nn::LmConfig::preset(o.size);
     o.precision = capstep::optim::parse_precision(precision);

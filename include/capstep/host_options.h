@@ -56,6 +56,6 @@ struct MemoryPlan {
 // What Interpreter(p, o) would allocate, planned as its constructor plans it
 // (fusion, liveness, the arena's packing) without allocating any of it: for
 // refusing a step that will not fit in memory before the first run.
-MemoryPlan plan_memory(const Program& p, const InterpreterOptions& o = InterpreterOptions::defaults());
+MemoryPlan memory_needed(const Program& p, const InterpreterOptions& o = InterpreterOptions::defaults());
 
 }  // namespace capstep::host

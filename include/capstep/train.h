@@ -114,7 +114,6 @@ struct Options {
   uint64_t seed = 1;                     // initial parameters and batch order
   Lane lane;                             // the host backend, AdamW on the host
   bool require_backend = false;          // a lane whose backend cannot run here is an Error (else: the host)
-  bool tf32 = true;                      // TF32 dots on the GPU lanes
   BackendOptions backend;                // the host and CUDA switches of the step's Interpreter or Executable
   // bf16: the step program is built from optim::mixed_precision_bf16 of the
   // loss (bf16 GEMM operands, f32 accumulation, f32 master parameters, AdamW

@@ -29,7 +29,6 @@ struct Options {
   int steps = 10;          // compared and timed steps per lane
   int warmup = 3;          // untimed steps first, on a copy of the start
   uint64_t seed = 1;       // initial parameters and batch order
-  bool tf32 = true;        // TF32 for f32 dots on the GPU
   BackendOptions backend;  // the host and CUDA switches every lane builds its Interpreter or Executable with
   // bf16: every lane's program from optim::mixed_precision_bf16 of the loss,
   // on the host and on the GPU (bf16 kernels: stored bf16, f32 arithmetic,

@@ -96,7 +96,7 @@ void run_phases(const Options& o, Lane& lane, StartFn&& start, StepFn&& step) {
 void run_lane(const Options& o, const Start& s, const train::Lane& which, const Program& grad, Lane& lane) {
   const std::unique_ptr<train::Stepper> stepper =
       train::make_stepper(which, train::step_program(which, grad, s.names, o.adamw), s.names, o.adamw, 0.f,
-                          train::lane_backend_options(o.backend, o.tf32, nullptr));
+                          train::lane_backend_options(o.backend, nullptr));
   const train::State start{s.names, s.params, zeros_like(s.params), zeros_like(s.params)};
   Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens;
   run_phases(
@@ -145,7 +145,7 @@ Report run(const Options& o) {
   if (o.backend.host_threads != 0) host::set_host_threads(o.backend.host_threads);
   Report r;
   r.model_line = o.model.describe() + (o.fused_attention ? " Fused attention (the attention primitives)." : "");
-  r.tf32 = o.tf32;
+  r.tf32 = o.backend.cuda.tf32;
   r.precision = optim::precision_name(o.precision);
   r.steps = o.steps;
   r.warmup = o.warmup;

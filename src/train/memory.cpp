@@ -123,8 +123,8 @@ HostMemory plan_host_memory(const Options& o, bool step_on_host, const Program& 
   }
   m.state = m.params + 2 * trained;
   if (!o.save_path.empty() || validation || o.comm) m.copy = m.state;
-  if (step_on_host) m.step = host::plan_memory(grad, o.backend.host);
-  if (validation) m.validation = host::plan_memory(*validation, o.backend.host);
+  if (step_on_host) m.step = host::memory_needed(grad, o.backend.host);
+  if (validation) m.validation = host::memory_needed(*validation, o.backend.host);
   return m;
 }
 

@@ -1,6 +1,6 @@
 // Before the first step: whether the run fits in the memory this process may
 // still take, from the Interpreter's own plans of the step and validation
-// programs (host::plan_memory: nothing allocated), so that a batch too large
+// programs (host::memory_needed: nothing allocated), so that a batch too large
 // for the machine is refused with the figures instead of growing until an
 // allocation fails or the kernel's OOM killer ends the process.
 #pragma once

@@ -74,10 +74,10 @@ class Stepper {
   virtual BackendInfo describe() const = 0;
 };
 
-// `base` with what a lane sets itself: TF32 dots as asked, a CUDA graph, and
+// `base` with what a lane sets itself: a CUDA graph, and
 // the replicas its all_reduce equations sum over (comm, on every backend: the
 // CUDA backend makes its NCCL communicator from it; nullptr: one replica).
-BackendOptions lane_backend_options(const BackendOptions& base, bool tf32, Communicator* comm);
+BackendOptions lane_backend_options(const BackendOptions& base, Communicator* comm);
 
 // The program a lane's step runs: `grad` (value_and_grad of the loss program
 // over the parameters that train, its first inputs in `names` order, then any

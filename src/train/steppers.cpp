@@ -295,9 +295,8 @@ class FusedStepper final : public Stepper {
 
 }  // namespace
 
-BackendOptions lane_backend_options(const BackendOptions& base, bool tf32, Communicator* comm) {
+BackendOptions lane_backend_options(const BackendOptions& base, Communicator* comm) {
   BackendOptions bo = base;
-  bo.cuda.tf32 = tf32;
   bo.cuda.cuda_graph = true;
   bo.communicator = comm;
   return bo;

@@ -484,7 +484,7 @@ Result train(const Options& o) {
   // rank 0 through o.comm), one process per GPU: every rank takes the same
   // lane decision above and gets here, or the job would stop here, waiting.
   std::unique_ptr<Stepper> stepper = make_stepper(r.lane_used, step, state.names, o.adamw, clip,
-                                                  lane_backend_options(o.backend, o.tf32, o.comm));
+                                                  lane_backend_options(o.backend, o.comm));
   if (o.comm && r.lane_used.backend == BackendKind::cuda) {
     const std::string via = stepper->describe().collective;
     say(std::string("data parallel on lane ") + lane_name(r.lane_used) + ": " + std::to_string(ranks) + " rank(s), " +

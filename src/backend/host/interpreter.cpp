@@ -67,7 +67,7 @@ InterpreterOptions InterpreterOptions::defaults() {
 
 // Plans the program once: a short sequence of phases, each deciding one thing
 // that the ones after it read (Build). plan_only stops once every size is
-// known (host::plan_memory).
+// known (host::memory_needed).
 Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only) : options(opt) {
   Build b;
   expand_and_order(std::move(p), opt, b);
@@ -77,7 +77,7 @@ Interpreter::Impl::Impl(Program p, const InterpreterOptions& opt, bool plan_only
   pair_dot_generals(opt, b);
   plan_buffers(b);
   make_fused_groups(opt, plan_only, b);
-  // Every size is known: host::plan_memory() stops here, before allocating them.
+  // Every size is known: host::memory_needed() stops here, before allocating them.
   if (plan_only) return;
   allocate_and_set_slots(b);
   plan_outputs_over_inputs(b);
@@ -262,7 +262,7 @@ MemoryPlan Interpreter::Impl::memory() const {
   return m;
 }
 
-MemoryPlan plan_memory(const Program& p, const InterpreterOptions& o) {
+MemoryPlan memory_needed(const Program& p, const InterpreterOptions& o) {
   return Interpreter::Impl(p, o, /*plan_only=*/true).memory();
 }
 // The whole pages inside the arena block (its first partial page, where the

@@ -92,7 +92,7 @@ class Interpreter {
   // out (expand_adamw; inputs and outputs as given).
   const Program& program() const;
   size_t arena_bytes() const;        // bytes of the planned intermediate arena
-  MemoryPlan memory() const;         // what this one allocated (plan_memory's figures)
+  MemoryPlan memory() const;         // what this one allocated (memory_needed's figures)
   // Gives the arena's pages back to the system until the next run touches
   // them again (it holds nothing between runs): for an Interpreter that waits
   // while another runs, as the training step does during validation. Returns
@@ -117,7 +117,7 @@ class Interpreter {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  friend MemoryPlan plan_memory(const Program& p, const InterpreterOptions& o);
+  friend MemoryPlan memory_needed(const Program& p, const InterpreterOptions& o);
 };
 
 // One-shot convenience.

@@ -133,7 +133,7 @@ struct Interpreter::Impl {
   Block arena, statics, fallback, staging, tiles;
   size_t arena_bytes = 0, fallback_bytes = 0, staging_bytes = 0, static_bytes = 0, tile_bytes = 0;
 
-  // plan_only: the constructor stops once the sizes are known (host::plan_memory):
+  // plan_only: the constructor stops once the sizes are known (host::memory_needed):
   // nothing is allocated, no constant filled, no loop compiled, and the Impl
   // cannot run.
   Impl(Program p, const InterpreterOptions& opt, bool plan_only = false);
