@@ -22,7 +22,7 @@ TEST(Lanes, HostLaneLearnsAndIsReproducible) {
   lanes::Options o;
   o.warmup = 1;
   lanes::Report a = lanes::run(o), b = lanes::run(o);
-  const lanes::Lane& h = a.lanes[0];
+  const lanes::LaneResult& h = a.lanes[0];
   ASSERT_TRUE(h.ran);
   ASSERT_EQ(h.losses.size(), 10u);
   // Step 0 near ln(64) = 4.16. Within 10 AdamW steps at lr 1e-2 the model learns
@@ -68,7 +68,7 @@ TEST(Lanes, HostLaneLearnsAndIsReproducible) {
   // [1f]: AdamW inside the program, in the interpreter. The program's update
   // has adamw_update's operation order, so the losses are lane 1's, bit for bit.
   ASSERT_EQ(a.lanes.size(), 5u);
-  const lanes::Lane& f = a.lanes[3];
+  const lanes::LaneResult& f = a.lanes[3];
   EXPECT_EQ(f.label, "[1f] host, AdamW in the program");
   ASSERT_TRUE(f.ran) << f.skipped;
   ASSERT_EQ(f.losses.size(), h.losses.size());
@@ -151,7 +151,7 @@ TEST(Lanes, XlaLaneAgreesWithTheHostLane) {
   o.warmup = 1;
   o.backend.pjrt.plugin = plugin;
   const lanes::Report r = lanes::run(o);
-  const lanes::Lane& x = r.lanes[4];
+  const lanes::LaneResult& x = r.lanes[4];
   ASSERT_TRUE(x.ran) << x.skipped;
   ASSERT_EQ(x.losses.size(), 10u);
   EXPECT_LE(x.max_rel_vs_host, 1e-5);

@@ -20,6 +20,7 @@
 #include "capstep/backend_options.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
+#include "capstep/train.h"
 
 namespace capstep::lanes {
 
@@ -42,8 +43,12 @@ struct Options {
   void validate() const;
 };
 
-struct Lane {
+// One lane's run: what it is (a backend and where AdamW runs, the one
+// train::Lane) and what it measured.
+struct LaneResult {
+  std::string tag;                   // "1", "1f", "2", "3", "4" (Options::only)
   std::string label;                 // "[1] host"
+  train::Lane lane;
   bool ran = false;
   std::string skipped;               // reason, when not ran
   std::vector<double> losses;        // one per step
@@ -70,7 +75,8 @@ struct Report {
   int warmup = 0;
   std::string size;                  // Options::size
   int64_t tokens_per_step = 0;       // batch x seq
-  std::vector<Lane> lanes;           // always five: [1], [2], [3], [1f], [4]
+  std::vector<LaneResult> lanes;     // always five: [1], [2], [3], [1f], [4]
+  const LaneResult& lane(const std::string& tag) const;   // Error for an unknown tag
 };
 
 Report run(const Options& o);

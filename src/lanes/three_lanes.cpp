@@ -58,7 +58,7 @@ std::vector<Array> zeros_like(const std::vector<Array>& v) {
 // each phase from the same start. start() resets the lane's state to it;
 // step(k) runs step k (batch k, AdamW step k+1) and returns its loss.
 template <class StartFn, class StepFn>
-void run_phases(const Options& o, Lane& lane, StartFn&& start, StepFn&& step) {
+void run_phases(const Options& o, LaneResult& lane, StartFn&& start, StepFn&& step) {
   auto phase = [&](int steps, bool record) {
     start();
     for (int k = 0; k < steps; ++k) {
@@ -93,7 +93,8 @@ void run_phases(const Options& o, Lane& lane, StartFn&& start, StepFn&& step) {
 // Every lane, one loop: the lane's stepper (src/train/stepper.h: a backend
 // and where AdamW runs), reset to the start before each phase; step k fills
 // batch k and takes AdamW step k+1.
-void run_lane(const Options& o, const Start& s, const train::Lane& which, const Program& grad, Lane& lane) {
+void run_lane(const Options& o, const Start& s, const Program& grad, LaneResult& lane) {
+  const train::Lane& which = lane.lane;
   const std::unique_ptr<train::Stepper> stepper =
       train::make_stepper(which, train::step_program(which, grad, s.names, o.adamw), s.names, o.adamw, 0.f,
                           train::lane_backend_options(o.backend, nullptr));
@@ -114,7 +115,7 @@ void run_lane(const Options& o, const Start& s, const train::Lane& which, const 
   }
 }
 
-void finish(Lane& lane, const Lane& host) {
+void finish(LaneResult& lane, const LaneResult& host) {
   lane.median_ms = median(lane.step_ms);
   if (&lane == &host || !host.ran) return;
   for (size_t k = 0; k < lane.losses.size() && k < host.losses.size(); ++k)
@@ -124,12 +125,36 @@ void finish(Lane& lane, const Lane& host) {
 
 }  // namespace
 
+// The lanes, as data: each a backend and where AdamW runs; the report keeps
+// this order, the runs and the printout take kRunOrder's.
+struct LaneSpec {
+  const char* tag;
+  const char* label;
+  train::Lane lane;
+};
+const LaneSpec kLanes[] = {
+    {"1", "[1] host", {BackendKind::host, false}},
+    {"2", "[2] GPU, AdamW on the host", {BackendKind::cuda, false}},
+    {"3", "[3] GPU, AdamW in the program", {BackendKind::cuda, true}},
+    {"1f", "[1f] host, AdamW in the program", {BackendKind::host, true}},
+    {"4", "[4] XLA (PJRT), AdamW in the program, donated buffers", {BackendKind::pjrt, true}},
+};
+const char* const kRunOrder[] = {"1", "1f", "2", "3", "4"};
+
+const LaneResult& Report::lane(const std::string& tag) const {
+  for (const LaneResult& l : lanes)
+    if (l.tag == tag) return l;
+  throw Error("no lane \"" + tag + "\" in the report");
+}
+
 void Options::validate() const {
   model.validate();
   adamw.validate();
   if (steps < 1 || steps > 1000000) throw Error("steps must be in [1, 1000000], got " + std::to_string(steps));
   if (warmup < 0 || warmup > 1000) throw Error("warm-up must be in [0, 1000], got " + std::to_string(warmup));
-  if (!only.empty() && only != "1" && only != "1f" && only != "2" && only != "3" && only != "4")
+  bool known = only.empty();
+  for (const LaneSpec& l : kLanes) known = known || only == l.tag;
+  if (!known)
     throw Error("the lane to run alone must be 1, 1f, 2, 3 or 4, got \"" + only + "\"");
 }
 
@@ -151,74 +176,61 @@ Report run(const Options& o) {
   r.warmup = o.warmup;
   r.size = o.size;
   r.tokens_per_step = o.model.batch * o.model.seq;
-  r.lanes.resize(5);
-  r.lanes[0].label = "[1] host";
-  r.lanes[1].label = "[2] GPU, AdamW on the host";
-  r.lanes[2].label = "[3] GPU, AdamW in the program";
-  r.lanes[3].label = "[1f] host, AdamW in the program";
-  r.lanes[4].label = "[4] XLA (PJRT), AdamW in the program, donated buffers";
+  for (const LaneSpec& k : kLanes) {
+    LaneResult l;
+    l.tag = k.tag;
+    l.label = k.label;
+    l.lane = k.lane;
+    r.lanes.push_back(std::move(l));
+  }
   const Start s = make_start(o);
   const Program traced = nn::lm_loss_program(o.model);
   const Program loss = optim::with_precision(o.fused_attention ? fuse_attention(traced) : traced, o.precision);
   const Program grad = value_and_grad(loss, s.names);
 
-  auto selected = [&](const char* tag, Lane& l) {
-    if (o.only.empty() || o.only == tag) return true;
-    l.skipped = "not selected (only lane " + o.only + ")";
-    return false;
-  };
   // Whether the host threads share a cache now, which on a VM decides what
   // two threads gain (parallel.h).
   r.host_round_trip_ns = host::threads_round_trip_ns();
-  if (selected("1", r.lanes[0])) run_lane(o, s, {BackendKind::host, false}, grad, r.lanes[0]);
-  r.gemm = host::gemm_line();
-  r.host_threads = host::host_threads();
-  r.host_threads_line = host::host_threads_line();
-  r.host_loops = host::host_loops_line(o.backend.host);
-  r.host_subnormals = !host::subnormal_flush_available() ? "subnormals kept (IEEE: no flush mode on this CPU)"
-                      : o.backend.host.flush_subnormals ? "subnormals flushed (DAZ/FTZ)"
-                                                        : "subnormals kept (IEEE)";
-  if (selected("1f", r.lanes[3])) run_lane(o, s, {BackendKind::host, true}, grad, r.lanes[3]);
-
-  // Each lane skips by its backend's own answer (supports: the device or
-  // plugin, then the program's equations).
-  if (const Support cu = supports(BackendKind::cuda, grad, o.backend); !cu) {
-    r.device = cu.why;
-    r.lanes[1].skipped = r.lanes[2].skipped = cu.why;
-  } else {
-    r.device = cuda::device_description();
-    for (int i : {1, 2}) {
-      if (!selected(i == 1 ? "2" : "3", r.lanes[static_cast<size_t>(i)])) continue;
-      try {
-        run_lane(o, s, {BackendKind::cuda, i == 2}, grad, r.lanes[static_cast<size_t>(i)]);
-      } catch (const Error& e) {
-        r.lanes[static_cast<size_t>(i)].skipped = std::string("failed: ") + e.what();
-      }
-    }
-  }
-  if (selected("4", r.lanes[4])) {
-    if (o.backend.pjrt.plugin.empty()) {
-      r.lanes[4].skipped = "no PJRT plugin (--pjrt-plugin or CAPSTEP_PJRT_PLUGIN; scripts/pjrt-plugin downloads a CPU plugin)";
-    } else if (const Support pj = supports(BackendKind::pjrt, grad, o.backend); !pj) {
-      r.lanes[4].skipped = pj.why;
+  if (const Support cu = supports(BackendKind::cuda, grad, o.backend); !cu) r.device = cu.why;
+  else r.device = cuda::device_description();
+  for (const char* tag : kRunOrder) {
+    LaneResult& l = *std::find_if(r.lanes.begin(), r.lanes.end(), [&](const LaneResult& x) { return x.tag == tag; });
+    if (!o.only.empty() && o.only != l.tag) {
+      l.skipped = "not selected (only lane " + o.only + ")";
+    } else if (l.lane.backend == BackendKind::host) {
+      run_lane(o, s, grad, l);
+    } else if (l.lane.backend == BackendKind::pjrt && o.backend.pjrt.plugin.empty()) {
+      l.skipped = "no PJRT plugin (--pjrt-plugin or CAPSTEP_PJRT_PLUGIN; scripts/pjrt-plugin downloads a CPU plugin)";
+    } else if (const Support sp = supports(l.lane.backend, grad, o.backend); !sp) {
+      // Each lane skips by its backend's own answer (the device or plugin,
+      // then the program's equations).
+      l.skipped = sp.why;
     } else {
       try {
-        run_lane(o, s, {BackendKind::pjrt, true}, grad, r.lanes[4]);
+        run_lane(o, s, grad, l);
       } catch (const Error& e) {
-        r.lanes[4].skipped = std::string("failed: ") + e.what();
+        l.skipped = std::string("failed: ") + e.what();
       }
     }
+    if (l.tag == "1") {   // what the host ran on, once its threads have started
+      r.gemm = host::gemm_line();
+      r.host_threads = host::host_threads();
+      r.host_threads_line = host::host_threads_line();
+      r.host_loops = host::host_loops_line(o.backend.host);
+      r.host_subnormals = !host::subnormal_flush_available() ? "subnormals kept (IEEE: no flush mode on this CPU)"
+                          : o.backend.host.flush_subnormals ? "subnormals flushed (DAZ/FTZ)"
+                                                            : "subnormals kept (IEEE)";
+    }
   }
-  for (Lane& l : r.lanes)
-    if (l.ran) finish(l, r.lanes[0]);
+  for (LaneResult& l : r.lanes)
+    if (l.ran) finish(l, r.lane("1"));
   return r;
 }
 
-// The lanes in the order they are printed: [1], [1f], [2], [3], [4].
-std::vector<const Lane*> print_order(const Report& r) {
-  std::vector<const Lane*> v;
-  for (size_t i : {size_t{0}, size_t{3}, size_t{1}, size_t{2}, size_t{4}})
-    if (i < r.lanes.size()) v.push_back(&r.lanes[i]);
+// The lanes in the order they are printed: kRunOrder's.
+std::vector<const LaneResult*> print_order(const Report& r) {
+  std::vector<const LaneResult*> v;
+  for (const char* tag : kRunOrder) v.push_back(&r.lane(tag));
   return v;
 }
 
@@ -242,9 +254,9 @@ void print(const Report& r, std::ostream& out) {
         << (r.host_subnormals.empty() ? "" : "; ") << r.host_subnormals << round_trip_words(r.host_round_trip_ns) << '\n';
   if (r.precision != "f32") out << "precision: " << r.precision << " (GEMM operands in bf16, f32 accumulation; all else f32)\n";
   out << '\n';
-  const Lane& h = r.lanes[0];
-  for (const Lane* lp : print_order(r)) {
-    const Lane& l = *lp;
+  const LaneResult &h = r.lane("1"), &gpu_host = r.lane("2"), &gpu = r.lane("3"), &xla = r.lane("4");
+  for (const LaneResult* lp : print_order(r)) {
+    const LaneResult& l = *lp;
     out << l.label << ": ";
     if (!l.ran) {
       out << "skipped (" << l.skipped << ")\n";
@@ -258,27 +270,27 @@ void print(const Report& r, std::ostream& out) {
     }
     out << '\n';
   }
-  if (r.lanes[1].ran || r.lanes[2].ran) {
+  if (gpu_host.ran || gpu.ran) {
     out << "GPU: " << r.device << "; f32 dots " << (r.tf32 ? "of cuBLAS(Lt) in TF32, generated ones in f32" : "in full f32") << '\n';
-    for (const Lane* l : {&r.lanes[1], &r.lanes[2]})
+    for (const LaneResult* l : {&gpu_host, &gpu})
       if (l->ran) {
         std::snprintf(buf, sizeof buf, "%s: %.1f MiB of device memory; ", l->label.substr(0, 3).c_str(),
                       static_cast<double>(l->device_bytes) / (1 << 20));
         out << buf << l->kernels << '\n';
       }
   }
-  if (r.lanes.size() > 4 && r.lanes[4].ran) {
-    std::snprintf(buf, sizeof buf, "; %.1f MiB in the plugin's buffers", static_cast<double>(r.lanes[4].device_bytes) / (1 << 20));
-    out << "[4]: " << r.lanes[4].kernels << buf << '\n';
+  if (xla.ran) {
+    std::snprintf(buf, sizeof buf, "; %.1f MiB in the plugin's buffers", static_cast<double>(xla.device_bytes) / (1 << 20));
+    out << "[4]: " << xla.kernels << buf << '\n';
   }
   std::snprintf(buf, sizeof buf, "\nmedian step (of %d, after %d warm-up)", r.steps, r.warmup);
   out << buf << '\n';
   int w = 33;  // the label column: the longest label's width, at least 33
-  for (const Lane* lp : print_order(r)) w = std::max(w, static_cast<int>(lp->label.size()) + 1);
+  for (const LaneResult* lp : print_order(r)) w = std::max(w, static_cast<int>(lp->label.size()) + 1);
   std::snprintf(buf, sizeof buf, "%-*s%10s%10s%12s", w, "", "ms", "vs [1]", "tokens/s");
   out << buf << '\n';
-  for (const Lane* lp : print_order(r)) {
-    const Lane& l = *lp;
+  for (const LaneResult* lp : print_order(r)) {
+    const LaneResult& l = *lp;
     const double tps = l.median_ms > 0 ? static_cast<double>(r.tokens_per_step) / (l.median_ms / 1e3) : 0;
     if (l.ran && h.ran) {
       std::snprintf(buf, sizeof buf, "%-*s%10.3f%9.1f\u00d7%12.0f", w, l.label.c_str(), l.median_ms, h.median_ms / l.median_ms, tps);
@@ -290,12 +302,12 @@ void print(const Report& r, std::ostream& out) {
     out << buf << '\n';
   }
   out << '\n';
-  if (r.lanes[1].ran && r.lanes[2].ran) {
+  if (gpu_host.ran && gpu.ran) {
     std::snprintf(buf, sizeof buf, "[3] is %.1f\u00d7 [2]: the parameters no longer cross the host.",
-                  r.lanes[1].median_ms / r.lanes[2].median_ms);
+                  gpu_host.median_ms / gpu.median_ms);
     out << buf << '\n';
   } else {
-    out << "[3] vs [2]: not measured (" << r.lanes[1].skipped << ").\n";
+    out << "[3] vs [2]: not measured (" << gpu_host.skipped << ").\n";
   }
   out << "[2] moves every parameter up and every gradient down each step; [3] moves the batch, "
          "four scalars and the loss.\n";
@@ -316,7 +328,7 @@ std::string to_json(const Report& r) {
   j["warmup"] = r.warmup;
   if (!r.size.empty()) j["size"] = r.size;
   j["tokens_per_step"] = r.tokens_per_step;
-  for (const Lane& l : r.lanes) {
+  for (const LaneResult& l : r.lanes) {
     nlohmann::json x;
     x["label"] = l.label;
     x["ran"] = l.ran;
