@@ -168,10 +168,21 @@ TEST(HostMemory, RefusalGivesTheFigures) {
   EXPECT_EQ(need.step.arena, step.arena);
   EXPECT_EQ(need.validation.held(), val.held());
   EXPECT_EQ(need.batch(), 2u * 4 * 16 * 4);  // tokens and targets
-  EXPECT_EQ(need.still_needed(),
-            need.copy + step.arena + step.statics + step.tiles + step.outputs + need.batch() + val.held());
+  // The step's arena and validation's are resident one at a time on the host.
+  EXPECT_TRUE(need.arenas_apart);
+  EXPECT_EQ(need.still_needed(), need.copy + std::max(step.arena, val.arena) + step.statics + step.tiles +
+                                     step.outputs + need.batch() + val.statics + val.tiles);
   // Off the host lane the step is the GPU's.
   EXPECT_EQ(train::plan_host_memory(o, false, grad, nullptr).still_needed(), need.copy);
+  // Without --save, validation reads the parameters in place where AdamW runs
+  // on the host: no copy; with AdamW in the program it copies them out.
+  {
+    train::Options v = o;
+    v.save_path.clear();
+    EXPECT_EQ(train::plan_host_memory(v, true, grad, &loss).copy, 0u);
+    v.lane = train::parse_lane("host-fused");
+    EXPECT_EQ(train::plan_host_memory(v, true, grad, &loss).copy, need.state);
+  }
 
   train::MemoryRoom room;
   room.bytes = static_cast<double>(need.still_needed());

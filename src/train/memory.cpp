@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 namespace capstep::train {
 namespace {
@@ -122,7 +123,8 @@ HostMemory plan_host_memory(const Options& o, bool step_on_host, const Program& 
     if (trains[j]) trained += grad.input_type(i).bytes();
   }
   m.state = m.params + 2 * trained;
-  if (!o.save_path.empty() || validation || o.comm) m.copy = m.state;
+  if (!o.save_path.empty() || o.comm || (validation && o.lane.adamw_in_program)) m.copy = m.state;
+  m.arenas_apart = step_on_host;
   if (step_on_host) m.step = host::memory_needed(grad, o.backend.host);
   if (validation) m.validation = host::memory_needed(*validation, o.backend.host);
   return m;
@@ -135,15 +137,22 @@ std::string memory_refusal(const HostMemory& need, const MemoryRoom& room, const
   std::ostringstream m;
   m << "the run needs " << size_text(more) << " of memory more than the " << g(need.state)
     << " its parameters and AdamW moments hold, and " << size_text(room.bytes) << " is available (" << room.source << "): ";
-  if (need.step.held() > 0)
-    m << g(need.step.arena) << " of intermediate values of the step (the host interpreter's arena), "
-      << g(need.step.statics) << " of its constants, " << g(need.step.outputs) << " for the gradients, "
-      << g(need.batch() + need.step.tiles) << " for the batch and scratch tiles, ";
+  std::vector<std::string> parts;
+  if (need.step.held() > 0) {
+    parts.push_back(g(need.step.arena) + " of intermediate values of the step (the host interpreter's arena)");
+    parts.push_back(g(need.step.statics) + " of its constants");
+    parts.push_back(g(need.step.outputs) + " for the gradients");
+    parts.push_back(g(need.batch() + need.step.tiles) + " for the batch and scratch tiles");
+  }
   if (need.validation.held() > 0)
-    m << g(need.validation.held()) << " for the validation program (" << g(need.validation.statics)
-      << " of constants; --val-fraction 0: none), ";
-  m << g(need.copy) << " for the copy that checkpoints and validation read; a smaller --batch (now " << o.model.batch
-    << ") or --seq (now " << o.model.seq << ") needs less";
+    parts.push_back(g(need.validation.held()) + " for the validation program (" + g(need.validation.statics) +
+                    " of constants; --val-fraction 0: none)");
+  if (need.copy > 0) parts.push_back(g(need.copy) + " for the copy that checkpoints and validation read");
+  if (need.arenas_apart && need.validation.arena > 0)
+    parts.push_back("of the step's and validation's intermediate values only the larger counted (they are resident one "
+                    "at a time)");
+  for (size_t i = 0; i < parts.size(); ++i) m << (i ? ", " : "") << parts[i];
+  m << "; a smaller --batch (now " << o.model.batch << ") or --seq (now " << o.model.seq << ") needs less";
   return m.str();
 }
 

@@ -5,6 +5,7 @@
 // allocation fails or the kernel's OOM killer ends the process.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 
@@ -27,18 +28,27 @@ MemoryRoom memory_room(const std::string& proc = "/proc", const std::string& cgr
 
 // What a training run takes in host memory besides the text: the parameters
 // and both AdamW moments (held already when it is asked); the copy of them
-// that checkpoints and validation read (Stepper::state); on the host lane, the
+// that checkpoints read (Stepper::state), and validation where AdamW runs in
+// the program (the other lanes' validation reads the parameters in place,
+// Stepper::params_in_place); on the host lane, the
 // step interpreter's blocks, its outputs (the loss and the gradients) and its
 // other inputs (the batch); and the validation interpreter's blocks. (A GPU
 // lane's step takes device memory, which cuda::Executable checks.)
 struct HostMemory {
   size_t params = 0;              // the parameters' bytes
   size_t state = 0;               // parameters and the trained ones' moments: held already
-  size_t copy = 0;                // their copy for checkpoints and validation (0: neither)
+  size_t copy = 0;                // their copy for checkpoints and validation (0: none made)
   host::MemoryPlan step;          // the step program's plan (zeros off the host lane)
   host::MemoryPlan validation;    // the validation program's plan (zeros: none)
+  // The step's arena is given back before validation runs and validation's
+  // after (Stepper::release_scratch, on the host lanes), so only the larger
+  // of the two is resident at once.
+  bool arenas_apart = false;
   size_t batch() const { return step.inputs > params ? step.inputs - params : 0; }
-  size_t still_needed() const { return copy + step.held() + step.outputs + batch() + validation.held(); }
+  size_t arenas() const { return arenas_apart ? std::max(step.arena, validation.arena) : step.arena + validation.arena; }
+  size_t still_needed() const {
+    return copy + arenas() + step.statics + step.tiles + step.outputs + batch() + validation.statics + validation.tiles;
+  }
 };
 // grad: the step program, the parameters among its inputs (by name); the
 // moments counted for the parameters that train only; validation: the

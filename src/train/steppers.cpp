@@ -282,6 +282,7 @@ class FusedStepper final : public Stepper {
     c.step = step;  // the training loop's count
     append_frozen(frozen_, c);
   }
+  size_t release_scratch() override { return step_.backend().release_scratch(); }
   BackendInfo describe() const override { return step_.backend().describe(); }
 
  private:
