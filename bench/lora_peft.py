@@ -36,11 +36,17 @@ ROOT = os.path.dirname(HERE)
 THREADS = 2
 
 
-def thread_env(n):
+def thread_env(n, capstep=False):
+    """n threads for PyTorch (OMP, MKL, OpenBLAS) or for capstep. capstep's own
+    n threads share each GEMM's parts, each part one OpenBLAS call on one
+    thread: OPENBLAS_NUM_THREADS=n would start n more threads under each of
+    them (n x n on n cores), so capstep's environment leaves it unset."""
     env = dict(os.environ)
     for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[k] = str(n)
     env["CAPSTEP_HOST_THREADS"] = str(n)
+    if capstep:
+        env.pop("OPENBLAS_NUM_THREADS")
     return env
 
 
@@ -172,7 +178,7 @@ def capstep_once(a, model_dir, tokens, log):
            "--tokens-format", "raw-u16", "--val-fraction", "0", "--lora-rank", "8", "--lora-alpha", "16",
            "--lora-targets", "all-linear", "--batch", str(a.batch), "--seq", str(a.seq), "--steps", str(a.steps),
            "--log", log, "--overwrite", "--no-progress"] + a.capstep_args.split()
-    out, err, rc, rss = run_measured(cmd, thread_env(THREADS))
+    out, err, rc, rss = run_measured(cmd, thread_env(THREADS, capstep=True))
     if rc != 0:
         return None, f"capstep exit {rc}: {(err.strip().splitlines() or ['?'])[-1][:200]}", out + err
     with open(log) as f:

@@ -43,11 +43,17 @@ MODELS = {
 }
 
 
-def thread_env(n):
+def thread_env(n, capstep=False):
+    """n threads for PyTorch (OMP, MKL, OpenBLAS) or for capstep. capstep's own
+    n threads share each GEMM's parts, each part one OpenBLAS call on one
+    thread: OPENBLAS_NUM_THREADS=n would start n more threads under each of
+    them (n x n on n cores), so capstep's environment leaves it unset."""
     env = dict(os.environ)
     for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[k] = str(n)
     env["CAPSTEP_HOST_THREADS"] = str(n)
+    if capstep:
+        env.pop("OPENBLAS_NUM_THREADS")
     return env
 
 
@@ -135,7 +141,6 @@ def main():
     ap.add_argument("--no-val-run", action="store_true", help="leave out the --val-fraction 0 run")
     ap.add_argument("extra", nargs="*", help="more `capstep train` options (after --)")
     a = ap.parse_args()
-    env = thread_env(a.threads)
     logs = tempfile.mkdtemp(prefix="memory-peak-")
     rows = []
     for name in a.models.split(","):
@@ -154,7 +159,7 @@ def main():
         got = {}
         for label, cmd in runs:
             log = os.path.join(logs, f"{name}-{len(got)}.log")
-            peak, rc = peak_of(cmd, env, log)
+            peak, rc = peak_of(cmd, thread_env(a.threads, capstep=label.startswith("capstep")), log)
             if rc != 0:
                 print(f"{name}: {label}: exit {rc}; see {log}", file=sys.stderr)
                 print(open(log).read()[-2000:], file=sys.stderr)

@@ -13,6 +13,7 @@
 // never sets (apply_openblas_environment).
 #pragma once
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -77,6 +78,16 @@ inline host::OpenblasEnvironment apply_openblas_environment() {
   for (const host::EnvVariable& v : host::openblas_environment())
     if (users(v.name.c_str()).empty()) ::setenv(v.name.c_str(), v.value.c_str(), 1);
   host::describe_openblas_environment(told);
+  // capstep's own host threads share every GEMM, each part one OpenBLAS call:
+  // OpenBLAS's threads under each of them oversubscribe the CPUs, which makes
+  // the step several times longer. Kept, as asked, but said.
+  const std::string n = users("OPENBLAS_NUM_THREADS");
+  if (!n.empty() && std::atoi(n.c_str()) > 1)
+    std::fprintf(stderr,
+                 "capstep: OPENBLAS_NUM_THREADS=%s from the environment: OpenBLAS starts that many threads inside "
+                 "each of capstep's host threads, which already share every GEMM; unset it for the host's speed "
+                 "(or run one host thread: CAPSTEP_HOST_THREADS=1)\n",
+                 n.c_str());
   return told;
 }
 
