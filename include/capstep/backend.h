@@ -91,6 +91,9 @@ class Backend {
 
   // Copies `a` into input i's slot. Error when `a`'s type is not the input's.
   void set_input(int i, const Array& a);
+  // The same, taking `a`'s memory where the slot is an Array in host memory
+  // (the host backend: no copy, `a` is left empty), else copying it.
+  void set_input(int i, Array&& a);
   // Input i read by the following runs straight from `a`, not copied, until
   // it is set or borrowed again: `a` must outlive those runs and is not
   // written by them. Where the backend cannot (its slots live on a device or
@@ -144,6 +147,7 @@ class Backend {
   // What each backend implements; the public calls above have checked the
   // index, the type, that every slot is set and that a run happened.
   virtual void set_slot(int i, const Array& a) = 0;
+  virtual void move_slot(int i, Array&& a) { set_slot(i, a); }
   virtual bool borrow_slot(int i, const Array& a) { (void)i; (void)a; return false; }
   virtual void execute() = 0;
   // execute() calling `events` as the run goes; by default every

@@ -42,6 +42,7 @@ class TrainStep {
   // Parameters and moments (and the step count) from a checkpoint, checked
   // against the program's parameters; or from the file.
   void load(const Checkpoint& c);
+  void load(Checkpoint&& c);   // the same, taking c's arrays where the backend's slots are host Arrays
   void load(const std::string& path);
   // Parameters, moments and the step count into `c` (its arrays reused when
   // the names are already there); or saved to the file (atomically).

@@ -53,6 +53,12 @@ void Backend::set_input(int i, const Array& a) {
   mark_set(i);
 }
 
+void Backend::set_input(int i, Array&& a) {
+  check_input(i, a);
+  move_slot(i, std::move(a));
+  mark_set(i);
+}
+
 bool Backend::borrow_input(int i, const Array& a) {
   check_input(i, a);
   if (!borrow_slot(i, a)) return false;

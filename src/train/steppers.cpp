@@ -17,6 +17,14 @@ void copy_state(const std::vector<std::string>& names, const std::vector<Array>&
   }
 }
 
+void move_state(const std::vector<std::string>& names, std::vector<Array>& from, std::vector<NamedArray>& to) {
+  to.resize(names.size());
+  for (size_t j = 0; j < names.size(); ++j) {
+    to[j].name = names[j];
+    to[j].array = std::move(from[j]);
+  }
+}
+
 void check_names(const State& s, const std::vector<std::string>& names) {
   if (s.names != names || s.params.size() != names.size() || s.m.size() != names.size() || s.v.size() != names.size() ||
       s.frozen.size() != s.frozen_names.size())
@@ -83,14 +91,19 @@ class HostStepper final : public Stepper {
     tok_ = b_->input("tokens");
     tgt_ = b_->input("targets");
   }
-  using Stepper::set_state;
   void set_state(const State& s) override {
+    State copy = s;
+    set_state(std::move(copy));
+  }
+  // The parameters and the frozen ones move into the backend's slots, the
+  // moments here: the state is held once, never copied.
+  void set_state(State&& s) override {
     check_names(s, names_);
-    for (size_t j = 0; j < s.params.size(); ++j) b_->set_input(static_cast<int>(j), s.params[j]);
-    m_ = s.m;
-    v_ = s.v;
+    for (size_t j = 0; j < s.params.size(); ++j) b_->set_input(static_cast<int>(j), std::move(s.params[j]));
+    m_ = std::move(s.m);
+    v_ = std::move(s.v);
     frozen_names_ = s.frozen_names;
-    for (size_t j = 0; j < s.frozen.size(); ++j) b_->set(s.frozen_names[j], s.frozen[j]);
+    for (size_t j = 0; j < s.frozen.size(); ++j) b_->set_input(b_->input(s.frozen_names[j]), std::move(s.frozen[j]));
     for (size_t j = 0; j < accum_.in.size(); ++j)
       b_->set_input(accum_.in[j], Array(b_->program().input_type(accum_.in[j])));
   }
@@ -244,14 +257,19 @@ class FusedStepper final : public Stepper {
       step_.set(optim::kClipMaxNormName, Array::scalar(clip));
     norm_out_ = step_.backend().program().output_index(optim::kGradNormName);
   }
-  using Stepper::set_state;
   void set_state(const State& s) override {
+    State copy = s;
+    set_state(std::move(copy));
+  }
+  // The parameters and moments move into the backend's slots (on the host:
+  // held once, never copied).
+  void set_state(State&& s) override {
     check_names(s, step_.parameters());
     Checkpoint c;
-    copy_state(s.names, s.params, c.params);
-    copy_state(s.names, s.m, c.adam_m);
-    copy_state(s.names, s.v, c.adam_v);
-    step_.load(c);
+    move_state(s.names, s.params, c.params);
+    move_state(s.names, s.m, c.adam_m);
+    move_state(s.names, s.v, c.adam_v);
+    step_.load(std::move(c));
     // Frozen parameters: plain inputs, set once, never donated; accumulators zero.
     frozen_ = State{{}, {}, {}, {}, s.frozen_names, s.frozen};
     for (size_t j = 0; j < s.frozen.size(); ++j) step_.set(s.frozen_names[j], s.frozen[j]);

@@ -2,6 +2,7 @@
 #include "capstep/train_step.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "capstep/autodiff.h"
 
@@ -46,14 +47,17 @@ struct TrainStep::Impl {
     for (const std::string& n : names) all += (all.empty() ? "" : ", ") + n;
     throw Error("TrainStep: \"" + name + "\" is not a parameter of the step (its parameters: " + all + ")");
   }
-  // Sets group g (0 parameters, 1 m, 2 v) from named arrays: every parameter once.
-  void set_group(int g, const std::vector<NamedArray>& from, const char* what) {
+  // Sets group g (0 parameters, 1 m, 2 v) from named arrays, every parameter
+  // once: copied from const arrays, moved from the others (left empty).
+  template <class Arrays>
+  void set_group(int g, Arrays& from, const char* what) {
     std::vector<char> seen(names.size(), 0);
-    for (const NamedArray& a : from) {
+    for (auto& a : from) {
       const size_t j = param_index(a.name);
       if (seen[j]) throw Error(std::string("TrainStep: ") + what + " \"" + a.name + "\" given twice");
       seen[j] = 1;
-      b->set_input(state_in[g][j], a.array);
+      if constexpr (std::is_const_v<Arrays>) b->set_input(state_in[g][j], a.array);
+      else b->set_input(state_in[g][j], std::move(a.array));
     }
     for (size_t j = 0; j < names.size(); ++j)
       if (!seen[j]) throw Error(std::string("TrainStep: no ") + what + " \"" + names[j] + "\" given");
@@ -89,6 +93,13 @@ void TrainStep::init(const std::vector<NamedArray>& params) {
 }
 
 void TrainStep::load(const Checkpoint& c) {
+  impl_->set_group(0, c.params, "parameter");
+  impl_->set_group(1, c.adam_m, "first moment of");
+  impl_->set_group(2, c.adam_v, "second moment of");
+  impl_->steps = static_cast<int64_t>(c.step);
+}
+
+void TrainStep::load(Checkpoint&& c) {
   impl_->set_group(0, c.params, "parameter");
   impl_->set_group(1, c.adam_m, "first moment of");
   impl_->set_group(2, c.adam_v, "second moment of");

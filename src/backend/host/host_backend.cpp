@@ -70,6 +70,10 @@ class HostBackend final : public Backend {
     ins_[static_cast<size_t>(i)] = slot(i);
     *slot(i) = a;
   }
+  void move_slot(int i, Array&& a) override {
+    ins_[static_cast<size_t>(i)] = slot(i);
+    *slot(i) = std::move(a);
+  }
   // A borrowed input is read where it lies; its own slot gives its memory back.
   bool borrow_slot(int i, const Array& a) override {
     if (donated_to_[static_cast<size_t>(i)] >= 0) return false;
