@@ -581,3 +581,52 @@ TEST(OneCommunicator, TheCudaBackendWithoutAGpuFailsForWantOfOne) {
   }
   EXPECT_EQ(two.calls, 0);
 }
+
+// borrow_input: the host backend reads a plain input where it lies, so a
+// change the caller makes to it between runs shows in the next run (no copy);
+// a donated input is refused (false, the slot as it was), and a backend whose
+// slots live elsewhere refuses every one. set_input(i, Array&&) gives the same
+// results as a copy; the host takes the array (left without memory).
+TEST_P(Conformance, BorrowedAndMovedInputs) {
+  const Case c = sgd_step_case();
+  const Program& p = c.program;
+  const int w = p.input_index("w"), x = p.input_index("x"), lr = p.input_index("lr");
+  ASSERT_TRUE(w >= 0 && x >= 0 && lr >= 0);
+  ASSERT_EQ(p.aliases.size(), 1u);
+  ASSERT_EQ(p.aliases[0].input, w);
+  const bool host = GetParam() == BackendKind::host;
+  std::unique_ptr<Backend> b = make(p);
+  Array mine = c.inputs[static_cast<size_t>(x)];
+  EXPECT_EQ(b->borrow_input(x, mine), host);
+  if (!host) b->set_input(x, mine);
+  EXPECT_FALSE(b->borrow_input(w, c.inputs[static_cast<size_t>(w)]));  // donated: never borrowed
+  Array moved = c.inputs[static_cast<size_t>(w)];
+  b->set_input(w, std::move(moved));
+  EXPECT_EQ(moved.raw() == nullptr, host);
+  b->set_input(lr, c.inputs[static_cast<size_t>(lr)]);
+  auto expect_outputs = [&](const std::vector<Array>& inputs, const char* when) {
+    const std::vector<Array> want = host::run(p, inputs);
+    for (size_t j = 0; j < want.size(); ++j) {
+      Array got;
+      b->read_output(static_cast<int>(j), got);
+      EXPECT_LE(difference(want[j], got), 1e-5) << when << ": output " << p.outputs[j].name;
+    }
+  };
+  b->run();
+  expect_outputs(c.inputs, "first run");
+  // The caller doubles x (and sets w back): the next run reads the new x
+  // where it was borrowed, else the copy set again.
+  for (int64_t i = 0; i < mine.numel(); ++i) mine.data<float>()[i] *= 2;
+  if (!host) b->set_input(x, mine);
+  b->set_input(w, c.inputs[static_cast<size_t>(w)]);
+  b->run();
+  std::vector<Array> doubled = c.inputs;
+  doubled[static_cast<size_t>(x)] = mine;
+  expect_outputs(doubled, "after the caller changed x");
+  // Setting a borrowed input copies it again: later changes no longer show.
+  b->set_input(x, c.inputs[static_cast<size_t>(x)]);
+  for (int64_t i = 0; i < mine.numel(); ++i) mine.data<float>()[i] = 0;
+  b->set_input(w, c.inputs[static_cast<size_t>(w)]);
+  b->run();
+  expect_outputs(c.inputs, "after x was set again");
+}
