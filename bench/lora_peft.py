@@ -31,23 +31,11 @@ import subprocess
 import sys
 import time
 
+from bench_threads import thread_env  # bench/bench_threads.py
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 THREADS = 2
-
-
-def thread_env(n, capstep=False):
-    """n threads for PyTorch (OMP, MKL, OpenBLAS) or for capstep. capstep's own
-    n threads share each GEMM's parts, each part one OpenBLAS call on one
-    thread: OPENBLAS_NUM_THREADS=n would start n more threads under each of
-    them (n x n on n cores), so capstep's environment leaves it unset."""
-    env = dict(os.environ)
-    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[k] = str(n)
-    env["CAPSTEP_HOST_THREADS"] = str(n)
-    if capstep:
-        env.pop("OPENBLAS_NUM_THREADS")
-    return env
 
 
 def make_config(name):

@@ -30,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 
+from bench_threads import thread_env  # bench/bench_threads.py
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MODELS = {
@@ -41,20 +43,6 @@ MODELS = {
                                   num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048,
                                   rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True)),
 }
-
-
-def thread_env(n, capstep=False):
-    """n threads for PyTorch (OMP, MKL, OpenBLAS) or for capstep. capstep's own
-    n threads share each GEMM's parts, each part one OpenBLAS call on one
-    thread: OPENBLAS_NUM_THREADS=n would start n more threads under each of
-    them (n x n on n cores), so capstep's environment leaves it unset."""
-    env = dict(os.environ)
-    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[k] = str(n)
-    env["CAPSTEP_HOST_THREADS"] = str(n)
-    if capstep:
-        env.pop("OPENBLAS_NUM_THREADS")
-    return env
 
 
 def bytelevel_vocab(size):
