@@ -159,6 +159,7 @@ class Backend {
  private:
   void check_input(int i, const Array& a) const;  // Error for a bad index or type
   void mark_set(int i);
+  void require_every_input_set();  // Error naming the first input never set
   std::vector<char> set_;  // per input: set at least once
   int runs_ = 0;
 };

@@ -66,22 +66,22 @@ bool Backend::borrow_input(int i, const Array& a) {
   return true;
 }
 
-void Backend::run() {
+void Backend::require_every_input_set() {
   const Program& p = program();
   if (set_.size() != p.inputs.size()) set_.assign(p.inputs.size(), 0);
   for (size_t i = 0; i < p.inputs.size(); ++i)
     if (!set_[i])
       throw Error("program \"" + p.name + "\": input \"" + p.inputs[i].name + "\" was never set before run()");
+}
+
+void Backend::run() {
+  require_every_input_set();
   execute();
   ++runs_;
 }
 
 void Backend::run(const RunEvents& events) {
-  const Program& p = program();
-  if (set_.size() != p.inputs.size()) set_.assign(p.inputs.size(), 0);
-  for (size_t i = 0; i < p.inputs.size(); ++i)
-    if (!set_[i])
-      throw Error("program \"" + p.name + "\": input \"" + p.inputs[i].name + "\" was never set before run()");
+  require_every_input_set();
   // Counted before the events: an output_ready callback may read the output.
   ++runs_;
   try {
