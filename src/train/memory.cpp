@@ -124,7 +124,6 @@ HostMemory plan_host_memory(const Options& o, bool step_on_host, const Program& 
   }
   m.state = m.params + 2 * trained;
   if (!o.save_path.empty() || o.comm || (validation && o.lane.adamw_in_program)) m.copy = m.state;
-  m.arenas_apart = step_on_host;
   if (step_on_host) m.step = host::memory_needed(grad, o.backend.host);
   if (validation) m.validation = host::memory_needed(*validation, o.backend.host);
   return m;
@@ -148,7 +147,7 @@ std::string memory_refusal(const HostMemory& need, const MemoryRoom& room, const
     parts.push_back(g(need.validation.held()) + " for the validation program (" + g(need.validation.statics) +
                     " of constants; --val-fraction 0: none)");
   if (need.copy > 0) parts.push_back(g(need.copy) + " for the copy that checkpoints and validation read");
-  if (need.arenas_apart && need.validation.arena > 0)
+  if (need.step.arena > 0 && need.validation.arena > 0)
     parts.push_back("of the step's and validation's intermediate values only the larger counted (they are resident one "
                     "at a time)");
   for (size_t i = 0; i < parts.size(); ++i) m << (i ? ", " : "") << parts[i];

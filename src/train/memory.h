@@ -40,12 +40,11 @@ struct HostMemory {
   size_t copy = 0;                // their copy for checkpoints and validation (0: none made)
   host::MemoryPlan step;          // the step program's plan (zeros off the host lane)
   host::MemoryPlan validation;    // the validation program's plan (zeros: none)
-  // The step's arena is given back before validation runs and validation's
-  // after (Stepper::release_scratch, on the host lanes), so only the larger
-  // of the two is resident at once.
-  bool arenas_apart = false;
   size_t batch() const { return step.inputs > params ? step.inputs - params : 0; }
-  size_t arenas() const { return arenas_apart ? std::max(step.arena, validation.arena) : step.arena + validation.arena; }
+  // The step's arena is given back before validation runs and validation's
+  // after (Stepper::release_scratch), so only the larger of the two is
+  // resident at once (off the host lane the step's is 0 here).
+  size_t arenas() const { return std::max(step.arena, validation.arena); }
   size_t still_needed() const {
     return copy + arenas() + step.statics + step.tiles + step.outputs + batch() + validation.statics + validation.tiles;
   }
