@@ -77,6 +77,7 @@ struct Report {
   int64_t tokens_per_step = 0;       // batch x seq
   std::vector<LaneResult> lanes;     // always five: [1], [2], [3], [1f], [4]
   const LaneResult& lane(const std::string& tag) const;   // Error for an unknown tag
+  LaneResult& lane(const std::string& tag);
 };
 
 Report run(const Options& o);

@@ -141,11 +141,12 @@ const LaneSpec kLanes[] = {
 };
 const char* const kRunOrder[] = {"1", "1f", "2", "3", "4"};
 
-const LaneResult& Report::lane(const std::string& tag) const {
-  for (const LaneResult& l : lanes)
+LaneResult& Report::lane(const std::string& tag) {
+  for (LaneResult& l : lanes)
     if (l.tag == tag) return l;
   throw Error("no lane \"" + tag + "\" in the report");
 }
+const LaneResult& Report::lane(const std::string& tag) const { return const_cast<Report*>(this)->lane(tag); }
 
 void Options::validate() const {
   model.validate();
@@ -194,7 +195,7 @@ Report run(const Options& o) {
   if (const Support cu = supports(BackendKind::cuda, grad, o.backend); !cu) r.device = cu.why;
   else r.device = cuda::device_description();
   for (const char* tag : kRunOrder) {
-    LaneResult& l = *std::find_if(r.lanes.begin(), r.lanes.end(), [&](const LaneResult& x) { return x.tag == tag; });
+    LaneResult& l = r.lane(tag);
     if (!o.only.empty() && o.only != l.tag) {
       l.skipped = "not selected (only lane " + o.only + ")";
     } else if (l.lane.backend == BackendKind::host) {

@@ -62,6 +62,15 @@ struct TrainStep::Impl {
     for (size_t j = 0; j < names.size(); ++j)
       if (!seen[j]) throw Error(std::string("TrainStep: no ") + what + " \"" + names[j] + "\" given");
   }
+  // Parameters, moments and the step count from a checkpoint: copied from a
+  // const one, moved from the other.
+  template <class C>
+  void load(C& c) {
+    set_group(0, c.params, "parameter");
+    set_group(1, c.adam_m, "first moment of");
+    set_group(2, c.adam_v, "second moment of");
+    steps = static_cast<int64_t>(c.step);
+  }
   void get_group(int g, std::vector<NamedArray>& to) const {
     to.resize(names.size());
     for (size_t j = 0; j < names.size(); ++j) {
@@ -92,19 +101,8 @@ void TrainStep::init(const std::vector<NamedArray>& params) {
   impl_->steps = 0;
 }
 
-void TrainStep::load(const Checkpoint& c) {
-  impl_->set_group(0, c.params, "parameter");
-  impl_->set_group(1, c.adam_m, "first moment of");
-  impl_->set_group(2, c.adam_v, "second moment of");
-  impl_->steps = static_cast<int64_t>(c.step);
-}
-
-void TrainStep::load(Checkpoint&& c) {
-  impl_->set_group(0, c.params, "parameter");
-  impl_->set_group(1, c.adam_m, "first moment of");
-  impl_->set_group(2, c.adam_v, "second moment of");
-  impl_->steps = static_cast<int64_t>(c.step);
-}
+void TrainStep::load(const Checkpoint& c) { impl_->load(c); }
+void TrainStep::load(Checkpoint&& c) { impl_->load(c); }
 
 void TrainStep::load(const std::string& path) {
   std::vector<ParamSpec> expected;
