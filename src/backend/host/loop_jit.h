@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/host/interpreter.h"
+#include "capstep/host.h"
 #include "capstep/ir.h"
 
 namespace capstep::host {
@@ -75,9 +76,8 @@ bool jit_available();
 // Why not, when jit_available() is false ("this build has no Xbyak", "this
 // CPU has no AVX2"); empty when it is true.
 const char* jit_missing();
-// What runs a fused group's elementwise work in an Interpreter built with o,
-// for a report's "host:" line.
-std::string host_loops_line(const InterpreterOptions& o);
+// host_loops_line (what runs a fused group's elementwise work, for a
+// report's "host:" line) is declared in capstep/host.h.
 // The compiled loop, or nullptr: not available, an op it does not take, or
 // more live values or pointers than the registers hold (the caller then
 // compiles a shorter run).

@@ -24,29 +24,22 @@
 #include <cstdint>
 #include <string>
 
+#include "capstep/host.h"
+
 namespace capstep::host {
 
 inline constexpr int kDefaultMaxThreads = 4;
 
-// The threads a step uses (the caller included); read once per process.
-int host_threads();
-// "2 threads (of 2 CPUs this process may run on)", "3 threads (set by the program)".
-std::string host_threads_line();
-// How long a cache line takes to go from the caller's thread to a worker and
-// back (ns; median of 5 batches of 1000 round trips), measured now. On a VM
-// it tells where its CPUs are, which often decides what a second thread
-// gains: two vCPUs on two dies take several times as long as two on one, and
-// every GEMM or group reading what the other thread wrote pays for it; the
-// machine's other load moves a step's time as much
-// (bench/results/2026-12-01-host-lane-speed.md). 0 on one thread, or when the two
-// parts did not run at once within 50 ms (nested in another parallel_parts,
-// the pool busy, a worker not scheduled).
-double threads_round_trip_ns();
-
-// Replaces the pool with one of n threads (BackendOptions::host_threads,
-// tests). Only while no step runs. Interpreters built before
-// keep the parts they planned (the results do not depend on them).
-void set_host_threads(int n);
+// host_threads, host_threads_line, threads_round_trip_ns and
+// set_host_threads are declared in capstep/host.h (code above the backends
+// reads them there). threads_round_trip_ns: the median of 5 batches of 1000
+// round trips. On a VM it tells where its CPUs are, which often decides what
+// a second thread gains: two vCPUs on two dies take several times as long as
+// two on one, and every GEMM or group reading what the other thread wrote
+// pays for it. 0 on one thread, or when the two parts did not run at once
+// within 50 ms (nested in another parallel_parts, the pool busy, a worker not
+// scheduled). set_host_threads: interpreters built before keep the parts they
+// planned (the results do not depend on them).
 
 // Runs f(ctx, i) for every i in [0, parts), in any order, on the caller and
 // the pool's workers; returns when all are done. An exception thrown by a part
