@@ -17,7 +17,7 @@ fail=0
 bad() { echo "layering: $*"; fail=1; }
 
 core_dirs=(src/ir src/trace src/transforms src/optim src/export)
-core_headers="ir array trace transforms autodiff optim stablehlo version"
+core_headers="ir array trace transforms autodiff optim stablehlo files random version"
 core_header_files=()
 for h in $core_headers; do [[ -f include/capstep/$h.h ]] && core_header_files+=("include/capstep/$h.h"); done
 # Public headers that still name a backend, with the reason; empty it when the reason goes.
@@ -46,7 +46,7 @@ for dir in src/backend/*/; do
   [[ "$b" == plan ]] && continue   # plan is the backends' shared planning, below them
   while IFS=: read -r file line target; do
     case "$target" in
-      train/*|lanes/*|nn/*|data/*|trace/*|capstep/trace.h|capstep/train.h|capstep/train_step.h|capstep/nn.h|capstep/hf.h|capstep/lora.h|capstep/data.h|capstep/sft.h|capstep/token_file.h|capstep/checkpoint.h)
+      train/*|lanes/*|nn/*|data/*|trace/*|capstep/trace.h|capstep/train.h|capstep/train_step.h|capstep/nn.h|capstep/hf.h|capstep/lora.h|capstep/data.h|capstep/safetensors.h|capstep/sft.h|capstep/token_file.h|capstep/checkpoint.h)
         bad "$file:$line: backend $b includes \"$target\" (train, models, data or the tracer)";;
       backend/plan/*|backend/backends.h|backend/$b/*) ;;
       backend/cuda/*) [[ "$b" == cuda_absent ]] || bad "$file:$line: backend $b includes \"$target\" (another backend's folder)";;

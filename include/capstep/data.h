@@ -14,6 +14,7 @@
 
 #include "capstep/array.h"
 #include "capstep/ir.h"
+#include "capstep/random.h"
 
 namespace capstep::data {
 
@@ -401,7 +402,7 @@ TokenSplit split_tokens(const std::vector<int32_t>& tokens, double val_fraction)
 // Where split_tokens cuts n tokens: n - floor(n * val_fraction).
 size_t split_point(size_t n, double val_fraction);
 
-// splitmix64: the one generator behind the corpus and the batch windows.
-uint64_t splitmix64(uint64_t& state);
+// splitmix64 (capstep/random.h): the one generator behind the corpus and the batch windows.
+using capstep::splitmix64;
 
 }  // namespace capstep::data

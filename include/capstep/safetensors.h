@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "capstep/array.h"
+#include "capstep/files.h"
 #include "capstep/ir.h"
 
 namespace capstep {
@@ -84,21 +85,6 @@ void write_safetensors(const std::string& path, const std::vector<NamedArray>& t
 // Throws Error naming the path and what is wrong with the file.
 SafetensorsFile read_safetensors(const std::string& path);
 
-// Writes `bytes` to `path` atomically, as write_safetensors does. The
-// temporary file is "<path>.tmp.<host>.<pid>.<n>"; after a successful save,
-// temporaries of this host whose process has died (killed mid-save) are removed.
-void write_file_atomically(const std::string& path, std::string_view bytes);
-
-// Throws the Error a save to `path` would throw before writing anything: the
-// path is a directory, or no file can be created beside it (a missing or
-// read-only directory). Creates and removes one empty temporary. For a long
-// run, call it before the work whose result is to be saved.
-void check_writable(const std::string& path);
-
-// For tests only: called with the name of each stage of an atomic write
-// ("open", "write-half", "fsync", "rename", "fsync-dir"), just before that stage.
-// A hook that throws makes the save fail at that stage (the temporary file is
-// removed); one that kills the process simulates a crash. Pass {} to remove it.
-void set_atomic_write_hook_for_testing(std::function<void(const char* stage)> hook);
+// write_file_atomically, check_writable: capstep/files.h.
 
 }  // namespace capstep

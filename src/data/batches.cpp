@@ -3,13 +3,6 @@
 
 namespace capstep::data {
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
 BatchStream::BatchStream(const std::vector<int32_t>& tokens, uint64_t seed, int64_t batch, int64_t seq, int64_t vocab)
     : seed_(seed), batch_(batch), seq_(seq) {
   check_sizes(tokens.size());

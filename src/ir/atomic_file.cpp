@@ -16,7 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "capstep/safetensors.h"
+#include "capstep/files.h"
+#include "capstep/ir.h"
 
 namespace capstep {
 namespace {

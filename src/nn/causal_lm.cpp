@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "capstep/nn.h"
+#include "capstep/random.h"
 #include "capstep/trace.h"
 
 namespace capstep::nn {
@@ -496,19 +497,6 @@ std::vector<float> rope_inv_freq(const LmConfig& c) {
   if (c.arch != Arch::llama) throw Error(std::string("the ") + arch_name(c.arch) + " architecture has no rotary embedding");
   return rotary_inv_freq(c);
 }
-
-namespace {
-
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-double uniform01(uint64_t& s) { return (static_cast<double>(splitmix64(s) >> 11) + 0.5) * 0x1.0p-53; }
-
-}  // namespace
 
 std::vector<Array> init_parameters(const LmConfig& c, uint64_t seed, DType d) {
   std::vector<Array> out;

@@ -6,6 +6,7 @@
 #include <set>
 #include <utility>
 
+#include "capstep/random.h"
 #include "capstep/transforms.h"
 
 namespace capstep::lora {
@@ -234,17 +235,6 @@ Program convert_at_each_use(const Program& p) {
   return q;
 }
 
-namespace {
-
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
-
 Adapter init_adapter(const Program& p, const std::vector<Target>& targets, const Options& o, uint64_t seed) {
   o.validate();
   std::vector<std::pair<int64_t, int64_t>> dims;
@@ -260,8 +250,7 @@ Adapter init_adapter(const Program& p, const std::vector<Target>& targets, const
     const double bound = 1.0 / std::sqrt(static_cast<double>(in));
     Array a({DType::f32, {o.r, in}});
     for (int64_t i = 0; i < a.numel(); ++i) {
-      const double u = (static_cast<double>(splitmix64(state) >> 11) + 0.5) * 0x1.0p-53;
-      a.set(i, (2 * u - 1) * bound);
+      a.set(i, (2 * uniform01(state) - 1) * bound);
     }
     ad.a.push_back(std::move(a));
     ad.b.emplace_back(Type{DType::f32, {out, o.r}});

@@ -8,7 +8,7 @@
 
 #include "backend/pjrt/pjrt.h"
 #include "capstep/ir.h"
-#include "capstep/safetensors.h"   // write_file_atomically
+#include "capstep/files.h"
 
 namespace capstep::pjrt {
 
