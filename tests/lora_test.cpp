@@ -23,6 +23,7 @@
 #include "capstep/autodiff.h"
 #include "capstep/hf.h"
 #include "backend/host/interpreter.h"
+#include "backend/plan/device_plan.h"
 #include "capstep/lora.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
@@ -508,6 +509,15 @@ TEST(Lora, Bf16BaseComputesAsRoundedWeights) {
   const std::map<int, int> r = converts(each);
   EXPECT_GT(r.size(), 14u);   // forward and backward readers
   for (const auto& [v, n] : r) EXPECT_EQ(n, 1) << "value " << v;
+  // And in the plans that run it: the f32 copies made at their readers take
+  // no more intermediate memory than the f32 base's step, on the host (the
+  // fusion planner runs a group that reads only the inputs just before its
+  // readers, not in the first wave) and in the device plan; the base's
+  // inputs take half the bytes.
+  const host::MemoryPlan h16 = host::memory_needed(each), h32 = host::memory_needed(p32);
+  EXPECT_LE(h16.arena, h32.arena);
+  EXPECT_LT(h16.inputs, h32.inputs);
+  EXPECT_LE(plan::plan_memory(each).arena_bytes, plan::plan_memory(p32).arena_bytes);
   lora::Options bad = half;
   EXPECT_NE(error_of([&] { lora::lora(nn::lm_loss_program(k.c, DType::f64), lora::targets_for(k.c, {"q_proj"}), bad); })
                 .find("base_bf16"),

@@ -506,6 +506,41 @@ Fused fuse_program(const Program& p, const Target& target) {
     }
     for (int g = 0; g < G; ++g)
       if (is_sink(g)) level[static_cast<size_t>(g)] = top;
+    // A group that reads only the program's inputs and constants (a bf16
+    // weight widened to f32, a mask from the targets), and a view of what
+    // such a group makes, is at a low level by the longest path however late
+    // it is read: what it makes would be made in an early wave and held
+    // until then. Such groups go to the latest level that still precedes
+    // every reader, so that what they make lives only as long as it is
+    // needed. Moving them holds nothing longer: what they read is the
+    // caller's, a constant, or (for a view) made by a group moved with it.
+    // Groups that read values made in the step stay at their longest path's
+    // level (a weight gradient moved later would hold the activations it
+    // reads longer).
+    std::vector<char> costless(static_cast<size_t>(G), 0), movable(static_cast<size_t>(G), 0);
+    for (int g : order) {   // topological: the groups a group reads are decided before it
+      const bool free_group = kind[static_cast<size_t>(g)] == GroupKind::free;
+      bool holds_nothing = free_group, moves = true;
+      for (int d : members[static_cast<size_t>(g)])
+        for (int x : p.eqns[static_cast<size_t>(d)].inputs) {
+          const int q = producer[static_cast<size_t>(x)];
+          if (q < 0) continue;
+          const int h = gid[static_cast<size_t>(q)];
+          if (h == g || costless[static_cast<size_t>(h)]) continue;
+          holds_nothing = false;
+          if (!(free_group && movable[static_cast<size_t>(h)])) moves = false;
+        }
+      costless[static_cast<size_t>(g)] = holds_nothing;
+      movable[static_cast<size_t>(g)] = moves;
+    }
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const int g = *it;
+      if (!movable[static_cast<size_t>(g)] || is_sink(g) || succ[static_cast<size_t>(g)].empty()) continue;
+      const int inc = kind[static_cast<size_t>(g)] == GroupKind::free ? 0 : 1;
+      int latest = top;
+      for (int s : succ[static_cast<size_t>(g)]) latest = std::min(latest, level[static_cast<size_t>(s)] - inc);
+      level[static_cast<size_t>(g)] = std::max(level[static_cast<size_t>(g)], latest);
+    }
     // within a level: views and constants, then library calls, then the generated kernels
     auto rank = [&](int g) {
       const GroupKind k = kind[static_cast<size_t>(g)];
