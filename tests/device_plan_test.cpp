@@ -753,7 +753,17 @@ TEST(GemmLayout, EveryDotGeneralFormMatchesItsDefinition) {
       {{7, 5}, {3, 5}, {}, {}, {1}, {1}, false, false, false, true},
       {{2, 7, 5}, {2, 5, 3}, {0}, {0}, {2}, {1}, false, false, false, false},
       {{2, 5, 7}, {2, 3, 5}, {0}, {0}, {1}, {2}, false, false, true, true},
-      {{7, 2, 5}, {5, 2, 3}, {1}, {1}, {2}, {0}, true, true, false, false},
+      // the batch axis between the matrix's axes: in place, each batch's matrix 5 (lhs) or 3 (rhs)
+      // elements after the last, rows 10 (lhs) or 6 (rhs) apart
+      {{7, 2, 5}, {5, 2, 3}, {1}, {1}, {2}, {0}, false, false, false, false},
+      {{5, 2, 7}, {3, 2, 5}, {1}, {1}, {0}, {2}, false, false, true, true},
+      // batch axes on both sides of M: uneven offsets (0, 5, 10, 105, ...), which the host reads in
+      // place; cuBLAS's strided batch takes one stride, so the lhs is packed
+      {{2, 7, 3, 5}, {2, 3, 5, 4}, {0, 2}, {0, 1}, {3}, {2}, true, false, false, false},
+      {{7, 2, 5}, {2, 3, 5}, {1}, {0}, {2}, {2}, false, false, false, true},
+      // batch axes first and last (lhs packed: uneven offsets); the rhs a column per batch element,
+      // in place with a batch stride of 1
+      {{2, 7, 5, 3}, {5, 2, 3}, {0, 3}, {1, 2}, {2}, {0}, true, false, false, false},
       {{4, 3, 7}, {3, 4, 6}, {}, {}, {0, 1}, {1, 0}, false, true, true, false},  // contract order follows lhs
       {{2, 3, 7, 5}, {2, 3, 5, 4}, {0, 1}, {0, 1}, {3}, {2}, false, false, false, false},
       {{7, 1, 5}, {5, 3}, {}, {}, {2}, {0}, false, false, false, false},  // size-1 axis: no packing

@@ -131,42 +131,42 @@ bool transpose_moves_nothing(const Shape& shape, const std::vector<int64_t>& per
 
 namespace {
 
-// `direct` is the order used untransposed ([B,M,K] / [B,K,N]), `swapped` the
-// order used as a transposed operand ([B,K,M] / [B,N,K]); `rows` x `cols` the
-// matrix in the direct order.
-GemmOperand plan_operand(const Type& t, const std::vector<int64_t>& direct, const std::vector<int64_t>& swapped,
-                         int64_t rows, int64_t cols) {
-  GemmOperand o;
-  o.batch_stride = rows * cols;
-  if (transpose_moves_nothing(t.shape, direct)) {
-    o.ld = cols;
-  } else if (transpose_moves_nothing(t.shape, swapped)) {
-    o.trans = true;
-    o.ld = rows;
-  } else {
-    o.pack = true;
-    o.perm = direct;
-    for (int64_t d : direct) o.packed_shape.push_back(t.shape[static_cast<size_t>(d)]);
-    o.ld = cols;
-    // rounded up, so that the rhs's scratch after it is aligned as a GEMM library wants
-    o.scratch_bytes = (t.bytes() + 255) / 256 * 256;
+// One operand of the CUDA executor's GEMM, from the shared description.
+// cuBLAS's strided-batched GEMM takes one stride from each batch's matrix to
+// the next: an operand that dot_gemm reads in place at uneven offsets (batch
+// axes on both sides of one of its matrix's axes), which the host reads so,
+// is packed here instead.
+GemmOperand cuda_operand(DotGemm& g, DotSide side, const Type& t) {
+  const DotGemmOperand& o = side == DotSide::lhs ? g.a : g.b;
+  if (!o.batch_stride) g.pack(side);
+  GemmOperand c;
+  c.ld = o.ld;
+  c.batch_stride = *o.batch_stride;
+  switch (o.read) {
+    case GemmRead::as_stored: break;
+    case GemmRead::transposed: c.trans = true; break;
+    case GemmRead::packed:
+      c.pack = true;
+      c.perm = o.pack_order;
+      for (int64_t d : o.pack_order) c.packed_shape.push_back(t.shape[static_cast<size_t>(d)]);
+      // rounded up, so that the rhs's scratch after it is aligned as a GEMM library wants
+      c.scratch_bytes = (t.bytes() + 255) / 256 * 256;
+      break;
   }
-  return o;
+  return c;
 }
 
 }  // namespace
 
 GemmLayout plan_gemm(const Type& lhs, const Type& rhs, const Attrs& at) {
+  DotGemm d = dot_gemm(lhs, rhs, at);
   GemmLayout g;
-  const std::vector<int64_t> lf = dot_free_axes(lhs.rank(), at.lhs_batch, at.lhs_contract);
-  const std::vector<int64_t> rf = dot_free_axes(rhs.rank(), at.rhs_batch, at.rhs_contract);
-  g.batch = 1;
-  for (int64_t a : at.lhs_batch) g.batch *= lhs.shape[static_cast<size_t>(a)];
-  g.m = axis_run(lhs.shape, row_major_strides(lhs.shape), lf).size;
-  g.k = axis_run(lhs.shape, row_major_strides(lhs.shape), at.lhs_contract).size;
-  g.n = axis_run(rhs.shape, row_major_strides(rhs.shape), rf).size;
-  g.a = plan_operand(lhs, cat(at.lhs_batch, lf, at.lhs_contract), cat(at.lhs_batch, at.lhs_contract, lf), g.m, g.k);
-  g.b = plan_operand(rhs, cat(at.rhs_batch, at.rhs_contract, rf), cat(at.rhs_batch, rf, at.rhs_contract), g.k, g.n);
+  g.batch = d.batch;
+  g.m = d.m;
+  g.n = d.n;
+  g.k = d.k;
+  g.a = cuda_operand(d, DotSide::lhs, lhs);
+  g.b = cuda_operand(d, DotSide::rhs, rhs);
   return g;
 }
 

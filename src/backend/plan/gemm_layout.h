@@ -4,9 +4,11 @@
 // with B = product of the batch dims, M = lhs's free dims, N = rhs's free
 // dims, K = the contracting dims (free dims in axis order, dot_free_axes).
 //
-// DotGemm (dot_gemm) describes how each operand reaches the GEMM: the host's
-// plan_dot (host/kernels_dot.cpp) takes it whole and adds its own choices
-// (panels, parts, libxsmm kernels, the result's layout). Pure C++.
+// DotGemm (dot_gemm) is the one description of how each operand reaches the
+// GEMM, and every backend reads it: the host's plan_dot (host/kernels_dot.cpp)
+// takes it whole and adds its own choices (panels, parts, libxsmm kernels,
+// the result's layout); plan_gemm below turns it into the CUDA executor's
+// strided-batched call. Pure C++: tests check both on the host.
 //
 // An operand is read in place when its free axes and its contracting axes
 // each form one strided run (AxisRun: size-1 axes aside), one of them of
