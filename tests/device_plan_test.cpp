@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <random>
 
 #include "backend/plan/gemm_layout.h"
@@ -19,6 +20,7 @@
 #include "capstep/optim.h"
 #include "capstep/trace.h"
 #include "backend/host/interpreter.h"
+#include "backend/host/step.h"
 #include "backend/plan/device_plan.h"
 
 namespace capstep {
@@ -753,7 +755,17 @@ TEST(GemmLayout, EveryDotGeneralFormMatchesItsDefinition) {
       {{7, 5}, {3, 5}, {}, {}, {1}, {1}, false, false, false, true},
       {{2, 7, 5}, {2, 5, 3}, {0}, {0}, {2}, {1}, false, false, false, false},
       {{2, 5, 7}, {2, 3, 5}, {0}, {0}, {1}, {2}, false, false, true, true},
-      {{7, 2, 5}, {5, 2, 3}, {1}, {1}, {2}, {0}, true, true, false, false},
+      // the batch axis between the matrix's axes: in place, each batch's matrix 5 (lhs) or 3 (rhs)
+      // elements after the last, rows 10 (lhs) or 6 (rhs) apart
+      {{7, 2, 5}, {5, 2, 3}, {1}, {1}, {2}, {0}, false, false, false, false},
+      {{5, 2, 7}, {3, 2, 5}, {1}, {1}, {0}, {2}, false, false, true, true},
+      // batch axes on both sides of M: uneven offsets (0, 5, 10, 105, ...), which the host reads in
+      // place; cuBLAS's strided batch takes one stride, so the lhs is packed
+      {{2, 7, 3, 5}, {2, 3, 5, 4}, {0, 2}, {0, 1}, {3}, {2}, true, false, false, false},
+      {{7, 2, 5}, {2, 3, 5}, {1}, {0}, {2}, {2}, false, false, false, true},
+      // batch axes first and last (lhs packed: uneven offsets); the rhs a column per batch element,
+      // in place with a batch stride of 1
+      {{2, 7, 5, 3}, {5, 2, 3}, {0, 3}, {1, 2}, {2}, {0}, true, false, false, false},
       {{4, 3, 7}, {3, 4, 6}, {}, {}, {0, 1}, {1, 0}, false, true, true, false},  // contract order follows lhs
       {{2, 3, 7, 5}, {2, 3, 5, 4}, {0, 1}, {0, 1}, {3}, {2}, false, false, false, false},
       {{7, 1, 5}, {5, 3}, {}, {}, {2}, {0}, false, false, false, false},  // size-1 axis: no packing
@@ -784,6 +796,136 @@ TEST(GemmLayout, EveryDotGeneralFormMatchesItsDefinition) {
     ASSERT_EQ(got.size(), want.size()) << what;
     for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-12) << what << " element " << i;
   }
+}
+
+// The host's dot_general (host::plan_dot) and the CUDA executor's
+// (plan::plan_gemm) read one description (plan::dot_gemm); they must agree on
+// every layout: the same B, M, N, K; an operand the host packs is packed on
+// CUDA in the same order; one the host reads in place at evenly spaced
+// batch offsets is read in place by cuBLAS with the same transpose, leading
+// dimension and stride; at uneven offsets CUDA packs it. The host's
+// emulated product (its offsets, transposes and leading dimensions) and the
+// CUDA one must both match the definition. The sweep: every placement of the
+// batch, free and contracting axes in each operand (batch axes first, in the
+// middle, last, in either order), with size-1 axes among them. f64, so that
+// the host's f32-only choices (panels, pack_bt, libxsmm) stay out of it:
+// they do not change what is in place, only what the parts do with it.
+std::vector<double> dot_by_host_plan(const std::vector<double>& l, const Shape& ls, const std::vector<double>& r,
+                                     const Shape& rs, const host::DotPlan& d, const plan::DotGemm& g) {
+  const std::vector<double> A = d.pack_a ? transposed(l, ls, g.a.pack_order) : l;
+  const std::vector<double> B = d.pack_b ? transposed(r, rs, g.b.pack_order) : r;
+  std::vector<double> C(static_cast<size_t>(d.batch * d.m * d.n), 0.0);
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t m = 0; m < d.m; ++m)
+      for (int64_t n = 0; n < d.n; ++n) {
+        double acc = 0;
+        for (int64_t k = 0; k < d.k; ++k) {
+          const int64_t ai = d.a_off[static_cast<size_t>(b)] + (d.trans_a ? k * d.lda + m : m * d.lda + k);
+          const int64_t bi = d.b_off[static_cast<size_t>(b)] + (d.trans_b ? n * d.ldb + k : k * d.ldb + n);
+          acc += A[static_cast<size_t>(ai)] * B[static_cast<size_t>(bi)];
+        }
+        C[static_cast<size_t>((b * d.m + m) * d.n + n)] = acc;
+      }
+  return C;
+}
+
+TEST(GemmLayout, HostAndCudaReadTheSameDescription) {
+  struct Roles { int nb, nm, nk, nn; };  // batch, lhs free, contracting, rhs free axes
+  const Roles roles[] = {{0, 1, 1, 1}, {1, 1, 1, 1}, {2, 1, 1, 0}, {1, 2, 1, 0}, {0, 1, 2, 1},
+                         {1, 1, 2, 0}, {2, 0, 1, 1}, {1, 0, 1, 2}, {0, 2, 1, 1}};
+  const std::vector<std::vector<int64_t>> sizes = {{2, 3, 4, 5}, {1, 3, 1, 2}, {3, 1, 2, 1}, {2, 2, 3, 1}};
+  int cases = 0, host_in_place = 0, cuda_packs_uneven = 0, transposed_in_place = 0;
+  for (const std::vector<int64_t>& sz : sizes)
+    for (const Roles& ro : roles) {
+      const int lr = ro.nb + ro.nm + ro.nk, rr = ro.nb + ro.nk + ro.nn;
+      // size of the i-th axis of each role: batch, free (both sides), contracting
+      auto size_of = [&](int role, int i) { return sz[static_cast<size_t>((role * 2 + i) % 4)]; };
+      std::vector<int64_t> lp(static_cast<size_t>(lr)), rp(static_cast<size_t>(rr));
+      std::iota(lp.begin(), lp.end(), 0);
+      do {
+        std::iota(rp.begin(), rp.end(), 0);
+        do {
+          // lhs: axes [batch..., free..., contracting...] placed at lp; rhs: [batch..., contracting..., free...] at rp
+          Shape ls(static_cast<size_t>(lr)), rs(static_cast<size_t>(rr));
+          Attrs at;
+          size_t li = 0, ri = 0;
+          for (int i = 0; i < ro.nb; ++i) {
+            ls[static_cast<size_t>(lp[li])] = rs[static_cast<size_t>(rp[ri])] = size_of(0, i);
+            at.lhs_batch.push_back(lp[li++]);
+            at.rhs_batch.push_back(rp[ri++]);
+          }
+          for (int i = 0; i < ro.nm; ++i) ls[static_cast<size_t>(lp[li++])] = size_of(1, i);
+          for (int i = 0; i < ro.nk; ++i) {
+            ls[static_cast<size_t>(lp[li])] = rs[static_cast<size_t>(rp[ri])] = size_of(2, i) + 1;
+            at.lhs_contract.push_back(lp[li++]);
+            at.rhs_contract.push_back(rp[ri++]);
+          }
+          for (int i = 0; i < ro.nn; ++i) rs[static_cast<size_t>(rp[ri++])] = size_of(1, i + 1);
+          const Type lt{DType::f64, ls}, rt{DType::f64, rs};
+          const std::string what = lt.str() + " x " + rt.str() + " lhs batch " + ::testing::PrintToString(at.lhs_batch) +
+                                   " contract " + ::testing::PrintToString(at.lhs_contract) + ", rhs batch " +
+                                   ::testing::PrintToString(at.rhs_batch) + " contract " +
+                                   ::testing::PrintToString(at.rhs_contract);
+          const host::DotPlan d = host::plan_dot(lt, rt, at, "test");
+          const plan::GemmLayout c = plan::plan_gemm(lt, rt, at);
+          const plan::DotGemm g = plan::dot_gemm(lt, rt, at);
+          ASSERT_EQ(std::vector<int64_t>({d.batch, d.m, d.n, d.k}), std::vector<int64_t>({c.batch, c.m, c.n, c.k})) << what;
+          struct Side {
+            bool pack, trans;
+            int64_t ld;
+            const std::vector<int64_t>& off;
+            const plan::Walk& view;
+            const plan::GemmOperand& cuda;
+            const Type& t;
+            const std::vector<int64_t>& batch;
+            const std::vector<int64_t>& contract;
+          };
+          for (const Side& s : {Side{d.pack_a, d.trans_a, d.lda, d.a_off, d.a_view, c.a, lt, at.lhs_batch, at.lhs_contract},
+                                Side{d.pack_b, d.trans_b, d.ldb, d.b_off, d.b_view, c.b, rt, at.rhs_batch, at.rhs_contract}}) {
+            EXPECT_EQ(host::dot_operand_in_place(s.t, s.batch, s.contract), !s.pack) << what;
+            if (s.pack) {
+              ASSERT_TRUE(s.cuda.pack) << what << ": the host packs, CUDA reads in place";
+              const plan::Walk w = plan::transpose_walk(s.t.shape, s.cuda.perm, "test");
+              EXPECT_EQ(std::vector<int64_t>(w.size, w.size + w.rank), std::vector<int64_t>(s.view.size, s.view.size + s.view.rank)) << what;
+              EXPECT_EQ(std::vector<int64_t>(w.stride, w.stride + w.rank), std::vector<int64_t>(s.view.stride, s.view.stride + s.view.rank)) << what;
+              continue;
+            }
+            ++host_in_place;
+            transposed_in_place += s.trans;
+            bool even = true;
+            const int64_t step = s.off.size() > 1 ? s.off[1] : 0;
+            for (size_t i = 0; i < s.off.size(); ++i) even = even && s.off[i] == static_cast<int64_t>(i) * step;
+            if (!even) {
+              ++cuda_packs_uneven;
+              EXPECT_TRUE(s.cuda.pack) << what << ": uneven batch offsets, which cuBLAS's strided batch cannot take";
+              continue;
+            }
+            ASSERT_FALSE(s.cuda.pack) << what << ": the host reads in place, CUDA packs";
+            EXPECT_EQ(s.cuda.trans, s.trans) << what;
+            EXPECT_EQ(s.cuda.ld, s.ld) << what;
+            if (s.off.size() > 1) {
+              EXPECT_EQ(s.cuda.batch_stride, step) << what;
+            }
+          }
+          const Type out = infer_type(Op::dot_general, {lt, rt}, at);
+          const std::vector<double> l = iota_values(lt.numel(), 0.37), r = iota_values(rt.numel(), 0.91);
+          const std::vector<double> want = dot_by_definition(l, ls, r, rs, at, out.shape);
+          const std::vector<double> by_cuda = dot_by_layout(l, ls, r, rs, c), by_host = dot_by_host_plan(l, ls, r, rs, d, g);
+          ASSERT_EQ(by_cuda.size(), want.size()) << what;
+          ASSERT_EQ(by_host.size(), want.size()) << what;
+          for (size_t i = 0; i < want.size(); ++i) {
+            ASSERT_NEAR(by_cuda[i], want[i], 1e-12) << what << " element " << i << " (CUDA's layout)";
+            ASSERT_NEAR(by_host[i], want[i], 1e-12) << what << " element " << i << " (the host's plan)";
+          }
+          ++cases;
+        } while (std::next_permutation(rp.begin(), rp.end()));
+      } while (std::next_permutation(lp.begin(), lp.end()));
+    }
+  // the sweep reaches every kind of operand
+  EXPECT_GT(cases, 1000);
+  EXPECT_GT(host_in_place, 0);
+  EXPECT_GT(transposed_in_place, 0);
+  EXPECT_GT(cuda_packs_uneven, 0);
 }
 
 // ---- the strided walks of the CUDA layout kernels -------------------------------

@@ -2,11 +2,12 @@
 // picked from the CPU's flags, libxsmm's JIT for small f32 ones, oneDNN for
 // bf16 ones where the CPU has AVX512_BF16): any
 // batch/contracting dims become a batch of row-major gemms
-// [M,K] x [K,N] -> [M,N]. An operand is handed to the GEMM in place
-// (with a transpose flag and leading dimension) whenever its free axes and its
-// contracting axes each form one strided run; otherwise it is first packed into
-// a planned scratch buffer. Batch axes may have any strides: each batch's
-// matrix offset is precomputed.
+// [M,K] x [K,N] -> [M,N]. Which operand is handed to the GEMM in place (with a
+// transpose flag, leading dimension and each batch's offset) and which is
+// first packed into a planned scratch buffer is plan::dot_gemm's rule
+// (plan/gemm_layout.h), the one the CUDA executor reads too; plan_dot adds the
+// host's own choices on top (bf16 widening, panels, pack_bt, parts, libxsmm
+// kernels, the result's layout).
 #include <algorithm>
 #include <climits>
 #include <type_traits>
@@ -14,48 +15,15 @@
 #include "backend/host/gemm.h"
 #include "backend/host/parallel.h"
 #include "backend/host/step.h"
+#include "backend/plan/gemm_layout.h"
 #include "ir/bf16.h"
 
 namespace capstep::host {
 namespace {
 
-// A list of axes seen as one: its total size and its innermost stride, when
-// their strides chain (stride[a] == stride[next] * size[next]). Size-1 axes
-// never matter; `any` says every axis had size 1, so the stride is free.
-struct Group {
-  int64_t size = 1;
-  int64_t stride = 1;
-  bool any = true;
-  bool chained = true;
-};
-
-Group group_of(const Shape& shape, const std::vector<int64_t>& strides, const std::vector<int64_t>& axes) {
-  Group g;
-  for (int64_t a : axes) {
-    const int64_t sz = shape[static_cast<size_t>(a)], st = strides[static_cast<size_t>(a)];
-    if (sz == 1) continue;
-    if (!g.any && g.stride != st * sz) g.chained = false;
-    g.size *= sz;
-    g.stride = st;
-    g.any = false;
-  }
-  return g;
-}
-
-// Offsets of every batch element (row-major over the batch axes).
-std::vector<int64_t> batch_offsets(const Shape& shape, const std::vector<int64_t>& strides,
-                                   const std::vector<int64_t>& batch) {
-  std::vector<int64_t> offs{0};
-  for (int64_t a : batch) {
-    const int64_t sz = shape[static_cast<size_t>(a)], st = strides[static_cast<size_t>(a)];
-    std::vector<int64_t> next;
-    next.reserve(offs.size() * static_cast<size_t>(sz));
-    for (int64_t o : offs)
-      for (int64_t i = 0; i < sz; ++i) next.push_back(o + i * st);
-    offs.swap(next);
-  }
-  return offs;
-}
+using plan::axis_run;
+using plan::AxisRun;
+using plan::batch_offsets;
 
 Walk pack_view(const Shape& shape, const std::vector<int64_t>& strides, const std::vector<int64_t>& order,
                const std::string& what) {
@@ -231,12 +199,7 @@ bool dot_operand_in_place(const Type& t, const std::vector<int64_t>& batch, cons
   // On bf16 kernels a layout they cannot read is copied too (as bf16), as
   // the transpose would have been.
   if (t.dtype == DType::bf16) return true;
-  const std::vector<int64_t> st = row_major_strides(t.shape);
-  const Group f = group_of(t.shape, st, dot_free_axes(t.rank(), batch, contract)), c = group_of(t.shape, st, contract);
-  if (!f.chained || !c.chained) return false;
-  // As plan_dot's A and B: one run of stride 1, the other at a stride of at least that run's length.
-  return ((c.any || c.stride == 1) && (f.any || f.stride >= c.size)) ||
-         ((f.any || f.stride == 1) && (c.any || c.stride >= f.size));
+  return plan::dot_gemm_reads_in_place(t, batch, contract);
 }
 
 bool dot_out_layout(const Attrs& at, int lhs_rank, int rhs_rank, const std::vector<int64_t>& st, const Type& lhs,
@@ -253,7 +216,7 @@ bool dot_out_layout(const Attrs& at, int lhs_rank, int rhs_rank, const std::vect
   std::vector<int64_t> baxes, maxes, naxes;
   for (size_t i = 0; i < out.size(); ++i)
     (i < nb ? baxes : i < nb + lfree.size() ? maxes : naxes).push_back(static_cast<int64_t>(i));
-  const Group gm = group_of(out, st, maxes), gn = group_of(out, st, naxes);
+  const AxisRun gm = axis_run(out, st, maxes), gn = axis_run(out, st, naxes);
   // C's rows: N's elements adjacent, M's rows one stride apart, not overlapping.
   if (!gm.chained || !gn.chained || !(gn.any || gn.stride == 1)) return false;
   const int64_t N = std::max<int64_t>(gn.size, 1);
@@ -282,57 +245,32 @@ int dot_parts(int64_t batch, int64_t m, int64_t n, int64_t k) {
 DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::string& what,
                  const std::vector<int64_t>* out_strides) {
   DotPlan d;
-  const std::vector<int64_t> ls = row_major_strides(lhs.shape), rs = row_major_strides(rhs.shape);
-  const std::vector<int64_t> lfree = dot_free_axes(lhs.rank(), at.lhs_batch, at.lhs_contract);
-  const std::vector<int64_t> rfree = dot_free_axes(rhs.rank(), at.rhs_batch, at.rhs_contract);
-  const Group lm = group_of(lhs.shape, ls, lfree), lk = group_of(lhs.shape, ls, at.lhs_contract);
-  const Group rn = group_of(rhs.shape, rs, rfree), rk = group_of(rhs.shape, rs, at.rhs_contract);
-  d.batch = 1;
-  for (int64_t a : at.lhs_batch) d.batch *= lhs.shape[static_cast<size_t>(a)];
-  d.m = lm.size;
-  d.n = rn.size;
-  d.k = lk.size;
+  // B, M, N, K and how each operand reaches the GEMM: in place (transposed or
+  // not, lda/ldb, each batch's offset) or packed (plan/gemm_layout.h).
+  plan::DotGemm g = plan::dot_gemm(lhs, rhs, at);
+  d.batch = g.batch;
+  d.m = g.m;
+  d.n = g.n;
+  d.k = g.k;
   for (int64_t v : {d.m, d.n, d.k})
     if (v > INT_MAX) throw Error(what + ": a matrix dimension of " + std::to_string(v) + " exceeds BLAS's int range");
-
-  // A is M x K. In place without transpose: K stride 1, rows at stride >= K.
-  // In place transposed (stored K x M): M stride 1, K stride >= M.
-  const int64_t M = d.m, N = d.n, K = d.k;
-  if (lm.chained && lk.chained && (lk.any || lk.stride == 1) && (lm.any || lm.stride >= K)) {
-    d.trans_a = false;
-    d.lda = lm.any ? std::max<int64_t>(K, 1) : lm.stride;
-  } else if (lm.chained && lk.chained && (lm.any || lm.stride == 1) && (lk.any || lk.stride >= M)) {
-    d.trans_a = true;
-    d.lda = lk.any ? std::max<int64_t>(M, 1) : lk.stride;
-  } else {
-    d.pack_a = true;
-  }
   // widened to f32 while packing, unless bf16 kernels read them (gemm.h)
-  if (lhs.dtype == DType::bf16 && !gemm_bf16_native()) d.pack_a = d.pack_b = true;
-  // B is K x N. In place without transpose: N stride 1, K stride >= N.
-  // In place transposed (stored N x K): K stride 1, N stride >= K.
-  if (rn.chained && rk.chained && (rn.any || rn.stride == 1) && (rk.any || rk.stride >= N)) {
-    d.trans_b = false;
-    d.ldb = rk.any ? std::max<int64_t>(N, 1) : rk.stride;
-  } else if (rn.chained && rk.chained && (rk.any || rk.stride == 1) && (rn.any || rn.stride >= K)) {
-    d.trans_b = true;
-    d.ldb = rn.any ? std::max<int64_t>(K, 1) : rn.stride;
-  } else {
-    d.pack_b = true;
+  if (lhs.dtype == DType::bf16 && !gemm_bf16_native()) {
+    g.pack(plan::DotSide::lhs);
+    g.pack(plan::DotSide::rhs);
   }
+  const int64_t M = d.m, N = d.n, K = d.k;
+  d.pack_a = g.a.read == plan::GemmRead::packed;
+  d.trans_a = g.a.read == plan::GemmRead::transposed;
+  d.lda = g.a.ld;
+  d.a_off = std::move(g.a.batch_offsets);
+  if (d.pack_a) d.a_view = pack_view(lhs.shape, row_major_strides(lhs.shape), g.a.pack_order, what);
+  d.pack_b = g.b.read == plan::GemmRead::packed;
+  d.trans_b = g.b.read == plan::GemmRead::transposed;
+  d.ldb = g.b.ld;
+  d.b_off = std::move(g.b.batch_offsets);
+  if (d.pack_b) d.b_view = pack_view(rhs.shape, row_major_strides(rhs.shape), g.b.pack_order, what);
 
-  if (d.pack_a) {  // packed as [B, M, K]
-    std::vector<int64_t> order = at.lhs_batch;
-    order.insert(order.end(), lfree.begin(), lfree.end());
-    order.insert(order.end(), at.lhs_contract.begin(), at.lhs_contract.end());
-    d.a_view = pack_view(lhs.shape, ls, order, what);
-    d.trans_a = false;
-    d.lda = std::max<int64_t>(K, 1);
-    d.a_off.resize(static_cast<size_t>(d.batch));
-    for (int64_t i = 0; i < d.batch; ++i) d.a_off[static_cast<size_t>(i)] = i * M * K;
-  } else {
-    d.a_off = batch_offsets(lhs.shape, ls, at.lhs_batch);
-  }
   // libxsmm has no kernel for a transposed B: when it would take the GEMM
   // untransposed, B is copied by the parts instead, transposed: into panels
   // (one matrix), or whole (pack_bt, a batch). An untransposed B of L1's size
@@ -346,18 +284,6 @@ DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& at, const std::s
     d.panel = kPanelCols;
   else if (xsmm_f32 && d.trans_b && !d.trans_a)
     d.pack_bt = true;
-  if (d.pack_b) {  // packed as [B, K, N]
-    std::vector<int64_t> order = at.rhs_batch;
-    order.insert(order.end(), at.rhs_contract.begin(), at.rhs_contract.end());
-    order.insert(order.end(), rfree.begin(), rfree.end());
-    d.b_view = pack_view(rhs.shape, rs, order, what);
-    d.trans_b = false;
-    d.ldb = std::max<int64_t>(N, 1);
-    d.b_off.resize(static_cast<size_t>(d.batch));
-    for (int64_t i = 0; i < d.batch; ++i) d.b_off[static_cast<size_t>(i)] = i * K * N;
-  } else {
-    d.b_off = batch_offsets(rhs.shape, rs, at.rhs_batch);
-  }
   d.ldc = std::max<int64_t>(d.n, 1);
   if (out_strides) {  // the result written through these strides (a transpose of it)
     if (!dot_out_layout(at, lhs.rank(), rhs.rank(), *out_strides, lhs, rhs, d))

@@ -30,7 +30,10 @@ struct Step;
 // slots[k] is the address of slot k: one per Program value, then scratch buffers.
 using Kernel = void (*)(const Step& s, void* const* slots);
 
-// dot_general as a batch of row-major gemms C[b] = op(A[b]) * op(B[b]).
+// dot_general as a batch of row-major gemms C[b] = op(A[b]) * op(B[b]). The
+// fields up to a_view/b_view are plan::dot_gemm's description, the one the
+// CUDA executor reads too (plan/gemm_layout.h), with both operands packed
+// where bf16 ones are widened to f32; the rest are the host's own choices.
 struct DotPlan {
   int64_t batch = 1, m = 1, n = 1, k = 1;
   bool trans_a = false, trans_b = false;
@@ -144,7 +147,8 @@ void configure_blas_threads();
 DotPlan plan_dot(const Type& lhs, const Type& rhs, const Attrs& a, const std::string& what,
                  const std::vector<int64_t>* out_strides = nullptr);
 // Whether plan_dot reads an operand of type t (row-major) with these batch
-// and contracting axes in place, without copying it to scratch first.
+// and contracting axes in place, without copying it to scratch first:
+// plan::dot_gemm_reads_in_place, and bf16 operands always (kernels_dot.cpp).
 bool dot_operand_in_place(const Type& t, const std::vector<int64_t>& batch, const std::vector<int64_t>& contract);
 // Whether a dot_general's result can be written through strides `st` (one
 // per result axis): N's axes one run of stride 1, M's one run of stride >= N

@@ -136,6 +136,10 @@ inline const char* const kBf16DeviceText =
 // A dot_general's operands as strided walks over their roots' buffers (through
 // reshapes and view transposes): batch, free and contracted axes of each side,
 // and the sizes B, M, N, K.
+// Not plan::dot_gemm (gemm_layout.h), the GEMM libraries' layout: a generated
+// loop reads any strides, so nothing here is in place or packed, and a view's
+// axis may be several sub-axes (a reshape of a transpose), which one stride
+// per axis cannot describe. The axes are the same (dot_free_axes).
 struct DotLayout {
   Walk a_b, a_m, a_k, b_b, b_n, b_k;
   int a_root = -1, b_root = -1;
