@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
               static_cast<long long>(nn::count_parameters(c)), static_cast<long long>(c.batch),
               static_cast<long long>(c.seq));
   report("validation forward", loss);
-  report("step (value_and_grad)", value_and_grad(loss, names));
+  const Program grad = value_and_grad(loss, names);
+  report("step (value_and_grad)", grad);
+  report("step (recompute_in_backward, as capstep train runs it)", recompute_in_backward(grad));
   return 0;
 }

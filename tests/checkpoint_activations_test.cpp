@@ -201,6 +201,85 @@ TEST(CheckpointActivations, FusedAdamWStepsAreBitEqualOnTheHost) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i].bit_equal(b[i])) << plain.inputs[i].name;
 }
 
+// recompute_in_backward: the same loss and gradients bit for bit, fused and
+// unfused, for each architecture, with the recomputed values' copies in the
+// program; then checkpointed on top, still the same bits.
+TEST(RecomputeInBackward, GradientStepIsBitEqualOnTheHost) {
+  for (nn::Arch a : {nn::Arch::seed, nn::Arch::gpt2, nn::Arch::llama}) {
+    const nn::LmConfig c = tiny(a, 3);
+    const Program grad = value_and_grad(nn::lm_loss_program(c), names_of(c));
+    const Program r = recompute_in_backward(grad);
+    const std::string what = nn::arch_name(a);
+    EXPECT_NO_THROW(verify(r)) << what;
+    EXPECT_GT(r.eqns.size(), grad.eqns.size()) << what;  // the copies
+    ASSERT_EQ(r.outputs.size(), grad.outputs.size()) << what;
+    const std::vector<Array> in = loss_inputs(c);
+    expect_bit_equal(grad, host::run(grad, in), host::run(r, in), what);
+    host::InterpreterOptions plain = host::InterpreterOptions::defaults();
+    plain.fuse = false;
+    expect_bit_equal(grad, host::run(grad, in, plain), host::run(r, in, plain), what + " (unfused)");
+    const Program ck = checkpoint_activations(r, every_kth_region(r, 1));
+    expect_bit_equal(grad, host::run(grad, in), host::run(ck, in), what + " checkpointed");
+  }
+}
+
+// Several steps of the fused AdamW step, parameters and moments updated in
+// place (each input read through its snapshot before its update is written):
+// the bits of the plain step's, and every output written in place as there.
+TEST(RecomputeInBackward, FusedAdamWStepsAreBitEqualAndInPlace) {
+  test::SeedStep s;
+  optim::AdamW aw;
+  const Program plain = optim::with_adamw(s.grad, s.names, aw);
+  const Program r = optim::with_adamw(recompute_in_backward(s.grad), s.names, aw);
+  ASSERT_EQ(r.aliases, plain.aliases);
+  std::vector<Array> a = s.with_adamw_inputs(aw), b = a, oa, ob;
+  for (int step = 0; step < 3; ++step) {
+    oa = host::run(plain, a);
+    ob = host::run(r, b);
+    expect_bit_equal(plain, oa, ob, "step " + std::to_string(step + 1));
+    for (const Alias& al : plain.aliases) {
+      a[static_cast<size_t>(al.input)] = oa[static_cast<size_t>(al.output)];
+      b[static_cast<size_t>(al.input)] = ob[static_cast<size_t>(al.output)];
+    }
+  }
+  // In place: each donated input's Array is its output's.
+  auto in_place_outputs = [&](const Program& p) {
+    host::Interpreter it(p);
+    std::vector<Array> in = s.with_adamw_inputs(aw), out(p.outputs.size());
+    std::vector<const Array*> ptr;
+    for (const Array& v : in) ptr.push_back(&v);
+    for (const Alias& al : p.aliases) {
+      out[static_cast<size_t>(al.output)] = in[static_cast<size_t>(al.input)];
+      ptr[static_cast<size_t>(al.input)] = &out[static_cast<size_t>(al.output)];
+    }
+    it.run(ptr, out);
+    return std::pair<int, size_t>(it.outputs_in_place(), it.memory().arena);
+  };
+  const auto [ip, pa] = in_place_outputs(plain);
+  const auto [ir, ra] = in_place_outputs(r);
+  EXPECT_EQ(ir, ip);
+  EXPECT_EQ(ip, static_cast<int>(plain.aliases.size()));
+  EXPECT_GT(pa, ra);
+}
+
+// The host's plan of a 4-block Llama at 2 x 64 tokens: the recomputed step's
+// arena is below the plain one's, and checkpointing still lowers it.
+TEST(RecomputeInBackward, PlannedArenaIsSmaller) {
+  nn::LmConfig c = tiny(nn::Arch::llama, 4);
+  c.d_model = 64;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.d_ff = 192;
+  c.context = c.seq = 64;
+  const Program grad = value_and_grad(nn::lm_loss_program(c), names_of(c));
+  const Program r = recompute_in_backward(grad);
+  const size_t p = host::memory_needed(grad).arena, a = host::memory_needed(r).arena,
+               k = host::memory_needed(checkpoint_activations(r, every_kth_region(r, 1))).arena;
+  std::printf("host arena: plain %zu, recomputed %zu, and checkpointed %zu\n", p, a, k);
+  EXPECT_LT(static_cast<double>(a), 0.8 * static_cast<double>(p));
+  EXPECT_LT(k, a);
+}
+
 // The memory plans: with every block checkpointed, the host interpreter's
 // arena (intermediate values, packed by lifetime) and the device plan's
 // arena of an 8-block model at 4 x 128 tokens are less than a quarter of the

@@ -173,10 +173,14 @@ TEST(HostFusion, SeedGradientStepIsBitwiseUnfused) {
   // The first block's RMSNorm (and the embeddings' sum before it) runs in its
   // row group although the GPU's group starts with the token embedding's
   // gather, which runs as a step of its own: no elementwise step is left
-  // outside a group. The third gather is cross_entropy's check of the
-  // targets (64 labels).
-  EXPECT_EQ(it.own_steps(Op::gather_rows), 3);
-  for (Op op : {Op::add, Op::multiply, Op::broadcast_in_dim, Op::rsqrt}) EXPECT_EQ(it.own_steps(op), 0) << op_name(op);
+  // outside a group, but for cross_entropy's index arithmetic: one i32
+  // multiply and one add over the 64 positions (position * classes + label,
+  // the flat index of each label's logit). The third gather is
+  // cross_entropy's check of the targets (64 labels), the fourth its gather
+  // of the labels' logits.
+  EXPECT_EQ(it.own_steps(Op::gather_rows), 4);
+  for (Op op : {Op::add, Op::multiply}) EXPECT_EQ(it.own_steps(op), 1) << op_name(op);
+  for (Op op : {Op::broadcast_in_dim, Op::rsqrt}) EXPECT_EQ(it.own_steps(op), 0) << op_name(op);
 }
 
 TEST(HostFusion, WithAdamwProgramIsBitwiseUnfused) {

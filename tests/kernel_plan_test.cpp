@@ -26,10 +26,13 @@ namespace {
 using plan::GroupKind;
 using plan::ItemKind;
 
-constexpr int kSeedKernelCeiling = 31;
+// (cross_entropy gathers each label's logit, its gradient a generated
+// scatter, where a one-hot of [positions, classes] once needed no kernel but
+// an iota and a constant of that size: two kernels more than that count)
+constexpr int kSeedKernelCeiling = 33;
 // the bf16 step (optim::mixed_precision_bf16): as many as the f32 step (the
 // GEMMs read their bf16 operands through views, rounding the f32 values on load)
-constexpr int kSeedBf16KernelCeiling = 31;
+constexpr int kSeedBf16KernelCeiling = 33;
 constexpr int kSeedLibraryGemmCeiling = 90;
 
 std::map<ItemKind, int> counts(const plan::KernelPlan& kp) {
@@ -74,7 +77,7 @@ TEST(KernelPlan, SeedStepKernelCount) {
         dots_in_rows += gr.kind == GroupKind::row;
       }
   EXPECT_EQ(generated_dots, 51);
-  EXPECT_EQ(dots_in_rows, 18);
+  EXPECT_EQ(dots_in_rows, 17);  // not the head's: cross_entropy's row kernel starts at its gather
   EXPECT_EQ(c[ItemKind::gemm], 0);
   EXPECT_EQ(c[ItemKind::pack], 0);
   EXPECT_EQ(c[ItemKind::strided], 0);
@@ -89,12 +92,12 @@ TEST(KernelPlan, SeedStepKernelCount) {
   EXPECT_EQ(g[GroupKind::row], 16);
   EXPECT_EQ(g[GroupKind::col], 6);
   EXPECT_EQ(c[ItemKind::end_copy], 0) << "every parameter and moment is updated in place";
-  // the embeddings' gathers inside loop or row kernels, their gradients' scatters
+  // the gathers inside loop or row kernels, their gradients' scatters
   // generated (sums in index order, no atomics), no copy of a scatter's operand
   EXPECT_EQ(c[ItemKind::gather], 0);
   EXPECT_EQ(c[ItemKind::scatter], 0);
   EXPECT_EQ(c[ItemKind::copy], 0);
-  EXPECT_EQ(g[GroupKind::scatter], 2);
+  EXPECT_EQ(g[GroupKind::scatter], 3);  // the embeddings' two and the logits' one (cross_entropy's gather)
   for (const plan::Group& gr : kp.fused.groups)
     for (int d = gr.first; d <= gr.last; ++d)
       if (kp.fused.program.eqns[static_cast<size_t>(d)].op == Op::gather_rows) {

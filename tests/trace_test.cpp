@@ -243,14 +243,17 @@ TEST(TraceValues, CrossEntropyRefusesALabelOutsideTheClasses) {
   const std::vector<double> xv = {1.5, -0.25, 0.75, 2, 1, -1, 0.5, 0.5, 0, -3, 2.25, 1, 0, -0.5, 4};
   Array logits({DType::f32, {5, 3}});
   for (int64_t i = 0; i < logits.numel(); ++i) logits.set(i, xv[static_cast<size_t>(i)]);
-  // The index of the one gather is the targets input itself.
-  int gathers = 0;
+  // One gather's index is the targets input itself (the check); the other
+  // gathers each position's logit at its label from the flat logits, at an
+  // index computed from the first gather's result.
+  int gathers = 0, of_targets = 0;
   for (const Eqn& e : p.eqns)
     if (e.op == Op::gather_rows) {
       ++gathers;
-      EXPECT_EQ(e.inputs.at(1), p.inputs.at(1).value);
+      of_targets += e.inputs.at(1) == p.inputs.at(1).value;
     }
-  EXPECT_EQ(gathers, 1);
+  EXPECT_EQ(gathers, 2);
+  EXPECT_EQ(of_targets, 1);
   for (bool fuse : {true, false}) {
     host::InterpreterOptions o;
     o.fuse = fuse;

@@ -63,6 +63,26 @@ std::vector<int> every_kth_region(const Program& p, int every);
 // naming a listed region p has no equation in.
 Program checkpoint_activations(const Program& p, const std::vector<int>& regions);
 
+// Recomputation of the cheap kind, a transform of value_and_grad's result
+// (capstep train applies it to the step, before checkpoint_activations): a
+// forward value that gradient equations read, made by elementwise
+// equations, broadcasts and reshapes from values that live into the backward
+// anyway (inputs, constants, values the backward reads itself) or are
+// smaller than it (a broadcast's operand), is recomputed by a copy of those
+// equations just before each gradient equation that reads it (the same
+// operations on the same operands: the same bits). The copies read forward
+// values through select(true, x, g) of a gradient value g, so that no
+// scheduler runs them in the forward, and inputs through a snapshot made
+// before the first equation, so that an update written over an input comes
+// after its last read. Such a value is then no buffer held from the forward
+// to the backward: an RMSNorm's broadcast scale and its products, a
+// softmax's broadcast denominator and quotient, SiLU's exponential, sum,
+// quotient and gated product, grouped-query attention's repeated keys and
+// values. The result has p's inputs, outputs and aliases and the same values
+// bit for bit. It applies no common-subexpression elimination afterwards
+// (that would merge the copies back).
+Program recompute_in_backward(const Program& p);
+
 
 // Removes equations whose results no output needs; renumbers values densely.
 Program dead_code_eliminate(const Program& p);

@@ -131,52 +131,90 @@ Tensor rms_norm(const Tensor& x, const Tensor& gain, double eps) {
   return x * unreduce(r, s, {last}) * gain;
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
-  require_float("cross_entropy", logits);
-  if (logits.rank() < 1) throw Error("cross_entropy: logits need rank >= 1, got " + logits.type().str());
+namespace {
+
+// The checks shared by cross_entropy and masked_cross_entropy: float logits
+// [..., C], i32 targets of the positions' shape.
+void check_cross_entropy(const char* what, const Tensor& logits, const Tensor& targets) {
+  require_float(what, logits);
+  if (logits.rank() < 1) throw Error(std::string(what) + ": logits need rank >= 1, got " + logits.type().str());
   const Shape s = logits.shape();
   const Shape pos(s.begin(), s.end() - 1);
   if (targets.dtype() != DType::i32 || targets.shape() != pos)
-    throw Error("cross_entropy: targets must be i32" + shape_str(pos) + " for logits " + logits.type().str() +
+    throw Error(std::string(what) + ": targets must be i32" + shape_str(pos) + " for logits " + logits.type().str() +
                 ", got " + targets.type().str());
+}
+
+// log_softmax(logits)[label] at every position (shape of the positions), for
+// labels in [0, C). The log-sum-exp is computed along the classes, and the
+// label's logit is gathered from the logits seen as one flat row of n * C
+// values, at (position * C + label): no one-hot, iota or other [..., C]
+// value besides exp(logits - max), which the gradient needs, and that
+// gradient's one-hot part is a scatter_add_rows of the n picked cotangents
+// (value_and_grad adds it onto the softmax part in place of a scatter into
+// zeros). Each position's value is (logit[label] - max) - log(sum(exp(logits
+// - max))), rounded as log_softmax's element at the label.
+// Flat positions past the i32 range (n * C >= 2^31) take a one-hot of the
+// labels instead, which needs [..., C] values of its own.
+Tensor label_log_prob(const Tensor& logits, const Tensor& labels) {
   Tracer& tr = *logits.tracer();
-  const int64_t last = logits.rank() - 1;
+  const Shape s = logits.shape();
+  const Shape pos(s.begin(), s.end() - 1);
+  const int64_t last = logits.rank() - 1, classes = s.back();
+  int64_t n = 1;
+  for (int64_t v : pos) n *= v;
+  if (n * classes > int64_t{2147483647}) {
+    // One-hot of the labels: iota along the classes == broadcast labels. It
+    // depends on no float input, so autodiff sends nothing through it.
+    Tensor hit = compare(tr.iota({DType::i32, s}, last), unreduce(labels, s, {last}), Cmp::EQ);
+    return sum(log_softmax(logits, last) * convert(hit, logits.dtype()), {last});
+  }
+  Tensor flat = reshape(logits, {n * classes});
+  Tensor at = reshape(tr.iota({DType::i32, {n}}, 0) * tr.full({n}, static_cast<double>(classes), DType::i32), pos);
+  Tensor picked = gather_rows(flat, at + labels);
+  // The max only keeps exp() in range (as in shifted(): no gradient through
+  // it). It is taken with the label's logit too, which changes no value (that
+  // logit is one of the row's), so that the gather runs before the
+  // exponentials: otherwise only the loss output reads it, and the group that
+  // computes an output nothing else reads runs at the end of the step
+  // (src/backend/plan/fusion.h: a sink), holding the logits until then.
+  Tensor x = reshape(flat, s);
+  Tensor m = max(x, {last});
+  trace_detail::mark_no_grad(m);
+  m = maximum(m, picked);
+  trace_detail::mark_no_grad(m);
+  Tensor lse = log(sum(exp(x - unreduce(m, s, {last})), {last}));
+  return (picked - m) - lse;
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
+  check_cross_entropy("cross_entropy", logits, targets);
+  Tracer& tr = *logits.tracer();
+  const Shape s = logits.shape();
   // The targets pass through a gather of the class numbers 0..C-1 (each
   // label gathers itself), so that a label outside [0, C) is the gather's
   // index error at run time, naming its position, on every backend; a bare
   // compare would match no class and drop that position from the loss.
   Tensor labels = gather_rows(tr.iota({DType::i32, {s.back()}}, 0), targets);
-  // One-hot of the targets: iota along the classes == broadcast labels. It
-  // depends on no float input, so autodiff sends nothing through it.
-  Tensor classes = tr.iota({DType::i32, s}, last);
-  Tensor hit = compare(classes, unreduce(labels, s, {last}), Cmp::EQ);
-  Tensor onehot = convert(hit, logits.dtype());
   int64_t n = 1;
-  for (int64_t v : pos) n *= v;
-  Tensor picked = sum(log_softmax(logits, last) * onehot);
-  return picked * (-1.0 / static_cast<double>(n));
+  for (size_t d = 0; d + 1 < s.size(); ++d) n *= s[d];
+  return sum(label_log_prob(logits, labels)) * (-1.0 / static_cast<double>(n));
 }
 
 Tensor masked_cross_entropy(const Tensor& logits, const Tensor& targets) {
-  require_float("masked_cross_entropy", logits);
-  if (logits.rank() < 1) throw Error("masked_cross_entropy: logits need rank >= 1, got " + logits.type().str());
+  check_cross_entropy("masked_cross_entropy", logits, targets);
+  Tracer& tr = *logits.tracer();
   const Shape s = logits.shape();
   const Shape pos(s.begin(), s.end() - 1);
-  if (targets.dtype() != DType::i32 || targets.shape() != pos)
-    throw Error("masked_cross_entropy: targets must be i32" + shape_str(pos) + " for logits " + logits.type().str() +
-                ", got " + targets.type().str());
-  Tracer& tr = *logits.tracer();
-  const int64_t last = logits.rank() - 1;
   // valid = targets >= 0; a negative target (-100, PyTorch's ignore_index)
   // is clamped to class 0 for the gather and then zeroed by `valid`.
   Tensor zero = tr.full(pos, 0.0, DType::i32);
   Tensor valid = compare(targets, zero, Cmp::GE);
   Tensor labels = gather_rows(tr.iota({DType::i32, {s.back()}}, 0), maximum(targets, zero));
-  Tensor classes = tr.iota({DType::i32, s}, last);
-  Tensor hit = compare(classes, unreduce(labels, s, {last}), Cmp::EQ);
   Tensor validf = convert(valid, logits.dtype());
-  Tensor onehot = convert(hit, logits.dtype()) * unreduce(validf, s, {last});
-  Tensor picked = sum(log_softmax(logits, last) * onehot);
+  Tensor picked = sum(label_log_prob(logits, labels) * validf);
   Tensor count = maximum(sum(validf), tr.scalar(1.0, logits.dtype()));
   return -(picked / count);
 }

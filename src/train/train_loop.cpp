@@ -462,6 +462,17 @@ Result train(const Options& o) {
       inputs_first(optim::with_precision(adapted(o.fused_attention ? fuse_attention(base_loss) : base_loss), o.precision),
                    state.names),
       state.names);
+  // Cheap forward values (broadcasts, elementwise chains) recomputed where
+  // the backward reads them, not held from the forward until then: where the
+  // host's plan of the step says that holds less. (It does when the
+  // activations held at the start of the backward are the peak, as in every
+  // model of several layers; a step whose peak is inside its backward, as
+  // one layer over very long sequences, can hold more, the copies made for
+  // that point's GEMMs coming on top of it.)
+  {
+    Program r = recompute_in_backward(grad);
+    if (host::memory_needed(r, o.backend.host).arena < host::memory_needed(grad, o.backend.host).arena) grad = std::move(r);
+  }
   if (o.checkpoint_every > 0) grad = checkpoint_activations(grad, every_kth_region(grad, o.checkpoint_every));
   // A bf16 base: each weight's f32 copy made at its readers, not held from
   // the forward through the backward.

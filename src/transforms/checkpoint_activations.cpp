@@ -9,24 +9,10 @@
 #include <set>
 
 #include "capstep/transforms.h"
+#include "transforms/passes.h"
 
 namespace capstep {
 namespace {
-
-// The equations output 0 (the loss) depends on: the forward. value_and_grad's
-// gradient equations never feed the loss; an equation the common-subexpression
-// pass shared between the two counts as forward.
-std::vector<char> forward_equations(const Program& p) {
-  std::vector<char> need(static_cast<size_t>(p.num_values()), 0), fwd(p.eqns.size(), 0);
-  need[static_cast<size_t>(p.outputs[0].value)] = 1;
-  for (size_t i = p.eqns.size(); i-- > 0;) {
-    const Eqn& e = p.eqns[i];
-    if (!need[static_cast<size_t>(e.out)]) continue;
-    fwd[i] = 1;
-    for (int v : e.inputs) need[static_cast<size_t>(v)] = 1;
-  }
-  return fwd;
-}
 
 std::string region_list(const std::vector<int>& r) {
   std::string s;
@@ -64,7 +50,7 @@ Program checkpoint_activations(const Program& p, const std::vector<int>& regions
     chosen.insert(r);
   }
   const size_t n = p.eqns.size(), nv = static_cast<size_t>(p.num_values());
-  const std::vector<char> fwd = forward_equations(p);
+  const std::vector<char> fwd = autodiff_detail::forward_equations(p);
   std::vector<int> def(nv, -1);
   for (size_t i = 0; i < n; ++i) def[static_cast<size_t>(p.eqns[i].out)] = static_cast<int>(i);
   // rg[i]: the chosen region forward equation i belongs to, or -1.

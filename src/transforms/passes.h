@@ -23,3 +23,13 @@ namespace capstep::autodiff_detail {
 Program sink_negations(const Program& p);
 
 }  // namespace capstep::autodiff_detail
+
+namespace capstep::autodiff_detail {
+
+// Per equation of a gradient program: whether output 0 (the loss) depends on
+// it, the forward. value_and_grad's gradient equations never feed the loss;
+// an equation the common-subexpression pass shared between the two counts as
+// forward.
+std::vector<char> forward_equations(const Program& p);
+
+}  // namespace capstep::autodiff_detail

@@ -1,6 +1,8 @@
 // Reverse mode: keep p's equations, then walk them backwards from the loss,
 // accumulating one cotangent per value and emitting each VJP with the Tensor
 // API, so the gradient is made of ordinary primitives.
+#include <bit>
+#include <cstdint>
 #include <set>
 
 #include "transforms/passes.h"
@@ -33,6 +35,47 @@ std::vector<int> wrt_inputs(const Program& p, const std::vector<std::string>& wr
     idx.push_back(i);
   }
   return idx;
+}
+
+// The equation that defines value v of p, searched from the end (the
+// cotangents folded below were recorded a few equations back); null for an input.
+const Eqn* defining(const Program& p, int v) {
+  for (auto it = p.eqns.rbegin(); it != p.eqns.rend(); ++it)
+    if (it->out == v) return &*it;
+  return nullptr;
+}
+
+// Whether t is scatter_add_rows(zeros, idx, upd) with a splat +0 constant for
+// zeros (the cotangent of a gather_rows' table); its equation if so.
+const Eqn* scatter_into_zeros(const Program& p, const Tensor& t) {
+  const Eqn* e = defining(p, t.id());
+  if (e == nullptr || e->op != Op::scatter_add_rows) return nullptr;
+  const Eqn* z = defining(p, e->inputs[0]);
+  if (z == nullptr || z->op != Op::constant || z->attrs.literal.size() != 1 ||
+      std::bit_cast<uint64_t>(z->attrs.literal[0]) != std::bit_cast<uint64_t>(0.0))
+    return nullptr;
+  return e;
+}
+
+// acc + g, two cotangents of one value. Where one of them is a scatter into
+// zeros, the sum is that scatter into the other one instead (the same sums,
+// each scattered row's added in another order): neither a constant of the
+// table's size (held for the whole run) nor a second buffer of that size
+// exists, as for the logits' gradient through cross_entropy's gather and a
+// tied embedding's. Nothing is rewritten: the scatter into zeros stays, and
+// dead code elimination drops it where nothing else reads it (a gather's
+// cotangent has no other reader).
+Tensor accumulate(Tracer& tr, const Tensor& acc, const Tensor& g) {
+  const Program& p = tr.program();
+  const Eqn* s = scatter_into_zeros(p, g);
+  Tensor other = acc;
+  if (s == nullptr) {
+    s = scatter_into_zeros(p, acc);
+    other = g;
+  }
+  if (s == nullptr || p.type(s->out) != other.type()) return acc + g;
+  const Tensor idx(&tr, s->inputs[1]), upd(&tr, s->inputs[2]);
+  return scatter_add_rows(other, idx, upd);
 }
 
 }  // namespace
@@ -79,7 +122,7 @@ Program value_and_grad(const Program& p, const std::vector<std::string>& wrt) {
     for (size_t i = 0; i < e.inputs.size(); ++i) {
       if (!need[i] || !gx[i].valid()) continue;
       Tensor& acc = ct[static_cast<size_t>(e.inputs[i])];
-      acc = acc.valid() ? acc + gx[i] : gx[i];
+      acc = acc.valid() ? accumulate(tr, acc, gx[i]) : gx[i];
     }
   }
 
