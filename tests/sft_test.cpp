@@ -352,6 +352,68 @@ TEST(Sft, ChatTokenizerPicksItsFormatInTraining) {
   }
 }
 
+// `sample --special-tokens`: a ChatML prompt's "<|im_start|>" and
+// "<|im_end|>" go to the model as their ids (as transformers' tokenizer and
+// the chat template of training write them), not as the text's pieces; and
+// the first token's logits are the loss program's at the last prompt
+// position of those ids.
+TEST(Sft, SampleReadsChatTokensAsTheirIds) {
+  TempDir d;
+  const data::Tokenizer t = golden_tokenizer("tests/golden/hf/pretok/qwen2");
+  nn::LmConfig c;
+  c.arch = nn::Arch::llama;
+  c.vocab = t.vocab();
+  c.n_layers = 1, c.d_model = 16, c.n_heads = 2, c.d_ff = 16, c.context = 64, c.seq = 32, c.batch = 2;
+  const std::string dir = d.file("model");
+  nn::write_hf_dir(dir, c, nn::init_parameters(c, 3));
+  fs::copy_file(source_dir() + "/tests/golden/hf/pretok/qwen2/tokenizer.json", dir + "/tokenizer.json");
+  const nn::HfModel m = nn::read_hf_dir(dir);
+  train::Options o;
+  o.model = m.config;
+  o.model.batch = 2, o.model.seq = 32;
+  o.init_from = dir;
+  o.tokenizer = m.tokenizer;
+  o.tokenizer_model = m.tokenizer_model;
+  o.sft_path = d.write("rows.jsonl", "{\"prompt\": \"Say hi\", \"completion\": \"hi\"}\n");
+  o.steps = 1;
+  o.save_path = d.file("ck.st");
+  ASSERT_EQ(train::train(o).losses.size(), 1u);
+  const std::string prompt = "<|im_start|>user\nSay hi<|im_end|>\n<|im_start|>assistant\n";
+  const std::vector<int32_t> ids = t.encode(prompt, nullptr, true).to_vector();
+  ASSERT_LT(ids.size(), t.encode(prompt).size());   // the special tokens are one id each only when asked
+  for (const bool special : {false, true}) {
+    train::SampleStats st;
+    std::vector<float> first;
+    train::SampleOptions so;
+    so.checkpoint = o.save_path;
+    so.prompt = prompt;
+    so.tokens = 1;
+    so.temperature = 0;
+    so.special_tokens = special;
+    so.window = c.context;
+    so.stats = &st;
+    so.on_logits = [&](int64_t, const float* l) {
+      if (first.empty()) first.assign(l, l + c.vocab);
+    };
+    train::sample(so);
+    EXPECT_EQ(static_cast<size_t>(st.prompt_tokens), special ? ids.size() : t.encode(prompt).size());
+    if (!special) continue;
+    // The forward program at those ids: its logits at the prompt's last position.
+    const int64_t n = static_cast<int64_t>(ids.size());
+    Array tokens({DType::i32, {1, n}});
+    for (int64_t i = 0; i < n; ++i) tokens.set(i, ids[static_cast<size_t>(i)]);
+    train::TrainMeta meta;
+    const Checkpoint ck = train::load_model_checkpoint(o.save_path, &meta);
+    std::vector<Array> ins;
+    for (const NamedArray& p : ck.params) ins.push_back(p.array);
+    ins.push_back(tokens);
+    const Array logits = host::Interpreter(nn::lm_logits_program(meta.model, n)).run(ins)[0];
+    ASSERT_EQ(first.size(), static_cast<size_t>(c.vocab));
+    for (int64_t v = 0; v < c.vocab; ++v)
+      ASSERT_NEAR(first[static_cast<size_t>(v)], logits.get((n - 1) * c.vocab + v), 1e-4) << v;
+  }
+}
+
 // A run on instruction data resumed from its checkpoint takes the same
 // batches: its losses are bit-identical to an uninterrupted run's; the
 // checkpoint records the file and settings.

@@ -385,6 +385,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(real_range(1e-9, 1.0));
   sample->add_flag_function("--no-kv-cache", [&sa](int64_t) { sa.opts.kv_cache = false; },
                             "run the whole window for every token (the reference the KV cache is checked against)");
+  sample->add_flag("--special-tokens", sa.opts.special_tokens,
+                   "the prompt's special tokens (<|im_start|>, <|eot_id|>, ...) as their ids, as transformers encodes them "
+                   "and --sft's chat templates write them (default: as plain text)");
   sample->add_option("--seed", sa.opts.seed, "seed of the sampler")->capture_default_str()->transform(kSeed);
   sample->add_option("--window", sa.opts.window, "tokens the model reads (default: its training --seq, at most --context)")
       ->transform(int_range(1, 65536));

@@ -450,6 +450,11 @@ struct SampleOptions {
   uint64_t seed = 1;
   int64_t window = 0;                    // 0: the training sequence length
   bool kv_cache = true;
+  // The prompt's special tokens ("<|im_start|>", "<|eot_id|>", ... as the
+  // tokenizer's added tokens name them) become their ids, as transformers'
+  // tokenizers encode them and as --sft's chat templates write them; false:
+  // their text is encoded as any other text.
+  bool special_tokens = false;
   std::function<void(char)> on_char;     // each character as it is produced
   // The logits each token is drawn from (vocab floats), with the number of
   // tokens the model read before it (the prompt's length for the first).

@@ -128,7 +128,7 @@ std::string sample(const SampleOptions& o) {
   // A prompt character the tokenizer cannot represent is refused: the model
   // would read '~' in its place.
   data::TextStats unknown;
-  std::vector<int32_t> text = tokenizer.encode(o.prompt.empty() ? std::string("\n") : o.prompt, &unknown).to_vector();
+  std::vector<int32_t> text = tokenizer.encode(o.prompt.empty() ? std::string("\n") : o.prompt, &unknown, o.special_tokens).to_vector();
   if (unknown.unknown > 0)
     throw data::UnknownTextError("the prompt: " + data::describe_unknown(unknown, tokenizer.name()) +
                                  "; the checkpoint's model was trained without them");
