@@ -301,6 +301,31 @@ TEST(Sft, TrainFirstLossIsTheHandBuiltMaskedBatch) {
             std::string::npos);
 }
 
+// A one-layer Llama in d/name with the chat tokenizer of
+// tests/golden/hf/pretok/<name> (t: that tokenizer), read back as
+// transformers' directory.
+nn::HfModel chat_model(TempDir& d, const std::string& name, const data::Tokenizer& t, int64_t context) {
+  nn::LmConfig c;
+  c.arch = nn::Arch::llama;
+  c.vocab = t.vocab();
+  c.n_layers = 1, c.d_model = 16, c.n_heads = 2, c.d_ff = 16, c.context = context, c.seq = 16, c.batch = 2;
+  const std::string dir = d.file(name);
+  nn::write_hf_dir(dir, c, nn::init_parameters(c, 3));
+  fs::copy_file(source_dir() + "/tests/golden/hf/pretok/" + name + "/tokenizer.json", dir + "/tokenizer.json");
+  return nn::read_hf_dir(dir);
+}
+
+// Training options on that model (in `dir`), batches of 2 x seq.
+train::Options chat_model_options(const nn::HfModel& m, const std::string& dir, int64_t seq) {
+  train::Options o;
+  o.model = m.config;
+  o.model.batch = 2, o.model.seq = seq;
+  o.init_from = dir;
+  o.tokenizer = m.tokenizer;
+  o.tokenizer_model = m.tokenizer_model;
+  return o;
+}
+
 // A Llama whose directory holds a tokenizer with chat tokens (the
 // tokenizer.json of tests/golden/hf/pretok/qwen2: chatml; pretok/llama3:
 // llama3): train() picks the format from the tokens, and its first loss is
@@ -315,20 +340,8 @@ TEST(Sft, ChatTokenizerPicksItsFormatInTraining) {
   for (const auto& [name, want] : std::vector<std::pair<std::string, std::string>>{{"qwen2", "chatml"},
                                                                                          {"llama3", "llama3"}}) {
     const data::Tokenizer t = golden_tokenizer("tests/golden/hf/pretok/" + name);
-    nn::LmConfig c;
-    c.arch = nn::Arch::llama;
-    c.vocab = t.vocab();
-    c.n_layers = 1, c.d_model = 16, c.n_heads = 2, c.d_ff = 16, c.context = 128, c.seq = 64, c.batch = 2;
-    const std::string dir = d.file(name);
-    nn::write_hf_dir(dir, c, nn::init_parameters(c, 3));
-    fs::copy_file(source_dir() + "/tests/golden/hf/pretok/" + name + "/tokenizer.json", dir + "/tokenizer.json");
-    const nn::HfModel m = nn::read_hf_dir(dir);
-    train::Options o;
-    o.model = m.config;
-    o.model.batch = 2, o.model.seq = 64;
-    o.init_from = dir;
-    o.tokenizer = m.tokenizer;
-    o.tokenizer_model = m.tokenizer_model;
+    const nn::HfModel m = chat_model(d, name, t, 128);
+    train::Options o = chat_model_options(m, d.file(name), 64);
     o.sft_path = path;
     o.steps = 2;
     std::vector<std::string> said;
@@ -360,20 +373,9 @@ TEST(Sft, ChatTokenizerPicksItsFormatInTraining) {
 TEST(Sft, SampleReadsChatTokensAsTheirIds) {
   TempDir d;
   const data::Tokenizer t = golden_tokenizer("tests/golden/hf/pretok/qwen2");
-  nn::LmConfig c;
-  c.arch = nn::Arch::llama;
-  c.vocab = t.vocab();
-  c.n_layers = 1, c.d_model = 16, c.n_heads = 2, c.d_ff = 16, c.context = 64, c.seq = 32, c.batch = 2;
-  const std::string dir = d.file("model");
-  nn::write_hf_dir(dir, c, nn::init_parameters(c, 3));
-  fs::copy_file(source_dir() + "/tests/golden/hf/pretok/qwen2/tokenizer.json", dir + "/tokenizer.json");
-  const nn::HfModel m = nn::read_hf_dir(dir);
-  train::Options o;
-  o.model = m.config;
-  o.model.batch = 2, o.model.seq = 32;
-  o.init_from = dir;
-  o.tokenizer = m.tokenizer;
-  o.tokenizer_model = m.tokenizer_model;
+  const nn::HfModel m = chat_model(d, "qwen2", t, 64);
+  const nn::LmConfig& c = m.config;
+  train::Options o = chat_model_options(m, d.file("qwen2"), 32);
   o.sft_path = d.write("rows.jsonl", "{\"prompt\": \"Say hi\", \"completion\": \"hi\"}\n");
   o.steps = 1;
   o.save_path = d.file("ck.st");
