@@ -107,11 +107,6 @@ Program checkpoint_activations(const Program& p, const std::vector<int>& regions
   q.eqns.reserve(n);
   std::vector<int> copy(nv, -1);
   std::map<std::string, int> all_true;  // type -> constant true i1 broadcast to it
-  auto add = [&](Op op, std::vector<int> ins, Attrs a, const Type& t) {
-    q.types.push_back(t);
-    q.eqns.push_back({op, std::move(ins), q.num_values() - 1, std::move(a)});
-    return q.num_values() - 1;
-  };
   // Before equation i of p: main input x, anchored (or as it is where no
   // gradient value of its type precedes i).
   auto anchor = [&](int r, int x, size_t i) {
@@ -119,21 +114,7 @@ Program checkpoint_activations(const Program& p, const std::vector<int>& regions
     int g = -1;
     for (size_t j = i; j-- > 0 && g < 0;)
       if (!fwd[j] && p.type(p.eqns[j].out) == t) g = p.eqns[j].out;
-    int v = x;
-    if (g >= 0) {
-      Attrs a;
-      a.region = r;
-      auto at = all_true.find(t.str());
-      if (at == all_true.end()) {
-        Attrs one = a;
-        one.literal = {1.0};
-        const int c = add(Op::constant, {}, one, {DType::i1, {}});
-        Attrs b = a;
-        at = all_true.emplace(t.str(), add(Op::broadcast_in_dim, {c}, b, {DType::i1, t.shape})).first;
-      }
-      v = add(Op::select, {at->second, x, g}, a, t);
-    }
-    return v;
+    return g >= 0 ? autodiff_detail::anchor(q, all_true, x, g, r) : x;
   };
   // Depth-first over the operands, in order: for a chain of equations, the
   // forward's own order. Iterative (a block is hundreds of equations deep).

@@ -1,5 +1,11 @@
-// Program -> Program clean-ups that value_and_grad runs on its result.
+// Program -> Program pieces the transforms share: the clean-ups that
+// value_and_grad runs on its result, and what the two recomputing transforms
+// (checkpoint_activations, recompute_in_backward) build their copies with.
 #pragma once
+
+#include <map>
+#include <string>
+#include <vector>
 
 #include "capstep/transforms.h"
 
@@ -11,10 +17,6 @@ namespace capstep::autodiff_detail {
 // become x. Unused equations remain; dead_code_eliminate drops them.
 Program simplify(const Program& p);
 
-}  // namespace capstep::autodiff_detail
-
-namespace capstep::autodiff_detail {
-
 // Moves negations off full-size arrays, where subtract's VJP puts them:
 // reduce_sum(-x) -> -reduce_sum(x) (the negate runs on the smaller result),
 // a + -b -> a - b, -a + b -> b - a, a - -b -> a + b (also through a
@@ -22,14 +24,26 @@ namespace capstep::autodiff_detail {
 // no other use. Dead negates remain for dead_code_eliminate.
 Program sink_negations(const Program& p);
 
-}  // namespace capstep::autodiff_detail
-
-namespace capstep::autodiff_detail {
-
 // Per equation of a gradient program: whether output 0 (the loss) depends on
 // it, the forward. value_and_grad's gradient equations never feed the loss;
 // an equation the common-subexpression pass shared between the two counts as
 // forward.
 std::vector<char> forward_equations(const Program& p);
+
+// An equation op(ins) of type t, appended to `to` (q.eqns, or equations to
+// be placed in q later), its result a new value of q; returns it.
+int append(Program& q, std::vector<Eqn>& to, Op op, std::vector<int> ins, Attrs a, const Type& t);
+
+// A constant true of type t's shape (i1; broadcast unless t is a scalar),
+// appended to `to`, equations of q (whose types grow), each in region `region`.
+int true_of(Program& q, std::vector<Eqn>& to, const Type& t, int region = -1);
+
+// select(true, x, g) appended to q: x's bits, which a scheduler that orders by
+// dependencies alone cannot read before g (a gradient value of x's type)
+// exists, so a recomputation that reads x through it cannot run in the
+// forward, where its values would be held as long as the originals. The true
+// of x's type is made once (`trues`, by type). Every equation made is in
+// region `region`.
+int anchor(Program& q, std::map<std::string, int>& trues, int x, int g, int region = -1);
 
 }  // namespace capstep::autodiff_detail

@@ -1,7 +1,5 @@
 // recompute_in_backward (transforms.h): cheap forward values recomputed where
-// the backward reads them, instead of held from the forward to the backward;
-// and the forward's equations of a gradient program, which
-// checkpoint_activations shares.
+// the backward reads them, instead of held from the forward to the backward.
 #include <functional>
 #include <map>
 #include <string>
@@ -10,24 +8,11 @@
 #include "transforms/passes.h"
 
 namespace capstep {
-namespace autodiff_detail {
-
-std::vector<char> forward_equations(const Program& p) {
-  std::vector<char> need(static_cast<size_t>(p.num_values()), 0), fwd(p.eqns.size(), 0);
-  need[static_cast<size_t>(p.outputs[0].value)] = 1;
-  for (size_t i = p.eqns.size(); i-- > 0;) {
-    const Eqn& e = p.eqns[i];
-    if (!need[static_cast<size_t>(e.out)]) continue;
-    fwd[i] = 1;
-    for (int v : e.inputs) need[static_cast<size_t>(v)] = 1;
-  }
-  return fwd;
-}
-
-}  // namespace autodiff_detail
-
 Program recompute_in_backward(const Program& p) {
+  using autodiff_detail::anchor;
+  using autodiff_detail::append;
   using autodiff_detail::forward_equations;
+  using autodiff_detail::true_of;
   if (p.outputs.empty()) return p;
   const size_t n = p.eqns.size(), nv = static_cast<size_t>(p.num_values());
   const std::vector<char> fwd = forward_equations(p);
@@ -75,19 +60,6 @@ Program recompute_in_backward(const Program& p) {
   q.eqns.clear();
   q.eqns.reserve(n);
   std::vector<Eqn> front;  // equations that go before the first one (snapshots)
-  auto add_to = [&](std::vector<Eqn>& to, Op op, std::vector<int> ins, Attrs a, const Type& t) {
-    q.types.push_back(t);
-    to.push_back({op, std::move(ins), q.num_values() - 1, std::move(a)});
-    return q.num_values() - 1;
-  };
-  auto add = [&](Op op, std::vector<int> ins, Attrs a, const Type& t) { return add_to(q.eqns, op, ins, a, t); };
-  // true of a shape, made in `to`
-  auto all_true_of = [&](std::vector<Eqn>& to, const Type& t) {
-    Attrs one;
-    one.literal = {1.0};
-    const int k = add_to(to, Op::constant, {}, one, {DType::i1, {}});
-    return t.rank() == 0 ? k : add_to(to, Op::broadcast_in_dim, {k}, Attrs{}, {DType::i1, t.shape});
-  };
   // A program input (a parameter) that a copy reads is read through a
   // snapshot made before the first equation, select(true, x, x): the same
   // bits, so that no equation of the backward reads the input itself, and an
@@ -97,7 +69,7 @@ Program recompute_in_backward(const Program& p) {
   auto snapshot_of = [&](int x) {
     auto it = snapshot.find(x);
     if (it == snapshot.end())
-      it = snapshot.emplace(x, add_to(front, Op::select, {all_true_of(front, p.type(x)), x, x}, Attrs{}, p.type(x))).first;
+      it = snapshot.emplace(x, append(q, front, Op::select, {true_of(q, front, p.type(x)), x, x}, Attrs{}, p.type(x))).first;
     return it->second;
   };
   // The anchor: a scheduler that orders by dependencies alone (the fusion
@@ -119,9 +91,7 @@ Program recompute_in_backward(const Program& p) {
       if (def[static_cast<size_t>(w)] >= 0 && !fwd[static_cast<size_t>(def[static_cast<size_t>(w)])] && p.type(w) == t) g = w;
     if (g < 0 && last_grad.count(key)) g = last_grad[key];
     if (g < 0) return u;
-    auto at = all_true.find(key);
-    if (at == all_true.end()) at = all_true.emplace(key, all_true_of(q.eqns, t)).first;
-    return add(Op::select, {at->second, u, g}, Attrs{}, t);
+    return anchor(q, all_true, u, g);
   };
   // The copy of v for the gradient equation `reader`: its operands' copies
   // first where they are replaced or only recomputed (read by no gradient

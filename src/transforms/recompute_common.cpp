@@ -1,0 +1,44 @@
+// What the recomputing transforms (checkpoint_activations,
+// recompute_in_backward) share: the forward's equations of a gradient
+// program, and the anchors their copies read forward values through.
+#include "transforms/passes.h"
+
+namespace capstep::autodiff_detail {
+
+std::vector<char> forward_equations(const Program& p) {
+  std::vector<char> need(static_cast<size_t>(p.num_values()), 0), fwd(p.eqns.size(), 0);
+  need[static_cast<size_t>(p.outputs[0].value)] = 1;
+  for (size_t i = p.eqns.size(); i-- > 0;) {
+    const Eqn& e = p.eqns[i];
+    if (!need[static_cast<size_t>(e.out)]) continue;
+    fwd[i] = 1;
+    for (int v : e.inputs) need[static_cast<size_t>(v)] = 1;
+  }
+  return fwd;
+}
+
+int append(Program& q, std::vector<Eqn>& to, Op op, std::vector<int> ins, Attrs a, const Type& t) {
+  q.types.push_back(t);
+  to.push_back({op, std::move(ins), q.num_values() - 1, std::move(a)});
+  return q.num_values() - 1;
+}
+
+int true_of(Program& q, std::vector<Eqn>& to, const Type& t, int region) {
+  Attrs a;
+  a.region = region;
+  Attrs one = a;
+  one.literal = {1.0};
+  const int k = append(q, to, Op::constant, {}, one, {DType::i1, {}});
+  return t.rank() == 0 ? k : append(q, to, Op::broadcast_in_dim, {k}, a, {DType::i1, t.shape});
+}
+
+int anchor(Program& q, std::map<std::string, int>& trues, int x, int g, int region) {
+  const Type t = q.type(x);
+  auto at = trues.find(t.str());
+  if (at == trues.end()) at = trues.emplace(t.str(), true_of(q, q.eqns, t, region)).first;
+  Attrs a;
+  a.region = region;
+  return append(q, q.eqns, Op::select, {at->second, x, g}, a, t);
+}
+
+}  // namespace capstep::autodiff_detail
