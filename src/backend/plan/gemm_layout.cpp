@@ -98,8 +98,8 @@ void DotGemm::pack(DotSide side) {
   }
 }
 
-DotGemm dot_gemm(const Type& lhs, const std::vector<int64_t>& lhs_strides, const Type& rhs,
-                 const std::vector<int64_t>& rhs_strides, const Attrs& at) {
+DotGemm dot_gemm(const Type& lhs, const Type& rhs, const Attrs& at) {
+  const std::vector<int64_t> lhs_strides = row_major_strides(lhs.shape), rhs_strides = row_major_strides(rhs.shape);
   DotGemm g;
   for (int64_t a : at.lhs_batch) g.batch *= lhs.shape[static_cast<size_t>(a)];
   g.m = axis_run(lhs.shape, lhs_strides, dot_free_axes(lhs.rank(), at.lhs_batch, at.lhs_contract)).size;
@@ -108,10 +108,6 @@ DotGemm dot_gemm(const Type& lhs, const std::vector<int64_t>& lhs_strides, const
   g.a = operand(lhs, lhs_strides, at.lhs_batch, at.lhs_contract, DotSide::lhs);
   g.b = operand(rhs, rhs_strides, at.rhs_batch, at.rhs_contract, DotSide::rhs);
   return g;
-}
-
-DotGemm dot_gemm(const Type& lhs, const Type& rhs, const Attrs& at) {
-  return dot_gemm(lhs, row_major_strides(lhs.shape), rhs, row_major_strides(rhs.shape), at);
 }
 
 bool dot_gemm_reads_in_place(const Type& t, const std::vector<int64_t>& batch, const std::vector<int64_t>& contract) {

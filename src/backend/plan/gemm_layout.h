@@ -72,10 +72,9 @@ struct DotGemm {
   void pack(DotSide side);
 };
 
-// The description for operands stored through these strides (in elements, one
-// per axis); the second form with row-major strides.
-DotGemm dot_gemm(const Type& lhs, const std::vector<int64_t>& lhs_strides, const Type& rhs,
-                 const std::vector<int64_t>& rhs_strides, const Attrs& at);
+// The description for row-major operands (every dot_general's operands are
+// row-major buffers; a transpose folded into the product changes the
+// dimension numbers, not the strides).
 DotGemm dot_gemm(const Type& lhs, const Type& rhs, const Attrs& at);
 
 // Whether dot_gemm reads an operand of type t (row-major) with these batch and
