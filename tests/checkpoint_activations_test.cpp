@@ -182,16 +182,14 @@ TEST(CheckpointActivations, EveryKthBlockRecomputesThoseBlocks) {
 // with_adamw's fused step over three steps (parameters and moments fed
 // back through the aliases): the checkpointed step's parameters and moments
 // bit-equal the plain step's.
-TEST(CheckpointActivations, FusedAdamWStepsAreBitEqualOnTheHost) {
-  test::SeedStep s;
-  optim::AdamW aw;
-  const Program plain = optim::with_adamw(s.grad, s.names, aw);
-  const Program ck = checkpoint_activations(plain, every_kth_region(plain, 1));
-  ASSERT_EQ(ck.aliases, plain.aliases);
-  std::vector<Array> a = s.with_adamw_inputs(aw), b = a, oa, ob;
+// Three steps of two with_adamw programs with the same aliases from the same
+// inputs, each step's outputs fed back as the next one's inputs: every output
+// bit-equal at every step, and the parameters and moments after the last.
+void expect_steps_bit_equal(const Program& plain, const Program& other, std::vector<Array> a) {
+  std::vector<Array> b = a, oa, ob;
   for (int step = 0; step < 3; ++step) {
     oa = host::run(plain, a);
-    ob = host::run(ck, b);
+    ob = host::run(other, b);
     expect_bit_equal(plain, oa, ob, "step " + std::to_string(step + 1));
     for (const Alias& al : plain.aliases) {
       a[static_cast<size_t>(al.input)] = oa[static_cast<size_t>(al.output)];
@@ -199,6 +197,15 @@ TEST(CheckpointActivations, FusedAdamWStepsAreBitEqualOnTheHost) {
     }
   }
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i].bit_equal(b[i])) << plain.inputs[i].name;
+}
+
+TEST(CheckpointActivations, FusedAdamWStepsAreBitEqualOnTheHost) {
+  test::SeedStep s;
+  optim::AdamW aw;
+  const Program plain = optim::with_adamw(s.grad, s.names, aw);
+  const Program ck = checkpoint_activations(plain, every_kth_region(plain, 1));
+  ASSERT_EQ(ck.aliases, plain.aliases);
+  expect_steps_bit_equal(plain, ck, s.with_adamw_inputs(aw));
 }
 
 // recompute_in_backward: the same loss and gradients bit for bit, fused and
@@ -232,16 +239,7 @@ TEST(RecomputeInBackward, FusedAdamWStepsAreBitEqualAndInPlace) {
   const Program plain = optim::with_adamw(s.grad, s.names, aw);
   const Program r = optim::with_adamw(recompute_in_backward(s.grad), s.names, aw);
   ASSERT_EQ(r.aliases, plain.aliases);
-  std::vector<Array> a = s.with_adamw_inputs(aw), b = a, oa, ob;
-  for (int step = 0; step < 3; ++step) {
-    oa = host::run(plain, a);
-    ob = host::run(r, b);
-    expect_bit_equal(plain, oa, ob, "step " + std::to_string(step + 1));
-    for (const Alias& al : plain.aliases) {
-      a[static_cast<size_t>(al.input)] = oa[static_cast<size_t>(al.output)];
-      b[static_cast<size_t>(al.input)] = ob[static_cast<size_t>(al.output)];
-    }
-  }
+  expect_steps_bit_equal(plain, r, s.with_adamw_inputs(aw));
   // In place: each donated input's Array is its output's.
   auto in_place_outputs = [&](const Program& p) {
     host::Interpreter it(p);
