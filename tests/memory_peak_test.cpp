@@ -11,7 +11,7 @@
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "capstep/train.h"
-#include "train/stepper.h"
+#include "capstep/train_step.h"
 
 using namespace capstep;
 
@@ -23,11 +23,12 @@ nn::LmConfig small() {
   return c;
 }
 
-train::State fresh(const nn::LmConfig& c) {
-  train::State s;
-  for (const nn::ParamSpec& p : nn::lm_parameters(c)) s.names.push_back(p.name);
-  s.params = nn::init_parameters(c, 1);
-  for (const Array& a : s.params) s.m.emplace_back(a.type()), s.v.emplace_back(a.type());
+// The model's parameters by name, as TrainStep::init takes them.
+std::vector<NamedArray> fresh(const nn::LmConfig& c) {
+  std::vector<NamedArray> s;
+  const std::vector<Array> p = nn::init_parameters(c, 1);
+  const std::vector<nn::ParamSpec> specs = nn::lm_parameters(c);
+  for (size_t j = 0; j < specs.size(); ++j) s.push_back({specs[j].name, p[j]});
   return s;
 }
 
@@ -35,18 +36,16 @@ train::State fresh(const nn::LmConfig& c) {
 
 // The host lanes with AdamW on the host hand out the arrays they step: every
 // parameter, none copied (each address is the one the next step updates: its
-// bytes change with the step, and equal state()'s copy after it).
+// bytes change with the step, and equal save()'s copy after it).
 TEST(MemoryPeak, HostLaneParametersAreReadInPlace) {
   const nn::LmConfig c = small();
-  train::State s = fresh(c);
-  const std::vector<std::string> names = s.names;
+  const std::vector<NamedArray> start = fresh(c);
+  std::vector<std::string> names;
+  for (const NamedArray& p : start) names.push_back(p.name);
   const Program grad = value_and_grad(nn::lm_loss_program(c), names);
-  const train::Lane lane = train::parse_lane("host");
-  std::unique_ptr<train::Stepper> st =
-      train::make_stepper(lane, train::step_program(lane, grad, names, optim::AdamW{}), names, optim::AdamW{}, 0,
-                          train::lane_backend_options(BackendOptions{}, nullptr));
-  st->set_state(std::move(s));
-  const auto held = st->params_in_place();
+  TrainStep st(grad, names, optim::AdamW{}, {.lane = parse_lane("host")});
+  st.init(start);
+  const auto held = st.parameters_in_place();
   ASSERT_EQ(held.size(), names.size());
   std::vector<Array> before;
   for (size_t j = 0; j < held.size(); ++j) {
@@ -55,11 +54,12 @@ TEST(MemoryPeak, HostLaneParametersAreReadInPlace) {
   }
   Array tokens(Type{DType::i32, {c.batch, c.seq}}), targets(Type{DType::i32, {c.batch, c.seq}});
   for (int64_t i = 0; i < tokens.numel(); ++i) tokens.data<int32_t>()[i] = static_cast<int32_t>(i % 7), targets.data<int32_t>()[i] = static_cast<int32_t>((i + 1) % 7);
-  const optim::AdamWScalars sc = optim::adamw_scalars(optim::AdamW{}, 1, 1e-2);
-  st->step(tokens, targets, sc);
-  const auto after = st->params_in_place();
+  st.set("tokens", tokens);
+  st.set("targets", targets);
+  st.step(optim::adamw_scalars(optim::AdamW{}, 1, 1e-2));
+  const auto after = st.parameters_in_place();
   Checkpoint ck;
-  st->state(ck);
+  st.save(ck);
   int changed = 0;
   for (size_t j = 0; j < held.size(); ++j) {
     EXPECT_EQ(after[j].second, held[j].second) << names[j];  // the same arrays, not copies
@@ -68,12 +68,9 @@ TEST(MemoryPeak, HostLaneParametersAreReadInPlace) {
   }
   EXPECT_EQ(changed, static_cast<int>(names.size()));
   // The lane with AdamW in the program holds them in the backend's slots: none in place.
-  const train::Lane fused = train::parse_lane("host-fused");
-  std::unique_ptr<train::Stepper> sf =
-      train::make_stepper(fused, train::step_program(fused, grad, names, optim::AdamW{}), names, optim::AdamW{}, 0,
-                          train::lane_backend_options(BackendOptions{}, nullptr));
-  sf->set_state(fresh(c));
-  EXPECT_TRUE(sf->params_in_place().empty());
+  TrainStep sf(grad, names, optim::AdamW{}, {.lane = parse_lane("host-fused")});
+  sf.init(start);
+  EXPECT_TRUE(sf.parameters_in_place().empty());
 }
 
 // Equal constants and iotas share one location in the statics; any

@@ -118,3 +118,109 @@ TEST(TrainStep, MisuseIsAnErrorNamingWhat) {
   EXPECT_NE(error_of([&] { step.step(); }).find("input \"x\" was never set"), std::string::npos);
   EXPECT_NE(error_of([&] { TrainStep(t.grad, {"w", "nope"}, kAdamW); }).find("nope"), std::string::npos);
 }
+
+namespace {
+
+// Tiny with a frozen scale s [2] (y ≈ (x w) * s + b), its gradient program
+// accumulating over two micro-batches; the micro-batches' inputs.
+struct TinyFrozenAccum {
+  std::vector<std::string> names{"w", "b"};
+  Program one, accum;  // the gradient of one micro-batch; accumulate_gradients of 2
+  std::vector<NamedArray> start;
+  Array x[2] = {Array::f32({4, 3}, {1, 2, 3, -1, 0, 1, 2, 2, -2, 0.5f, -0.5f, 1}),
+                Array::f32({4, 3}, {0, 1, -1, 2, 0.5f, 0.25f, -1, 1, 1, 3, -2, 0})};
+  Array y[2] = {Array::f32({4, 2}, {1, 0, 0, 1, 1, 1, -1, 0.5f}), Array::f32({4, 2}, {0, 0, 1, -1, 0.5f, 2, 0, 1})};
+  TinyFrozenAccum() {
+    Tracer tr;
+    Tensor w = tr.input("w", {DType::f32, {3, 2}}), b = tr.input("b", {DType::f32, {2}});
+    Tensor s = tr.input("s", {DType::f32, {2}});
+    Tensor xs = tr.input("x", x[0].type()), ys = tr.input("y", y[0].type());
+    Tensor d = matmul(xs, w) * s + b - ys;
+    one = value_and_grad(tr.finish({{"loss", mean(d * d)}}), names);
+    accum = optim::accumulate_gradients(one, names, 2);
+    start = {{"w", Array::f32({3, 2}, {0.1f, -0.2f, 0.3f, 0.05f, -0.1f, 0.2f})},
+             {"b", Array::f32({2}, {0.01f, -0.02f})},
+             {"s", Array::f32({2}, {1.5f, -0.5f})}};
+  }
+};
+
+}  // namespace
+
+// One TrainStep for every lane: with a frozen input and gradient
+// accumulation, AdamW on the host and AdamW in the program take the steps
+// computed by hand (the gradient program run on each micro-batch, the mean
+// gradient, optim::adamw_update), bit for bit on the host; the frozen scale
+// is saved with the parameters and never changes.
+TEST(TrainStep, EveryLaneTakesTheSameStepsWithFrozenInputsAndAccumulation) {
+  const TinyFrozenAccum t;
+  // By hand.
+  std::vector<Array> p = {t.start[0].array, t.start[1].array}, m, v;
+  for (const Array& a : p) m.emplace_back(a.type()), v.emplace_back(a.type());
+  std::unique_ptr<Backend> g = make_backend(BackendKind::host, t.one);
+  g->set("s", t.start[2].array);
+  std::vector<double> by_hand;
+  for (int k = 1; k <= 3; ++k) {
+    std::vector<Array> sum = {Array(p[0].type()), Array(p[1].type())};
+    double loss = 0;
+    for (int i = 0; i < 2; ++i) {
+      g->set("w", p[0]), g->set("b", p[1]), g->set("x", t.x[i]), g->set("y", t.y[i]);
+      g->run();
+      loss += g->read("loss").get(0);
+      for (size_t j = 0; j < 2; ++j) {
+        const Array gr = g->read("grad." + t.names[j]);
+        for (int64_t e = 0; e < gr.numel(); ++e) sum[j].data<float>()[e] += gr.data<float>()[e];
+      }
+    }
+    for (size_t j = 0; j < 2; ++j) {
+      for (int64_t e = 0; e < sum[j].numel(); ++e) sum[j].data<float>()[e] /= 2.0f;
+      optim::adamw_update(kAdamW, optim::adamw_scalars(kAdamW, k), p[j], sum[j], m[j], v[j]);
+    }
+    by_hand.push_back(loss / 2);
+  }
+  std::vector<Lane> lanes = {parse_lane("host"), parse_lane("host-fused")};
+  std::string why;
+  const std::string plugin = pjrt_plugin(&why);
+  if (!plugin.empty()) lanes.push_back(parse_lane("pjrt")), lanes.push_back(parse_lane("pjrt-fused"));
+  for (const Lane& lane : lanes) {
+    SCOPED_TRACE(lane_name(lane));
+    StepOptions so{.lane = lane, .frozen = {"s"}};
+    so.backend.pjrt.plugin = plugin;
+    TrainStep step(t.accum, t.names, kAdamW, so);
+    EXPECT_NE(error_of([&] { step.init({t.start[0], t.start[1]}); }).find("no frozen parameter \"s\" given"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { step.set("s", t.start[2].array); }).find("is the step's state"), std::string::npos);
+    step.init(t.start);
+    EXPECT_NE(error_of([&] { step.step(); }).find("1 micro-batches for a step program that accumulates"),
+              std::string::npos);
+    std::vector<double> losses;
+    for (int k = 1; k <= 3; ++k)
+      losses.push_back(step.step(
+          2, [&](int i) { step.set("x", t.x[i]), step.set("y", t.y[i]); }, optim::adamw_scalars(kAdamW, k)));
+    EXPECT_EQ(step.steps(), 3);
+    Checkpoint c;
+    step.save(c);
+    ASSERT_EQ(c.params.size(), 3u);
+    EXPECT_EQ(c.frozen, std::vector<std::string>{"s"});
+    EXPECT_EQ(c.params[2].name, "s");
+    EXPECT_TRUE(c.params[2].array.bit_equal(t.start[2].array));
+    for (size_t j = 0; j < 2; ++j) {
+      if (lane.backend == BackendKind::host) {
+        EXPECT_EQ(losses, by_hand);
+        EXPECT_TRUE(c.params[j].array.bit_equal(p[j])) << t.names[j];
+        EXPECT_TRUE(c.adam_m[j].array.bit_equal(m[j])) << t.names[j];
+        EXPECT_TRUE(step.read(optim::moment2_name(t.names[j])).bit_equal(v[j])) << t.names[j];
+      } else {
+        for (int k = 0; k < 3; ++k) EXPECT_NEAR(losses[k], by_hand[k], 1e-5 * std::fabs(by_hand[k]));
+        EXPECT_LT(norm_diff(c.params[j].array, p[j]), 1e-4) << t.names[j];
+      }
+    }
+    // A checkpoint resumes on the same lane: one more step as a fresh one's.
+    TrainStep again(t.accum, t.names, kAdamW, so);
+    again.load(c);
+    EXPECT_EQ(again.steps(), 3);
+    const auto micro = [&](TrainStep& s) {
+      return s.step(2, [&](int i) { s.set("x", t.x[i]), s.set("y", t.y[i]); }, optim::adamw_scalars(kAdamW, 4));
+    };
+    EXPECT_EQ(micro(again), micro(step));
+  }
+}

@@ -38,11 +38,11 @@ int main(int argc, char** argv) {
   const optim::AdamW adamw{.lr = 0.01, .weight_decay = 0};
   const Program grad = value_and_grad(loss, names);
   std::vector<TrainStep> lanes;  // the host, and the GPU from the same start when there is one
-  lanes.emplace_back(grad, names, adamw, BackendKind::host);
+  lanes.emplace_back(grad, names, adamw, StepOptions{.lane = {BackendKind::host, true}});
   std::printf("capstep %s: an MLP on %d points, %zu equations a step\n", CAPSTEP_VERSION, int(N),
               lanes[0].backend().program().eqns.size());
   if (std::string why; backend_available(BackendKind::cuda, {}, &why))
-    lanes.emplace_back(grad, names, adamw, BackendKind::cuda);
+    lanes.emplace_back(grad, names, adamw, StepOptions{.lane = {BackendKind::cuda, true}});
   else std::printf("GPU lane: skipped (%s)\n", why.c_str());
   for (TrainStep& s : lanes) {
     s.init(start);

@@ -47,17 +47,20 @@
 #include "capstep/lora.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
+#include "capstep/train_step.h"
 
 namespace capstep::train {
 
-struct Lane {
-  BackendKind backend = BackendKind::host;
-  bool adamw_in_program = false;  // optim::with_adamw: state donated, kept where the backend computes
-  bool operator==(const Lane& o) const { return backend == o.backend && adamw_in_program == o.adamw_in_program; }
-  bool operator!=(const Lane& o) const { return !(*this == o); }
-};
-const char* lane_name(const Lane& l);          // "host", "host-fused", "cuda", "cuda-fused", "pjrt", "pjrt-fused"
-Lane parse_lane(const std::string& s);         // those, "gpu", "gpu-fused"; Error naming them otherwise
+// The one lane type is capstep::Lane (capstep/train_step.h), here by its
+// older name too.
+using capstep::Lane;
+using capstep::lane_name;
+using capstep::parse_lane;
+
+// The options a lane's backend is made with: `base` with a CUDA graph, and
+// the replicas its all_reduce equations sum over (comm: the CUDA backend makes
+// its NCCL communicator from it; nullptr: one replica).
+BackendOptions lane_backend_options(const BackendOptions& base, Communicator* comm);
 
 // What the progress callback gets, once per step.
 struct StepInfo {

@@ -44,11 +44,11 @@ struct Options {
 };
 
 // One lane's run: what it is (a backend and where AdamW runs, the one
-// train::Lane) and what it measured.
+// capstep::Lane) and what it measured.
 struct LaneResult {
   std::string tag;                   // "1", "1f", "2", "3", "4" (Options::only)
   std::string label;                 // "[1] host"
-  train::Lane lane;
+  Lane lane;
   bool ran = false;
   std::string skipped;               // reason, when not ran
   std::vector<double> losses;        // one per step

@@ -18,8 +18,8 @@
 #include "capstep/data.h"
 #include "capstep/host.h"
 #include "capstep/host_options.h"
+#include "capstep/train_step.h"
 #include "lanes/lanes.h"
-#include "train/stepper.h"
 
 namespace capstep::lanes {
 namespace {
@@ -46,12 +46,6 @@ Start make_start(const Options& o) {
   Start s{{}, nn::init_parameters(o.model, o.seed), data::BatchStream(std::move(ids), o.seed, o.model.batch, o.model.seq)};
   for (const nn::ParamSpec& p : nn::lm_parameters(o.model)) s.names.push_back(p.name);
   return s;
-}
-
-std::vector<Array> zeros_like(const std::vector<Array>& v) {
-  std::vector<Array> z;
-  for (const Array& a : v) z.emplace_back(a.type());
-  return z;
 }
 
 // Every lane: `warmup` untimed steps, then `steps` timed and recorded ones,
@@ -90,25 +84,30 @@ void run_phases(const Options& o, LaneResult& lane, StartFn&& start, StepFn&& st
   lane.ran = true;
 }
 
-// Every lane, one loop: the lane's stepper (src/train/stepper.h: a backend
-// and where AdamW runs), reset to the start before each phase; step k fills
-// batch k and takes AdamW step k+1.
+// Every lane, one loop: the lane's TrainStep (a backend and where AdamW
+// runs), reset to the start before each phase; step k fills batch k and takes
+// AdamW step k+1.
 void run_lane(const Options& o, const Start& s, const Program& grad, LaneResult& lane) {
-  const train::Lane& which = lane.lane;
-  const std::unique_ptr<train::Stepper> stepper =
-      train::make_stepper(which, train::step_program(which, grad, s.names, o.adamw), s.names, o.adamw, 0.f,
-                          train::lane_backend_options(o.backend, nullptr));
-  const train::State start{s.names, s.params, zeros_like(s.params), zeros_like(s.params)};
+  const Lane& which = lane.lane;
+  TrainStep stepper(grad, s.names, o.adamw, {.lane = which, .backend = train::lane_backend_options(o.backend, nullptr)});
+  Checkpoint start;
+  for (size_t j = 0; j < s.names.size(); ++j) {
+    start.params.push_back({s.names[j], s.params[j]});
+    start.adam_m.push_back({s.names[j], Array(s.params[j].type())});
+  }
+  start.adam_v = start.adam_m;
   Array tokens({DType::i32, {o.model.batch, o.model.seq}}), targets = tokens;
   run_phases(
-      o, lane, [&] { stepper->set_state(start); },
+      o, lane, [&] { stepper.load(start); },
       [&](int k) {
         s.batches.fill(static_cast<uint64_t>(k), tokens, targets);
-        return static_cast<double>(stepper->step(tokens, targets, optim::adamw_scalars(o.adamw, k + 1)));
+        stepper.set("tokens", tokens);
+        stepper.set("targets", targets);
+        return static_cast<double>(static_cast<float>(stepper.step(optim::adamw_scalars(o.adamw, k + 1))));
       });
   // After the steps: a PJRT backend holds its buffers once the state is set.
   if (which.backend != BackendKind::host) {
-    const BackendInfo info = stepper->describe();
+    const BackendInfo info = stepper.backend().describe();
     lane.device_bytes = info.bytes;
     // [4] names its device here ("PJRT cpu (plugin ...)"); the GPU lanes' is the report's.
     lane.kernels = which.backend == BackendKind::pjrt ? info.device + "; " + info.plan : info.plan;
@@ -130,7 +129,7 @@ void finish(LaneResult& lane, const LaneResult& host) {
 struct LaneSpec {
   const char* tag;
   const char* label;
-  train::Lane lane;
+  Lane lane;
 };
 const LaneSpec kLanes[] = {
     {"1", "[1] host", {BackendKind::host, false}},

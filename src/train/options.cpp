@@ -9,13 +9,11 @@
 
 namespace capstep::train {
 
-const char* lane_name(const Lane& l) {
-  switch (l.backend) {
-    case BackendKind::host: return l.adamw_in_program ? "host-fused" : "host";
-    case BackendKind::cuda: return l.adamw_in_program ? "cuda-fused" : "cuda";
-    case BackendKind::pjrt: return l.adamw_in_program ? "pjrt-fused" : "pjrt";
-  }
-  return "?";
+BackendOptions lane_backend_options(const BackendOptions& base, Communicator* comm) {
+  BackendOptions bo = base;
+  bo.cuda.cuda_graph = true;
+  bo.communicator = comm;
+  return bo;
 }
 
 const char* schedule_name(Schedule s) { return s == Schedule::cosine ? "cosine" : "constant"; }
@@ -46,16 +44,6 @@ bool is_loss_spike(const double* recent, size_t n, double loss) {
   for (size_t i = 0; i < n; ++i) var += (recent[i] - mean) * (recent[i] - mean);
   const double sd = std::sqrt(var / static_cast<double>(n));
   return loss > 1.5 * mean && loss > mean + 5 * sd;
-}
-
-Lane parse_lane(const std::string& s) {
-  if (s == "gpu") return {BackendKind::cuda, false};
-  if (s == "gpu-fused") return {BackendKind::cuda, true};
-  for (BackendKind k : {BackendKind::host, BackendKind::cuda, BackendKind::pjrt})
-    for (bool fused : {false, true})
-      if (s == lane_name({k, fused})) return {k, fused};
-  throw Error("unknown lane '" + s + "'; the lanes are host, host-fused, cuda (or gpu), cuda-fused (or gpu-fused), "
-              "pjrt, pjrt-fused");
 }
 
 void Options::validate() const {

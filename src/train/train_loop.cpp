@@ -23,12 +23,35 @@
 #include "capstep/train.h"
 #include "lora_run.h"
 #include "memory.h"
-#include "stepper.h"
 
 namespace capstep::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The parameters that train and both moments (lm_parameters order among
+// them), and the frozen parameters (Options::freeze), as the run starts.
+struct State {
+  std::vector<std::string> names;
+  std::vector<Array> params, m, v;
+  std::vector<std::string> frozen_names = {};
+  std::vector<Array> frozen = {};
+};
+
+// The state as a checkpoint that TrainStep::load takes, its arrays moved.
+Checkpoint take(State& s, uint64_t step) {
+  Checkpoint c;
+  for (size_t j = 0; j < s.names.size(); ++j) {
+    c.params.push_back({s.names[j], std::move(s.params[j])});
+    c.adam_m.push_back({s.names[j], std::move(s.m[j])});
+    c.adam_v.push_back({s.names[j], std::move(s.v[j])});
+  }
+  for (size_t j = 0; j < s.frozen.size(); ++j) c.params.push_back({s.frozen_names[j], std::move(s.frozen[j])});
+  c.frozen = s.frozen_names;
+  c.step = step;
+  s = State{};
+  return c;
+}
 
 // Index of the first non-finite element of any tensor, named, or "".
 std::string first_non_finite(const Checkpoint& c) {
@@ -133,17 +156,6 @@ void split_frozen(State& s, const std::vector<bool>& trains, const Options& o, c
                 (now_frozen.empty() ? "" : "; trained there, frozen now: " + now_frozen) +
                 " (resume with the patterns it was trained with)");
   s = std::move(t);
-}
-
-// `p` with its inputs reordered: `first` (names, in that order), then the
-// others in their order. HostAdamW wants the trained parameters as inputs 0..n-1.
-Program inputs_first(Program p, const std::vector<std::string>& first) {
-  std::vector<NamedValue> in;
-  for (const std::string& n : first) in.push_back(p.inputs[static_cast<size_t>(p.input_index(n))]);
-  for (const NamedValue& v : p.inputs)
-    if (std::find(first.begin(), first.end(), v.name) == first.end()) in.push_back(v);
-  p.inputs = std::move(in);
-  return p;
 }
 
 // Instruction data: the rows of o.sft_path in o.chat_template (or the
@@ -459,8 +471,7 @@ Result train(const Options& o) {
 
   // Over the trained parameters only, which come first (frozen ones after them).
   Program grad = value_and_grad(
-      inputs_first(optim::with_precision(adapted(o.fused_attention ? fuse_attention(base_loss) : base_loss), o.precision),
-                   state.names),
+      optim::with_precision(adapted(o.fused_attention ? fuse_attention(base_loss) : base_loss), o.precision),
       state.names);
   // Cheap forward values (broadcasts, elementwise chains) recomputed where
   // the backward reads them, not held from the forward until then: where the
@@ -485,25 +496,26 @@ Result train(const Options& o) {
   // Clipping is part of the step program (the norm and the scale computed where
   // the step runs); the limit is a scalar input.
   if (o.clip_grad_norm > 0) grad = optim::clip_grad_norm(grad, state.names);
-  const float clip = static_cast<float>(o.clip_grad_norm);
   // The run's host memory, planned, against the memory left (memory.h); only
   // then the validation interpreter, whose constants may take gigabytes.
-  const Program step = step_program(r.lane_used, grad, state.names, o.adamw);
-  check_host_memory(o, r.lane_used.backend == BackendKind::host, step, validating ? &forward_program : nullptr);
+  const Program step_program = TrainStep::program(grad, state.names, o.adamw, r.lane_used);
+  check_host_memory(o, r.lane_used.backend == BackendKind::host, step_program, validating ? &forward_program : nullptr);
   if (validating) forward = make_backend(BackendKind::host, std::move(forward_program), o.backend);
   // Data parallel: o.comm goes to the backend whatever it is. On a GPU lane
   // the CUDA backend makes its NCCL communicator from it (the NCCL id from
   // rank 0 through o.comm), one process per GPU: every rank takes the same
   // lane decision above and gets here, or the job would stop here, waiting.
-  std::unique_ptr<Stepper> stepper = make_stepper(r.lane_used, step, state.names, o.adamw, clip,
-                                                  lane_backend_options(o.backend, o.comm));
+  StepOptions so{.lane = r.lane_used,
+                 .frozen = state.frozen_names,
+                 .clip_max_norm = static_cast<float>(o.clip_grad_norm),
+                 .backend = lane_backend_options(o.backend, o.comm)};
+  TrainStep stepper(make_backend(r.lane_used.backend, step_program, so.backend), state.names, o.adamw, so);
   if (o.comm && r.lane_used.backend == BackendKind::cuda) {
-    const std::string via = stepper->describe().collective;
+    const std::string via = stepper.backend().describe().collective;
     say(std::string("data parallel on lane ") + lane_name(r.lane_used) + ": " + std::to_string(ranks) + " rank(s), " +
         (via.empty() ? std::string("one replica (all_reduce a device copy: built without NCCL)") : via));
   }
-  stepper->set_state(std::move(state));
-  state = State{};
+  stepper.load(take(state, done));
 #if defined(__GLIBC__)
   // What loading freed (the files' bytes, a bf16 base's f32 weights, the
   // copies the stepper did not take) is mostly in blocks under malloc's mmap
@@ -522,10 +534,10 @@ Result train(const Options& o) {
     // of them, nor of the moments), else copied out of its backend. The
     // step's arena and validation's are resident one at a time: the step's
     // pages go back before validation, validation's after.
-    stepper->release_scratch();
-    const std::vector<std::pair<std::string, const Array*>> held = stepper->params_in_place();
+    stepper.backend().release_scratch();
+    const std::vector<std::pair<std::string, const Array*>> held = stepper.parameters_in_place();
     if (held.empty()) {
-      stepper->state(ckpt);
+      stepper.save(ckpt);
       for (const NamedArray& p : ckpt.params) forward->set(p.name, p.array);
     }
     for (const auto& [name, a] : held)
@@ -546,7 +558,7 @@ Result train(const Options& o) {
   if (tokenizer.has_model()) ckpt.extra[kTokenizerModelKey] = base64_encode(tokenizer.model());
   if (lora_run.on) ckpt.extra[kLoraMetadataKey] = lora_metadata(lora_run.meta);
   auto save = [&](int64_t step) -> bool {
-    stepper->state(ckpt);
+    stepper.save(ckpt);
     const std::string bad = first_non_finite(ckpt);
     if (!bad.empty()) {
       std::ostringstream m;
@@ -592,8 +604,13 @@ Result train(const Options& o) {
     if (sft) sft->set_position(sft->position() + 1);
     else batches->set_position(batches->position() + 1);
     const double lr = scheduled_lr(o.schedule, o.adamw.lr, step, o.steps);
-    const float loss = stepper->step_n(tokens.data(), targets.data(), static_cast<int>(accum),
-                                       optim::adamw_scalars(o.adamw, step, lr));
+    const float loss = static_cast<float>(stepper.step(
+        static_cast<int>(accum),
+        [&](int i) {
+          stepper.set("tokens", tokens[static_cast<size_t>(i)]);
+          stepper.set("targets", targets[static_cast<size_t>(i)]);
+        },
+        optim::adamw_scalars(o.adamw, step, lr)));
     if (!std::isfinite(loss)) {
       std::ostringstream m;
       m << "step " << step << ": the loss is " << (std::isnan(loss) ? "NaN" : loss > 0 ? "+infinity" : "-infinity")
@@ -623,7 +640,7 @@ Result train(const Options& o) {
     info.step = step;
     info.loss = loss;
     info.lr = lr;
-    info.grad_norm = stepper->grad_norm();
+    info.grad_norm = stepper.grad_norm();
     info.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
     info.tokens_per_s = info.elapsed_s > 0 ? tokens_per_step * static_cast<double>(step - first + 1) / info.elapsed_s : 0;
     info.val_loss = NAN;
@@ -655,7 +672,7 @@ Result train(const Options& o) {
     // all-reduced update). Each rank sums the ranks' 32-bit hashes of their
     // parameter bytes (exact in a double): unless all are equal, the sum
     // differs from ranks x its own hash on at least one rank, which fails.
-    stepper->state(ckpt);
+    stepper.save(ckpt);
     uint32_t h = 2166136261u;  // FNV-1a
     for (const NamedArray& t : ckpt.params) {
       const unsigned char* b = static_cast<const unsigned char*>(t.array.raw());
