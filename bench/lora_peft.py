@@ -18,7 +18,7 @@ ru_maxrss from wait4, which includes loading the model); the table gives the
 median over rounds of each and capstep / PEFT.
 
 Usage: VENV/bin/python bench/lora_peft.py [--build build] [--models gpt2,smollm2]
-         [--rounds 3] [--steps 10] [--warmup 2] [--capstep-args "..."]
+         [--rounds 3] [--steps 10] [--warmup 2] [--capstep-args "..."] [--peft-autocast]
 VENV from scripts/peft-venv (torch, transformers, peft, safetensors).
 """
 import argparse
@@ -111,8 +111,11 @@ def make_tokens(path, vocab, n=1 << 20, seed=38):
     rng.integers(0, vocab, size=n, dtype=np.uint16).tofile(path)
 
 
-def peft_run(model_dir, tokens, steps, batch, seq):
-    """One PEFT measurement in this process: JSON with each step's seconds."""
+def peft_run(model_dir, tokens, steps, batch, seq, autocast=False):
+    """One PEFT measurement in this process: JSON with each step's seconds.
+    autocast: forward and loss under torch.autocast("cpu", bfloat16), as
+    PyTorch's mixed precision runs (bf16 GEMMs, f32 weights and AdamW)."""
+    import contextlib
     import numpy as np
     import torch
     import torch.nn.functional as F
@@ -133,8 +136,9 @@ def peft_run(model_dir, tokens, steps, batch, seq):
         starts = torch.randint(0, ids.numel() - seq - 1, (batch,), generator=gen)
         win = torch.stack([ids[s:s + seq + 1] for s in starts.tolist()])
         t0 = time.perf_counter()
-        logits = model(input_ids=win[:, :-1]).logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), win[:, 1:].reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext():
+            logits = model(input_ids=win[:, :-1]).logits
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), win[:, 1:].reshape(-1))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -180,7 +184,7 @@ def capstep_once(a, model_dir, tokens, log):
 
 def peft_once(a, model_dir, tokens):
     cmd = [sys.executable, os.path.abspath(__file__), "--peft-run", model_dir, "--tokens", tokens, "--steps",
-           str(a.steps), "--batch", str(a.batch), "--seq", str(a.seq)]
+           str(a.steps), "--batch", str(a.batch), "--seq", str(a.seq)] + (["--peft-autocast"] if a.peft_autocast else [])
     out, err, rc, rss = run_measured(cmd, thread_env(THREADS))
     if rc != 0:
         return None, f"PEFT exit {rc}: {(err.strip().splitlines() or ['?'])[-1][:200]}", err
@@ -204,6 +208,8 @@ def main():
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--workdir", default="out/lora-bench")
     ap.add_argument("--capstep-args", default="", help="more capstep train options, e.g. '--base-precision bf16'")
+    ap.add_argument("--peft-autocast", action="store_true",
+                    help="PEFT's forward under torch.autocast(bfloat16) (to set beside --capstep-args '--precision bf16')")
     ap.add_argument("--only", choices=["capstep", "peft"], help="run one side only")
     ap.add_argument("--peft-run", metavar="DIR", help=argparse.SUPPRESS)
     ap.add_argument("--tokens", help=argparse.SUPPRESS)
@@ -213,7 +219,7 @@ def main():
     if a.make_model:
         return make_model(*a.make_model)
     if a.peft_run:
-        return peft_run(a.peft_run, a.tokens, a.steps, a.batch, a.seq)
+        return peft_run(a.peft_run, a.tokens, a.steps, a.batch, a.seq, a.peft_autocast)
 
     import peft
     import torch
@@ -228,6 +234,8 @@ def main():
     print(f"load before: {os.getloadavg()[0]:.2f}")
     print(f"capstep train ... --lora-rank 8 --lora-alpha 16 --lora-targets all-linear --batch {a.batch} "
           f"--seq {a.seq} --steps {a.steps} {a.capstep_args}".rstrip())
+    if a.peft_autocast:
+        print("PEFT under torch.autocast(\"cpu\", dtype=torch.bfloat16)")
     results = {}
     for name in a.models.split(","):
         d = os.path.join(ROOT, a.workdir, name)
