@@ -28,9 +28,9 @@ MemoryRoom memory_room(const std::string& proc = "/proc", const std::string& cgr
 
 // What a training run takes in host memory besides the text: the parameters
 // and both AdamW moments (held already when it is asked); the copy of them
-// that checkpoints read (Stepper::state), and validation where AdamW runs in
+// that checkpoints read (TrainStep::save), and validation where AdamW runs in
 // the program (the other lanes' validation reads the parameters in place,
-// Stepper::params_in_place); on the host lane, the
+// TrainStep::parameters_in_place); on the host lane, the
 // step interpreter's blocks, its outputs (the loss and the gradients) and its
 // other inputs (the batch); and the validation interpreter's blocks. (A GPU
 // lane's step takes device memory, which cuda::Executable checks.)
@@ -42,7 +42,7 @@ struct HostMemory {
   host::MemoryPlan validation;    // the validation program's plan (zeros: none)
   size_t batch() const { return step.inputs > params ? step.inputs - params : 0; }
   // The step's arena is given back before validation runs and validation's
-  // after (Stepper::release_scratch), so only the larger of the two is
+  // after (Backend::release_scratch), so only the larger of the two is
   // resident at once (off the host lane the step's is 0 here).
   size_t arenas() const { return std::max(step.arena, validation.arena); }
   size_t still_needed() const {
