@@ -958,6 +958,45 @@ TEST(PlanEmulation, Bf16KernelsRoundAsTheInterpreterBitForBit) {
   }
 }
 
+// A reshape that cuts a transposed axis at a size that does not divide it
+// (z^T [6, 4] read as [4, 6]) has no strided layout over z: the transpose is
+// a copy, and the reshape a view of it (row-major: one contiguous run, which
+// the reshape may cut anywhere). The generated GEMM reads it so; small
+// integers keep the sums exact, the same bits as the interpreter's.
+TEST(PlanEmulation, ReshapeOfATransposeIsReadFromACopy) {
+  Program p;
+  p.name = "reshape of a transpose";
+  const int z = p.add_input("z", {DType::f32, {4, 6}});
+  const int u = p.add_input("u", {DType::f32, {6, 2}});
+  Attrs tr;
+  tr.dims = {1, 0};
+  Attrs mm;
+  mm.lhs_contract = {1};
+  mm.rhs_contract = {0};
+  const int zt = p.add_eqn(Op::transpose, {z}, tr);
+  const int zr = p.add_eqn_typed(Op::reshape, {zt}, {}, {DType::f32, {4, 6}});
+  p.add_output("c", p.add_eqn(Op::dot_general, {zr, u}, mm));
+  const plan::KernelPlan kp = plan::plan_kernels(p);
+  const Program& fp = kp.fused.program;
+  for (size_t d = 0; d < fp.eqns.size(); ++d) {
+    if (fp.eqns[d].op == Op::transpose) EXPECT_EQ(kp.fused.view[d], 0) << "a copy";
+    if (fp.eqns[d].op == Op::reshape) EXPECT_EQ(kp.fused.view[d], 1) << "a view of the copy";
+  }
+  TempDir dir;
+  const HostKernels kernels(kp, dir.file("k"));
+  HostPlanRunner run(kp, kernels);
+  std::mt19937 rng(5);
+  std::vector<Array> in;
+  for (int i = 0; i < 2; ++i) {
+    Array a(p.input_type(i));
+    for (int64_t k = 0; k < a.numel(); ++k) a.set(k, static_cast<double>(static_cast<int>(rng() % 9) - 4));
+    run.upload(i, a);
+    in.push_back(a);
+  }
+  run.step();
+  EXPECT_TRUE(run.output(fp.output_index("c")).bit_equal(ieee_run(p, in)[0]));
+}
+
 // Many f32 and f64 values to bf16: every f32 exponent and sign with mantissa
 // tails at, just below and just above a tie, zero and random (NaNs with
 // payloads among them), and f64 values: random bits, and values just above
