@@ -24,6 +24,18 @@ Program simplify(const Program& p);
 // no other use. Dead negates remain for dead_code_eliminate.
 Program sink_negations(const Program& p);
 
+// Moves a widening convert (bf16 -> f32) at or after equation `first` (the
+// gradient's equations) below the transposes and reshapes it reads, when
+// each of those views has no other reader: convert(view(..view(y))) becomes
+// view(..view(convert(y))), the same bits. Mixed precision converts the
+// source of a transposed GEMM operand (optim.h), so the cotangent of that
+// source is a bf16 value's views widened; widened first, the views are the
+// f32 ones of an f32 program: a GEMM that reads the cotangent reads the f32
+// transpose in place, and the widening joins the narrowing convert that
+// made the bf16 value (both in the producing GEMM's epilogue on the GPU),
+// instead of a bf16 value stored only to be transposed and widened.
+Program widen_before_views(const Program& p, size_t first);
+
 // Per equation of a gradient program: whether output 0 (the loss) depends on
 // it, the forward. value_and_grad's gradient equations never feed the loss;
 // an equation the common-subexpression pass shared between the two counts as
