@@ -402,6 +402,50 @@ TEST(Bf16Autodiff, MixedPrecisionGradientsFollowTheF64Ones) {
   EXPECT_GT(test::norm_diff(got[1], want[1]), 1e-4);
 }
 
+// The cotangent of a transposed bf16 operand (the tied head's tok_emb^T, a
+// batched one here too) is the product's cotangent rounded to bf16, widened,
+// and transposed back: value_and_grad computes it as the product with its
+// operands swapped (swap_transposed_dots), no transpose in the gradient,
+// where the f32 program keeps its transposes of products (the host's GEMM
+// writes those in place). Checked against the f64 gradients, as above.
+TEST(Bf16Autodiff, TransposedOperandsCotangentsAreSwappedProducts) {
+  auto build = [](DType d) {
+    Tracer tr;
+    Tensor x = tr.input("x", {d, {6, 16}});
+    Tensor e = tr.input("e", {d, {12, 16}});
+    Tensor p = tr.input("p", {d, {2, 5, 7}});
+    Tensor v = tr.input("v", {d, {2, 3, 7}});
+    Tensor logits = matmul(x, transpose(e, {1, 0}));                                   // [6, 12]
+    Tensor o = dot_general(tanh(p), transpose(v, {0, 2, 1}), {{0}, {0}, {2}, {1}});   // [2, 5, 3]
+    return tr.finish({{"loss", sum(logits * logits) + sum(o * o)}});
+  };
+  const std::vector<std::string> names = {"x", "e", "p", "v"};
+  const Program mp = optim::mixed_precision_bf16(build(DType::f32));
+  const Program g = value_and_grad(mp, names), g32 = value_and_grad(build(DType::f32), names);
+  auto gradient_transposes = [](const Program& grad, size_t forward) {
+    int n = 0;
+    for (size_t i = forward; i < grad.eqns.size(); ++i) n += grad.eqns[i].op == Op::transpose;
+    return n;
+  };
+  EXPECT_EQ(gradient_transposes(g, mp.eqns.size()), 0);
+  EXPECT_EQ(gradient_transposes(g32, build(DType::f32).eqns.size()), 2);
+  std::mt19937 rng(9);
+  std::normal_distribution<double> nd(0.0, 0.5);
+  auto rnd = [&](Shape s) {
+    Array a({DType::f64, s});
+    for (int64_t i = 0; i < a.numel(); ++i) a.set(i, nd(rng));
+    return a;
+  };
+  const std::vector<Array> in = {rnd({6, 16}), rnd({12, 16}), rnd({2, 5, 7}), rnd({2, 3, 7})};
+  std::vector<Array> in32;
+  for (const Array& a : in) in32.push_back(a.converted(DType::f32));
+  const auto got = host::run(g, in32), want = host::run(value_and_grad(build(DType::f64), names), in);
+  for (size_t o = 1; o < got.size(); ++o) {
+    EXPECT_EQ(got[o].type(), in32[o - 1].type()) << g.outputs[o].name;
+    EXPECT_LT(test::norm_diff(got[o], want[o]), 0x1p-5) << g.outputs[o].name;
+  }
+}
+
 // ---- the transform ----------------------------------------------------------
 TEST(Bf16MixedPrecision, TheSeedModelsGemmsTakeBf16AndAllElseStaysF32) {
   const nn::LmConfig c;

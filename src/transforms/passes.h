@@ -36,6 +36,15 @@ Program sink_negations(const Program& p);
 // instead of a bf16 value stored only to be transposed and widened.
 Program widen_before_views(const Program& p, size_t first);
 
+// A transpose at or after equation `first` of float converts of a
+// dot_general's result, each value read by the next alone, whose permutation
+// swaps the product's lhs-free and rhs-free axes (its batch axes first):
+// the converts of the dot_general with its operands swapped, the result in
+// the transpose's layout (C^T = B^T A^T: each element the same sum of the
+// same products). A transpose of the product itself stays as it is: the
+// host's GEMM writes its result through the transpose's strides.
+Program swap_transposed_dots(const Program& p, size_t first);
+
 // Per equation of a gradient program: whether output 0 (the loss) depends on
 // it, the forward. value_and_grad's gradient equations never feed the loss;
 // an equation the common-subexpression pass shared between the two counts as
