@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <set>
 
 #include "capstep/array.h"
 #include "capstep/autodiff.h"
@@ -401,6 +402,50 @@ TEST(Bf16Autodiff, MixedPrecisionGradientsFollowTheF64Ones) {
   EXPECT_GT(test::norm_diff(got[1], want[1]), 1e-4);
 }
 
+// The cotangent of a transposed bf16 operand (the tied head's tok_emb^T, a
+// batched one here too) is the product's cotangent rounded to bf16, widened,
+// and transposed back: value_and_grad computes it as the product with its
+// operands swapped (swap_transposed_dots), no transpose in the gradient,
+// where the f32 program keeps its transposes of products (the host's GEMM
+// writes those in place). Checked against the f64 gradients, as above.
+TEST(Bf16Autodiff, TransposedOperandsCotangentsAreSwappedProducts) {
+  auto build = [](DType d) {
+    Tracer tr;
+    Tensor x = tr.input("x", {d, {6, 16}});
+    Tensor e = tr.input("e", {d, {12, 16}});
+    Tensor p = tr.input("p", {d, {2, 5, 7}});
+    Tensor v = tr.input("v", {d, {2, 3, 7}});
+    Tensor logits = matmul(x, transpose(e, {1, 0}));                                   // [6, 12]
+    Tensor o = dot_general(tanh(p), transpose(v, {0, 2, 1}), {{0}, {0}, {2}, {1}});   // [2, 5, 3]
+    return tr.finish({{"loss", sum(logits * logits) + sum(o * o)}});
+  };
+  const std::vector<std::string> names = {"x", "e", "p", "v"};
+  const Program mp = optim::mixed_precision_bf16(build(DType::f32));
+  const Program g = value_and_grad(mp, names), g32 = value_and_grad(build(DType::f32), names);
+  auto gradient_transposes = [](const Program& grad, size_t forward) {
+    int n = 0;
+    for (size_t i = forward; i < grad.eqns.size(); ++i) n += grad.eqns[i].op == Op::transpose;
+    return n;
+  };
+  EXPECT_EQ(gradient_transposes(g, mp.eqns.size()), 0);
+  EXPECT_EQ(gradient_transposes(g32, build(DType::f32).eqns.size()), 2);
+  std::mt19937 rng(9);
+  std::normal_distribution<double> nd(0.0, 0.5);
+  auto rnd = [&](Shape s) {
+    Array a({DType::f64, s});
+    for (int64_t i = 0; i < a.numel(); ++i) a.set(i, nd(rng));
+    return a;
+  };
+  const std::vector<Array> in = {rnd({6, 16}), rnd({12, 16}), rnd({2, 5, 7}), rnd({2, 3, 7})};
+  std::vector<Array> in32;
+  for (const Array& a : in) in32.push_back(a.converted(DType::f32));
+  const auto got = host::run(g, in32), want = host::run(value_and_grad(build(DType::f64), names), in);
+  for (size_t o = 1; o < got.size(); ++o) {
+    EXPECT_EQ(got[o].type(), in32[o - 1].type()) << g.outputs[o].name;
+    EXPECT_LT(test::norm_diff(got[o], want[o]), 0x1p-5) << g.outputs[o].name;
+  }
+}
+
 // ---- the transform ----------------------------------------------------------
 TEST(Bf16MixedPrecision, TheSeedModelsGemmsTakeBf16AndAllElseStaysF32) {
   const nn::LmConfig c;
@@ -413,7 +458,11 @@ TEST(Bf16MixedPrecision, TheSeedModelsGemmsTakeBf16AndAllElseStaysF32) {
   }
   ASSERT_EQ(m.outputs.size(), f.outputs.size());
   EXPECT_EQ(m.output_type(0), f.output_type(0));
-  int dots = 0, dots_f = 0, converts = 0;
+  int dots = 0, dots_f = 0, converts = 0, bf16_transposes = 0;
+  std::vector<int> def(static_cast<size_t>(m.num_values()), -1);
+  for (size_t i = 0; i < m.eqns.size(); ++i) def[static_cast<size_t>(m.eqns[i].out)] = static_cast<int>(i);
+  auto made_by = [&](int v, Op op) { return def[static_cast<size_t>(v)] >= 0 && m.eqns[static_cast<size_t>(def[static_cast<size_t>(v)])].op == op; };
+  std::set<int> converted;  // the values converted to bf16: each once
   for (const Eqn& e : f.eqns) dots_f += e.op == Op::dot_general;
   for (const Eqn& e : m.eqns) {
     if (e.op == Op::dot_general) {
@@ -423,6 +472,14 @@ TEST(Bf16MixedPrecision, TheSeedModelsGemmsTakeBf16AndAllElseStaysF32) {
       EXPECT_EQ(m.type(e.out).dtype, DType::f32);
     } else if (e.op == Op::convert && m.type(e.out).dtype == DType::bf16) {
       ++converts;
+      EXPECT_TRUE(converted.insert(e.inputs[0]).second) << "converted twice: " << eqn_text(m, e);
+      // The heads' transposes (q, k, v) are taken of the converted values:
+      // no convert reads a transpose, which a GEMM could have read in place.
+      EXPECT_FALSE(made_by(e.inputs[0], Op::transpose)) << eqn_text(m, e);
+    } else if ((e.op == Op::transpose || e.op == Op::reshape) && m.type(e.out).dtype == DType::bf16) {
+      // a view of a converted value, on its way to a dot
+      EXPECT_EQ(m.type(e.inputs[0]).dtype, DType::bf16) << eqn_text(m, e);
+      bf16_transposes += e.op == Op::transpose;
     } else {
       // Reductions, softmax, norms, cross-entropy: f32 (or i32/i1 indices and masks).
       EXPECT_NE(m.type(e.out).dtype, DType::bf16) << eqn_text(m, e);
@@ -431,6 +488,15 @@ TEST(Bf16MixedPrecision, TheSeedModelsGemmsTakeBf16AndAllElseStaysF32) {
   EXPECT_EQ(dots, dots_f);
   EXPECT_GT(dots, 0);
   EXPECT_LE(converts, 2 * dots);  // one per distinct operand
+  EXPECT_EQ(bf16_transposes, 3 * c.n_layers);  // each layer's q, k and v heads'
+  // The f32 transposes that only dots read are gone: the f32 program's less
+  // those bf16 now.
+  auto transposes = [](const Program& p, DType d) {
+    int n = 0;
+    for (const Eqn& e : p.eqns) n += e.op == Op::transpose && p.type(e.out).dtype == d;
+    return n;
+  };
+  EXPECT_EQ(transposes(m, DType::f32), transposes(f, DType::f32) - bf16_transposes);
   // The whole step: f32 gradients, AdamW on f32 parameters and moments.
   std::vector<std::string> names;
   for (const nn::ParamSpec& s : nn::lm_parameters(c)) names.push_back(s.name);
@@ -444,6 +510,76 @@ TEST(Bf16MixedPrecision, TheSeedModelsGemmsTakeBf16AndAllElseStaysF32) {
   EXPECT_EQ(to_text(optim::with_precision(f, optim::Precision::bf16)), to_text(m));
   EXPECT_EQ(optim::parse_precision("bf16"), optim::Precision::bf16);
   expect_error([] { optim::parse_precision("fp16"); }, {"fp16", "f32, bf16"});
+}
+
+// A GEMM operand made by a transpose (over reshapes) is the transpose of its
+// source's convert: the attention's heads, the tied head's tok_emb^T; unless
+// the transpose is read in f32 too (wv^T here), which is converted as it is. The
+// same bits as the convert after the views (the transform's older form,
+// written out by hand here): convert and the views commute exactly, and so
+// do the gradient's widening converts, which value_and_grad moves back under
+// the views (widen_before_views: no bf16 view in the gradient). Small
+// integers keep every sum exact, so that the GEMMs' order of additions,
+// which a transposed operand may change, cannot hide a difference; the
+// products still round to bf16 (|values| > 256).
+TEST(Bf16MixedPrecision, TransposedOperandsConvertTheirSourceWithTheSameBits) {
+  const Type tx{DType::f32, {2, 5, 8}}, tw{DType::f32, {8, 8}}, te{DType::f32, {11, 8}};
+  auto build = [&](bool by_hand) {
+    Tracer tr;
+    Tensor x = tr.input("x", tx), wq = tr.input("wq", tw), wk = tr.input("wk", tw), e = tr.input("e", te);
+    Tensor wv = tr.input("wv", tw);
+    auto cv = [&](const Tensor& t) { return by_hand ? convert(t, DType::bf16) : t; };
+    const Tensor xb = cv(x);  // one convert of x for its three dots, as the transform makes
+    auto heads = [&](const Tensor& w) { return cv(transpose(reshape(matmul(xb, cv(w)), {2, 5, 2, 4}), {0, 2, 1, 3})); };
+    Tensor s = dot_general(heads(wq), heads(wk), {{0, 1}, {0, 1}, {3}, {3}});
+    Tensor logits = matmul(xb, cv(transpose(e, {1, 0})));
+    Tensor wvt = transpose(wv, {1, 0});
+    Tensor o = matmul(xb, cv(wvt));
+    return tr.finish({{"loss", sum(s * s) + sum(logits * logits) + sum(o * o) + sum(wvt * wvt)}});
+  };
+  const Program mp = optim::mixed_precision_bf16(build(false));
+  const Program by_hand = build(true);
+  // the structure: converts of x, wq, wk, e, of the two projections and of
+  // wv^T, the transposes of the dots in bf16 over them but wv's
+  std::vector<int> def(static_cast<size_t>(mp.num_values()), -1);
+  for (size_t i = 0; i < mp.eqns.size(); ++i) def[static_cast<size_t>(mp.eqns[i].out)] = static_cast<int>(i);
+  int converts = 0, transposes = 0;
+  for (const Eqn& q : mp.eqns) {
+    converts += q.op == Op::convert;
+    if (q.op != Op::transpose) continue;
+    ++transposes;
+    if (mp.type(q.out).dtype == DType::f32) {
+      EXPECT_EQ(mp.type(q.inputs[0]), tw) << "wv^T, read in f32 too: " << eqn_text(mp, q);
+      continue;
+    }
+    int v = q.inputs[0];
+    while (mp.eqns[static_cast<size_t>(def[static_cast<size_t>(v)])].op == Op::reshape)
+      v = mp.eqns[static_cast<size_t>(def[static_cast<size_t>(v)])].inputs[0];
+    EXPECT_EQ(mp.eqns[static_cast<size_t>(def[static_cast<size_t>(v)])].op, Op::convert) << eqn_text(mp, q);
+  }
+  EXPECT_EQ(converts, 7);
+  EXPECT_EQ(transposes, 4);
+  const std::vector<std::string> names = {"x", "wq", "wk", "e", "wv"};
+  const Program g = value_and_grad(mp, names), g_by_hand = value_and_grad(by_hand, names);
+  for (size_t i = mp.eqns.size(); i < g.eqns.size(); ++i) {
+    const Eqn& q = g.eqns[i];
+    if (q.op == Op::transpose || q.op == Op::reshape) EXPECT_NE(g.type(q.out).dtype, DType::bf16) << eqn_text(g, q);
+  }
+  std::mt19937 rng(3);
+  auto ints = [&](const Type& t) {
+    Array a(t);
+    for (int64_t i = 0; i < a.numel(); ++i) a.set(i, static_cast<double>(static_cast<int>(rng() % 7) - 3));
+    return a;
+  };
+  const std::vector<Array> in = {ints(tx), ints(tw), ints(tw), ints(te), ints(tw)};
+  const auto got = host::run(g, in), want = host::run(g_by_hand, in);
+  ASSERT_EQ(got.size(), 6u);
+  for (size_t o = 0; o < got.size(); ++o) EXPECT_TRUE(got[o].bit_equal(want[o])) << g.outputs[o].name;
+  // bf16 rounding happened (a gradient of the f32 program differs)
+  const auto f32 = host::run(value_and_grad(build(false), names), in);
+  bool differs = false;
+  for (size_t o = 1; o < f32.size(); ++o) differs |= !f32[o].bit_equal(want[o]);
+  EXPECT_TRUE(differs) << "no value needed rounding: the test checks nothing of bf16";
 }
 
 // ---- the CUDA backend: bf16 runs, except in the attention kernels --------------

@@ -98,16 +98,21 @@ TEST(CheckpointActivations, BlocksAreRegions) {
   const Program bf = optim::mixed_precision_bf16(loss);
   std::vector<int> def(static_cast<size_t>(bf.num_values()), -1);
   for (size_t i = 0; i < bf.eqns.size(); ++i) def[static_cast<size_t>(bf.eqns[i].out)] = static_cast<int>(i);
-  int converts = 0;
-  for (const Eqn& e : bf.eqns)  // a bf16 operand's convert is in its dot's region
+  int converts = 0, views = 0;
+  for (const Eqn& e : bf.eqns)  // a bf16 operand's convert, and its bf16 views (the heads'), are in its dot's region
     if (e.op == Op::dot_general)
       for (int v : e.inputs) {
-        const Eqn& c = bf.eqns[static_cast<size_t>(def[static_cast<size_t>(v)])];
-        ASSERT_EQ(c.op, Op::convert) << eqn_text(bf, e);
-        EXPECT_EQ(c.attrs.region, e.attrs.region) << eqn_text(bf, c) << " for " << eqn_text(bf, e);
-        converts += c.attrs.region >= 0;
+        const Eqn* c = &bf.eqns[static_cast<size_t>(def[static_cast<size_t>(v)])];
+        for (; c->op == Op::transpose || c->op == Op::reshape; c = &bf.eqns[static_cast<size_t>(def[static_cast<size_t>(c->inputs[0])])]) {
+          EXPECT_EQ(c->attrs.region, e.attrs.region) << eqn_text(bf, *c) << " for " << eqn_text(bf, e);
+          views += c->attrs.region >= 0;
+        }
+        ASSERT_EQ(c->op, Op::convert) << eqn_text(bf, e);
+        EXPECT_EQ(c->attrs.region, e.attrs.region) << eqn_text(bf, *c) << " for " << eqn_text(bf, e);
+        converts += c->attrs.region >= 0;
       }
   EXPECT_GT(converts, 0);
+  EXPECT_GT(views, 0);
 }
 
 TEST(CheckpointActivations, RefusesWhatItCannotDo) {

@@ -958,6 +958,103 @@ TEST(PlanEmulation, Bf16KernelsRoundAsTheInterpreterBitForBit) {
   }
 }
 
+// A reshape that cuts a transposed axis at a size that does not divide it
+// (z^T [6, 4] read as [4, 6]) has no strided layout over z: the transpose is
+// a copy, and the reshape a view of it (row-major: one contiguous run, which
+// the reshape may cut anywhere). The generated GEMM reads it so; small
+// integers keep the sums exact, the same bits as the interpreter's.
+TEST(PlanEmulation, ReshapeOfATransposeIsReadFromACopy) {
+  Program p;
+  p.name = "reshape of a transpose";
+  const int z = p.add_input("z", {DType::f32, {4, 6}});
+  const int u = p.add_input("u", {DType::f32, {6, 2}});
+  Attrs tr;
+  tr.dims = {1, 0};
+  Attrs mm;
+  mm.lhs_contract = {1};
+  mm.rhs_contract = {0};
+  const int zt = p.add_eqn(Op::transpose, {z}, tr);
+  const int zr = p.add_eqn_typed(Op::reshape, {zt}, {}, {DType::f32, {4, 6}});
+  p.add_output("c", p.add_eqn(Op::dot_general, {zr, u}, mm));
+  const plan::KernelPlan kp = plan::plan_kernels(p);
+  const Program& fp = kp.fused.program;
+  for (size_t d = 0; d < fp.eqns.size(); ++d) {
+    if (fp.eqns[d].op == Op::transpose) EXPECT_EQ(kp.fused.view[d], 0) << "a copy";
+    if (fp.eqns[d].op == Op::reshape) EXPECT_EQ(kp.fused.view[d], 1) << "a view of the copy";
+  }
+  TempDir dir;
+  const HostKernels kernels(kp, dir.file("k"));
+  HostPlanRunner run(kp, kernels);
+  std::mt19937 rng(5);
+  std::vector<Array> in;
+  for (int i = 0; i < 2; ++i) {
+    Array a(p.input_type(i));
+    for (int64_t k = 0; k < a.numel(); ++k) a.set(k, static_cast<double>(static_cast<int>(rng() % 9) - 4));
+    run.upload(i, a);
+    in.push_back(a);
+  }
+  run.step();
+  EXPECT_TRUE(run.output(fp.output_index("c")).bit_equal(ieee_run(p, in)[0]));
+}
+
+// Mixed precision converts a transposed GEMM operand's source (optim.h):
+// the generated GEMM reads transpose(convert(x)) through the convert and the
+// transpose as views, rounding x's f32 values on load. Where the chain of
+// views is no strided layout (ReshapeOfATransposeIsReadFromACopy), the
+// transpose is a copy, and so is the convert under it (only GEMMs read
+// through a convert). Small integers: every sum exact, so the results equal
+// the interpreter's bit for bit whatever the order of the additions.
+TEST(PlanEmulation, Bf16TransposedOperandsThroughViewsAndCopies) {
+  Program p;
+  p.name = "bf16 transposed operands";
+  const int x = p.add_input("x", {DType::f32, {2, 6}});
+  const int y = p.add_input("y", {DType::f32, {2, 3}});
+  const int z = p.add_input("z", {DType::f32, {4, 6}});
+  const int u = p.add_input("u", {DType::f32, {6, 2}});
+  auto bf = [&](int v) { Type t = p.type(v); t.dtype = DType::bf16; return p.add_eqn_typed(Op::convert, {v}, {}, t); };
+  Attrs tr;
+  tr.dims = {1, 0};
+  Attrs mm;
+  mm.lhs_contract = {1};
+  mm.rhs_contract = {0};
+  const int xt = p.add_eqn(Op::transpose, {bf(x)}, tr);                     // [6, 2]: a view
+  p.add_output("a", p.add_eqn(Op::dot_general, {xt, bf(y)}, mm));           // [6, 3]
+  const int zt = p.add_eqn(Op::transpose, {bf(z)}, tr);                     // [6, 4]
+  const int zr = p.add_eqn_typed(Op::reshape, {zt}, {}, {DType::bf16, {4, 6}});  // rows of 4 of z's 6 columns
+  p.add_output("b", p.add_eqn(Op::dot_general, {zr, bf(u)}, mm));           // [4, 2]
+  const plan::KernelPlan kp = plan::plan_kernels(p);
+  const Program& fp = kp.fused.program;
+  std::map<std::string, int> views;  // per bf16 convert and transpose, by its result's type
+  for (size_t d = 0; d < fp.eqns.size(); ++d) {
+    const Eqn& e = fp.eqns[d];
+    if (e.op == Op::convert || e.op == Op::transpose)
+      views[std::string(op_name(e.op)) + " " + fp.type(e.out).str()] = kp.fused.view[d];
+  }
+  EXPECT_EQ(views["convert bf16[2,6]"], 1);
+  EXPECT_EQ(views["transpose bf16[6,2]"], 1);
+  EXPECT_EQ(views["convert bf16[4,6]"], 0) << "read by a transpose that is a copy";
+  EXPECT_EQ(views["transpose bf16[6,4]"], 0);
+  EXPECT_EQ(views["convert bf16[6,2]"], 1);
+  for (const plan::Item& it : kp.items) EXPECT_GE(it.source, 0) << "not a generated kernel: " << it.what;
+  TempDir dir;
+  const HostKernels kernels(kp, dir.file("k"));
+  HostPlanRunner run(kp, kernels);
+  std::mt19937 rng(5);
+  std::vector<Array> in;
+  for (int i = 0; i < 4; ++i) {
+    Array a(p.input_type(i));
+    for (int64_t k = 0; k < a.numel(); ++k) a.set(k, static_cast<double>(static_cast<int>(rng() % 9) - 4));
+    run.upload(i, a);
+    in.push_back(a);
+  }
+  run.step();
+  const std::vector<Array> want = ieee_run(p, in);
+  for (size_t o = 0; o < want.size(); ++o) {
+    const Array got = run.output(fp.output_index(p.outputs[o].name));
+    EXPECT_TRUE(got.bit_equal(want[o])) << p.outputs[o].name;
+  }
+}
+
 // Many f32 and f64 values to bf16: every f32 exponent and sign with mantissa
 // tails at, just below and just above a tie, zero and random (NaNs with
 // payloads among them), and f64 values: random bits, and values just above

@@ -204,14 +204,20 @@ Program update_on_last(const Program& step_program, const std::vector<std::strin
 //   with_adamw(value_and_grad(mixed_precision_bf16(loss), params), params, o)
 // Every dot_general whose operands are f32 gets them through convert(-> bf16)
 // (one convert per distinct value, shared by the dots that read it), and its
-// result stays f32: bf16 x bf16 -> f32 is a GEMM with f32 accumulation. All
+// result stays f32: bf16 x bf16 -> f32 is a GEMM with f32 accumulation. An
+// operand made by a transpose (over reshapes) that nothing else reads in f32
+// is that transpose of its source's convert, made in bf16 (the same bits):
+// a GEMM folds the transpose into its layout, where a transposed f32 copy
+// would be made and converted; the source's convert is shared with the dots
+// that read it directly or through other views. All
 // else is unchanged and stays f32: the inputs (master parameters, so AdamW's
 // moments and update are f32 too), softmax, the norms, cross-entropy and every
 // other reduction, the elementwise ops. value_and_grad then differentiates
 // through the converts: the VJP of convert(f32 -> bf16) is convert(bf16 ->
 // f32), and a bf16 dot's cotangents are bf16 x bf16 -> f32 dots of the
 // cotangent rounded to bf16 (as autocast's backward does), rounded to bf16
-// again as cotangents of the bf16 operands; the gradients reaching the f32
+// again as cotangents of the bf16 operands (summed in bf16 where dots share
+// one); the gradients reaching the f32
 // parameters are f32. Inputs, outputs, names and aliases are p's.
 enum class Precision { f32, bf16 };
 const char* precision_name(Precision p);              // "f32", "bf16"

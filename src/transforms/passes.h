@@ -24,6 +24,27 @@ Program simplify(const Program& p);
 // no other use. Dead negates remain for dead_code_eliminate.
 Program sink_negations(const Program& p);
 
+// Moves a widening convert (bf16 -> f32) at or after equation `first` (the
+// gradient's equations) below the transposes and reshapes it reads, when
+// each of those views has no other reader: convert(view(..view(y))) becomes
+// view(..view(convert(y))), the same bits. Mixed precision converts the
+// source of a transposed GEMM operand (optim.h), so the cotangent of that
+// source is a bf16 value's views widened; widened first, the views are the
+// f32 ones of an f32 program: a GEMM that reads the cotangent reads the f32
+// transpose in place, and the widening joins the narrowing convert that
+// made the bf16 value (both in the producing GEMM's epilogue on the GPU),
+// instead of a bf16 value stored only to be transposed and widened.
+Program widen_before_views(const Program& p, size_t first);
+
+// A transpose at or after equation `first` of float converts of a
+// dot_general's result, each value read by the next alone, whose permutation
+// swaps the product's lhs-free and rhs-free axes (its batch axes first):
+// the converts of the dot_general with its operands swapped, the result in
+// the transpose's layout (C^T = B^T A^T: each element the same sum of the
+// same products). A transpose of the product itself stays as it is: the
+// host's GEMM writes its result through the transpose's strides.
+Program swap_transposed_dots(const Program& p, size_t first);
+
 // Per equation of a gradient program: whether output 0 (the loss) depends on
 // it, the forward. value_and_grad's gradient equations never feed the loss;
 // an equation the common-subexpression pass shared between the two counts as

@@ -135,9 +135,12 @@ Program value_and_grad(const Program& p, const std::vector<std::string>& wrt) {
   // The gradient's equations belong to no checkpoint region, whatever attrs
   // their VJP rules copied from the forward's.
   for (size_t i = p.eqns.size(); i < tr.program().eqns.size(); ++i) tr.program().eqns[i].attrs.region = -1;
-  // Clean-ups: splat algebra, shared subexpressions, negations off big arrays.
-  // The second sinking pass sees the small negates the first one made.
-  Program g = eliminate_common_subexpressions(autodiff_detail::simplify(tr.program()));
+  // Clean-ups: splat algebra, widening before views, transposed products
+  // swapped, shared subexpressions, negations off big arrays. The second
+  // sinking pass sees the small negates the first one made.
+  const size_t first = p.eqns.size();  // the gradient's equations (simplify keeps their places)
+  Program g = eliminate_common_subexpressions(autodiff_detail::swap_transposed_dots(
+      autodiff_detail::widen_before_views(autodiff_detail::simplify(tr.program()), first), first));
   return autodiff_detail::sink_negations(autodiff_detail::sink_negations(g));
 }
 

@@ -273,12 +273,19 @@ Fused fuse_program(const Program& p, const Target& target) {
     return target.bf16_operand_views && e.op == Op::convert && p.type(e.out).dtype == DType::bf16 &&
            p.type(e.inputs[0]).dtype == DType::f32;
   };
-  std::function<bool(int)> gemm_only = [&](int d) {  // every reader of equation d's value is a gemm group
+  // Every reader of equation d's value is a gemm group, directly or through
+  // reshapes and bf16 operand converts; under such a convert (mixed
+  // precision converts a transposed operand's source, optim.h) through
+  // transposes too, which are then views as well.
+  std::function<bool(int, bool)> gemm_only = [&](int d, bool under_convert) {
     if (is_output[static_cast<size_t>(p.eqns[static_cast<size_t>(d)].out)] || consumers[static_cast<size_t>(d)].empty())
       return false;
     for (int c : consumers[static_cast<size_t>(d)]) {
       const Op op = p.eqns[static_cast<size_t>(c)].op;
-      if (!(is_gemm[static_cast<size_t>(c)] || ((op == Op::reshape || bf16_operand(c)) && gemm_only(c)))) return false;
+      if (is_gemm[static_cast<size_t>(c)]) continue;
+      if (bf16_operand(c) && gemm_only(c, true)) continue;
+      if ((op == Op::reshape || (under_convert && op == Op::transpose)) && gemm_only(c, under_convert)) continue;
+      return false;
     }
     return true;
   };
@@ -301,23 +308,45 @@ Fused fuse_program(const Program& p, const Target& target) {
     }
     return true;
   };
+  // The transposes between a view convert and its gemm groups (gemm_only's
+  // walk under a convert): views with it.
+  std::function<void(int)> view_transposes_above = [&](int d) {
+    for (int c : consumers[static_cast<size_t>(d)]) {
+      const Op op = p.eqns[static_cast<size_t>(c)].op;
+      if (op != Op::reshape && op != Op::transpose) continue;
+      view[static_cast<size_t>(c)] = 1;
+      view_transposes_above(c);
+    }
+  };
   for (int d = 0; d < E; ++d) {
     const Op op = p.eqns[static_cast<size_t>(d)].op;
-    if ((op == Op::transpose || bf16_operand(d)) && gemm_only(d)) view[static_cast<size_t>(d)] = 1;
-    else if (op == Op::transpose && library_gemms_only(d)) library_view[static_cast<size_t>(d)] = 1;
+    if (view[static_cast<size_t>(d)]) continue;  // a reshape, or a transpose above a view convert
+    if (bf16_operand(d) && gemm_only(d, true)) {
+      view[static_cast<size_t>(d)] = 1;
+      view_transposes_above(d);
+    } else if (op == Op::transpose && gemm_only(d, false)) {
+      view[static_cast<size_t>(d)] = 1;
+    } else if (op == Op::transpose && library_gemms_only(d)) {
+      library_view[static_cast<size_t>(d)] = 1;
+    }
   }
-  for (bool changed = true; changed;) {  // a gemm operand without a strided layout: its transposes are copies
+  // A gemm operand without a strided layout: the transposes in its chain of
+  // views are copies, and so is a convert under such a transpose (only gemm
+  // groups read through a convert).
+  for (bool changed = true; changed;) {
     changed = false;
     for (int d = 0; d < E; ++d) {
       if (!is_gemm[static_cast<size_t>(d)]) continue;
       for (int x : p.eqns[static_cast<size_t>(d)].inputs) {
         if (view_of(p, view, x)) continue;
+        bool under_copy = false;
         for (int q = producer[static_cast<size_t>(x)]; q >= 0 && view[static_cast<size_t>(q)];
-             q = producer[static_cast<size_t>(p.eqns[static_cast<size_t>(q)].inputs[0])])
-          if (p.eqns[static_cast<size_t>(q)].op == Op::transpose) {
-            view[static_cast<size_t>(q)] = 0;
-            changed = true;
-          }
+             q = producer[static_cast<size_t>(p.eqns[static_cast<size_t>(q)].inputs[0])]) {
+          const bool copy = p.eqns[static_cast<size_t>(q)].op == Op::transpose || (under_copy && bf16_operand(q));
+          if (!copy) continue;
+          view[static_cast<size_t>(q)] = 0;
+          under_copy = changed = true;
+        }
       }
     }
   }

@@ -151,9 +151,10 @@ struct Target {
   // same flat index: a register, no buffer) instead of a view that splits them
   bool fold_reshapes = false;
   // a convert f32 -> bf16 whose every reader is a gemm group (directly or
-  // through reshapes) becomes a view too: the generated GEMM reads the f32
-  // value and rounds each element to bf16 as it loads it (the same values a
-  // stored bf16 copy would hold), so no kernel stores the bf16 operand
+  // through reshapes and transposes, which are then views too) becomes a view
+  // as well: the generated GEMM reads the f32 value and rounds each element
+  // to bf16 as it loads it (the same values a stored bf16 copy would hold),
+  // so no kernel stores the bf16 operand
   bool bf16_operand_views = false;
   // Library GEMMs that read an operand through a transpose without copying
   // it: given dot_general `dot` of p, which of its operands (0 lhs, 1 rhs)

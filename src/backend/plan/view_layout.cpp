@@ -16,10 +16,19 @@ Layout transpose_layout(const Layout& l, const std::vector<int64_t>& perm) {
 }
 
 std::optional<Layout> reshape_layout(const Layout& l, const Shape& to) {
-  std::vector<SubAxis> flat;  // outer to inner, size-1 sub-axes dropped
+  // Outer to inner, size-1 sub-axes dropped, and neighbours that form one
+  // contiguous run merged: the new axes may cut it anywhere that divides it
+  // (a row-major [6, 4] read as [4, 6]), not only at the old axes' bounds.
+  std::vector<SubAxis> flat;
   for (const AxisLayout& a : l)
-    for (const SubAxis& s : a)
-      if (s.size != 1) flat.push_back(s);
+    for (const SubAxis& s : a) {
+      if (s.size == 1) continue;
+      if (!flat.empty() && flat.back().stride == s.stride * s.size) {
+        flat.back() = {flat.back().size * s.size, s.stride};
+      } else {
+        flat.push_back(s);
+      }
+    }
   Layout r(to.size());
   size_t next = 0;
   for (size_t a = 0; a < to.size(); ++a) {

@@ -8,8 +8,9 @@
 // inner: coordinate c of the axis is at sum_j ((c / inner_j) % size_j) *
 // stride_j elements from the buffer's start, inner_j being the product of the
 // sizes after j. A row-major buffer has one sub-axis per axis; a transpose
-// permutes axes; a reshape regroups the flattened sub-axes, splitting one
-// where a new axis ends inside it (when its size divides).
+// permutes axes; a reshape regroups the flattened sub-axes (neighbours that
+// form one contiguous run merged first), splitting one where a new axis ends
+// inside it (when its size divides).
 //
 // A layout is the grouping of strided sub-axes by value axis, not a second
 // strided type: it has to hold any value's sub-axes before collapsing (one per
