@@ -174,13 +174,16 @@ TEST(HostMemory, RefusalGivesTheFigures) {
   // Off the host lane the step is the GPU's.
   EXPECT_EQ(train::plan_host_memory(o, false, grad, nullptr).still_needed(), need.copy);
   // Without --save, validation reads the parameters in place where AdamW runs
-  // on the host: no copy; with AdamW in the program it copies them out.
+  // on the host: no copy; with AdamW in the program it copies the parameters
+  // (not the moments) out, and with --save that comes on the checkpoint's.
   {
     train::Options v = o;
     v.save_path.clear();
     EXPECT_EQ(train::plan_host_memory(v, true, grad, &loss).copy, 0u);
     v.lane = train::parse_lane("host-fused");
-    EXPECT_EQ(train::plan_host_memory(v, true, grad, &loss).copy, need.state);
+    EXPECT_EQ(train::plan_host_memory(v, true, grad, &loss).copy, need.params);
+    v.save_path = o.save_path;
+    EXPECT_EQ(train::plan_host_memory(v, true, grad, &loss).copy, need.state + need.params);
   }
 
   train::MemoryRoom room;

@@ -67,10 +67,16 @@ TEST(MemoryPeak, HostLaneParametersAreReadInPlace) {
     changed += held[j].second->bit_equal(before[j]) ? 0 : 1;
   }
   EXPECT_EQ(changed, static_cast<int>(names.size()));
-  // The lane with AdamW in the program holds them in the backend's slots: none in place.
+  // The lane with AdamW in the program holds them in the backend's donated
+  // slots: none in place; read() copies each out.
   TrainStep sf(grad, names, optim::AdamW{}, {.lane = parse_lane("host-fused")});
   sf.init(start);
-  EXPECT_TRUE(sf.parameters_in_place().empty());
+  const auto none = sf.parameters_in_place();
+  ASSERT_EQ(none.size(), names.size());
+  for (size_t j = 0; j < none.size(); ++j) {
+    EXPECT_EQ(none[j].second, nullptr) << names[j];
+    EXPECT_TRUE(sf.read(names[j]).bit_equal(start[j].array)) << names[j];
+  }
 }
 
 // Equal constants and iotas share one location in the statics; any

@@ -117,6 +117,11 @@ TEST(TrainStep, MisuseIsAnErrorNamingWhat) {
   // The batch never set: the run says which input.
   EXPECT_NE(error_of([&] { step.step(); }).find("input \"x\" was never set"), std::string::npos);
   EXPECT_NE(error_of([&] { TrainStep(t.grad, {"w", "nope"}, kAdamW); }).find("nope"), std::string::npos);
+  EXPECT_NE(error_of([&] { TrainStep(t.grad, {"w", "b", "w"}, kAdamW); }).find("\"w\" is listed twice among the parameters"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { TrainStep(t.grad, {"w"}, kAdamW, {.frozen = {"b", "b"}}); })
+                .find("\"b\" is listed twice among the frozen parameters"),
+            std::string::npos);
 }
 
 namespace {
@@ -186,12 +191,28 @@ TEST(TrainStep, EveryLaneTakesTheSameStepsWithFrozenInputsAndAccumulation) {
     StepOptions so{.lane = lane, .frozen = {"s"}};
     so.backend.pjrt.plugin = plugin;
     TrainStep step(t.accum, t.names, kAdamW, so);
+    EXPECT_EQ(optim::accumulated_micro_batches(t.accum), 2);
+    EXPECT_EQ(optim::accumulated_micro_batches(step.backend().program()), 2);
     EXPECT_NE(error_of([&] { step.init({t.start[0], t.start[1]}); }).find("no frozen parameter \"s\" given"),
               std::string::npos);
     EXPECT_NE(error_of([&] { step.set("s", t.start[2].array); }).find("is the step's state"), std::string::npos);
     step.init(t.start);
-    EXPECT_NE(error_of([&] { step.step(); }).find("1 micro-batches for a step program that accumulates"),
+    EXPECT_NE(error_of([&] { step.step(); }).find("1 micro-batches for a step program that accumulates 2"),
               std::string::npos);
+    EXPECT_NE(error_of([&] { step.step(3, [](int) {}, optim::adamw_scalars(kAdamW, 1)); })
+                  .find("3 micro-batches for a step program that accumulates 2"),
+              std::string::npos);
+    // A step cut short leaves no partial sum behind: the steps below are the by-hand ones.
+    EXPECT_EQ(error_of([&] {
+                step.step(
+                    2,
+                    [&](int i) {
+                      if (i == 1) throw Error("cut short");
+                      step.set("x", t.x[i]), step.set("y", t.y[i]);
+                    },
+                    optim::adamw_scalars(kAdamW, 1));
+              }),
+              "cut short");
     std::vector<double> losses;
     for (int k = 1; k <= 3; ++k)
       losses.push_back(step.step(
@@ -223,4 +244,21 @@ TEST(TrainStep, EveryLaneTakesTheSameStepsWithFrozenInputsAndAccumulation) {
     };
     EXPECT_EQ(micro(again), micro(step));
   }
+}
+
+// With AdamW on the host the parameters become the step's first inputs and
+// the loss and gradients its first outputs; an output donated to an input
+// stays donated to the same input, both moved.
+TEST(TrainStep, HostLaneProgramPutsParametersFirstAndKeepsAliases) {
+  Tracer tr;
+  Tensor acc = tr.input("acc", {DType::f32, {2}}), w = tr.input("w", {DType::f32, {2}});
+  const Program loss = tr.finish({{"loss", sum(w * w)}, {"acc.new", acc + 1.0}});
+  Program g = value_and_grad(loss, {"w"});
+  g.aliases.push_back({g.output_index("acc.new"), g.input_index("acc")});
+  const Program q = TrainStep::program(g, {"w"}, kAdamW, parse_lane("host"));
+  EXPECT_EQ(q.input_index("w"), 0);
+  ASSERT_EQ(q.aliases.size(), 1u);
+  EXPECT_EQ(q.aliases[0].input, q.input_index("acc"));
+  EXPECT_EQ(q.aliases[0].output, q.output_index("acc.new"));
+  EXPECT_EQ(q.output_index("grad.w"), 1);
 }

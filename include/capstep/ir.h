@@ -70,7 +70,7 @@ void validate_type(const Type& t, const std::string& what);
 // source); its row goes in CAPSTEP_UNARY_OPS / CAPSTEP_BINARY_OPS, which the
 // switches that dispatch on the formula expand into one case per row. So a new
 // one is written in: this table (its row and its semantics below),
-// src/ir/scalar_math.h (the formula), src/autodiff/vjp_rules.cpp (its VJP),
+// src/ir/scalar_math.h (the formula), src/transforms/vjp_rules.cpp (its VJP),
 // src/backend/host/loop_jit.cpp (its AVX2 instructions, or none: a switch over
 // UnaryOp / BinaryOp), include/capstep/trace.h and src/trace/elementwise.cpp
 // (the capture function); a binary one also in

@@ -50,8 +50,8 @@ struct StepOptions {
   // set once (on a device they stay there), saved with them
   // (Checkpoint::frozen names them).
   std::vector<std::string> frozen = {};
-  // optim::clip_grad_norm's limit, set once when the program clips; 0: the
-  // caller sets "clip.max_norm" with set().
+  // optim::clip_grad_norm's limit, set once (Error when the program does
+  // not clip); 0: the caller sets "clip.max_norm" with set().
   float clip_max_norm = 0;
   BackendOptions backend = {};
 };
@@ -73,7 +73,8 @@ class TrainStep {
 
   // What a lane's step runs: AdamW in the program, optim::with_adamw of grad
   // (through optim::update_on_last when grad accumulates); on the host, grad
-  // with the parameters as its first inputs, in params order.
+  // with the parameters as its first inputs, in params order, and "loss" then
+  // their gradients as its first outputs (the aliases renumbered with them).
   static Program program(const Program& grad, const std::vector<std::string>& params, const optim::AdamW& o,
                          const Lane& lane);
 
@@ -81,6 +82,7 @@ class TrainStep {
   // (Error naming a missing, unknown or mistyped one); both moments and the
   // accumulators zero; the step count 0.
   void init(const std::vector<NamedArray>& params);
+  void init(std::vector<NamedArray>&& params);  // the same, taking the arrays where the step holds host Arrays
   // Parameters (the frozen ones too), moments and the step count from a
   // checkpoint, checked against the program's; or from the file.
   void load(const Checkpoint& c);
@@ -105,8 +107,9 @@ class TrainStep {
   // Gradient accumulation (grad through optim::accumulate_gradients of n):
   // n runs, set_micro_batch(i) setting micro-batch i's inputs (set()) before
   // run i; one AdamW update of the mean gradient after the last; returns the
-  // mean of the n losses. Error when the program accumulates and n is 1, or
-  // does not and n is not 1.
+  // mean of the n losses. Error when n is not the program's count
+  // (optim::accumulated_micro_batches: 1 without accumulation). A step cut
+  // short by a throw leaves the accumulators zero.
   // (set_micro_batch is called, never copied: a step allocates nothing.)
   template <class F>
   double step(int n, F&& set_micro_batch, const optim::AdamWScalars& s) {
@@ -114,6 +117,8 @@ class TrainStep {
     return step_micro(n, [](void* f, int i) { (*static_cast<Fn*>(f))(i); },
                       const_cast<void*>(static_cast<const void*>(&set_micro_batch)), s);
   }
+  // Steps taken: the count init() zeroes and load() sets, one more for each
+  // step(), an update skipped for a non-finite loss included.
   int64_t steps() const;
   // optim::clip_grad_norm's global gradient norm (before clipping) of the
   // last step; NaN when the program does not clip.
@@ -124,8 +129,8 @@ class TrainStep {
   Array read(const std::string& name) const;
   // The current parameters (trained, then frozen) where the step holds them
   // as host Arrays, without a copy: (name, array) pairs, valid until the next
-  // step, init or load; empty where any lives elsewhere (a device, a plugin's
-  // buffers, a donated slot), where save() copies them out.
+  // step, init or load; the array nullptr for one that lives elsewhere (a
+  // device, a plugin's buffers, a donated slot), which read() copies out.
   std::vector<std::pair<std::string, const Array*>> parameters_in_place() const;
   const std::vector<std::string>& parameters() const;
   const std::vector<std::string>& frozen() const;

@@ -197,6 +197,10 @@ extern const char* const kAccumLastName;              // "accum.last"
 std::string accumulator_name(const std::string& param);   // "accum.<param>"
 Program accumulate_gradients(const Program& grad_program, const std::vector<std::string>& params, int n);
 Program update_on_last(const Program& step_program, const std::vector<std::string>& params);
+// The N of a program made through accumulate_gradients(..., N) (and any
+// transform after it that keeps the accumulators' mean); 1 for a program
+// without "accum.last". Error for one with "accum.last" whose mean it cannot find.
+int accumulated_micro_batches(const Program& p);
 
 // ---- bf16 mixed precision -------------------------------------------
 // A Program -> Program transform applied to the forward (loss) program, before

@@ -123,7 +123,10 @@ HostMemory plan_host_memory(const Options& o, bool step_on_host, const Program& 
     if (trains[j]) trained += grad.input_type(i).bytes();
   }
   m.state = m.params + 2 * trained;
-  if (!o.save_path.empty() || o.comm || (validation && o.lane.adamw_in_program)) m.copy = m.state;
+  // The checkpoint's copy of the state; validation's own copy of the
+  // parameters the step does not hold as host Arrays (TrainStep::read).
+  if (!o.save_path.empty() || o.comm) m.copy = m.state;
+  if (validation && (o.lane.adamw_in_program || !step_on_host)) m.copy += m.params;
   if (step_on_host) m.step = host::memory_needed(grad, o.backend.host);
   if (validation) m.validation = host::memory_needed(*validation, o.backend.host);
   return m;

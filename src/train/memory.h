@@ -28,8 +28,9 @@ MemoryRoom memory_room(const std::string& proc = "/proc", const std::string& cgr
 
 // What a training run takes in host memory besides the text: the parameters
 // and both AdamW moments (held already when it is asked); the copy of them
-// that checkpoints read (TrainStep::save), and validation where AdamW runs in
-// the program (the other lanes' validation reads the parameters in place,
+// that checkpoints read (TrainStep::save), and validation's copy of the
+// parameters where the step does not hold them as host Arrays (AdamW in the
+// program, or off the host; elsewhere validation reads them in place,
 // TrainStep::parameters_in_place); on the host lane, the
 // step interpreter's blocks, its outputs (the loss and the gradients) and its
 // other inputs (the batch); and the validation interpreter's blocks. (A GPU
@@ -37,7 +38,7 @@ MemoryRoom memory_room(const std::string& proc = "/proc", const std::string& cgr
 struct HostMemory {
   size_t params = 0;              // the parameters' bytes
   size_t state = 0;               // parameters and the trained ones' moments: held already
-  size_t copy = 0;                // their copy for checkpoints and validation (0: none made)
+  size_t copy = 0;                // copies for checkpoints and validation (0: none made)
   host::MemoryPlan step;          // the step program's plan (zeros off the host lane)
   host::MemoryPlan validation;    // the validation program's plan (zeros: none)
   size_t batch() const { return step.inputs > params ? step.inputs - params : 0; }

@@ -469,7 +469,7 @@ Result train(const Options& o) {
         "' was saved (fingerprint " + *resumed.text_hash + " then, " + text_hash +
         " now): the batches from here on are drawn from the new text");
 
-  // Over the trained parameters only, which come first (frozen ones after them).
+  // Over the trained parameters only (the frozen ones are plain inputs).
   Program grad = value_and_grad(
       optim::with_precision(adapted(o.fused_attention ? fuse_attention(base_loss) : base_loss), o.precision),
       state.names);
@@ -535,13 +535,8 @@ Result train(const Options& o) {
     // step's arena and validation's are resident one at a time: the step's
     // pages go back before validation, validation's after.
     stepper.backend().release_scratch();
-    const std::vector<std::pair<std::string, const Array*>> held = stepper.parameters_in_place();
-    if (held.empty()) {
-      stepper.save(ckpt);
-      for (const NamedArray& p : ckpt.params) forward->set(p.name, p.array);
-    }
-    for (const auto& [name, a] : held)
-      if (!forward->borrow_input(forward->input(name), *a)) forward->set(name, *a);
+    for (const auto& [name, a] : stepper.parameters_in_place())
+      if (!a || !forward->borrow_input(forward->input(name), *a)) forward->set(name, a ? *a : stepper.read(name));
     double total = 0;
     for (const data::Batch& b : val_batches) {
       forward->set("tokens", b.inputs);

@@ -33,19 +33,50 @@ Lane parse_lane(const std::string& s) {
 
 namespace {
 
-// `p` with its inputs reordered: `first` (names, in that order), then the
-// others in their order.
-Program inputs_first(Program p, const std::vector<std::string>& first) {
-  std::vector<NamedValue> in;
-  for (const std::string& n : first) {
-    const int i = p.input_index(n);
-    if (i < 0) throw Error("program \"" + p.name + "\" has no input \"" + n + "\" (a parameter of the step)");
-    in.push_back(p.inputs[static_cast<size_t>(i)]);
+// `names` (in that order) first among `slots` (a program's inputs or
+// outputs), the others after them in their order; `moved_to` maps each old
+// position to its new one. Error naming `what` for a name that is not there.
+std::vector<NamedValue> put_first(const std::vector<NamedValue>& slots, const std::vector<std::string>& names,
+                                  const std::string& what, std::vector<int>& moved_to) {
+  std::vector<int> order;
+  for (const std::string& n : names) {
+    const auto it = std::find_if(slots.begin(), slots.end(), [&](const NamedValue& v) { return v.name == n; });
+    if (it == slots.end()) throw Error(what + " \"" + n + "\"");
+    order.push_back(static_cast<int>(it - slots.begin()));
   }
-  for (const NamedValue& v : p.inputs)
-    if (std::find(first.begin(), first.end(), v.name) == first.end()) in.push_back(v);
-  p.inputs = std::move(in);
+  for (size_t i = 0; i < slots.size(); ++i)
+    if (std::find(names.begin(), names.end(), slots[i].name) == names.end()) order.push_back(static_cast<int>(i));
+  std::vector<NamedValue> r;
+  moved_to.assign(slots.size(), -1);
+  for (size_t k = 0; k < order.size(); ++k) {
+    r.push_back(slots[static_cast<size_t>(order[k])]);
+    moved_to[static_cast<size_t>(order[k])] = static_cast<int>(k);
+  }
+  return r;
+}
+
+// The program with AdamW on the host: the parameters its first inputs, in
+// `params` order; "loss" and then each parameter's gradient its first
+// outputs (host::HostAdamW reads them there); the aliases follow.
+Program host_adamw_order(Program p, const std::vector<std::string>& params) {
+  std::vector<std::string> outs = {"loss"};
+  for (const std::string& n : params) outs.push_back("grad." + n);
+  std::vector<int> in_to, out_to;
+  const std::string of = "program \"" + p.name + "\" has no ";
+  p.inputs = put_first(p.inputs, params, of + "input", in_to);
+  p.outputs = put_first(p.outputs, outs, of + "output", out_to);
+  for (Alias& a : p.aliases) {
+    a.input = in_to[static_cast<size_t>(a.input)];
+    a.output = out_to[static_cast<size_t>(a.output)];
+  }
   return p;
+}
+
+void no_duplicates(const std::vector<std::string>& names, const char* what) {
+  for (size_t j = 0; j < names.size(); ++j)
+    if (std::find(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(j), names[j]) !=
+        names.begin() + static_cast<std::ptrdiff_t>(j))
+      throw Error("TrainStep: \"" + names[j] + "\" is listed twice among the " + what);
 }
 
 // Where the parameters and moments live, by lane.
@@ -59,7 +90,8 @@ enum class Where {
 
 Program TrainStep::program(const Program& grad, const std::vector<std::string>& params, const optim::AdamW& o,
                            const Lane& lane) {
-  if (!lane.adamw_in_program) return inputs_first(grad, params);
+  no_duplicates(params, "parameters");
+  if (!lane.adamw_in_program) return host_adamw_order(grad, params);
   const Program s = optim::with_adamw(grad, params, o);
   return grad.input_index(optim::kAccumLastName) >= 0 ? optim::update_on_last(s, params) : s;
 }
@@ -79,6 +111,7 @@ struct TrainStep::Impl {
   // the accumulators' inputs; none when the program does not accumulate.
   int accum_last = -1;
   std::vector<int> accum_in;
+  int micro = 1;  // optim::accumulated_micro_batches
   int loss_out = -1, norm_out = -1;
   // AdamW on the host: the moments (and, host_copies, the parameters) and
   // the update.
@@ -97,6 +130,8 @@ struct TrainStep::Impl {
     where = lane.adamw_in_program ? Where::program
             : lane.backend == BackendKind::host ? Where::host_slots
                                                 : Where::host_copies;
+    no_duplicates(names, "parameters");
+    no_duplicates(frozen, "frozen parameters");
     role.assign(prog.inputs.size(), 0);
     for (int g = 0; g < (where == Where::program ? 3 : 1); ++g)
       for (const std::string& name : names) {
@@ -117,6 +152,7 @@ struct TrainStep::Impl {
     loss_out = b->output("loss");
     norm_out = prog.output_index(optim::kGradNormName);
     accum_last = prog.input_index(optim::kAccumLastName);
+    micro = optim::accumulated_micro_batches(prog);
     if (accum_last >= 0) {
       role[static_cast<size_t>(accum_last)] = 2;
       for (const std::string& n : names) {
@@ -235,9 +271,10 @@ struct TrainStep::Impl {
   }
   // The n micro-batches' runs and the update; the mean loss.
   double step(int n, void (*set_micro_batch)(void*, int), void* f, const optim::AdamWScalars& s) {
-    if (n < 1 || (n > 1) != (accum_last >= 0))
+    if (n != micro)
       throw Error("TrainStep: " + std::to_string(n) + " micro-batches for a step program that " +
-                  (accum_last >= 0 ? "accumulates gradients" : "does not accumulate gradients"));
+                  (micro > 1 ? "accumulates " + std::to_string(micro) + " (optim::accumulate_gradients)"
+                             : std::string("does not accumulate gradients")));
     if (where == Where::program) {
       const float v4[4] = {s.lr, s.bc1, s.bc2, s.decay};
       for (int i = 0; i < 4; ++i) set_scalar(sc[i], v4[i]);
@@ -248,16 +285,22 @@ struct TrainStep::Impl {
     // (donated, so updated in place); AdamW in the program: update_on_last
     // passes the state through.
     double sum = 0;
-    for (int i = 0; i < n; ++i) {
-      if (accum_last >= 0) set_scalar(accum_last, i + 1 == n ? 1.f : 0.f);
-      if (set_micro_batch) set_micro_batch(f, i);
-      if (i + 1 == n && where == Where::host_slots && std::isfinite(sum)) {
-        // The update overlapped with the run; none when its loss is not finite.
-        host_adamw->step(*b, 1, s, m, v, loss_out);
-      } else {
-        b->run();
+    try {
+      for (int i = 0; i < n; ++i) {
+        if (accum_last >= 0) set_scalar(accum_last, i + 1 == n ? 1.f : 0.f);
+        if (set_micro_batch) set_micro_batch(f, i);
+        if (i + 1 == n && where == Where::host_slots && std::isfinite(sum)) {
+          // The update overlapped with the run; none when its loss is not finite.
+          host_adamw->step(*b, 1, s, m, v, loss_out);
+        } else {
+          b->run();
+        }
+        sum += read_loss();
       }
-      sum += read_loss();
+    } catch (...) {
+      // A step cut short leaves no partial sums for the next one to add in.
+      zero_accumulators();
+      throw;
     }
     ++steps;
     if (norm_out >= 0) {
@@ -287,6 +330,11 @@ TrainStep::TrainStep(TrainStep&&) noexcept = default;
 TrainStep& TrainStep::operator=(TrainStep&&) noexcept = default;
 
 void TrainStep::init(const std::vector<NamedArray>& params) {
+  std::vector<NamedArray> copy = params;
+  init(std::move(copy));
+}
+
+void TrainStep::init(std::vector<NamedArray>&& params) {
   Impl& s = *impl_;
   s.set_group(0, params, "parameter");
   for (int g = 1; g < 3; ++g)
@@ -365,13 +413,12 @@ Array TrainStep::read(const std::string& name) const {
 
 std::vector<std::pair<std::string, const Array*>> TrainStep::parameters_in_place() const {
   const Impl& s = *impl_;
-  if (s.where == Where::program) return {};
   std::vector<std::pair<std::string, const Array*>> r;
   for (size_t j = 0; j < s.names.size(); ++j)
-    r.emplace_back(s.names[j], s.where == Where::host_copies ? &s.p[j] : s.b->host_input(s.state_in[0][j]));
+    r.emplace_back(s.names[j], s.where == Where::program       ? nullptr
+                               : s.where == Where::host_copies ? &s.p[j]
+                                                               : s.b->host_input(s.state_in[0][j]));
   for (size_t k = 0; k < s.frozen.size(); ++k) r.emplace_back(s.frozen[k], s.b->host_input(s.frozen_in[k]));
-  for (const auto& [name, a] : r)
-    if (!a) return {};
   return r;
 }
 

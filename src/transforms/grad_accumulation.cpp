@@ -3,6 +3,7 @@
 // update (with_adamw's) applied only on the last of them, all in one program
 // so that parameters, moments and accumulators stay where the step runs.
 #include <algorithm>
+#include <cmath>
 
 #include "capstep/transforms.h"
 #include "capstep/trace.h"
@@ -85,6 +86,39 @@ Program accumulate_gradients(const Program& g, const std::vector<std::string>& p
   r = dead_code_eliminate(r);
   verify(r);
   return r;
+}
+
+int accumulated_micro_batches(const Program& p) {
+  if (p.input_index(kAccumLastName) < 0) return 1;
+  int acc = -1;  // the first accumulator's value
+  for (const NamedValue& in : p.inputs)
+    if (in.name.rfind("accum.", 0) == 0 && in.name != kAccumLastName) {
+      acc = in.value;
+      break;
+    }
+  std::vector<int> def(static_cast<size_t>(p.num_values()), -1);
+  for (size_t i = 0; i < p.eqns.size(); ++i) def[static_cast<size_t>(p.eqns[i].out)] = static_cast<int>(i);
+  // A splat constant's value, through broadcasts, reshapes and converts; NaN otherwise.
+  auto constant_of = [&](int v) {
+    while (def[static_cast<size_t>(v)] >= 0) {
+      const Eqn& e = p.eqns[static_cast<size_t>(def[static_cast<size_t>(v)])];
+      if (e.op == Op::constant) return e.attrs.literal.size() == 1 ? e.attrs.literal[0] : NAN;
+      if (e.op != Op::broadcast_in_dim && e.op != Op::reshape && e.op != Op::convert) break;
+      v = e.inputs[0];
+    }
+    return static_cast<double>(NAN);
+  };
+  // accumulate_gradients' mean: (accum.<p> + grad) / N.
+  for (const Eqn& sum : p.eqns) {
+    if (acc < 0 || sum.op != Op::add || (sum.inputs[0] != acc && sum.inputs[1] != acc)) continue;
+    for (const Eqn& d : p.eqns) {
+      if (d.op != Op::divide || d.inputs[0] != sum.out) continue;
+      const double n = constant_of(d.inputs[1]);
+      if (n >= 2 && n <= 1e9 && n == std::floor(n)) return static_cast<int>(n);
+    }
+  }
+  throw Error("program \"" + p.name + "\" has an input \"" + kAccumLastName +
+              "\" but no accumulator summed and divided by a micro-batch count, as accumulate_gradients makes");
 }
 
 Program update_on_last(const Program& s, const std::vector<std::string>& params) {
