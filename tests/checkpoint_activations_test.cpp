@@ -5,6 +5,7 @@
 // GPU) within the lanes' tolerance.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "capstep/trace.h"
+#include "capstep/transforms.h"
 #include "seed_step.h"
 #include "test_util.h"
 
@@ -263,6 +265,56 @@ TEST(RecomputeInBackward, FusedAdamWStepsAreBitEqualAndInPlace) {
   EXPECT_EQ(ir, ip);
   EXPECT_EQ(ip, static_cast<int>(plain.aliases.size()));
   EXPECT_GT(pa, ra);
+}
+
+// Snapshots: an input that trains and that a copy reads is read through one
+// copy of it made at the start; a frozen input (no gradient) is read as it
+// is. In a bf16 step, a frozen weight's convert is recomputed from the weight
+// itself; a trained weight's is held (recomputing it would hold an f32
+// snapshot of the weight instead of its bf16 convert). The same bits.
+TEST(RecomputeInBackward, OnlyTrainedInputsAreSnapshotted) {
+  const nn::LmConfig c = tiny(nn::Arch::gpt2, 2);
+  std::vector<std::string> trained;
+  for (const std::string& n : names_of(c))
+    if (n.find("norm") != std::string::npos) trained.push_back(n);  // the norms' gains and biases train
+  ASSERT_FALSE(trained.empty());
+  const Program grad = value_and_grad(optim::mixed_precision_bf16(nn::lm_loss_program(c)), trained);
+  const Program r = recompute_in_backward(grad);
+  // A snapshot: select(true, x, x) of an input x.
+  std::vector<char> is_input(static_cast<size_t>(r.num_values()), 0);
+  for (const NamedValue& in : r.inputs) is_input[static_cast<size_t>(in.value)] = 1;
+  std::string snapped_frozen;
+  int snapped = 0, converts_of_frozen = 0;
+  for (const Eqn& e : r.eqns) {
+    const int x = e.op == Op::select ? e.inputs[1] : e.op == Op::convert ? e.inputs[0] : -1;
+    if (x < 0 || !is_input[static_cast<size_t>(x)]) continue;
+    std::string name;
+    for (const NamedValue& in : r.inputs)
+      if (in.value == x) name = in.name;
+    const bool trains = std::find(trained.begin(), trained.end(), name) != trained.end();
+    if (e.op == Op::select && e.inputs[2] == x) {
+      ++snapped;
+      if (!trains) snapped_frozen += name + " ";
+    }
+    if (e.op == Op::convert && !trains && r.type(x).rank() == 2) ++converts_of_frozen;
+  }
+  EXPECT_EQ(snapped_frozen, "");
+  EXPECT_GT(snapped, 0);  // the trained gains' broadcasts read snapshots
+  // Each frozen weight matrix converted in the forward and again in the backward.
+  int matrices = 0;
+  for (const NamedValue& in : r.inputs)
+    if (r.type(in.value).rank() == 2 && std::find(trained.begin(), trained.end(), in.name) == trained.end() &&
+        in.name != "tokens" && in.name != "targets")
+      ++matrices;
+  EXPECT_GT(converts_of_frozen, matrices);
+  const std::vector<Array> in = loss_inputs(c);
+  std::vector<Array> ins;
+  for (const NamedValue& v : grad.inputs) {
+    const int j = nn::lm_loss_program(c).input_index(v.name);
+    ins.push_back(in[static_cast<size_t>(j)]);
+  }
+  expect_bit_equal(grad, host::run(grad, ins), host::run(r, ins), "gpt2 bf16, norms trained");
+  EXPECT_LT(host::memory_needed(r).arena, host::memory_needed(grad).arena);
 }
 
 // The host's plan of a 4-block Llama at 2 x 64 tokens: the recomputed step's

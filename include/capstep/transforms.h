@@ -72,9 +72,12 @@ Program checkpoint_activations(const Program& p, const std::vector<int>& regions
 // equations just before each gradient equation that reads it (the same
 // operations on the same operands: the same bits). The copies read forward
 // values through select(true, x, g) of a gradient value g, so that no
-// scheduler runs them in the forward, and inputs through a snapshot made
-// before the first equation, so that an update written over an input comes
-// after its last read. Such a value is then no buffer held from the forward
+// scheduler runs them in the forward, and inputs that train (those with a
+// "grad.<name>" output) through a snapshot made before the first equation,
+// so that an update written over such an input comes after its last read
+// (a value read from one is recomputed only when the input is the smaller:
+// a gain's broadcast, not a weight's bf16 convert); the other inputs (a
+// frozen base) as they are. Such a value is then no buffer held from the forward
 // to the backward: an RMSNorm's broadcast scale and its products, a
 // softmax's broadcast denominator and quotient, SiLU's exponential, sum,
 // quotient and gated product, grouped-query attention's repeated keys and

@@ -24,6 +24,14 @@ Program recompute_in_backward(const Program& p) {
     if (!fwd[i])
       for (int v : p.eqns[i].inputs) read_back[static_cast<size_t>(v)] = 1;
   auto numel = [&](int v) { return p.type(v).numel(); };
+  // An input with a gradient output ("grad.<name>": a parameter that trains)
+  // may be written over by the update after the run reads it (with_adamw
+  // donates it), so a copy reads it through a snapshot taken at the start
+  // (below), a copy of it held until its last reader. The other inputs (the
+  // batch, a frozen base) are read as they are.
+  std::vector<char> overwritten(nv, 0);
+  for (const NamedValue& in : p.inputs)
+    overwritten[static_cast<size_t>(in.value)] = p.output_index("grad." + in.name) >= 0;
   // Recomputable: a forward elementwise, broadcast_in_dim or reshape result,
   // not an output, each of whose operands lives into the backward anyway (an
   // input, a constant or iota, a value the backward reads), or is smaller
@@ -31,7 +39,10 @@ Program recompute_in_backward(const Program& p) {
   // turn, up to a few equations deep (the recomputation is a few more
   // operations per element). A value that needs a GEMM's, a reduction's or a
   // gather's result that nothing else holds is not: recomputing it would
-  // hold that result instead, as large.
+  // hold that result instead, as large. Nor is one read from an input that
+  // needs a snapshot, unless that input is smaller than it (a gain's
+  // broadcast): the snapshot would hold as much as the value (a weight's
+  // bf16 convert would hold an f32 copy of the weight instead).
   constexpr int kDepth = 6;
   std::vector<signed char> memo(nv, -1);
   std::function<bool(int, int)> recomputable = [&](int v, int depth) -> bool {
@@ -42,8 +53,10 @@ Program recompute_in_backward(const Program& p) {
     bool ok = is_elementwise(e.op) || e.op == Op::broadcast_in_dim || e.op == Op::reshape;
     for (size_t k = 0; ok && k < e.inputs.size(); ++k) {
       const int u = e.inputs[k], du = def[static_cast<size_t>(u)];
-      ok = du < 0 || op_kind(p.eqns[static_cast<size_t>(du)].op) == OpKind::source || read_back[static_cast<size_t>(u)] ||
-           numel(u) < numel(v) || recomputable(u, depth + 1);
+      if (du < 0) ok = !overwritten[static_cast<size_t>(u)] || numel(u) < numel(v);
+      else
+        ok = op_kind(p.eqns[static_cast<size_t>(du)].op) == OpKind::source || read_back[static_cast<size_t>(u)] ||
+             numel(u) < numel(v) || recomputable(u, depth + 1);
     }
     memo[static_cast<size_t>(v)] = ok;
     return ok;
@@ -60,11 +73,10 @@ Program recompute_in_backward(const Program& p) {
   q.eqns.clear();
   q.eqns.reserve(n);
   std::vector<Eqn> front;  // equations that go before the first one (snapshots)
-  // A program input (a parameter) that a copy reads is read through a
-  // snapshot made before the first equation, select(true, x, x): the same
-  // bits, so that no equation of the backward reads the input itself, and an
-  // update written over it (with_adamw's, donated) still comes after its last
-  // read.
+  // A program input that trains, read by a copy, is read through a snapshot
+  // made before the first equation, select(true, x, x): the same bits, so
+  // that no equation of the backward reads the input itself, and an update
+  // written over it (with_adamw's, donated) still comes after its last read.
   std::map<int, int> snapshot;
   auto snapshot_of = [&](int x) {
     auto it = snapshot.find(x);
@@ -83,7 +95,10 @@ Program recompute_in_backward(const Program& p) {
   std::map<std::string, int> last_grad, all_true;
   const Eqn* reader = nullptr;
   auto anchored = [&](int u) {
-    if (def[static_cast<size_t>(u)] < 0) u = snapshot_of(u);
+    if (def[static_cast<size_t>(u)] < 0) {
+      if (!overwritten[static_cast<size_t>(u)]) return u;  // never written: read as it is
+      u = snapshot_of(u);
+    }
     const Type t = q.type(u);
     const std::string key = t.str();
     int g = -1;
