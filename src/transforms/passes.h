@@ -11,6 +11,19 @@
 
 namespace capstep::autodiff_detail {
 
+// Each value's defining equation (-1: an input) and its number of readers
+// (each operand slot of an equation, each output), for the local rewrites.
+struct DefUse {
+  std::vector<int> def, uses;
+  explicit DefUse(const Program& p);
+  // The equation at or after `first` that makes v, when v has exactly one
+  // reader; -1 otherwise.
+  int sole(int v, size_t first = 0) const {
+    const int d = def[static_cast<size_t>(v)];
+    return d < 0 || static_cast<size_t>(d) < first || uses[static_cast<size_t>(v)] != 1 ? -1 : d;
+  }
+};
+
 // Local algebra on splat constants, which the VJP rules produce (the seed 1,
 // its broadcasts, zeros of select): shape ops and float converts of a splat
 // become a splat constant; x*1, 1*x, x/1, x+0, 0+x, x-0 and select(p, x, x)

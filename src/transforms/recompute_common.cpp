@@ -1,9 +1,19 @@
 // What the recomputing transforms (checkpoint_activations,
 // recompute_in_backward) share: the forward's equations of a gradient
-// program, and the anchors their copies read forward values through.
+// program, and the anchors their copies read forward values through; and the
+// definitions and uses the local rewrites read.
 #include "transforms/passes.h"
 
 namespace capstep::autodiff_detail {
+
+DefUse::DefUse(const Program& p)
+    : def(static_cast<size_t>(p.num_values()), -1), uses(static_cast<size_t>(p.num_values()), 0) {
+  for (size_t i = 0; i < p.eqns.size(); ++i) {
+    def[static_cast<size_t>(p.eqns[i].out)] = static_cast<int>(i);
+    for (int v : p.eqns[i].inputs) ++uses[static_cast<size_t>(v)];
+  }
+  for (const NamedValue& o : p.outputs) ++uses[static_cast<size_t>(o.value)];
+}
 
 std::vector<char> forward_equations(const Program& p) {
   std::vector<char> need(static_cast<size_t>(p.num_values()), 0), fwd(p.eqns.size(), 0);

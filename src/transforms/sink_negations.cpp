@@ -5,17 +5,11 @@
 namespace capstep::autodiff_detail {
 
 Program sink_negations(const Program& p) {
-  const size_t n = static_cast<size_t>(p.num_values());
-  std::vector<int> uses(n, 0), def(n, -1);
-  for (size_t i = 0; i < p.eqns.size(); ++i) {
-    def[static_cast<size_t>(p.eqns[i].out)] = static_cast<int>(i);
-    for (int v : p.eqns[i].inputs) ++uses[static_cast<size_t>(v)];
-  }
-  for (const NamedValue& o : p.outputs) ++uses[static_cast<size_t>(o.value)];
+  const DefUse du(p);
   // x when v = negate(x) and v has no other use; -1 otherwise.
   auto negated = [&](int v) {
-    const int d = def[static_cast<size_t>(v)];
-    if (d < 0 || uses[static_cast<size_t>(v)] != 1) return -1;
+    const int d = du.sole(v);
+    if (d < 0) return -1;
     const Eqn& e = p.eqns[static_cast<size_t>(d)];
     return e.op == Op::negate ? e.inputs[0] : -1;
   };
@@ -25,8 +19,8 @@ Program sink_negations(const Program& p) {
   // y when v = broadcast_in_dim(negate(x)), both without other uses: y is a
   // new broadcast of x, recorded here, so that the caller can subtract it.
   auto negated_broadcast = [&](int v) {
-    const int d = def[static_cast<size_t>(v)];
-    if (d < 0 || uses[static_cast<size_t>(v)] != 1) return -1;
+    const int d = du.sole(v);
+    if (d < 0) return -1;
     const Eqn& b = p.eqns[static_cast<size_t>(d)];
     if (b.op != Op::broadcast_in_dim) return -1;
     const int x = negated(b.inputs[0]);

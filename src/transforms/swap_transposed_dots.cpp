@@ -6,18 +6,8 @@
 namespace capstep::autodiff_detail {
 
 Program swap_transposed_dots(const Program& p, size_t first) {
-  const size_t n = static_cast<size_t>(p.num_values());
-  std::vector<int> uses(n, 0), def(n, -1);
-  for (size_t i = 0; i < p.eqns.size(); ++i) {
-    def[static_cast<size_t>(p.eqns[i].out)] = static_cast<int>(i);
-    for (int v : p.eqns[i].inputs) ++uses[static_cast<size_t>(v)];
-  }
-  for (const NamedValue& o : p.outputs) ++uses[static_cast<size_t>(o.value)];
-  // The equation (at or after `first`) that makes v, when v has no other reader; -1 otherwise.
-  auto sole = [&](int v) {
-    const int d = def[static_cast<size_t>(v)];
-    return d < 0 || static_cast<size_t>(d) < first || uses[static_cast<size_t>(v)] != 1 ? -1 : d;
-  };
+  const DefUse du(p);
+  auto sole = [&](int v) { return du.sole(v, first); };
   auto float_convert = [&](int d) {
     const Eqn& e = p.eqns[static_cast<size_t>(d)];
     return e.op == Op::convert && is_float(p.type(e.inputs[0]).dtype) && is_float(p.type(e.out).dtype);

@@ -6,18 +6,12 @@
 namespace capstep::autodiff_detail {
 
 Program widen_before_views(const Program& p, size_t first) {
-  const size_t n = static_cast<size_t>(p.num_values());
-  std::vector<int> uses(n, 0), def(n, -1);
-  for (size_t i = 0; i < p.eqns.size(); ++i) {
-    def[static_cast<size_t>(p.eqns[i].out)] = static_cast<int>(i);
-    for (int v : p.eqns[i].inputs) ++uses[static_cast<size_t>(v)];
-  }
-  for (const NamedValue& o : p.outputs) ++uses[static_cast<size_t>(o.value)];
+  const DefUse du(p);
   // The view equation (at or after `first`) that makes v, when v has no other
   // reader; -1 otherwise.
   auto sole_view = [&](int v) {
-    const int d = def[static_cast<size_t>(v)];
-    if (d < 0 || static_cast<size_t>(d) < first || uses[static_cast<size_t>(v)] != 1) return -1;
+    const int d = du.sole(v, first);
+    if (d < 0) return -1;
     const Op op = p.eqns[static_cast<size_t>(d)].op;
     return op == Op::transpose || op == Op::reshape ? d : -1;
   };
