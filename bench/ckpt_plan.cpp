@@ -3,7 +3,7 @@
 // --checkpoint-activations, as train_loop.cpp builds it: value_and_grad,
 // recompute_in_backward where it plans less, checkpoint_activations, then
 // TrainStep::program (AdamW on the host, the default lane). Nothing allocated:
-//   bench_ckpt_plan DIR [BATCH SEQ]
+//   bench_ckpt_plan DIR [BATCH SEQ]   (CKPT_FUSED=1: as train --fused-attention)
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -14,6 +14,7 @@
 #include "capstep/host_options.h"
 #include "capstep/nn.h"
 #include "capstep/train_step.h"
+#include "capstep/trace.h"
 #include "capstep/transforms.h"
 
 using namespace capstep;
@@ -41,7 +42,7 @@ int main(int argc, char** argv) {
   nn::LmConfig c = nn::read_hf_dir(argv[1]).config;
   c.batch = argc == 4 ? std::atoi(argv[2]) : 8;
   c.seq = argc == 4 ? std::atoi(argv[3]) : 1024;
-  const Program loss = nn::lm_loss_program(c);
+  const Program loss = std::getenv("CKPT_FUSED") ? fuse_attention(nn::lm_loss_program(c)) : nn::lm_loss_program(c);
   std::vector<std::string> names;
   for (const nn::ParamSpec& s : nn::lm_parameters(c)) names.push_back(s.name);
   std::printf("%s, %lld parameters, batch %lld x %lld\n", c.describe().c_str(),
