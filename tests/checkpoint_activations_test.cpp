@@ -18,6 +18,7 @@
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "capstep/trace.h"
+#include "capstep/train_step.h"
 #include "capstep/transforms.h"
 #include "seed_step.h"
 #include "test_util.h"
@@ -365,6 +366,42 @@ TEST(CheckpointActivations, PlannedMemoryIsSmaller) {
   EXPECT_LT(dh.arena_bytes, dp.arena_bytes);
   EXPECT_EQ(ha.inputs, hp.inputs);
   EXPECT_EQ(ha.outputs, hp.outputs);
+}
+
+// The step that `capstep train --checkpoint-activations` runs on the host
+// (recompute_in_backward where it plans less, checkpoint_activations,
+// AdamW on the host: the gradients are outputs) holds about two [B, T, D]
+// values more per block (its input on the residual stream among them): each
+// block's weight and bias gradients are computed as its backward reaches
+// them. (When the anchors' selects shared one broadcast of true, all of them
+// joined one fused group, run after the last block's backward, and every
+// block's cotangents and recomputed values were held to the end of the step:
+// 12 such values more per block here.)
+size_t train_step_arena(int64_t layers) {
+  nn::LmConfig c;
+  c.arch = nn::Arch::gpt2;
+  c.vocab = 13;
+  c.d_model = 32;
+  c.n_heads = 2;
+  c.d_ff = 128;
+  c.context = 64;
+  c.batch = 2;
+  c.seq = 64;
+  c.n_layers = layers;
+  const std::vector<std::string> names = names_of(c);
+  Program grad = value_and_grad(nn::lm_loss_program(c), names);
+  Program r = recompute_in_backward(grad);
+  if (host::memory_needed(r).arena < host::memory_needed(grad).arena) grad = std::move(r);
+  grad = checkpoint_activations(grad, every_kth_region(grad, 1));
+  return host::memory_needed(TrainStep::program(grad, names, optim::AdamW{}, Lane{BackendKind::host, false})).arena;
+}
+
+TEST(CheckpointActivations, TrainStepHoldsOneResidualPerBlock) {
+  const size_t two = train_step_arena(2), eight = train_step_arena(8);
+  const size_t residual = 2 * 64 * 32 * sizeof(float);  // [B, T, D] f32
+  std::printf("host arena of the checkpointed train step: 2 blocks %zu, 8 blocks %zu (%.2f residuals per block more)\n",
+              two, eight, static_cast<double>(eight - two) / 6.0 / static_cast<double>(residual));
+  EXPECT_LE(eight, two + 6 * 3 * residual);
 }
 
 // The anchors (select(true, x, g)) are what keeps the copies in the

@@ -106,7 +106,7 @@ Program checkpoint_activations(const Program& p, const std::vector<int>& regions
   q.eqns.clear();
   q.eqns.reserve(n);
   std::vector<int> copy(nv, -1);
-  std::map<std::string, int> all_true;  // type -> constant true i1 broadcast to it
+  std::map<std::string, int> all_true;  // region -> the scalar true its anchors broadcast
   // Before equation i of p: main input x, anchored (or as it is where no
   // gradient value of its type precedes i).
   auto anchor = [&](int r, int x, size_t i) {

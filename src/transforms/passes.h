@@ -75,9 +75,11 @@ int true_of(Program& q, std::vector<Eqn>& to, const Type& t, int region = -1);
 // select(true, x, g) appended to q: x's bits, which a scheduler that orders by
 // dependencies alone cannot read before g (a gradient value of x's type)
 // exists, so a recomputation that reads x through it cannot run in the
-// forward, where its values would be held as long as the originals. The true
-// of x's type is made once (`trues`, by type). Every equation made is in
-// region `region`.
+// forward, where its values would be held as long as the originals. The
+// scalar true is made once per region (`trues`), its broadcast to x's shape
+// once per select (a broadcast shared by many selects would fuse them all
+// into one group, run after the last). Every equation made is in region
+// `region`.
 int anchor(Program& q, std::map<std::string, int>& trues, int x, int g, int region = -1);
 
 }  // namespace capstep::autodiff_detail

@@ -44,11 +44,20 @@ int true_of(Program& q, std::vector<Eqn>& to, const Type& t, int region) {
 
 int anchor(Program& q, std::map<std::string, int>& trues, int x, int g, int region) {
   const Type t = q.type(x);
-  auto at = trues.find(t.str());
-  if (at == trues.end()) at = trues.emplace(t.str(), true_of(q, q.eqns, t, region)).first;
+  // One scalar true per region, broadcast afresh for each select: a
+  // broadcast that many selects read would join them all, in whatever
+  // blocks they are, into one fused group (they have one geometry), which
+  // then runs after the last of them, holding what each reads (a block's
+  // recomputed values, its cotangents, the weight gradients' operands) to
+  // the end of the step.
+  const std::string key = std::to_string(region);
+  auto at = trues.find(key);
+  if (at == trues.end()) at = trues.emplace(key, true_of(q, q.eqns, Type{DType::i1, {}}, region)).first;
   Attrs a;
   a.region = region;
-  return append(q, q.eqns, Op::select, {at->second, x, g}, a, t);
+  const int yes = t.rank() == 0 ? at->second
+                                : append(q, q.eqns, Op::broadcast_in_dim, {at->second}, a, {DType::i1, t.shape});
+  return append(q, q.eqns, Op::select, {yes, x, g}, a, t);
 }
 
 }  // namespace capstep::autodiff_detail
