@@ -192,8 +192,9 @@ struct TrainStep::Impl {
   // const, moved from the others.
   template <class A>
   void put(int g, size_t j, A&& a) {
-    Array* held = g == 1 ? &m[j] : g == 2 ? &v[j] : where == Where::host_copies ? &p[j] : nullptr;
-    if (where == Where::program || !held) {
+    // In the backend's slots: everything with AdamW in the program, the
+    // parameters on the host backend.
+    if (where == Where::program || (g == 0 && where == Where::host_slots)) {
       b->set_input(state_in[g][j], std::forward<A>(a));
       return;
     }
@@ -201,7 +202,7 @@ struct TrainStep::Impl {
     if (a.type() != t)
       throw Error("TrainStep: " + state_name(g, names[j]) + " is " + a.type().str() + ", the step's input \"" +
                   names[j] + "\" " + t.str());
-    *held = std::forward<A>(a);
+    (g == 1 ? m[j] : g == 2 ? v[j] : p[j]) = std::forward<A>(a);
   }
   void get(int g, size_t j, Array& to) const {
     if (where == Where::program || (g == 0 && where == Where::host_slots)) b->read_input(state_in[g][j], to);
