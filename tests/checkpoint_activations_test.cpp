@@ -389,9 +389,7 @@ size_t train_step_arena(int64_t layers) {
   c.seq = 64;
   c.n_layers = layers;
   const std::vector<std::string> names = names_of(c);
-  Program grad = value_and_grad(nn::lm_loss_program(c), names);
-  Program r = recompute_in_backward(grad);
-  if (host::memory_needed(r).arena < host::memory_needed(grad).arena) grad = std::move(r);
+  Program grad = host::recompute_where_smaller(value_and_grad(nn::lm_loss_program(c), names));
   grad = checkpoint_activations(grad, every_kth_region(grad, 1));
   return host::memory_needed(TrainStep::program(grad, names, optim::AdamW{}, Lane{BackendKind::host, false})).arena;
 }

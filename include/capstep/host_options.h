@@ -57,5 +57,13 @@ struct MemoryPlan {
 // (fusion, liveness, the arena's packing) without allocating any of it: for
 // refusing a step that will not fit in memory before the first run.
 MemoryPlan memory_needed(const Program& p, const InterpreterOptions& o = InterpreterOptions::defaults());
+// recompute_in_backward(grad) (transforms.h) where the host's plan of it
+// (memory_needed) has the smaller arena, else grad: the gradient program
+// `capstep train` runs. (The recomputed one holds less when the activations
+// held at the start of the backward are the peak, as in every model of
+// several layers; a step whose peak is inside its backward, as one layer
+// over very long sequences, can hold more, the copies made for that point's
+// GEMMs coming on top of it.)
+Program recompute_where_smaller(const Program& grad, const InterpreterOptions& o = InterpreterOptions::defaults());
 
 }  // namespace capstep::host

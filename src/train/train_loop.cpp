@@ -259,7 +259,11 @@ Result train(const Options& o) {
   // SFT: targets < 0 are ignored (the masked mean); otherwise the plain loss program.
   const Program base_loss = nn::lm_loss_program(o.model, DType::f32, !o.sft_path.empty());
   const LoraRun lora_run = make_lora_run(o, base_loss);
-  auto adapted = [&](const Program& p) { return lora_run.on ? lora::lora(p, lora_run.meta.targets, lora_run.meta.options) : p; };
+  // The loss the step differentiates and validation runs: fused attention,
+  // LoRA, mixed precision as asked.
+  const Program fused_loss = o.fused_attention ? fuse_attention(base_loss) : base_loss;
+  const Program loss_program = optim::with_precision(
+      lora_run.on ? lora::lora(fused_loss, lora_run.meta.targets, lora_run.meta.options) : fused_loss, o.precision);
   std::vector<nn::ParamSpec> specs = nn::lm_parameters(o.model);
   std::vector<bool> trains = lora_run.on ? std::vector<bool>(specs.size(), false)
                                          : trainable_mask(o.model, o.train_patterns, o.freeze_patterns);
@@ -455,7 +459,7 @@ Result train(const Options& o) {
         else val->fill_rows(static_cast<uint64_t>(k), c * o.model.batch, b.inputs, b.targets);
         val_batches.push_back(std::move(b));
       }
-    forward_program = optim::with_precision(adapted(o.fused_attention ? fuse_attention(base_loss) : base_loss), o.precision);
+    forward_program = loss_program;
   }
   if (sft) sft->set_position(position);
   else batches->set_position(position);
@@ -470,20 +474,11 @@ Result train(const Options& o) {
         " now): the batches from here on are drawn from the new text");
 
   // Over the trained parameters only (the frozen ones are plain inputs).
-  Program grad = value_and_grad(
-      optim::with_precision(adapted(o.fused_attention ? fuse_attention(base_loss) : base_loss), o.precision),
-      state.names);
+  Program grad = value_and_grad(loss_program, state.names);
   // Cheap forward values (broadcasts, elementwise chains) recomputed where
-  // the backward reads them, not held from the forward until then: where the
-  // host's plan of the step says that holds less. (It does when the
-  // activations held at the start of the backward are the peak, as in every
-  // model of several layers; a step whose peak is inside its backward, as
-  // one layer over very long sequences, can hold more, the copies made for
-  // that point's GEMMs coming on top of it.)
-  {
-    Program r = recompute_in_backward(grad);
-    if (host::memory_needed(r, o.backend.host).arena < host::memory_needed(grad, o.backend.host).arena) grad = std::move(r);
-  }
+  // the backward reads them, not held from the forward until then, where
+  // the host's plan of the step says that holds less.
+  grad = host::recompute_where_smaller(grad, o.backend.host);
   if (o.checkpoint_every > 0) grad = checkpoint_activations(grad, every_kth_region(grad, o.checkpoint_every));
   // A bf16 base: each weight's f32 copy made at its readers, not held from
   // the forward through the backward.

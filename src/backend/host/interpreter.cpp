@@ -58,6 +58,7 @@
 
 #include "backend/host/interpreter_impl.h"
 #include "backend/host/parallel.h"
+#include "capstep/transforms.h"
 
 namespace capstep::host {
 
@@ -264,6 +265,11 @@ MemoryPlan Interpreter::Impl::memory() const {
 
 MemoryPlan memory_needed(const Program& p, const InterpreterOptions& o) {
   return Interpreter::Impl(p, o, /*plan_only=*/true).memory();
+}
+
+Program recompute_where_smaller(const Program& grad, const InterpreterOptions& o) {
+  Program r = recompute_in_backward(grad);
+  return memory_needed(r, o).arena < memory_needed(grad, o).arena ? r : grad;
 }
 // The whole pages inside the arena block (its first partial page, where the
 // allocator keeps its header, left alone) go back to the system; the next
