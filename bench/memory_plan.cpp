@@ -1,7 +1,10 @@
 // The host interpreter's planned memory (host::memory_needed) of the training
 // step and the validation forward of a model in transformers' layout, and
-// the program's largest constants and iotas (what becomes the statics):
-//   bench_memory_plan DIR [BATCH SEQ]
+// the program's largest constants and iotas (what becomes the statics); then
+// the step program `capstep train` builds (train_loop.cpp: value_and_grad,
+// recompute_where_smaller, TrainStep::program on the host lane, AdamW on the
+// host) without and with --checkpoint-activations. Nothing is allocated:
+//   bench_memory_plan DIR [BATCH SEQ]   (MEMORY_PLAN_FUSED=1: as train --fused-attention)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +15,9 @@
 #include "capstep/hf.h"
 #include "capstep/host_options.h"
 #include "capstep/nn.h"
+#include "capstep/trace.h"
+#include "capstep/train_step.h"
+#include "capstep/transforms.h"
 
 using namespace capstep;
 
@@ -27,8 +33,10 @@ double mib(size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
 void report(const char* what, const Program& p) {
   const host::MemoryPlan m = host::memory_needed(p);
-  std::printf("%s: %zu equations; arena %.1f MiB, statics %.1f MiB, tiles %.1f MiB, inputs %.1f MiB, outputs %.1f MiB\n",
-              what, p.eqns.size(), mib(m.arena), mib(m.statics), mib(m.tiles), mib(m.inputs), mib(m.outputs));
+  std::printf("%s: %zu equations; arena %.1f MiB, statics %.1f MiB, tiles %.1f MiB, inputs %.1f MiB, outputs %.1f MiB; "
+              "held %.1f MiB\n",
+              what, p.eqns.size(), mib(m.arena), mib(m.statics), mib(m.tiles), mib(m.inputs), mib(m.outputs),
+              mib(m.held()));
   std::vector<std::pair<size_t, std::string>> big;
   for (const Eqn& e : p.eqns)
     if ((e.op == Op::constant || e.op == Op::iota) && p.type(e.out).bytes() >= (1u << 20))
@@ -47,7 +55,7 @@ int main(int argc, char** argv) {
   nn::LmConfig c = nn::read_hf_dir(argv[1]).config;
   c.batch = argc == 4 ? std::atoi(argv[2]) : 2;
   c.seq = argc == 4 ? std::atoi(argv[3]) : 256;
-  const Program loss = nn::lm_loss_program(c);
+  const Program loss = std::getenv("MEMORY_PLAN_FUSED") ? fuse_attention(nn::lm_loss_program(c)) : nn::lm_loss_program(c);
   std::vector<std::string> names;
   for (const nn::ParamSpec& s : nn::lm_parameters(c)) names.push_back(s.name);
   std::printf("%s, %lld parameters, batch %lld x %lld\n", c.describe().c_str(),
@@ -56,6 +64,11 @@ int main(int argc, char** argv) {
   report("validation forward", loss);
   const Program grad = value_and_grad(loss, names);
   report("step (value_and_grad)", grad);
-  report("step (recompute_in_backward, as capstep train runs it)", recompute_in_backward(grad));
+  const Program trained = host::recompute_where_smaller(grad);
+  const Lane lane{BackendKind::host, false};
+  const optim::AdamW adamw{};
+  report("step (train's, plain)", TrainStep::program(trained, names, adamw, lane));
+  report("step (train's, --checkpoint-activations)",
+         TrainStep::program(checkpoint_activations(trained, every_kth_region(trained, 1)), names, adamw, lane));
   return 0;
 }
