@@ -188,13 +188,16 @@ struct TrainStep::Impl {
     for (const std::string& n : names) all += (all.empty() ? "" : ", ") + n;
     throw Error("TrainStep: \"" + name + "\" is not a parameter of the step (its parameters: " + all + ")");
   }
-  // Parameter j's value of group g (0 parameter, 1 m, 2 v), set: copied from
-  // const, moved from the others.
+  // Whether group g (0 parameters, 1 m, 2 v) lives in the backend's slots:
+  // everything with AdamW in the program, the parameters on the host
+  // backend; else in the host arrays here.
+  bool in_slots(int g) const { return where == Where::program || (g == 0 && where == Where::host_slots); }
+  Array& held(int g, size_t j) { return g == 1 ? m[j] : g == 2 ? v[j] : p[j]; }
+  const Array& held(int g, size_t j) const { return g == 1 ? m[j] : g == 2 ? v[j] : p[j]; }
+  // Parameter j's value of group g, set: copied from const, moved from the others.
   template <class A>
   void put(int g, size_t j, A&& a) {
-    // In the backend's slots: everything with AdamW in the program, the
-    // parameters on the host backend.
-    if (where == Where::program || (g == 0 && where == Where::host_slots)) {
+    if (in_slots(g)) {
       b->set_input(state_in[g][j], std::forward<A>(a));
       return;
     }
@@ -202,11 +205,11 @@ struct TrainStep::Impl {
     if (a.type() != t)
       throw Error("TrainStep: " + state_name(g, names[j]) + " is " + a.type().str() + ", the step's input \"" +
                   names[j] + "\" " + t.str());
-    (g == 1 ? m[j] : g == 2 ? v[j] : p[j]) = std::forward<A>(a);
+    held(g, j) = std::forward<A>(a);
   }
   void get(int g, size_t j, Array& to) const {
-    if (where == Where::program || (g == 0 && where == Where::host_slots)) b->read_input(state_in[g][j], to);
-    else to = g == 0 ? p[j] : g == 1 ? m[j] : v[j];
+    if (in_slots(g)) b->read_input(state_in[g][j], to);
+    else to = held(g, j);
   }
   // Sets the parameters (trained and frozen) or a group of moments from
   // named arrays, every one once.
