@@ -51,8 +51,7 @@ Program checkpoint_activations(const Program& p, const std::vector<int>& regions
   }
   const size_t n = p.eqns.size(), nv = static_cast<size_t>(p.num_values());
   const std::vector<char> fwd = autodiff_detail::forward_equations(p);
-  std::vector<int> def(nv, -1);
-  for (size_t i = 0; i < n; ++i) def[static_cast<size_t>(p.eqns[i].out)] = static_cast<int>(i);
+  const std::vector<int> def = autodiff_detail::DefUse(p).def;
   // rg[i]: the chosen region forward equation i belongs to, or -1.
   std::vector<int> rg(n, -1);
   for (size_t i = 0; i < n; ++i)

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "capstep/transforms.h"
+#include "transforms/passes.h"
 #include "capstep/trace.h"
 
 namespace capstep::optim {
@@ -96,8 +97,7 @@ int accumulated_micro_batches(const Program& p) {
       acc = in.value;
       break;
     }
-  std::vector<int> def(static_cast<size_t>(p.num_values()), -1);
-  for (size_t i = 0; i < p.eqns.size(); ++i) def[static_cast<size_t>(p.eqns[i].out)] = static_cast<int>(i);
+  const std::vector<int> def = autodiff_detail::DefUse(p).def;
   // A splat constant's value, through broadcasts, reshapes and converts; NaN otherwise.
   auto constant_of = [&](int v) {
     while (def[static_cast<size_t>(v)] >= 0) {

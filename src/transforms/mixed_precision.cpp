@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "capstep/transforms.h"
+#include "transforms/passes.h"
 
 namespace capstep::optim {
 
@@ -25,8 +26,7 @@ Precision parse_precision(const std::string& s) {
 Program mixed_precision_bf16(const Program& f) {
   verify(f);
   const size_t nv = static_cast<size_t>(f.num_values());
-  std::vector<int> def(nv, -1);  // the equation of f that makes each value
-  for (size_t i = 0; i < f.eqns.size(); ++i) def[static_cast<size_t>(f.eqns[i].out)] = static_cast<int>(i);
+  const std::vector<int> def = autodiff_detail::DefUse(f).def;  // the equation of f that makes each value
   auto def_op = [&](int v, Op op) {
     const int d = def[static_cast<size_t>(v)];
     return d >= 0 && f.eqns[static_cast<size_t>(d)].op == op;

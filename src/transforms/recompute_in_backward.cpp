@@ -16,8 +16,7 @@ Program recompute_in_backward(const Program& p) {
   if (p.outputs.empty()) return p;
   const size_t n = p.eqns.size(), nv = static_cast<size_t>(p.num_values());
   const std::vector<char> fwd = forward_equations(p);
-  std::vector<int> def(nv, -1);
-  for (size_t i = 0; i < n; ++i) def[static_cast<size_t>(p.eqns[i].out)] = static_cast<int>(i);
+  const std::vector<int> def = autodiff_detail::DefUse(p).def;
   std::vector<char> output(nv, 0), read_back(nv, 0);  // read_back: a gradient equation reads it
   for (const NamedValue& o : p.outputs) output[static_cast<size_t>(o.value)] = 1;
   for (size_t i = 0; i < n; ++i)
