@@ -12,6 +12,7 @@
 
 #include "backend/host/fused.h"
 #include "backend/plan/fusion.h"
+#include "ir/bf16.h"
 #include "ir/scalar_math.h"
 #include "capstep/array.h"
 #include "capstep/autodiff.h"
@@ -205,17 +206,20 @@ TEST(HostFusion, WithAdamwProgramIsBitwiseUnfused) {
 // with_adamw writes) run as the AdamW loop, == optim::adamw_update bit for
 // bit; the same arithmetic written out by hand (the equations expand_adamw
 // makes of them, which the host once matched by their shape) runs as its
-// members, and so does an update of which only m' and v' are wanted. Fused
-// == unfused bit for bit every way.
+// members, and so does an update of which only m' and v' are wanted. An
+// update of a gradient rounded to bf16 and back (mixed precision's weight
+// cotangent) runs as the AdamW loop reading the gradient rounded. Fused ==
+// unfused bit for bit every way.
 TEST(HostFusion, OnlyAdamwEquationsRunAsTheAdamwLoop) {
-  enum Variant { primitive, by_hand, moments_only };
+  enum Variant { primitive, by_hand, moments_only, rounded_gradient };
   const struct {
     Variant v;
     const char* name;
     bool matches;
   } cases[] = {{primitive, "three adamw equations", true},
                {by_hand, "the same equations written by hand", false},
-               {moments_only, "only m' and v' wanted", false}};
+               {moments_only, "only m' and v' wanted", false},
+               {rounded_gradient, "the gradient rounded to bf16 and back", true}};
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     Tracer tr;
@@ -232,11 +236,12 @@ TEST(HostFusion, OnlyAdamwEquationsRunAsTheAdamwLoop) {
     } else {
       Attrs a;
       a.literal = {0.9, 0.999, 1e-8};
+      const Tensor g = c.v == rounded_gradient ? convert(convert(G, DType::bf16), DType::f32) : G;
       auto result = [&](int64_t axis) {
         a.axis = axis;
-        return tr.emit(Op::adamw, {P, G, M, V, lr, bc1, bc2, decay}, a);
+        return tr.emit(Op::adamw, {P, g, M, V, lr, bc1, bc2, decay}, a);
       };
-      if (c.v == primitive) outs.push_back({"p.new", result(0)});
+      if (c.v != moments_only) outs.push_back({"p.new", result(0)});
       outs.push_back({"m.new", result(1)});
       outs.push_back({"v.new", result(2)});
     }
@@ -252,12 +257,22 @@ TEST(HostFusion, OnlyAdamwEquationsRunAsTheAdamwLoop) {
     EXPECT_EQ(host::Interpreter(p).adamw_groups(), c.matches ? 1 : 0);
     EXPECT_GE(expect_fused_equals_unfused(p, in), 1);
     if (c.v == moments_only) continue;
-    Array pp = in[0], mm = in[2], vv = in[3];
+    Array pp = in[0], mm = in[2], vv = in[3], gg = in[1];
+    if (c.v == rounded_gradient) {
+      int changed = 0;  // the rounding changes the gradient: a kernel that skipped it would differ
+      for (int64_t j = 0; j < gg.numel(); ++j) {
+        float& x = gg.data<float>()[j];
+        const float r = bf16::to_float(bf16::from_float(x));
+        changed += r != x ? 1 : 0;
+        x = r;
+      }
+      EXPECT_GT(changed, gg.numel() / 2);
+    }
     optim::AdamW aw;
     aw.beta1 = 0.9;
     aw.beta2 = 0.999;
     aw.eps = 1e-8;
-    optim::adamw_update(aw, {3e-3f, 1.5f, 1.2f, 0.99997f}, pp, in[1], mm, vv);
+    optim::adamw_update(aw, {3e-3f, 1.5f, 1.2f, 0.99997f}, pp, gg, mm, vv);
     const std::vector<Array> out = host::Interpreter(p).run(in);
     EXPECT_TRUE(out[0].bit_equal(pp));
     EXPECT_TRUE(out[1].bit_equal(mm));
@@ -689,4 +704,22 @@ TEST(HostFusion, AColumnGroupOfOneColumnRunsUnfused) {
     for (int64_t tile : {int64_t{1}, int64_t{100}, int64_t{1024}})
       EXPECT_TRUE(run_with(p, opts(true, tile), in)[0].bit_equal(ref[0])) << R << " rows, tile " << tile;
   }
+}
+
+// bf16 values run in fused groups too (2-byte tiles), and an equation left
+// alone over many elements, a convert or a sum over the last axis, runs as a
+// group of its own (in parts, on every thread): bits as unfused at every tile
+// size, and each counted as a group.
+TEST(HostFusion, Bf16MembersLoneConvertsAndRowSumsRunAsGroups) {
+  const Type t{DType::f32, {300, 257}};  // 77100 elements: lone ones of this size run as groups
+  Tracer tr;
+  Tensor x = tr.input("x", t), y = tr.input("y", t);
+  Tensor narrowed = convert(x * y, DType::bf16);
+  Tensor rounded = convert(narrowed, DType::f32) + y;  // a loop group holding both converts
+  Tensor alone = convert(y, DType::bf16);             // a lone convert of an input
+  Tensor sums = sum(x, {1});                          // lone sums over the last axis
+  Tensor maxes = max(y, {1});
+  const Program p = tr.finish({{"rounded", rounded}, {"alone", alone}, {"sums", sums}, {"maxes", maxes}});
+  const std::vector<Array> in = {random_array(t, 3), random_array(t, 4)};
+  EXPECT_EQ(expect_fused_equals_unfused(p, in), 4);
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "backend/host/adamw_kernel.h"
+#include "ir/bf16.h"
 #include "backend/host/parallel.h"
 #include "backend/host/step.h"
 #include "capstep/host_adamw.h"
@@ -28,18 +29,30 @@ inline void adamw_element(const AdamWConstants& k, const AdamWScalars& s, float 
   v_out = vi;
   p_out = p * s.decay - s.lr * ((mi * s.bc1) / (std::sqrt(vi * s.bc2) + k.eps));
 }
+
+inline float rounded_to_bf16(float g) { return bf16::to_float(bf16::from_float(g)); }
 }  // namespace
 
+// One loop for each round_g, so that neither tests it per element.
 CAPSTEP_HOST_CLONES void adamw_range(const AdamWConstants& k, const AdamWScalars& s, float* __restrict p,
-                                     const float* __restrict g, float* __restrict m, float* __restrict v, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) adamw_element(k, s, p[i], g[i], m[i], v[i], p[i], m[i], v[i]);
+                                     const float* __restrict g, float* __restrict m, float* __restrict v, int64_t n,
+                                     bool round_g) {
+  if (round_g)
+    for (int64_t i = 0; i < n; ++i) adamw_element(k, s, p[i], rounded_to_bf16(g[i]), m[i], v[i], p[i], m[i], v[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) adamw_element(k, s, p[i], g[i], m[i], v[i], p[i], m[i], v[i]);
 }
 
 CAPSTEP_HOST_CLONES void adamw_range_into(const AdamWConstants& k, const AdamWScalars& s, const float* __restrict p,
                                           const float* __restrict g, const float* __restrict m,
                                           const float* __restrict v, float* __restrict p_out,
-                                          float* __restrict m_out, float* __restrict v_out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) adamw_element(k, s, p[i], g[i], m[i], v[i], p_out[i], m_out[i], v_out[i]);
+                                          float* __restrict m_out, float* __restrict v_out, int64_t n,
+                                          bool round_g) {
+  if (round_g)
+    for (int64_t i = 0; i < n; ++i)
+      adamw_element(k, s, p[i], rounded_to_bf16(g[i]), m[i], v[i], p_out[i], m_out[i], v_out[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) adamw_element(k, s, p[i], g[i], m[i], v[i], p_out[i], m_out[i], v_out[i]);
 }
 
 // The same constants, in the same precision, as with_adamw bakes into its program.

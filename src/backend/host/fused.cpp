@@ -51,6 +51,7 @@ void row_fill(const E* __restrict src, int64_t rows, int64_t C, E* __restrict ds
 void row_fill_bytes(size_t esz, const void* src, int64_t rows, int64_t C, void* dst) {
   switch (esz) {
     case 1: row_fill(static_cast<const uint8_t*>(src), rows, C, static_cast<uint8_t*>(dst)); return;
+    case 2: row_fill(static_cast<const uint16_t*>(src), rows, C, static_cast<uint16_t*>(dst)); return;
     case 4: row_fill(static_cast<const uint32_t*>(src), rows, C, static_cast<uint32_t*>(dst)); return;
     case 8: row_fill(static_cast<const uint64_t*>(src), rows, C, static_cast<uint64_t*>(dst)); return;
   }
@@ -179,11 +180,8 @@ bool host_fusable(const Program& p, const plan::Group& g, const std::vector<Step
     const int64_t n_out = p.type(e.out).numel();
     if (n_out != N && n_out != small) return no("a member of " + std::to_string(n_out) + " elements");
     if (e.inputs.size() > 3) return no("more than 3 operands");
-    // the tile copies (strided_range_bytes, row_fill_bytes) move 1, 4 or 8 bytes
-    // an element; a group with another width (a 2-byte dtype) runs unfused
-    for (int v : e.inputs)
-      if (const size_t w = dtype_size(p.type(v).dtype); w != 1 && w != 4 && w != 8) return no("element width");
-    if (const size_t w = dtype_size(p.type(e.out).dtype); w != 1 && w != 4 && w != 8) return no("element width");
+    // (every dtype's width, 1, 2, 4 or 8 bytes, is one the tile copies move:
+    // strided_range_bytes, row_fill_bytes)
     if (is_elementwise(e.op)) continue;
     switch (op_fuse(e.op)) {
       case OpFuse::strided: {  // broadcast_in_dim, transpose
@@ -216,7 +214,10 @@ bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector
   const ExpandedAdamW& x = updates[static_cast<size_t>(g.adamw)];
   if (x.p_out < 0 || x.m_out < 0 || x.v_out < 0 || x.b1 < 0 || x.c1 < 0 || x.b2 < 0 || x.c2 < 0 || x.eps < 0)
     return false;
-  for (int v : {x.p, x.g, x.m, x.v, x.p_out, x.m_out, x.v_out})
+  // The gradient the kernel reads: the update's, or the f32 value the group's
+  // first member rounds to it.
+  const int grad = g.adamw_rounds_g ? p.eqns[static_cast<size_t>(g.first)].inputs[0] : x.g;
+  for (int v : {x.p, grad, x.m, x.v, x.p_out, x.m_out, x.v_out})
     if (p.type(v).dtype != DType::f32 || p.type(v).numel() != g.numel) return false;
   // Only the three results leave the group: they live in buffers of their
   // own, everything else it makes (constants aside) in its tiles.
@@ -227,7 +228,8 @@ bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector
     const bool resident = r.home == plan::Home::tile;
     if (result == resident && p.eqns[static_cast<size_t>(d)].op != Op::constant) return false;
   }
-  a.p = x.p, a.g = x.g, a.m = x.m, a.v = x.v;
+  a.p = x.p, a.g = grad, a.m = x.m, a.v = x.v;
+  a.round_g = g.adamw_rounds_g;
   a.p_out = x.p_out, a.m_out = x.m_out, a.v_out = x.v_out;
   a.b1 = x.b1, a.c1 = x.c1, a.b2 = x.b2, a.c2 = x.c2, a.eps = x.eps;
   a.lr = x.lr, a.bc1 = x.bc1, a.bc2 = x.bc2, a.decay = x.decay;
@@ -647,12 +649,12 @@ bool run_adamw(const FusedGroup& g, void* const* slots) {
     int64_t b = 0, e = 0;
     part_range(n, parts, i, 16, b, e);
     if (e <= b) return;
-    if (into) return adamw_range_into(k, sc, pi + b, gi + b, mi + b, vi + b, po + b, mo + b, vo + b, e - b);
+    if (into) return adamw_range_into(k, sc, pi + b, gi + b, mi + b, vi + b, po + b, mo + b, vo + b, e - b, a.round_g);
     const size_t bytes = static_cast<size_t>(e - b) * sizeof(float);
     if (po != pi) std::memcpy(po + b, pi + b, bytes);
     if (mo != mi) std::memcpy(mo + b, mi + b, bytes);
     if (vo != vi) std::memcpy(vo + b, vi + b, bytes);
-    adamw_range(k, sc, po + b, gi + b, mo + b, vo + b, e - b);
+    adamw_range(k, sc, po + b, gi + b, mo + b, vo + b, e - b, a.round_g);
   };
   if (parts <= 1) part_fn(0);
   else parallel_parts(parts, part_fn);

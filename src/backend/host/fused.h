@@ -99,6 +99,7 @@ struct AdamWShortcut {
   int p_out = -1, m_out = -1, v_out = -1;          // their new values (the group's results)
   int b1 = -1, c1 = -1, b2 = -1, c2 = -1, eps = -1;  // beta1, 1 - beta1, beta2, 1 - beta2, eps
   int lr = -1, bc1 = -1, bc2 = -1, decay = -1;
+  bool round_g = false;  // g (f32) is read rounded to bf16 (plan::Group::adamw_rounds_g)
 };
 
 struct FusedGroup {

@@ -175,6 +175,10 @@ void Interpreter::Impl::plan_steps(Build& b) {
 // tail from the first member on that it accepts. in_group[i]: equation i's
 // group; span[i] = the equations [first, last] of equation i's group (i alone
 // outside one).
+// The fewest elements for which a group of one member runs as a fused group
+// (in parts, fused.cpp's kMinWork each) rather than as its own step.
+constexpr int64_t kOneMemberGroupElems = 65536;
+
 void Interpreter::Impl::choose_fused_groups(Build& b) {
   const Program& ex = ordered();
   const int ne = b.ne;
@@ -214,6 +218,44 @@ void Interpreter::Impl::choose_fused_groups(Build& b) {
       groups.push_back(std::make_unique<FusedGroup>());
       group_src.push_back(&g);
       fused_eqns += g.size();
+    }
+  // An equation left on its own over many elements runs as a group of one
+  // member, in parts, on every thread, where its own step would run on one:
+  // an elementwise one whose result has another dtype than its operands (a
+  // convert, which could not be computed in place of one; the bf16 step's
+  // weights are narrowed that way) as a loop group, a sum or maximum over
+  // the last axes (the loss's over the logits) as a row group.
+  if (fusion)
+    for (int d = 0; d < ne; ++d) {
+      const Eqn& e = ex.eqns[static_cast<size_t>(d)];
+      const Type& t = ex.type(e.out);
+      if (in_group[static_cast<size_t>(d)] >= 0 || !built[static_cast<size_t>(d)].fn) continue;
+      const int64_t n_in = e.inputs.empty() ? 0 : ex.type(e.inputs[0]).numel();
+      auto g = std::make_unique<plan::Group>();
+      g->first = g->last = d;
+      if (is_elementwise(e.op) && t.numel() >= kOneMemberGroupElems) {
+        bool widens_or_narrows = true;
+        for (int v : e.inputs) widens_or_narrows = widens_or_narrows && ex.type(v).dtype != t.dtype;
+        if (!widens_or_narrows) continue;
+        g->kind = plan::GroupKind::loop;
+        g->numel = t.numel();
+      } else if ((e.op == Op::reduce_sum || e.op == Op::reduce_max) && n_in >= kOneMemberGroupElems &&
+                 t.numel() > 0) {
+        g->kind = plan::GroupKind::row;  // host_fusable checks that the axes are the last ones
+        g->numel = n_in;
+        g->rows = t.numel();
+        g->cols = n_in / t.numel();
+      } else {
+        continue;
+      }
+      g->inputs.assign(e.inputs.begin(), e.inputs.end());
+      g->outputs = {e.out};
+      if (!host_fusable(ex, *g, {built[static_cast<size_t>(d)]})) continue;
+      peeled.push_back(std::move(g));
+      in_group[static_cast<size_t>(d)] = static_cast<int>(groups.size());
+      groups.push_back(std::make_unique<FusedGroup>());
+      group_src.push_back(peeled.back().get());
+      fused_eqns += 1;
     }
 }
 

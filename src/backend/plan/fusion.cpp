@@ -183,10 +183,22 @@ const char* group_kind_name(GroupKind k) {
 
 namespace {
 
+// Whether equations d and d + 1 of p are convert(x: f32 -> bf16) and its
+// convert back to f32, which is the value g.
+bool rounds_to_bf16_and_back(const Program& p, int d, int g) {
+  if (d + 1 >= static_cast<int>(p.eqns.size())) return false;
+  const Eqn& a = p.eqns[static_cast<size_t>(d)];
+  const Eqn& b = p.eqns[static_cast<size_t>(d + 1)];
+  return a.op == Op::convert && b.op == Op::convert && p.type(a.inputs[0]).dtype == DType::f32 &&
+         p.type(a.out).dtype == DType::bf16 && b.inputs[0] == a.out && p.type(b.out).dtype == DType::f32 && b.out == g;
+}
+
 // Group::adamw of each loop group that is exactly one update of `updates`
 // (expand_adamw's record for f.program): its last equation's value is the
 // update's, every other equation's too (or a constant), and the group holds
-// every one of the update's values that is no constant.
+// every one of the update's values that is no constant; or the same after two
+// converts that round the update's gradient to bf16 and back
+// (Group::adamw_rounds_g).
 void mark_adamw_groups(Fused& f, std::vector<ExpandedAdamW> updates) {
   const Program& p = f.program;
   std::vector<int> of(static_cast<size_t>(p.num_values()), -1);  // per value: its update
@@ -202,15 +214,19 @@ void mark_adamw_groups(Fused& f, std::vector<ExpandedAdamW> updates) {
     if (g.kind != GroupKind::loop) continue;
     const int u = of[static_cast<size_t>(p.eqns[static_cast<size_t>(g.last)].out)];
     if (u < 0) continue;
+    const bool rounds = g.size() > 2 && rounds_to_bf16_and_back(p, g.first, updates[static_cast<size_t>(u)].g);
     int mine = 0;
     bool only_u = true;
-    for (int d = g.first; d <= g.last && only_u; ++d) {
+    for (int d = g.first + (rounds ? 2 : 0); d <= g.last && only_u; ++d) {
       const Eqn& e = p.eqns[static_cast<size_t>(d)];
       if (e.op == Op::constant) continue;
       only_u = of[static_cast<size_t>(e.out)] == u;
       ++mine;
     }
-    if (only_u && mine == computed[static_cast<size_t>(u)]) g.adamw = u;
+    if (only_u && mine == computed[static_cast<size_t>(u)]) {
+      g.adamw = u;
+      g.adamw_rounds_g = rounds;
+    }
   }
   f.adamw = std::move(updates);
 }

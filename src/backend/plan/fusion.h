@@ -102,6 +102,11 @@ struct Group {
   // that update's, and every one of them is here. -1: none. A backend may run
   // such a group as its own AdamW kernel (the host does).
   int adamw = -1;
+  // With adamw: the group starts with two converts that round the update's
+  // gradient to bf16 and back (mixed_precision_bf16's weight cotangent), then
+  // holds exactly the update. The host runs it as its AdamW kernel reading the
+  // gradient rounded.
+  bool adamw_rounds_g = false;
   int size() const { return last - first + 1; }
 };
 
