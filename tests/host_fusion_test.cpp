@@ -389,13 +389,18 @@ host::InterpreterOptions jit_opts(bool jit, int64_t tile = 1024) {
 // The same bits, except that where both are a NaN its payload and sign may
 // differ: for an add or multiply of two NaNs the x86 instruction returns its
 // first operand's, and the compiler may put either operand first.
+// (f32 or bf16 arrays.)
 bool same_bits_but_nans(const Array& a, const Array& b) {
   if (a.type() != b.type()) return false;
-  const uint32_t* x = static_cast<const uint32_t*>(a.raw());
-  const uint32_t* y = static_cast<const uint32_t*>(b.raw());
+  auto bits = [](const Array& x, int64_t i) -> uint32_t {  // as f32 bits, a bf16 one in the high half
+    return x.type().dtype == DType::bf16 ? uint32_t{static_cast<const uint16_t*>(x.raw())[i]} << 16
+                                         : static_cast<const uint32_t*>(x.raw())[i];
+  };
   auto nan = [](uint32_t u) { return (u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0; };
-  for (int64_t i = 0; i < a.numel(); ++i)
-    if (x[i] != y[i] && !(nan(x[i]) && nan(y[i]))) return false;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const uint32_t x = bits(a, i), y = bits(b, i);
+    if (x != y && !(nan(x) && nan(y))) return false;
+  }
   return true;
 }
 
@@ -469,6 +474,82 @@ TEST(HostJit, RandomElementwiseChainsAreBitwiseTheMembers) {
   }
 }
 
+// The same with bf16 values among them: a bf16 input, converts both ways and
+// arithmetic on bf16 values (computed in f32, rounded to bf16), bf16 outputs.
+// The loops load bf16 values widened and round and store them as the
+// members do: the members' bits, and the unfused interpreter's. A chain of
+// bf16 members alone compiles to a loop.
+TEST(HostJit, Bf16ValuesInChainsAreBitwiseTheMembers) {
+  uint64_t state = 777;
+  auto next = [&](uint64_t n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>((state >> 33) % n);
+  };
+  const double specials[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1e-40, -3e-39, 3.3e38, 1.00390625, -2.5,
+                             1.0 + 1.0 / 256 + 1.0 / 65536};  // the last: a tie broken by its low bits
+  int compiled = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t n = std::vector<int64_t>{5, 8, 37, 256, 1000, 4096}[static_cast<size_t>(trial % 6)];
+    const Type t32(DType::f32, {n}), t16(DType::bf16, {n});
+    Program p;
+    p.name = "bf16chain" + std::to_string(trial);
+    std::vector<int> vals = {p.add_input("x", t32), p.add_input("y", t32), p.add_input("h", t16)};
+    auto dtype = [&](int v) { return p.type(v).dtype; };
+    auto as = [&](int v, DType d) { return dtype(v) == d ? v : p.add_eqn_typed(Op::convert, {v}, {}, Type(d, {n})); };
+    const Op ops[] = {Op::add, Op::subtract, Op::multiply, Op::divide, Op::negate, Op::exponential, Op::tanh, Op::convert};
+    const int len = 2 + next(30);
+    for (int i = 0; i < len; ++i) {
+      const Op op = ops[next(8)];
+      auto pick = [&] {
+        const int k = static_cast<int>(vals.size());
+        return vals[static_cast<size_t>(next(3) ? std::max(0, k - 1 - next(3)) : next(static_cast<uint64_t>(k)))];
+      };
+      const int a = pick();
+      int v;
+      if (op == Op::convert) v = as(a, dtype(a) == DType::f32 ? DType::bf16 : DType::f32);
+      else if (op == Op::negate || op == Op::exponential || op == Op::tanh) v = p.add_eqn(op, {a}, {});
+      else v = p.add_eqn(op, {a, as(pick(), dtype(a))}, {});
+      vals.push_back(v);
+      if (i % 7 == 6) p.add_output("v" + std::to_string(i), v);
+    }
+    p.add_output("last", vals.back());
+    std::vector<Array> in;
+    for (int k = 0; k < 3; ++k) {
+      Array a = random_array(k == 2 ? t16 : t32, 11 + static_cast<uint64_t>(trial) * 3 + static_cast<uint64_t>(k));
+      for (int64_t j = 0; j < n; j += 1 + next(9)) a.set(j, specials[next(11)]);
+      in.push_back(std::move(a));
+    }
+    SCOPED_TRACE(p.name + " of " + std::to_string(len) + " ops on " + std::to_string(n) + " elements");
+    const std::vector<Array> ref = run_with(p, opts(false), in);
+    for (int64_t tile : {int64_t{7}, int64_t{100}, int64_t{1024}}) {
+      host::Interpreter it(p, jit_opts(true, tile));
+      compiled += it.jit_loops();
+      const std::vector<Array> got = it.run(in);
+      const std::vector<Array> members = run_with(p, jit_opts(false, tile), in);
+      ASSERT_EQ(got.size(), ref.size());
+      for (size_t j = 0; j < got.size(); ++j) {
+        EXPECT_TRUE(same_bits_but_nans(got[j], members[j])) << "output " << j << ", tile " << tile;
+        EXPECT_TRUE(same_bits_but_nans(got[j], ref[j])) << "output " << j << ", tile " << tile;
+      }
+    }
+  }
+  // h * h, its tanh and its exp, all bf16, then widened and added to x:
+  // compiled (the f32 loops alone would take nothing: one f32 member).
+  Tracer tr;
+  const Type t32(DType::f32, {1000}), t16(DType::bf16, {1000});
+  Tensor x = tr.input("x", t32), h = tr.input("h", t16);
+  const Program chain = tr.finish({{"y", convert(exp(tanh(h * h)), DType::f32) + x}});
+  host::Interpreter it(chain, jit_opts(true));
+  const std::vector<Array> in = {random_array(t32, 1), random_array(t16, 2)};
+  EXPECT_TRUE(same_bits_but_nans(it.run(in)[0], run_with(chain, opts(false), in)[0]));
+  if (host::jit_available()) {
+    EXPECT_GE(compiled, 100);
+    EXPECT_GE(it.jit_loops(), 1);
+  } else {
+    EXPECT_EQ(compiled, 0);
+  }
+}
+
 // More live values than registers: 20 inputs all read again at the end. The
 // run is cut into loops that fit (or runs as members); the bits stay.
 TEST(HostJit, MoreLiveValuesThanRegistersStillGivesTheBits) {
@@ -504,7 +585,7 @@ TEST(HostJit, CompilerRefusesWhatItCannotRun) {
   float x[16], y[16];
   for (int i = 0; i < 16; ++i) x[i] = static_cast<float>(i) - 7.5f;
   void* ptrs[2] = {x, y};
-  code->fn(ptrs, 16 * sizeof(float));
+  code->fn(ptrs, 16);
   for (int i = 0; i < 16; ++i) EXPECT_EQ(y[i], x[i] * x[i]) << i;
   host::JitLoop bad = ok;
   bad.insts = {{Op::log, 0, -1}};  // an op it does not compile
@@ -626,7 +707,7 @@ TEST(HostJit, ExpAndTanhAreTheScalarFormulasBitForBit) {
       const float k = 0.75f;
       std::vector<float> y(x.size());
       void* ptrs[3] = {x.data(), const_cast<float*>(&k), y.data()};
-      code->fn(ptrs, static_cast<int64_t>(x.size() * sizeof(float)));
+      code->fn(ptrs, static_cast<int64_t>(x.size()));
       int wrong = 0;
       for (size_t i = 0; i < x.size(); ++i) {
         const float in = scaled ? x[i] * k : x[i];

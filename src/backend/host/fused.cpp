@@ -147,7 +147,7 @@ void run_member(FusedMember& m, int part, char* scr, void* const* slots, int64_t
       for (size_t k = 0; k < J.ptrs.size(); ++k)
         ptrs[k] = J.base[k] ? slots[J.ptrs[k].value] : operand_ptr(J.ptrs[k], slots, scr, fb, sb);
       const int64_t n8 = fc & ~int64_t{7};
-      J.code->fn(ptrs, n8 * 4);
+      J.code->fn(ptrs, n8);
       if (n8 < fc)  // the last elements of the tile: the members, one by one
         for (FusedMember& k : J.members) run_kernel_from(k, part, scr, slots, fb, fc, sb, sc, n8);
       return;
@@ -239,16 +239,19 @@ bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector
 
 namespace {
 
-// A member a JitSegment can take: an f32 kernel on the N domain whose op
-// loop_jit compiles.
+// A member a JitSegment can take: a kernel on the N domain whose op
+// loop_jit compiles, on f32 or bf16 values (not a splat bf16 one), all of
+// one of the two but for a convert from one to the other.
 bool jit_member(const FusedMember& m) {
-  if (m.kind != FusedMember::Kind::kernel || m.small || m.after || m.hoisted || m.dtype != DType::f32 ||
-      m.out.esz != 4)
-    return false;
+  if (m.kind != FusedMember::Kind::kernel || m.small || m.after || m.hoisted) return false;
   const int arity = jit_operands(m.op);
   if (arity == 0 || m.nin != arity) return false;
+  auto f32_or_bf16 = [](const FusedOperand& o) {
+    return !o.small && (o.dtype == DType::f32 || (o.dtype == DType::bf16 && !o.splat));
+  };
+  if (!f32_or_bf16(m.out)) return false;
   for (int k = 0; k < m.nin; ++k)
-    if (m.in[k].small || m.in[k].esz != 4) return false;
+    if (!f32_or_bf16(m.in[k]) || (m.op != Op::convert && m.in[k].dtype != m.out.dtype)) return false;
   return true;
 }
 
@@ -310,7 +313,8 @@ std::shared_ptr<JitSegment> make_segment(const FusedGroup& G, const std::vector<
     for (int k = 0; k < m.nin; ++k)
       if (!made.count(m.in[k].root) && !value_of.count(m.in[k].root)) {
         value_of[m.in[k].root] = static_cast<int>(loop.inputs.size());
-        loop.inputs.push_back({ptr_for(m.in[k]), m.in[k].splat ? JitLoop::Kind::splat : JitLoop::Kind::full});
+        loop.inputs.push_back({ptr_for(m.in[k]), m.in[k].splat ? JitLoop::Kind::splat : JitLoop::Kind::full,
+                               m.in[k].dtype == DType::bf16});
       }
     made.insert(m.out.root);
   }
@@ -327,37 +331,47 @@ std::shared_ptr<JitSegment> make_segment(const FusedGroup& G, const std::vector<
       inst.op = m.op;
       inst.a = value_of.at(m.in[0].root);
       if (m.nin == 2) inst.b = value_of.at(m.in[1].root);
+      inst.bf16 = m.out.dtype == DType::bf16;
     }
     const int v = nin + static_cast<int>(loop.insts.size());
     value_of[m.out.root] = v;
     loop.insts.push_back(inst);
     // Stored when it is kept outside the group, or a later member reads it.
-    if (stored) loop.stores.push_back({v, ptr_for(m.out)});
+    if (stored) loop.stores.push_back({v, ptr_for(m.out), m.out.dtype == DType::bf16});
   }
   loop.num_ptrs = static_cast<int>(seg->ptrs.size());
   if (seg->ptrs.size() > kMaxJitPtrs || loop.insts.empty()) return nullptr;
   // The loop (and the members after it on the tile's last elements) runs the
   // members' work in another order than they do, element by element. The
   // scratch holds each tile value only for its members (memory_plan.h packs
-  // them by the members' order), so two of its f32 tiles here may share
-  // bytes; at the same offset they share elements index for index, which
-  // that order keeps apart, but at different offsets (tiles of another size,
-  // an f64 value's, packed between) a store to one may come before the last
-  // read of the other: refused.
+  // them by the members' order), so two of its tiles here may share bytes;
+  // at the same offset with the same element width they share elements index
+  // for index, which that order keeps apart, but at different offsets (tiles
+  // of another size, an f64 value's, packed between) or widths (an f32 tile
+  // and a bf16 one) a store to one may come before the last read of the
+  // other: refused.
   {
-    const int64_t tile_bytes = (G.kind == GroupKind::loop ? G.tile : G.tile * G.cols) * 4;
-    std::vector<std::pair<int64_t, int>> tiles;  // offset, root
+    const int64_t tile_elems = G.kind == GroupKind::loop ? G.tile : G.tile * G.cols;
+    struct Tile {
+      int64_t off;
+      int root;
+      size_t esz;
+    };
+    std::vector<Tile> tiles;
     for (size_t i = b; i < e; ++i) {
       const FusedMember& m = ms[i];
       for (int k = 0; k < m.nin; ++k)
-        if (m.in[k].tile_off >= 0 && !m.in[k].small && !m.in[k].splat) tiles.push_back({m.in[k].tile_off, m.in[k].root});
-      if (m.out.tile_off >= 0 && !m.out.small) tiles.push_back({m.out.tile_off, m.out.root});
+        if (m.in[k].tile_off >= 0 && !m.in[k].small && !m.in[k].splat)
+          tiles.push_back({m.in[k].tile_off, m.in[k].root, m.in[k].esz});
+      if (m.out.tile_off >= 0 && !m.out.small) tiles.push_back({m.out.tile_off, m.out.root, m.out.esz});
     }
     for (size_t x = 0; x < tiles.size(); ++x)
-      for (size_t y = x + 1; y < tiles.size(); ++y)
-        if (tiles[x].second != tiles[y].second && tiles[x].first != tiles[y].first &&
-            tiles[x].first < tiles[y].first + tile_bytes && tiles[y].first < tiles[x].first + tile_bytes)
-          return nullptr;
+      for (size_t y = x + 1; y < tiles.size(); ++y) {
+        const Tile &s = tiles[x], &t = tiles[y];
+        const int64_t s_end = s.off + tile_elems * static_cast<int64_t>(s.esz);
+        const int64_t t_end = t.off + tile_elems * static_cast<int64_t>(t.esz);
+        if (s.root != t.root && !(s.off == t.off && s.esz == t.esz) && s.off < t_end && t.off < s_end) return nullptr;
+      }
   }
   // The members read a row value's tile before they store into a tile that
   // may share its scratch (memory_plan.h packs tiles by the members' order);
@@ -368,7 +382,8 @@ std::shared_ptr<JitSegment> make_segment(const FusedGroup& G, const std::vector<
     if (in.kind != JitLoop::Kind::row || o.tile_off < 0) continue;
     for (const JitLoop::Store& st : loop.stores) {
       const FusedOperand& d = seg->ptrs[static_cast<size_t>(st.ptr)];
-      if (d.tile_off >= 0 && d.tile_off < o.tile_off + G.tile * 4 && o.tile_off < d.tile_off + G.tile * G.cols * 4)
+      if (d.tile_off >= 0 && d.tile_off < o.tile_off + G.tile * 4 &&
+          o.tile_off < d.tile_off + G.tile * G.cols * static_cast<int64_t>(d.esz))
         return nullptr;
     }
   }
@@ -489,6 +504,7 @@ FusedGroup build_fused_group(const FusedGroupSource& src) {
     FusedOperand o;
     o.value = v;
     o.esz = dtype_size(p.type(v).dtype);
+    o.dtype = p.type(v).dtype;
     o.small = p.type(v).numel() != g.numel;
     const size_t r = static_cast<size_t>(root(v));
     o.root = static_cast<int>(r);

@@ -43,6 +43,7 @@ struct FusedOperand {
   bool small = false;    // of the row/kept domain (R rows or K kept elements), not the N domain
   bool splat = false;    // every element the same (a splat constant): each tile reads the first ones
   size_t esz = 0;        // bytes per element
+  DType dtype = DType::f32;
   int root = -1;         // the value whose buffer it is (aliases resolved)
 };
 
@@ -70,8 +71,9 @@ struct FusedMember {
 
 inline constexpr size_t kMaxJitPtrs = 32;  // pointers a JitSegment's loop may take
 
-// Consecutive f32 kernel members (add, subtract, multiply, divide, negate,
-// exponential, tanh: jit_operands) on the N domain, compiled to one loop:
+// Consecutive f32 or bf16 kernel members (add, subtract, multiply, divide,
+// negate, exponential, tanh, and converts between the two: jit_operands) on
+// the N domain, compiled to one loop:
 // values that only these members read stay in registers; those read later in
 // the group, or kept outside it, are stored. Run on the largest multiple of 8
 // elements of each tile, and the members themselves on the rest (members, in

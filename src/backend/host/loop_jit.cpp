@@ -42,7 +42,23 @@ class Code : public JitCode, public Xbyak::CodeGenerator {
                         const Xbyak::Ymm& q);
   void emit_exp(const Xbyak::Ymm& d, const Xbyak::Ymm& x, const int* t);
   void emit_tanh(const Xbyak::Ymm& d, const Xbyak::Ymm& x, const int* t, const Xbyak::Ymm& sign);
+  void emit_round_bf16(const Xbyak::Ymm& d, const Xbyak::Ymm& t1, const Xbyak::Ymm& t2);
 };
+
+// bf16::from_float in place on d, its result kept as an f32 (low 16 bits
+// zero): (b + 0x7FFF + ((b >> 16) & 1)) with the low half cleared, or for a
+// NaN b | 0x00400000 with it cleared. t1 and t2 are scratch.
+void Code::emit_round_bf16(const Xbyak::Ymm& d, const Xbyak::Ymm& t1, const Xbyak::Ymm& t2) {
+  vpsrld(t1, d, 16);
+  vpand(t1, t1, c(1));
+  vpaddd(t1, t1, d);
+  vpaddd(t1, t1, c(0x7FFF));
+  vpand(t1, t1, c(0xFFFF0000u));
+  vpor(t2, d, c(0x00400000));
+  vpand(t2, t2, c(0xFFFF0000u));
+  vcmpunordps(d, d, d);  // NaN lanes
+  vblendvps(d, t1, t2, d);
+}
 
 // scalar_math.h's f32 exp and tanh, operation for operation (the same
 // constants, the same order, a compare and blend for each ?:), so the same
@@ -162,7 +178,9 @@ bool Code::build(const JitLoop& lp) {
   const bool rows = lp.row_bytes > 0;
   if (lp.row_bytes < 0 || lp.row_bytes % 32 != 0 || lp.row_bytes > (int64_t{1} << 30)) return false;
   for (const JitLoop::Input& in : lp.inputs)
-    if (in.ptr < 0 || in.ptr >= lp.num_ptrs || (!rows && (in.kind == K::row || in.kind == K::col))) return false;
+    if (in.ptr < 0 || in.ptr >= lp.num_ptrs || (!rows && (in.kind == K::row || in.kind == K::col)) ||
+        (in.bf16 && in.kind != K::full))
+      return false;
   std::vector<int> last(static_cast<size_t>(nv), -1);  // the last instruction reading each value
   bool negates = false;
   for (int i = 0; i < static_cast<int>(lp.insts.size()); ++i) {
@@ -174,10 +192,12 @@ bool Code::build(const JitLoop& lp) {
     last[static_cast<size_t>(s.a)] = i;
     if (s.b >= 0) last[static_cast<size_t>(s.b)] = i;
   }
-  std::vector<std::vector<int>> stores(static_cast<size_t>(nv));
+  std::vector<std::vector<const JitLoop::Store*>> stores(static_cast<size_t>(nv));
   for (const JitLoop::Store& st : lp.stores) {
-    if (st.value < nin || st.value >= nv || st.ptr < 0 || st.ptr >= lp.num_ptrs) return false;
-    stores[static_cast<size_t>(st.value)].push_back(st.ptr);
+    if (st.value < nin || st.value >= nv || st.ptr < 0 || st.ptr >= lp.num_ptrs ||
+        (st.bf16 && !lp.insts[static_cast<size_t>(st.value - nin)].bf16))
+      return false;
+    stores[static_cast<size_t>(st.value)].push_back(&st);
   }
 
   // A general register for every pointer the loop reads or writes through;
@@ -235,8 +255,13 @@ bool Code::build(const JitLoop& lp) {
     vmovd(Xmm(sign), eax);
     vbroadcastss(Ymm(sign), Xmm(sign));
   }
-  // rax: the byte offset into the full arrays; rdi (the pointer array is
-  // read): the offset within the row, for col inputs.
+  // rax: the element index into the full arrays; rdi (the pointer array is
+  // read): the index within the row, for col inputs.
+  const int64_t row_elems = lp.row_bytes / 4;
+  auto at = [&](int p, bool bf16, bool col = false) {
+    const Reg64& base = gprs[gpr[static_cast<size_t>(p)]];
+    return col ? ptr[base + rdi * 4] : bf16 ? ptr[base + rax * 2] : ptr[base + rax * 4];
+  };
   Label loop, row, done;
   xor_(eax, eax);
   test(rsi, rsi);
@@ -266,7 +291,12 @@ bool Code::build(const JitLoop& lp) {
       if (r < 0) return false;
       reg[static_cast<size_t>(v)] = r;
       const JitLoop::Input& in = lp.inputs[static_cast<size_t>(v)];
-      vmovups(Ymm(r), ptr[gprs[gpr[static_cast<size_t>(in.ptr)]] + (in.kind == K::col ? rdi : rax)]);
+      if (in.bf16) {
+        vpmovzxwd(Ymm(r), at(in.ptr, true));
+        vpslld(Ymm(r), Ymm(r), 16);
+      } else {
+        vmovups(Ymm(r), at(in.ptr, false, in.kind == K::col));
+      }
     }
     const int ra = reg[static_cast<size_t>(s.a)], rb = s.b >= 0 ? reg[static_cast<size_t>(s.b)] : -1;
     auto free_operands = [&] {  // operands read for the last time
@@ -313,18 +343,35 @@ bool Code::build(const JitLoop& lp) {
           break;
       }
     } else {
-      // broadcast_in_dim: a copy, to be stored; operands() is 0 for the rest, so build() refused them
+      // broadcast_in_dim, convert: a copy (a convert to bf16 rounded below);
+      // operands() is 0 for the rest, so build() refused them
       vmovaps(Ymm(d), Ymm(ra));
     }
     const int v = nin + i;
-    for (int p : stores[static_cast<size_t>(v)]) vmovups(ptr[gprs[gpr[static_cast<size_t>(p)]] + rax], Ymm(d));
+    bool store16 = false;
+    for (const JitLoop::Store* st : stores[static_cast<size_t>(v)]) store16 = store16 || st->bf16;
+    if (s.bf16 || store16) {
+      const int t1 = alloc(), t2 = alloc();
+      if (t1 < 0 || t2 < 0) return false;
+      if (s.bf16) emit_round_bf16(Ymm(d), Ymm(t1), Ymm(t2));
+      for (const JitLoop::Store* st : stores[static_cast<size_t>(v)])
+        if (st->bf16) {  // the high halves, packed
+          vpsrld(Ymm(t1), Ymm(d), 16);
+          vextracti128(Xmm(t2), Ymm(t1), 1);
+          vpackusdw(Xmm(t1), Xmm(t1), Xmm(t2));
+          vmovdqu(at(st->ptr, true), Xmm(t1));
+        }
+      used[t1] = used[t2] = false;
+    }
+    for (const JitLoop::Store* st : stores[static_cast<size_t>(v)])
+      if (!st->bf16) vmovups(at(st->ptr, false), Ymm(d));
     if (last[static_cast<size_t>(v)] < 0) used[d] = false;
     else reg[static_cast<size_t>(v)] = d;
   }
-  add(rax, 32);
+  add(rax, 8);
   if (rows) {
-    add(rdi, 32);
-    cmp(rdi, static_cast<uint32_t>(lp.row_bytes));
+    add(rdi, 8);
+    cmp(rdi, static_cast<uint32_t>(row_elems));
     jb(loop, T_NEAR);
     cmp(rax, rsi);
     jb(row, T_NEAR);
@@ -381,6 +428,7 @@ std::unique_ptr<JitCode> jit_compile(const JitLoop&) { return nullptr; }
 #endif
 
 int jit_operands(Op op) {
+  if (op == Op::convert) return 1;
   if (op_kind(op) == OpKind::binary) {
     switch (binary_op(op)) {
       case BinaryOp::add:
