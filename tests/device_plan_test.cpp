@@ -601,6 +601,50 @@ TEST(DevicePlan, InPlaceOnlyForAnEquationRunAlone) {
   }
 }
 
+// In a host fused group (PlanOptions::group), whose members run in order on
+// each tile: a result the group writes out takes the buffer of a value the
+// group reads for the last time when every member reading it comes before
+// (here through a tile: y = (-a)^2 over a), not when one reads it after, nor
+// when one reads it transposed (other elements than it writes).
+TEST(DevicePlan, InPlaceInAHostGroupWhenItsMembersReadFirst) {
+  enum Case { before, after, transposed };
+  for (Case c : {before, after, transposed}) {
+    SCOPED_TRACE(c == before ? "read before" : c == after ? "read after" : "read transposed");
+    Program p;
+    const int x = p.add_input("x", f32({8, 8}));
+    const int a = p.add_eqn(Op::exponential, {x}, {});  // 0, alone
+    const int src = c == transposed ? p.add_eqn_typed(Op::transpose, {a}, Attrs{.dims = {1, 0}}, f32({8, 8})) : a;
+    const int t = p.add_eqn(Op::negate, {src}, {});     // group
+    const int y = p.add_eqn(Op::multiply, {t, t}, {});  // group: the result written out
+    int z = y;
+    if (c == after) z = p.add_eqn(Op::add, {y, a}, {});  // group: reads a after y is written
+    p.add_output("z", p.add_eqn(Op::tanh, {z}, {}));    // alone
+    const int E = static_cast<int>(p.eqns.size()), g0 = 1, g1 = E - 2;  // the group: all but the first and last
+    plan::PlanOptions o;
+    o.align = 64;
+    o.span.resize(static_cast<size_t>(E));
+    o.group.assign(static_cast<size_t>(E), -1);
+    o.internal.assign(static_cast<size_t>(p.num_values()), 0);
+    for (int d = 0; d < E; ++d) o.span[static_cast<size_t>(d)] = {d, d};
+    for (int d = g0; d <= g1; ++d) {
+      o.span[static_cast<size_t>(d)] = {g0, g1};
+      o.group[static_cast<size_t>(d)] = 0;
+    }
+    o.internal[static_cast<size_t>(t)] = 1;
+    if (c == transposed) o.internal[static_cast<size_t>(src)] = 1;
+    o.in_place = [](int, int) { return false; };  // nothing alone
+    const Plan pl = plan::plan_memory(p, o);
+    const plan::ValuePlan& vy = pl.values[static_cast<size_t>(y)];
+    if (c == before) {
+      EXPECT_EQ(vy.home, Home::view);
+      EXPECT_EQ(vy.root, a);
+    } else {
+      EXPECT_EQ(vy.root, y);
+      EXPECT_NE(vy.loc, pl.values[static_cast<size_t>(a)].loc);
+    }
+  }
+}
+
 // The host's tiles: the values a fused group makes that the host marks
 // internal (PlanOptions::group given) become tiles only when nothing outside
 // the group reads them and they are no output.

@@ -13,6 +13,7 @@
 #include "backend/host/interpreter.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
+#include "capstep/trace.h"
 #include "capstep/train.h"
 #include "seed_step.h"
 #include "test_util.h"
@@ -61,6 +62,35 @@ TEST(HostMemory, PlanIsWhatTheInterpreterAllocatesForTheSeedStep) {
   EXPECT_GE(m.arena, largest);
   EXPECT_LT(m.arena, all);
   EXPECT_GT(m.held(), m.arena);  // constants too
+}
+
+// The cross-entropy's shape: the logits' exponential made in a fused group
+// from the logits (a GEMM's result) and the one-hot correction added by
+// scatter_add_rows: the exponential is computed over the logits' buffer
+// (every member of its group reads the logits before it writes), the
+// scatter's result over the exponential's, so the arena holds one [rows, V]
+// buffer where it held three; the results are the unfused interpreter's.
+TEST(HostMemory, LossGradientSharesTheLogitsBuffer) {
+  const int64_t R = 64, V = 500, D = 8;
+  Tracer tr;
+  Tensor h = tr.input("h", {DType::f32, {R, D}}), w = tr.input("w", {DType::f32, {D, V}});
+  Tensor idx = tr.input("idx", {DType::i32, {R}}), upd = tr.input("upd", {DType::f32, {R, 1}});
+  Tensor logits = matmul(h, w);
+  Tensor e = exp(logits - broadcast_to(max(logits, {1}, true), {R, V}));
+  Tensor flat = reshape(e, {R * V, 1});
+  Tensor g = scatter_add_rows(flat, idx, upd);  // one element per row, as the one-hot's
+  const Program p = tr.finish({{"y", matmul(reshape(g, {R, V}), transpose(w, {1, 0}))}});
+  const size_t buffer = static_cast<size_t>(R * V) * sizeof(float);
+  const host::MemoryPlan m = host::memory_needed(p);
+  EXPECT_LT(m.arena, 2 * buffer);
+  EXPECT_GE(m.arena, buffer);
+  Array ids(Type{DType::i32, {R}});
+  for (int64_t r = 0; r < R; ++r) ids.set(r, static_cast<double>(r * V + (r * 37) % V));
+  const std::vector<Array> in = {test::lcg_array(p.input_type(0), 1), test::lcg_array(p.input_type(1), 2), ids,
+                                 test::lcg_array(p.input_type(3), 3)};
+  host::InterpreterOptions unfused;
+  unfused.fuse = false;
+  EXPECT_TRUE(host::run(p, in)[0].bit_equal(host::run(p, in, unfused)[0]));
 }
 
 // Planning allocates none of it: a program whose intermediate value is 4 PiB

@@ -45,13 +45,16 @@ void fill_iota(const Attrs& a, const Type& t, void* dst) {
 
 // The operands [first, first + count) that an equation's kernel reads at the
 // very element it writes, so that its result may be written over one of them
-// (PlanOptions::in_place; in_place_takes); count 0: none.
+// (PlanOptions::in_place; in_place_takes); count 0: none. scatter_add_rows
+// starts from a copy of its operand (none when it is the result's buffer) and
+// then adds rows into the result: the cross-entropy's gradient over the
+// logits' buffer.
 struct InPlaceOperands {
   int first = 0, count = 0;
 };
 InPlaceOperands in_place_operands(Op op) {
   if (op_kind(op) == OpKind::binary) return {0, 2};
-  if (op_kind(op) == OpKind::unary || op == Op::all_reduce) return {0, 1};
+  if (op_kind(op) == OpKind::unary || op == Op::all_reduce || op == Op::scatter_add_rows) return {0, 1};
   if (op == Op::select) return {1, 2};
   return {};
 }

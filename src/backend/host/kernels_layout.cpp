@@ -207,7 +207,7 @@ void k_scatter_add_rows(const Step& s, void* const* p) {
   const int32_t* idx = static_cast<const int32_t*>(p[s.in[1]]);
   const T* upd = static_cast<const T*>(p[s.in[2]]);
   T* __restrict out = static_cast<T*>(p[s.out]);
-  if (s.n) std::memcpy(out, operand, static_cast<size_t>(s.n) * sizeof(T));
+  if (s.n && out != operand) std::memcpy(out, operand, static_cast<size_t>(s.n) * sizeof(T));
   const int64_t R = s.row_elems;
   for (int64_t i = 0; i < s.n_idx; ++i) {
     const int64_t k = idx[i];
@@ -225,7 +225,7 @@ void k_scatter_add_rows<int32_t>(const Step& s, void* const* p) {
   const int32_t* idx = static_cast<const int32_t*>(p[s.in[1]]);
   const uint32_t* upd = static_cast<const uint32_t*>(p[s.in[2]]);
   uint32_t* __restrict out = static_cast<uint32_t*>(p[s.out]);
-  if (s.n) std::memcpy(out, operand, static_cast<size_t>(s.n) * sizeof(uint32_t));
+  if (s.n && out != operand) std::memcpy(out, operand, static_cast<size_t>(s.n) * sizeof(uint32_t));
   const int64_t R = s.row_elems;
   for (int64_t i = 0; i < s.n_idx; ++i) {
     const int64_t k = idx[i];
@@ -240,7 +240,7 @@ void k_scatter_add_rows_bf16(const Step& s, void* const* p) {
   const int32_t* idx = static_cast<const int32_t*>(p[s.in[1]]);
   const uint16_t* upd = static_cast<const uint16_t*>(p[s.in[2]]);
   uint16_t* __restrict out = static_cast<uint16_t*>(p[s.out]);
-  if (s.n) std::memcpy(out, operand, static_cast<size_t>(s.n) * sizeof(uint16_t));
+  if (s.n && out != operand) std::memcpy(out, operand, static_cast<size_t>(s.n) * sizeof(uint16_t));
   const int64_t R = s.row_elems;
   for (int64_t i = 0; i < s.n_idx; ++i) {
     const int64_t k = idx[i];

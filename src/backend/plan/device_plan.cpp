@@ -236,17 +236,55 @@ Plan plan_memory(const Program& p, const PlanOptions& opt) {
       while (merged[static_cast<size_t>(id)] != id) id = merged[static_cast<size_t>(id)];
       return id;
     };
+    // In a host fused group (`group`), whose members run in order on each
+    // tile's elements: whether every equation of d's span that reads root r
+    // is d or one before it, each elementwise of equal widths or a sum or
+    // maximum of r's tile (never a broadcast, which reads other elements), so
+    // that each element of r is read before d writes the same element.
+    auto read_before_in_group = [&](int d, int r) {
+      for (int x = span_first(d); x <= span_last(d); ++x) {
+        const Eqn& e = p.eqns[static_cast<size_t>(x)];
+        bool reads = false;
+        for (int in : e.inputs) reads |= find(v[static_cast<size_t>(in)].root) == r;
+        if (!reads) continue;
+        const bool tile_read = e.op == Op::reduce_sum || e.op == Op::reduce_max;
+        if (x > d || !(tile_read || (is_elementwise(e.op) && in_place_ok(p, v, x, r)))) return false;
+      }
+      return true;
+    };
+    std::vector<char> output_root(static_cast<size_t>(V), 0);
+    for (const NamedValue& o : p.outputs) output_root[static_cast<size_t>(v[static_cast<size_t>(o.value)].root)] = 1;
     for (int d = 0; d < E; ++d) {
       const Eqn& e = p.eqns[static_cast<size_t>(d)];
       ValuePlan& out = v[static_cast<size_t>(e.out)];
-      // only an equation run on its own: in a span of several, another
-      // equation of the span may read the operand after d writes over it
-      if (out.home != Home::arena || span_first(d) != d || span_last(d) != d) continue;
-      for (int k = 0; k < static_cast<int>(e.inputs.size()); ++k) {
-        if (!opt.in_place(d, k)) continue;
-        const int r = find(v[static_cast<size_t>(e.inputs[static_cast<size_t>(k)])].root);
+      // an equation run on its own, or in a host fused group whose members
+      // read the operand before d writes over it; in another span of several
+      // (a device kernel, two host GEMMs side by side) an equation may read
+      // it after d writes
+      const bool alone = span_first(d) == d && span_last(d) == d;
+      // In a group: an elementwise result (written element by element, where
+      // a reduction's accumulates across the tiles) that is no program output
+      // (which the host computes in the caller's Array).
+      const bool in_group = !opt.group.empty() && opt.group[static_cast<size_t>(d)] >= 0 && is_elementwise(e.op) &&
+                            !output_root[static_cast<size_t>(e.out)];
+      if (out.home != Home::arena || !(alone || in_group)) continue;
+      // Alone: d's operands that its kernel may write over. In a group: any
+      // buffer made before the group that its members up to d read (d's
+      // result is made from them through values in tiles: softmax's
+      // exponential over the logits).
+      std::vector<int> candidates;
+      if (alone) {
+        for (int k = 0; k < static_cast<int>(e.inputs.size()); ++k)
+          if (opt.in_place(d, k)) candidates.push_back(e.inputs[static_cast<size_t>(k)]);
+      } else {
+        for (int x = span_first(d); x <= d; ++x)
+          for (int in : p.eqns[static_cast<size_t>(x)].inputs) candidates.push_back(in);
+      }
+      for (int c : candidates) {
+        const int r = find(v[static_cast<size_t>(c)].root);
         ValuePlan& buf = v[static_cast<size_t>(r)];
-        if (buf.home != Home::arena || buf.last != d || buf.bytes != out.bytes) continue;
+        if (buf.home != Home::arena || buf.last != span_last(d) || buf.bytes != out.bytes) continue;
+        if (!alone && (buf.def >= span_first(d) || !read_before_in_group(d, r))) continue;
         merged[static_cast<size_t>(e.out)] = r;
         out.home = Home::view;
         buf.last = std::max(buf.last, out.last);

@@ -175,12 +175,18 @@ struct PlanOptions {
   std::vector<char> view;
   // Host: whether equation e's kernel may write its result over operand k,
   // reading each element before it writes the same element (its elementwise
-  // kernels, outside fused groups). Asked only for an equation whose span is
-  // itself alone. When that operand's buffer (its root) is an
-  // arena buffer of the result's size whose last reader is e, the result takes
-  // it: a view of that root, which then lives to the result's last reader.
-  // Equations in order, so a chain of them shares one buffer. The device's
-  // kernels write fresh buffers (donation aside).
+  // kernels). Asked only for an equation whose span is itself alone. When
+  // that operand's buffer (its root) is an arena buffer of the result's size
+  // whose last reader is e, the result takes it: a view of that root, which
+  // then lives to the result's last reader. Equations in order, so a chain of
+  // them shares one buffer. Given `group`, an elementwise result made in a
+  // host fused group (whose members run in order on each tile), no program
+  // output, likewise takes the buffer of a value made before the group that
+  // the group reads for the last time, of its size, when every member reading
+  // that value comes no later than e and reads the tile's own elements
+  // (elementwise of equal widths, or a sum or maximum of them; never a
+  // broadcast or transpose). The device's kernels write fresh buffers
+  // (donation aside).
   std::function<bool(int eqn, int operand)> in_place;
   // Host: inputs and outputs are the caller's Arrays, their addresses set per
   // run. No inputs space and no donation (Program::aliases are the caller's to
