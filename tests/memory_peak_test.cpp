@@ -80,7 +80,9 @@ TEST(MemoryPeak, HostLaneParametersAreReadInPlace) {
 }
 
 // Equal constants and iotas share one location in the statics; any
-// difference (literal, dtype, shape, iota axis) keeps its own. Unfused and
+// difference (literal, dtype, shape, iota axis) keeps its own. Fused, a splat
+// constant that only the group's members read holds one tile's worth of
+// elements (1024 of its 2048; the tiles read its first ones). Unfused and
 // fused, the program still computes the sum of each copy it reads.
 TEST(MemoryPeak, EqualConstantsAndIotasShareTheirStatics) {
   const Type t{DType::f32, {64, 32}};  // 8 KiB: a multiple of the alignment
@@ -98,14 +100,30 @@ TEST(MemoryPeak, EqualConstantsAndIotasShareTheirStatics) {
   for (bool fuse : {false, true}) {
     host::InterpreterOptions o;
     o.fuse = fuse;
-    EXPECT_EQ(host::memory_needed(p, o).statics, 4 * t.bytes()) << "fuse " << fuse;
+    const size_t statics = fuse ? 2 * t.bytes() + 2 * 1024 * sizeof(float) : 4 * t.bytes();
+    EXPECT_EQ(host::memory_needed(p, o).statics, statics) << "fuse " << fuse;
     host::Interpreter in(p, o);
-    EXPECT_EQ(in.memory().statics, 4 * t.bytes());
+    EXPECT_EQ(in.memory().statics, statics);
     const Array xs(t);
     const std::vector<Array> y = in.run({xs});
     for (int64_t i = 0; i < t.numel(); ++i)  // 0.5 + 0.5 - 0.5 + 2 * row + column
       ASSERT_EQ(y[0].data<float>()[i], 0.5f + 2.0f * static_cast<float>(i / 32) + static_cast<float>(i % 32)) << i;
   }
+  // A splat that a GEMM reads too (every element, outside the groups) is held whole.
+  Program q;
+  const int xq = q.add_input("x", t);
+  const int c = q.add_eqn_typed(Op::constant, {}, Attrs{.literal = {0.5}}, t);
+  q.add_output("y", q.add_eqn(Op::tanh, {q.add_eqn(Op::add, {xq, c}, {})}, {}));
+  Attrs dims;
+  dims.lhs_contract = {0};
+  dims.rhs_contract = {0};
+  q.add_output("z", q.add_eqn_typed(Op::dot_general, {c, xq}, dims, Type{DType::f32, {32, 32}}));
+  EXPECT_EQ(host::memory_needed(q).statics, t.bytes());
+  Array ones(t);
+  for (int64_t i = 0; i < t.numel(); ++i) ones.data<float>()[i] = 1.0f;
+  const std::vector<Array> yz = host::run(q, {ones});
+  for (int64_t i = 0; i < 32 * 32; ++i) ASSERT_EQ(yz[1].data<float>()[i], 32.0f) << i;  // 64 rows of 0.5
+  EXPECT_EQ(yz[0].data<float>()[0], std::tanh(1.5f));
 }
 
 // The arena holds nothing between runs: given back to the system (every whole

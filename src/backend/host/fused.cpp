@@ -427,6 +427,18 @@ void compile_runs(FusedGroup& G) {
 
 }  // namespace
 
+int64_t group_tile(const plan::Group& g, int64_t tile_elems) {
+  tile_elems = std::max<int64_t>(1, tile_elems);  // never more than the group holds (the scratch is sized by it)
+  return g.kind == GroupKind::loop ? std::min(tile_elems, g.numel)
+                                   : std::min(g.rows, std::max<int64_t>(1, tile_elems / g.cols));
+}
+
+int64_t splat_read_elems(const plan::Group& g, int64_t tile_elems, bool small) {
+  const int64_t t = group_tile(g, tile_elems);
+  if (!small) return g.kind == GroupKind::loop ? t : t * g.cols;
+  return g.kind == GroupKind::row ? t : g.cols;
+}
+
 FusedGroup build_fused_group(const FusedGroupSource& src) {
   const Program& p = src.program;
   const plan::Group& g = src.group;
@@ -436,7 +448,7 @@ FusedGroup build_fused_group(const FusedGroupSource& src) {
   auto tile_resident = [&](int r) { return values[static_cast<size_t>(r)].home == plan::Home::tile; };
   const std::vector<char>& splat = src.splat;
   const std::vector<ExpandedAdamW>& adamw = src.adamw;
-  int64_t tile_elems = src.options.tile_elems;
+  const int64_t tile_elems = src.options.tile_elems;
   const int max_parts = src.options.max_parts;
   const bool jit = src.options.jit;
   FusedGroup G;
@@ -444,10 +456,7 @@ FusedGroup build_fused_group(const FusedGroupSource& src) {
   G.numel = g.numel;
   G.rows = g.rows;
   G.cols = g.cols;
-  tile_elems = std::max<int64_t>(1, tile_elems);
-  // never more than the group holds (the scratch is sized by it)
-  G.tile = g.kind == GroupKind::loop ? std::min(tile_elems, g.numel)
-                                     : std::min(g.rows, std::max<int64_t>(1, tile_elems / g.cols));
+  G.tile = group_tile(g, tile_elems);
   const int64_t full_tile = g.kind == GroupKind::loop ? G.tile : G.tile * g.cols;
   const int64_t small_tile = g.kind == GroupKind::row ? G.tile : 0;
   // A broadcast of one value (an AdamW scalar, say) into a tile value: the

@@ -169,6 +169,15 @@ struct FusedGroupSource {
   } options;
 };
 
+// Group g's tile at tile_elems elements a tile (at least 1): a loop group's
+// elements, a row or col group's rows (whole ones, at least one).
+int64_t group_tile(const plan::Group& g, int64_t tile_elems);
+// The elements of a splat constant that g's kernel and reduction members read
+// from its start on one tile (they read its first elements wherever the tile
+// lies): a full-domain operand's tile, or a small one's (a row group's rows
+// of the tile; a col group's K kept elements, read once after the tiles).
+int64_t splat_read_elems(const plan::Group& g, int64_t tile_elems, bool small);
+
 // Builds the executable group.
 FusedGroup build_fused_group(const FusedGroupSource& src);
 

@@ -28,12 +28,13 @@ void store_doubles(DType d, void* dst, int64_t n, const auto& value_at) {
   }
 }
 
-void fill_constant(const Attrs& a, const Type& t, void* dst) {
+// Its first n elements (a splat constant the statics hold only a tile of).
+void fill_constant(const Attrs& a, const Type& t, int64_t n, void* dst) {
   const std::vector<double>& lit = a.literal;
   if (lit.size() == 1)
-    store_doubles(t.dtype, dst, t.numel(), [&](int64_t) { return lit[0]; });
+    store_doubles(t.dtype, dst, n, [&](int64_t) { return lit[0]; });
   else
-    store_doubles(t.dtype, dst, t.numel(), [&](int64_t i) { return lit[static_cast<size_t>(i)]; });
+    store_doubles(t.dtype, dst, n, [&](int64_t i) { return lit[static_cast<size_t>(i)]; });
 }
 
 void fill_iota(const Attrs& a, const Type& t, void* dst) {
@@ -130,6 +131,49 @@ bool in_place_takes(const Program& ex, int b, int first, int x, const Values& va
 
 }  // namespace
 
+// Per value: a splat constant read only by fused groups' kernel and
+// reduction members needs only the elements their tiles read from its start
+// (splat_read_elems; a transpose or broadcast member reads it at other
+// indices, an equation outside a group or an output reads it whole): that
+// many (PlanOptions::static_elems), or 0 for all of them. A [8, 12, 1024,
+// 1024] splat would otherwise take 384 MiB of the statics.
+std::vector<int64_t> Interpreter::Impl::splat_static_elems(const Build& b) const {
+  const Program& ex = ordered();
+  std::vector<int64_t> need(static_cast<size_t>(b.nv), 0);
+  auto splat = [&](int v) {
+    const int d = b.def[static_cast<size_t>(v)];
+    return d >= 0 && ex.eqns[static_cast<size_t>(d)].op == Op::constant && ex.eqns[static_cast<size_t>(d)].attrs.literal.size() == 1;
+  };
+  auto view = [&](int d) { return b.alias[static_cast<size_t>(d)] || ex.eqns[static_cast<size_t>(d)].op == Op::reshape; };
+  auto root = [&](int v) {  // through the views that hold their operand's bytes
+    for (int d = b.def[static_cast<size_t>(v)]; d >= 0 && view(d); d = b.def[static_cast<size_t>(v)])
+      v = ex.eqns[static_cast<size_t>(d)].inputs[0];
+    return v;
+  };
+  std::vector<char> whole(static_cast<size_t>(b.nv), 0);
+  for (int i = 0; i < b.ne; ++i) {
+    const Eqn& e = ex.eqns[static_cast<size_t>(i)];
+    if (view(i)) continue;  // its readers read the constant
+    const int g = b.in_group[static_cast<size_t>(i)];
+    const bool tile_read = g >= 0 && (is_elementwise(e.op) || op_fuse(e.op) == OpFuse::reduce);
+    for (int x : e.inputs) {
+      const int r = root(x);
+      if (!splat(r)) continue;
+      if (!tile_read) {
+        whole[static_cast<size_t>(r)] = 1;
+        continue;
+      }
+      const plan::Group& gr = *b.group_src[static_cast<size_t>(g)];
+      const int64_t n = splat_read_elems(gr, options.tile_elems, ex.type(x).numel() != gr.numel);
+      need[static_cast<size_t>(r)] = std::max(need[static_cast<size_t>(r)], n);
+    }
+  }
+  for (const NamedValue& o : prog.outputs) whole[static_cast<size_t>(root(o.value))] = 1;
+  for (int v = 0; v < b.nv; ++v)
+    if (whole[static_cast<size_t>(v)]) need[static_cast<size_t>(v)] = 0;
+  return need;
+}
+
 // The memory plan, by the planner of every backend (plan::plan_memory) with
 // the host's options: 64-byte alignment; the steps' scratch; each fused
 // group's and dot pair's equations one span; views (Build::alias); tiles: a
@@ -171,6 +215,8 @@ void Interpreter::Impl::plan_buffers(Build& b) {
            prog.type(e.inputs[static_cast<size_t>(k)]).dtype == prog.type(e.out).dtype;
   };
   o.caller_arrays = true;
+  b.static_elems = splat_static_elems(b);
+  o.static_elems = b.static_elems;
   plan::Plan pl = plan::plan_memory(ex, o);
   b.values = std::move(pl.values);
   arena_bytes = pl.arena_bytes;
@@ -253,7 +299,8 @@ void Interpreter::Impl::allocate_and_set_slots(Build& b) {
     if (of(values, e.out).home != Home::statics || t.bytes() == 0) continue;
     void* dst = static_base + of(values, e.out).loc.offset;
     slots[static_cast<size_t>(e.out)] = dst;
-    if (e.op == Op::constant) fill_constant(e.attrs, t, dst);
+    const int64_t n = b.static_elems.empty() ? 0 : b.static_elems[static_cast<size_t>(e.out)];
+    if (e.op == Op::constant) fill_constant(e.attrs, t, n > 0 && n < t.numel() ? n : t.numel(), dst);
     else fill_iota(e.attrs, t, dst);
   }
   for (int v = 0; v < nv; ++v) {

@@ -155,6 +155,7 @@ struct Interpreter::Impl {
   void choose_fused_groups(Build& b);
   void pair_dot_generals(const InterpreterOptions& opt, Build& b);
   void plan_buffers(Build& b);
+  std::vector<int64_t> splat_static_elems(const Build& b) const;
   void make_fused_groups(const InterpreterOptions& opt, bool plan_only, Build& b);
   void allocate_and_set_slots(Build& b);
   void plan_outputs_over_inputs(Build& b);
@@ -194,8 +195,10 @@ struct Interpreter::Impl::Build {
   std::vector<int> pair_of;      // per equation: the dot_general it runs beside, or -1
   // plan_buffers: the memory plan's table (home, root, def, last per root,
   // input, and the offset of an arena or statics value at kArenaAlign), and
-  // each scratch slot's offset in the arena
+  // each scratch slot's offset in the arena; and the elements each constant
+  // is filled with (PlanOptions::static_elems: 0 for all)
   Values values;
+  std::vector<int64_t> static_elems;
   std::vector<size_t> scratch_offset;
   std::vector<int> step_at;        // per equation: the step that runs it (order_steps)
 };

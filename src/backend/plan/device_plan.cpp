@@ -74,6 +74,8 @@ Plan plan_memory(const Program& p, const PlanOptions& opt) {
     throw count_error(opt.view.size(), "view flags", E, "equations");
   if (!opt.part.empty() && static_cast<int>(opt.part.size()) != E)
     throw count_error(opt.part.size(), "parts", E, "equations");
+  if (!opt.static_elems.empty() && static_cast<int>(opt.static_elems.size()) != V)
+    throw count_error(opt.static_elems.size(), "static_elems", V, "values");
   if (!opt.no_in_place.empty() && static_cast<int>(opt.no_in_place.size()) != E)
     throw count_error(opt.no_in_place.size(), "no_in_place flags", E, "equations");
   if (!opt.eqn_scratch.empty() && static_cast<int>(opt.eqn_scratch.size()) != E)
@@ -100,6 +102,22 @@ Plan plan_memory(const Program& p, const PlanOptions& opt) {
 
   // 1. homes
   using StaticKey = std::tuple<int, int, std::vector<int64_t>, std::vector<uint64_t>, int64_t>;
+  auto static_key = [&](const Eqn& e) {
+    std::vector<uint64_t> bits(e.attrs.literal.size());
+    if (!bits.empty()) std::memcpy(bits.data(), e.attrs.literal.data(), bits.size() * sizeof(uint64_t));
+    return StaticKey{static_cast<int>(e.op), static_cast<int>(p.type(e.out).dtype), p.type(e.out).shape,
+                     std::move(bits), e.op == Op::iota ? e.attrs.axis : 0};
+  };
+  // The bytes each distinct constant / iota takes: the most its equal ones need.
+  std::map<StaticKey, size_t> static_bytes;
+  for (const Eqn& e : p.eqns) {
+    if (op_kind(e.op) != OpKind::source) continue;
+    const Type& t = p.type(e.out);
+    const int64_t n = opt.static_elems.empty() ? 0 : opt.static_elems[static_cast<size_t>(e.out)];
+    const size_t need = n > 0 && n < t.numel() ? static_cast<size_t>(n) * dtype_size(t.dtype) : t.bytes();
+    size_t& b = static_bytes[static_key(e)];
+    b = std::max(b, need);
+  }
   std::map<StaticKey, size_t> statics_at;  // the offset of each distinct constant / iota
   plan.input_loc.resize(p.inputs.size());
   for (size_t i = 0; i < p.inputs.size(); ++i) {
@@ -132,13 +150,10 @@ Plan plan_memory(const Program& p, const PlanOptions& opt) {
       // Equal ones (same op, type, literal bits, iota axis) share one copy:
       // statics are only read, and a model repeats its constants per layer.
       x.home = Home::statics;
-      std::vector<uint64_t> bits(e.attrs.literal.size());
-      if (!bits.empty()) std::memcpy(bits.data(), e.attrs.literal.data(), bits.size() * sizeof(uint64_t));
-      const StaticKey key{static_cast<int>(e.op), static_cast<int>(p.type(e.out).dtype), p.type(e.out).shape,
-                          std::move(bits), e.op == Op::iota ? e.attrs.axis : 0};
+      const StaticKey key = static_key(e);
       const auto [it, fresh] = statics_at.try_emplace(key, plan.statics_bytes);
       x.loc = {Space::statics, it->second};
-      if (fresh) plan.statics_bytes += align_up(x.bytes);
+      if (fresh) plan.statics_bytes += align_up(static_bytes.at(key));
     } else if (e.op == Op::reshape) {
       x.home = Home::view;
       x.root = v[static_cast<size_t>(e.inputs[0])].root;

@@ -158,6 +158,13 @@ struct PlanOptions {
   // to the planner, which knows the roots. (The device's internal flags leave
   // out every value read outside its group already: plan::internal_values.)
   std::vector<int> group;
+  // Per value (host): a constant whose every reader reads only its first N
+  // elements (a splat constant read by fused groups' tiles, which read the
+  // same values wherever they lie): N, fewer than its elements, of which
+  // the statics then hold only those; 0 (or empty): all of them. Equal
+  // constants share one copy of the most any of them needs. (Its
+  // ValuePlan::bytes stay the type's.)
+  std::vector<int64_t> static_elems;
   // Per equation: e reads its operands more than once during its kernel (a row
   // group's passes), so no output it writes may share a buffer with an input it
   // reads.
