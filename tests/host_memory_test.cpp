@@ -11,6 +11,7 @@
 
 #include "capstep/autodiff.h"
 #include "backend/host/interpreter.h"
+#include "backend/plan/fusion.h"
 #include "capstep/nn.h"
 #include "capstep/optim.h"
 #include "capstep/trace.h"
@@ -91,6 +92,44 @@ TEST(HostMemory, LossGradientSharesTheLogitsBuffer) {
   host::InterpreterOptions unfused;
   unfused.fuse = false;
   EXPECT_TRUE(host::run(p, in)[0].bit_equal(host::run(p, in, unfused)[0]));
+}
+
+// A broadcast read again far from where it is made (softmax's row sums over
+// [rows, cols], read by the forward and again by the backward) is made again
+// in the far reader's group from the small sums (plan::copy_far_broadcasts,
+// Target::broadcasts_join_readers_first) instead of held in a [rows, cols]
+// buffer between the two: the arena holds no buffer of that size. The
+// copies compute the same values: the program with them gives the bits of
+// the one without, and the fused run the bits of the unfused one.
+TEST(HostMemory, FarBroadcastsAreMadeAgainWhereTheyAreRead) {
+  const int64_t R = 64, C = 2048;  // 131072 elements: copied from 65536 up
+  Tracer tr;
+  Tensor x = tr.input("x", {DType::f32, {R, C}}), z = tr.input("z", {DType::f32, {R}});
+  Tensor m = tr.input("m", {DType::f32, {C, C}});
+  Tensor b = broadcast_to(sum(exp(x), {1}, true), {R, C});
+  Tensor y = exp(x) / b;
+  Tensor far = z;
+  for (int i = 0; i < 20; ++i) far = tanh(far * 1.5 + 0.25);  // equations between the two readers
+  // the far reader reads y through a GEMM: it runs after y's group
+  Tensor w = matmul(y, m) / b + broadcast_to(reshape(far, {R, 1}), {R, C});
+  const Program p = tr.finish({{"w", w}});
+  const Program q = plan::copy_far_broadcasts(p, 65536, 16);
+  int broadcasts_p = 0, broadcasts_q = 0;
+  for (const Eqn& e : p.eqns) broadcasts_p += e.op == Op::broadcast_in_dim && p.type(e.out).numel() == R * C;
+  for (const Eqn& e : q.eqns) broadcasts_q += e.op == Op::broadcast_in_dim && q.type(e.out).numel() == R * C;
+  EXPECT_EQ(broadcasts_q, broadcasts_p + 1);  // one copy for the far reader
+  const std::vector<Array> in = {test::lcg_array(p.input_type(0), 5), test::lcg_array(p.input_type(1), 6),
+                                 test::lcg_array(p.input_type(2), 7)};
+  host::InterpreterOptions unfused;
+  unfused.fuse = false;
+  const std::vector<Array> want = host::run(p, in, unfused);
+  for (const Program* prog : {&p, &q}) {
+    const std::vector<Array> got = host::run(*prog, in);
+    for (size_t j = 0; j < got.size(); ++j) EXPECT_TRUE(got[j].bit_equal(want[j])) << "output " << j;
+  }
+  EXPECT_TRUE(host::run(q, in, unfused)[0].bit_equal(want[0]));
+  // y and the GEMM's result: two buffers of [rows, cols], not three
+  EXPECT_LT(host::memory_needed(p).arena, 3 * static_cast<size_t>(R * C) * sizeof(float));
 }
 
 // Planning allocates none of it: a program whose intermediate value is 4 PiB

@@ -37,6 +37,7 @@ bool gemm_reads_transpose(const Program& p, const Eqn& dot, int side, const Eqn&
 plan::Target interpreter_target(bool fuse) {
   plan::Target t = plan::host_target();
   t.loops = fuse;
+  t.broadcasts_join_readers_first = true;  // with copy_far_broadcasts' copies
   t.library_gemm_reads_transpose = gemm_reads_transpose;
   return t;
 }
@@ -72,9 +73,17 @@ bool fold_transpose_dims(Attrs& at, int side, const std::vector<int64_t>& perm) 
 // update each (plan::Group::adamw, from the expansion's record), and
 // match_adamw_group checks the host can run it so. Fused, the equations run in plan::fuse_program's
 // order with each all_reduce pack's members together (gather_packs).
+// Broadcasts of at least this many elements read more than this many
+// equations after they are made are copied to their readers.
+constexpr int64_t kFarBroadcastElems = 65536;
+constexpr int kFarBroadcastEqns = 16;
+
 void Interpreter::Impl::expand_and_order(Program p, const InterpreterOptions& opt, Build& b) {
   std::vector<ExpandedAdamW> updates;
   prog = expand_adamw(p, &updates);  // verifies p
+  // Fused, a large broadcast read far from where it is made is made again at
+  // its reader, in its group, instead of held (plan::copy_far_broadcasts).
+  if (opt.fuse) prog = plan::copy_far_broadcasts(prog, kFarBroadcastElems, kFarBroadcastEqns);
   configure_blas_threads();
   b.pack_of = all_reduce_packs(prog);  // per equation of prog
   if (opt.fuse) {

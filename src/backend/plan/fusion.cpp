@@ -456,34 +456,42 @@ Fused fuse_program(const Program& p, const Target& target) {
       return -1;
     return r;
   };
+  // A broadcast to more elements (Target::broadcasts_join_readers_first):
+  // its own merge with its operand's group waits for the second pass.
+  auto deferred = [&](int d) {
+    const Eqn& e = p.eqns[static_cast<size_t>(d)];
+    return target.broadcasts_join_readers_first && e.op == Op::broadcast_in_dim &&
+           p.type(e.inputs[0]).numel() < p.type(e.out).numel();
+  };
   if (loops)
-    for (int d = 0; d < E; ++d) {
-      const Eqn& e = p.eqns[static_cast<size_t>(d)];
-      if (geo[static_cast<size_t>(d)].kind == Geo::none) continue;
-      for (int x : e.inputs) {
-        const int q = producer[static_cast<size_t>(x)];
-        if (const int r = fold_reshape(d, q); r >= 0) {
-          // the reshape and its reader join its operand's group, all three at once
-          const int a = uf.find(r), b = uf.find(q), c = uf.find(d);
-          const Geometry g = merged(geo[static_cast<size_t>(a)], geo[static_cast<size_t>(c)]);
-          if (a != c && g.kind == Geo::loop && valid(a, c, g) && safe_to_merge(a, c, b)) {
-            view[static_cast<size_t>(q)] = 0;
-            geo[static_cast<size_t>(q)] = {Geo::loop, numel_of(q), 0};
-            uf.unite(a, b);
-            uf.unite(uf.find(a), c);
-            geo[static_cast<size_t>(uf.find(a))] = g;
+    for (int pass = 0; pass < (target.broadcasts_join_readers_first ? 2 : 1); ++pass)
+      for (int d = 0; d < E; ++d) {
+        const Eqn& e = p.eqns[static_cast<size_t>(d)];
+        if (geo[static_cast<size_t>(d)].kind == Geo::none || deferred(d) != (pass == 1)) continue;
+        for (int x : e.inputs) {
+          const int q = producer[static_cast<size_t>(x)];
+          if (const int r = fold_reshape(d, q); r >= 0) {
+            // the reshape and its reader join its operand's group, all three at once
+            const int a = uf.find(r), b = uf.find(q), c = uf.find(d);
+            const Geometry g = merged(geo[static_cast<size_t>(a)], geo[static_cast<size_t>(c)]);
+            if (a != c && g.kind == Geo::loop && valid(a, c, g) && safe_to_merge(a, c, b)) {
+              view[static_cast<size_t>(q)] = 0;
+              geo[static_cast<size_t>(q)] = {Geo::loop, numel_of(q), 0};
+              uf.unite(a, b);
+              uf.unite(uf.find(a), c);
+              geo[static_cast<size_t>(uf.find(a))] = g;
+            }
+            continue;
           }
-          continue;
+          if (q < 0 || geo[static_cast<size_t>(q)].kind == Geo::none) continue;
+          const int a = uf.find(d), b = uf.find(q);
+          if (a == b) continue;
+          const Geometry g = merged(geo[static_cast<size_t>(a)], geo[static_cast<size_t>(b)]);
+          if (g.kind == Geo::none || !valid(a, b, g) || !safe_to_merge(a, b)) continue;
+          uf.unite(a, b);
+          geo[static_cast<size_t>(uf.find(a))] = g;
         }
-        if (q < 0 || geo[static_cast<size_t>(q)].kind == Geo::none) continue;
-        const int a = uf.find(d), b = uf.find(q);
-        if (a == b) continue;
-        const Geometry g = merged(geo[static_cast<size_t>(a)], geo[static_cast<size_t>(b)]);
-        if (g.kind == Geo::none || !valid(a, b, g) || !safe_to_merge(a, b)) continue;
-        uf.unite(a, b);
-        geo[static_cast<size_t>(uf.find(a))] = g;
       }
-    }
 
   // groups, then a topological order of them (earliest first member first)
   std::vector<int> root_group(static_cast<size_t>(E), -1);

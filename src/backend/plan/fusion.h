@@ -110,6 +110,17 @@ struct Group {
   int size() const { return last - first + 1; }
 };
 
+// Program -> Program: each broadcast_in_dim of a value of more than one
+// element to at least min_elems elements that an equation reads more than
+// `near` equations after it is made gets a copy made just before that reader
+// (one copy for readers within `near` of each other), so that the reader's
+// fusion group computes it from the small value instead of the broadcast
+// being held in a buffer of its full size until then (softmax's row sums
+// broadcast over [B, H, T, T], read again in the backward; the causal mask,
+// read by every block). The same values; an original nothing reads any more
+// is dropped.
+Program copy_far_broadcasts(const Program& p, int64_t min_elems, int near);
+
 struct Fused {
   Program program;             // the input's equations reordered so that each group is contiguous
   // The program had adamw equations (ir.h): `program` is expand_adamw's, and
@@ -161,6 +172,13 @@ struct Target {
   // to bf16 as it loads it (the same values a stored bf16 copy would hold),
   // so no kernel stores the bf16 operand
   bool bf16_operand_views = false;
+  // a broadcast_in_dim to more elements joins its readers' groups before its
+  // operand's: merged with its operand's group only once every equation has
+  // had its turn, so that a copy of it made for a reader far away
+  // (copy_far_broadcasts) is computed in that reader's group rather than
+  // held from its operand's (the host, which holds a group's escaping
+  // values in buffers)
+  bool broadcasts_join_readers_first = false;
   // Library GEMMs that read an operand through a transpose without copying
   // it: given dot_general `dot` of p, which of its operands (0 lhs, 1 rhs)
   // and the transpose equation that makes it, whether the backend's library
