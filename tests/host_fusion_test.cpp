@@ -802,3 +802,87 @@ TEST(HostFusion, Bf16MembersLoneConvertsAndRowSumsRunAsGroups) {
   const std::vector<Array> in = {random_array(t, 3), random_array(t, 4)};
   EXPECT_EQ(expect_fused_equals_unfused(p, in), 4);
 }
+
+// Results written over buffers the plan may share (PlanOptions::in_place),
+// where sharing would be wrong: scatter_add_rows whose updates are its
+// operand's buffer; a col group whose member of K elements, run after the
+// tiles, reads a K-element value that a member of the tiles could otherwise
+// write over (a bf16 result of as many bytes); an AdamW group reading a splat
+// zero gradient, which the AdamW kernel reads whole. Fused and unfused, the
+// same bits, and the by-hand values.
+TEST(HostFusion, SharedBuffersAreNotWrittenWhileRead) {
+  {  // scatter_add_rows(x, idx, x): rows of x added into x's copy
+    const Type t{DType::f32, {4, 3}};
+    Tracer tr;
+    Tensor in = tr.input("in", t), idx = tr.input("idx", {DType::i32, {4}});
+    Tensor x = exp(in);
+    const Program p = tr.finish({{"s", tanh(scatter_add_rows(x, idx, x))}});
+    Array ids(Type{DType::i32, {4}});
+    for (int64_t i = 0; i < 4; ++i) ids.set(i, static_cast<double>((i + 1) % 4));
+    const std::vector<Array> args = {random_array(t, 3), ids};
+    const std::vector<Array> fused = host::run(p, args), unfused = host::run(p, args, opts(false));
+    EXPECT_TRUE(fused[0].bit_equal(unfused[0]));
+    for (int64_t r = 0; r < 4; ++r)
+      for (int64_t c = 0; c < 3; ++c) {
+        const float* a = args[0].data<float>();
+        const float xr = scalar::exponential<float>(a[r * 3 + c]), xs = scalar::exponential<float>(a[((r + 3) % 4) * 3 + c]);
+        EXPECT_EQ(unfused[0].data<float>()[r * 3 + c], scalar::tanh<float>(xr + xs)) << r << "," << c;
+      }
+  }
+  {  // the same with the caller's updates Array as the output: computed aside, then copied
+    const Type t{DType::f32, {4, 3}};
+    Program p;
+    const int op = p.add_input("op", t), idx = p.add_input("idx", {DType::i32, {4}}), upd = p.add_input("upd", t);
+    p.add_output("s", p.add_eqn(Op::scatter_add_rows, {op, idx, upd}, {}));
+    Array ids(Type{DType::i32, {4}});
+    for (int64_t i = 0; i < 4; ++i) ids.set(i, static_cast<double>(3 - i));
+    const Array a = random_array(t, 4), u = random_array(t, 5);
+    host::Interpreter it(p);
+    std::vector<Array> outs = {u};
+    it.run({&a, &ids, &outs[0]}, outs);
+    for (int64_t r = 0; r < 4; ++r)
+      for (int64_t c = 0; c < 3; ++c)
+        EXPECT_EQ(outs[0].data<float>()[r * 3 + c], a.data<float>()[r * 3 + c] + u.data<float>()[(3 - r) * 3 + c]);
+  }
+  {  // a col group: z = sum(a * 2, rows) + exp(b) after the tiles, m = bf16(a * 2) during them
+    const int64_t K = 256;
+    Tracer tr;
+    Tensor a = tr.input("a", {DType::f32, {2, K}}), b = tr.input("b", {DType::f32, {K}});
+    Tensor r = exp(b), t = a * 2.0;
+    Tensor z = sum(t, {0}) + r;
+    Tensor m = convert(t, DType::bf16);
+    const Program p = tr.finish({{"z", tanh(z)}, {"m", tanh(convert(m, DType::f32))}});
+    const std::vector<Array> args = {random_array(p.input_type(0), 6), random_array(p.input_type(1), 7)};
+    const std::vector<Array> fused = host::run(p, args), unfused = host::run(p, args, opts(false));
+    for (size_t j = 0; j < fused.size(); ++j) EXPECT_TRUE(fused[j].bit_equal(unfused[j])) << "output " << j;
+  }
+  {  // AdamW on a gradient that is a splat zero (a parameter the loss does not read)
+    const Type t{DType::f32, {4096}};
+    Tracer tr;
+    Tensor P = tr.input("p", t), M = tr.input("m", t), V = tr.input("v", t);
+    Tensor lr = tr.input("lr", {DType::f32, {}}), bc1 = tr.input("bc1", {DType::f32, {}}),
+           bc2 = tr.input("bc2", {DType::f32, {}}), decay = tr.input("decay", {DType::f32, {}});
+    Tensor G = tr.constant(t, {0.0});
+    Attrs at;
+    at.literal = {0.9, 0.999, 1e-8};
+    std::vector<std::pair<std::string, Tensor>> outs;
+    for (int64_t axis : {0, 1, 2}) {
+      at.axis = axis;
+      outs.push_back({"out" + std::to_string(axis), tr.emit(Op::adamw, {P, G, M, V, lr, bc1, bc2, decay}, at)});
+    }
+    const Program p = tr.finish(outs);
+    std::vector<Array> in = {random_array(t, 8), random_array(t, 9), random_array(t, 10)};
+    for (int64_t j = 0; j < t.numel(); ++j) in[2].data<float>()[j] = std::fabs(in[2].data<float>()[j]);
+    for (double x : {3e-3, 1.5, 1.2, 0.99997}) in.push_back(Array::f32({}, {static_cast<float>(x)}));
+    Array pp = in[0], mm = in[1], vv = in[2], zero(t);
+    optim::AdamW aw;
+    aw.beta1 = 0.9;
+    aw.beta2 = 0.999;
+    aw.eps = 1e-8;
+    optim::adamw_update(aw, {3e-3f, 1.5f, 1.2f, 0.99997f}, pp, zero, mm, vv);
+    const std::vector<Array> got = host::run(p, in);
+    EXPECT_TRUE(got[0].bit_equal(pp));
+    EXPECT_TRUE(got[1].bit_equal(mm));
+    EXPECT_TRUE(got[2].bit_equal(vv));
+  }
+}

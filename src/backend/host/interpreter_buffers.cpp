@@ -121,12 +121,21 @@ bool in_place_takes(const Program& ex, int b, int first, int x, const Values& va
   if (lx > s1) return false;
   const int g = in_group[static_cast<size_t>(first)];
   if (g >= 0) return group_reads_before_writing(*groups[static_cast<size_t>(g)], x, b, values);
-  // One equation outside groups: an elementwise kernel over the same elements.
+  // One equation outside groups: a kernel that may write over x, x being
+  // only among the operands it reads at the element it writes (elementwise:
+  // any of them, of the result's element count; scatter_add_rows: its
+  // operand alone, never its updates).
   const Eqn& e = ex.eqns[static_cast<size_t>(first)];
-  if (in_place_operands(e.op).count == 0 || ex.type(e.out).bytes() != ex.type(x).bytes()) return false;
-  for (int v : e.inputs)
-    if (of(values, v).root == x && ex.type(v).numel() != ex.type(e.out).numel()) return false;
-  return true;
+  const auto [k0, count] = in_place_operands(e.op);
+  if (count == 0 || ex.type(e.out).bytes() != ex.type(x).bytes()) return false;
+  int reads = 0;
+  for (int k = 0; k < static_cast<int>(e.inputs.size()); ++k) {
+    const int v = e.inputs[static_cast<size_t>(k)];
+    if (of(values, v).root != x) continue;
+    ++reads;
+    if (k < k0 || k >= k0 + count || ex.type(v).numel() != ex.type(e.out).numel()) return false;
+  }
+  return is_elementwise(e.op) || reads <= 1;
 }
 
 }  // namespace
@@ -151,6 +160,16 @@ std::vector<int64_t> Interpreter::Impl::splat_static_elems(const Build& b) const
     return v;
   };
   std::vector<char> whole(static_cast<size_t>(b.nv), 0);
+  // A group that is one AdamW update may run as the AdamW kernel, which reads
+  // the parameter, the gradient (or the value rounded to it) and the moments
+  // whole (a gradient that is a splat zero, of a parameter the loss does not
+  // read) and the constants' first element.
+  for (const plan::Group* gr : b.group_src) {
+    if (gr->adamw < 0) continue;
+    const ExpandedAdamW& x = fusion->adamw[static_cast<size_t>(gr->adamw)];
+    for (int v : {x.p, x.g, x.m, x.v}) whole[static_cast<size_t>(root(v))] = 1;
+    if (gr->adamw_rounds_g) whole[static_cast<size_t>(root(ex.eqns[static_cast<size_t>(gr->first)].inputs[0]))] = 1;
+  }
   for (int i = 0; i < b.ne; ++i) {
     const Eqn& e = ex.eqns[static_cast<size_t>(i)];
     if (view(i)) continue;  // its readers read the constant

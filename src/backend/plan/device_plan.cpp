@@ -299,7 +299,18 @@ Plan plan_memory(const Program& p, const PlanOptions& opt) {
         const int r = find(v[static_cast<size_t>(c)].root);
         ValuePlan& buf = v[static_cast<size_t>(r)];
         if (buf.home != Home::arena || buf.last != span_last(d) || buf.bytes != out.bytes) continue;
-        if (!alone && (buf.def >= span_first(d) || !read_before_in_group(d, r))) continue;
+        // Alone and not elementwise (scatter_add_rows): the buffer is read
+        // through that one operand only (its updates read after the copy).
+        int reads = 0;
+        for (int x : e.inputs) reads += find(v[static_cast<size_t>(x)].root) == r ? 1 : 0;
+        if (alone && !is_elementwise(e.op) && reads > 1) continue;
+        // In a group: of the result's dtype and element count, so that r is of
+        // the writer's domain (a col group's members of K elements run after
+        // its tiles, whatever their place in the group)
+        const Type& rt = p.type(r);
+        if (!alone && (buf.def >= span_first(d) || rt.dtype != p.type(e.out).dtype ||
+                       rt.numel() != p.type(e.out).numel() || !read_before_in_group(d, r)))
+          continue;
         merged[static_cast<size_t>(e.out)] = r;
         out.home = Home::view;
         buf.last = std::max(buf.last, out.last);
