@@ -197,11 +197,14 @@ std::vector<int64_t> Interpreter::Impl::splat_static_elems(const Build& b) const
 // the host's options: 64-byte alignment; the steps' scratch; each fused
 // group's and dot pair's equations one span; views (Build::alias); tiles: a
 // group's values of its element count (or, in a row group, one per row) that
-// nothing outside the group reads; elementwise results in place over an
-// operand of their dtype read for the last time (each element is read before
-// the same element is written, so the loop stays correct: the elementwise
-// kernels carry no __restrict for this reason; outside fused groups, whose
-// members run tile by tile); outputs computed in the caller's Arrays
+// nothing outside the group reads; elementwise results (and scatter_add_rows)
+// in place over an operand of their dtype read for the last time (each
+// element is read before the same element is written, so the loop stays
+// correct: the elementwise kernels carry no __restrict for this reason), and
+// a fused group's elementwise result over a buffer of its dtype and size its
+// members read first, tile by tile (the planner's rule); splat constants that
+// only groups' tiles read held as one tile (splat_static_elems); outputs
+// computed in the caller's Arrays
 // (Home::output, Direct: the first output on each arena buffer of its size,
 // so that nothing is copied out and the arena holds only true intermediates).
 void Interpreter::Impl::plan_buffers(Build& b) {
