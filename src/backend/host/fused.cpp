@@ -214,9 +214,7 @@ bool match_adamw_group(const Program& p, const plan::Group& g, const std::vector
   const ExpandedAdamW& x = updates[static_cast<size_t>(g.adamw)];
   if (x.p_out < 0 || x.m_out < 0 || x.v_out < 0 || x.b1 < 0 || x.c1 < 0 || x.b2 < 0 || x.c2 < 0 || x.eps < 0)
     return false;
-  // The gradient the kernel reads: the update's, or the f32 value the group's
-  // first member rounds to it.
-  const int grad = g.adamw_rounds_g ? p.eqns[static_cast<size_t>(g.first)].inputs[0] : x.g;
+  const int grad = plan::adamw_gradient(p, g, x);
   for (int v : {x.p, grad, x.m, x.v, x.p_out, x.m_out, x.v_out})
     if (p.type(v).dtype != DType::f32 || p.type(v).numel() != g.numel) return false;
   // Only the three results leave the group: they live in buffers of their

@@ -153,7 +153,7 @@ std::vector<int64_t> Interpreter::Impl::splat_static_elems(const Build& b) const
     const int d = b.def[static_cast<size_t>(v)];
     return d >= 0 && ex.eqns[static_cast<size_t>(d)].op == Op::constant && ex.eqns[static_cast<size_t>(d)].attrs.literal.size() == 1;
   };
-  auto view = [&](int d) { return b.alias[static_cast<size_t>(d)] || ex.eqns[static_cast<size_t>(d)].op == Op::reshape; };
+  auto view = [&](int d) { return b.alias[static_cast<size_t>(d)] != 0; };  // reshapes among them
   auto root = [&](int v) {  // through the views that hold their operand's bytes
     for (int d = b.def[static_cast<size_t>(v)]; d >= 0 && view(d); d = b.def[static_cast<size_t>(v)])
       v = ex.eqns[static_cast<size_t>(d)].inputs[0];
@@ -167,8 +167,7 @@ std::vector<int64_t> Interpreter::Impl::splat_static_elems(const Build& b) const
   for (const plan::Group* gr : b.group_src) {
     if (gr->adamw < 0) continue;
     const ExpandedAdamW& x = fusion->adamw[static_cast<size_t>(gr->adamw)];
-    for (int v : {x.p, x.g, x.m, x.v}) whole[static_cast<size_t>(root(v))] = 1;
-    if (gr->adamw_rounds_g) whole[static_cast<size_t>(root(ex.eqns[static_cast<size_t>(gr->first)].inputs[0]))] = 1;
+    for (int v : {x.p, plan::adamw_gradient(ex, *gr, x), x.m, x.v}) whole[static_cast<size_t>(root(v))] = 1;
   }
   for (int i = 0; i < b.ne; ++i) {
     const Eqn& e = ex.eqns[static_cast<size_t>(i)];

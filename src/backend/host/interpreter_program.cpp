@@ -66,18 +66,19 @@ bool fold_transpose_dims(Attrs& at, int side, const std::vector<int64_t>& perm) 
   return true;
 }
 
+// Broadcasts of at least this many elements read more than this many
+// equations after they are made are copied to their readers.
+constexpr int64_t kFarBroadcastElems = 65536;
+constexpr int kFarBroadcastEqns = 16;
+
 // The program to run and its order. AdamW known by name (ir.h adamw): the
 // interpreter runs its expansion, the plain equations (unfused, the reference
 // path, one by one); fused, each parameter's update is one loop group that
 // runs as the host AdamW kernel: the planner names the groups that are one
 // update each (plan::Group::adamw, from the expansion's record), and
 // match_adamw_group checks the host can run it so. Fused, the equations run in plan::fuse_program's
-// order with each all_reduce pack's members together (gather_packs).
-// Broadcasts of at least this many elements read more than this many
-// equations after they are made are copied to their readers.
-constexpr int64_t kFarBroadcastElems = 65536;
-constexpr int kFarBroadcastEqns = 16;
-
+// order with each all_reduce pack's members together (gather_packs), after
+// plan::copy_far_broadcasts.
 void Interpreter::Impl::expand_and_order(Program p, const InterpreterOptions& opt, Build& b) {
   std::vector<ExpandedAdamW> updates;
   prog = expand_adamw(p, &updates);  // verifies p

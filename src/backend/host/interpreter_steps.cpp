@@ -170,15 +170,15 @@ void Interpreter::Impl::plan_steps(Build& b) {
   }
 }
 
+// The fewest elements for which a group of one member runs as a fused group
+// (in parts, fused.cpp's kMinWork each) rather than as its own step.
+constexpr int64_t kOneMemberGroupElems = 65536;
+
 // The fused groups that run tile by tile (one Step each, run_fused_group):
 // each loop, row or col group of the plan that host_fusable accepts, or its
 // tail from the first member on that it accepts. in_group[i]: equation i's
 // group; span[i] = the equations [first, last] of equation i's group (i alone
 // outside one).
-// The fewest elements for which a group of one member runs as a fused group
-// (in parts, fused.cpp's kMinWork each) rather than as its own step.
-constexpr int64_t kOneMemberGroupElems = 65536;
-
 void Interpreter::Impl::choose_fused_groups(Build& b) {
   const Program& ex = ordered();
   const int ne = b.ne;

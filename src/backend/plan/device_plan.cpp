@@ -301,9 +301,11 @@ Plan plan_memory(const Program& p, const PlanOptions& opt) {
         if (buf.home != Home::arena || buf.last != span_last(d) || buf.bytes != out.bytes) continue;
         // Alone and not elementwise (scatter_add_rows): the buffer is read
         // through that one operand only (its updates read after the copy).
-        int reads = 0;
-        for (int x : e.inputs) reads += find(v[static_cast<size_t>(x)].root) == r ? 1 : 0;
-        if (alone && !is_elementwise(e.op) && reads > 1) continue;
+        if (alone && !is_elementwise(e.op)) {
+          int reads = 0;
+          for (int x : e.inputs) reads += find(v[static_cast<size_t>(x)].root) == r ? 1 : 0;
+          if (reads > 1) continue;
+        }
         // In a group: of the result's dtype and element count, so that r is of
         // the writer's domain (a col group's members of K elements run after
         // its tiles, whatever their place in the group)

@@ -110,6 +110,12 @@ struct Group {
   int size() const { return last - first + 1; }
 };
 
+// The f32 gradient group g's update reads (g.adamw >= 0, x its record): the
+// update's own, or with adamw_rounds_g the value g's first equation rounds.
+inline int adamw_gradient(const Program& p, const Group& g, const ExpandedAdamW& x) {
+  return g.adamw_rounds_g ? p.eqns[static_cast<size_t>(g.first)].inputs[0] : x.g;
+}
+
 // Program -> Program: each broadcast_in_dim of a value of more than one
 // element to at least min_elems elements that an equation reads more than
 // `near` equations after it is made gets a copy made just before that reader
