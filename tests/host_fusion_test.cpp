@@ -424,6 +424,20 @@ int expect_compiled_bits(const Program& p, const std::vector<Array>& in) {
   return compiled;
 }
 
+// The random choices of the chain tests: next(n) in [0, n), and pick(vals),
+// mostly one of the last few values (long chains), sometimes any (long lives).
+struct ChainDice {
+  uint64_t state;
+  int next(uint64_t n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>((state >> 33) % n);
+  }
+  int pick(const std::vector<int>& vals) {
+    const int k = static_cast<int>(vals.size());
+    return vals[static_cast<size_t>(next(3) ? std::max(0, k - 1 - next(3)) : next(static_cast<uint64_t>(k)))];
+  }
+};
+
 }  // namespace
 
 // Random programs of add, subtract, multiply, divide, negate, exp and tanh over three
@@ -433,11 +447,8 @@ int expect_compiled_bits(const Program& p, const std::vector<Array>& in) {
 // same_bits_but_nans), at tile sizes that leave tails of every length, and
 // of the unfused interpreter.
 TEST(HostJit, RandomElementwiseChainsAreBitwiseTheMembers) {
-  uint64_t state = 12345;
-  auto next = [&](uint64_t n) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<int>((state >> 33) % n);
-  };
+  ChainDice dice{12345};
+  auto next = [&](uint64_t n) { return dice.next(n); };
   const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, -3e-39f, 1e38f, 1.0f, -2.5f};
   int compiled = 0;
   for (int trial = 0; trial < 40; ++trial) {
@@ -455,11 +466,7 @@ TEST(HostJit, RandomElementwiseChainsAreBitwiseTheMembers) {
     const int len = 2 + next(30);
     for (int i = 0; i < len; ++i) {
       const Op op = ops[next(7)];
-      // mostly the last few values (long chains), sometimes any (long lives)
-      auto pick = [&] {
-        const int k = static_cast<int>(vals.size());
-        return vals[static_cast<size_t>(next(3) ? std::max(0, k - 1 - next(3)) : next(static_cast<uint64_t>(k)))];
-      };
+      auto pick = [&] { return dice.pick(vals); };
       const int a = pick();
       const bool unary = op == Op::negate || op == Op::exponential || op == Op::tanh;
       const int v = unary ? p.add_eqn(op, {a}, {}) : p.add_eqn(op, {a, pick()}, {});
@@ -489,11 +496,8 @@ TEST(HostJit, RandomElementwiseChainsAreBitwiseTheMembers) {
 // members do: the members' bits, and the unfused interpreter's. A chain of
 // bf16 members alone compiles to a loop.
 TEST(HostJit, Bf16ValuesInChainsAreBitwiseTheMembers) {
-  uint64_t state = 777;
-  auto next = [&](uint64_t n) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<int>((state >> 33) % n);
-  };
+  ChainDice dice{777};
+  auto next = [&](uint64_t n) { return dice.next(n); };
   const double specials[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1e-40, -3e-39, 3.3e38, 1.00390625, -2.5,
                              1.0 + 1.0 / 256 + 1.0 / 65536};  // the last: a tie broken by its low bits
   int compiled = 0;
@@ -509,10 +513,7 @@ TEST(HostJit, Bf16ValuesInChainsAreBitwiseTheMembers) {
     const int len = 2 + next(30);
     for (int i = 0; i < len; ++i) {
       const Op op = ops[next(8)];
-      auto pick = [&] {
-        const int k = static_cast<int>(vals.size());
-        return vals[static_cast<size_t>(next(3) ? std::max(0, k - 1 - next(3)) : next(static_cast<uint64_t>(k)))];
-      };
+      auto pick = [&] { return dice.pick(vals); };
       const int a = pick();
       int v;
       if (op == Op::convert) v = as(a, dtype(a) == DType::f32 ? DType::bf16 : DType::f32);
