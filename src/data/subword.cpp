@@ -289,6 +289,22 @@ void subword_encode(const SubwordModel& m, std::string_view text, TokenIds& out,
   // as a space) goes in as its bytes' pieces. So every text comes back, and
   // nothing is unknown.
   std::vector<int> ids;
+  // A model without a usable piece for U+2581 (SentencePiece's sign for a
+  // space) falls back to that sign's three bytes for each space: those bytes
+  // come out of SentencePiece only for a space (the text's own U+2581 does
+  // not go in), so they go out as the space's byte piece, which decodes to
+  // the space.
+  const int sign[3] = {m.byte_id[0xE2], m.byte_id[0x96], m.byte_id[0x81]};
+  auto put = [&] {
+    for (size_t k = 0; k < ids.size(); ++k) {
+      if (k + 2 < ids.size() && ids[k] == sign[0] && ids[k + 1] == sign[1] && ids[k + 2] == sign[2]) {
+        out.push_back(m.byte_id[0x20]);
+        k += 2;
+      } else {
+        out.push_back(ids[k]);
+      }
+    }
+  };
   bool prefix = m.dummy_prefix && !text.empty();   // the space still to put before the text
   auto run = [&](size_t begin, size_t end) {
     if (prefix) {
@@ -305,7 +321,7 @@ void subword_encode(const SubwordModel& m, std::string_view text, TokenIds& out,
       first.append(text.substr(begin, stop - begin));
       const auto st = m.sp.Encode(first, &ids);
       if (!st.ok()) throw sp_error("cannot encode the text", st);
-      for (int id : ids) out.push_back(id);
+      put();
       begin = stop;
     }
     // In pieces of about 1 MiB ending at a newline: no piece spans a newline
@@ -319,7 +335,7 @@ void subword_encode(const SubwordModel& m, std::string_view text, TokenIds& out,
       }
       const auto st = m.sp.Encode(text.substr(at, stop - at), &ids);
       if (!st.ok()) throw sp_error("cannot encode the text", st);
-      for (int id : ids) out.push_back(id);
+      put();
       at = stop;
     }
   };
