@@ -155,16 +155,23 @@ std::shared_ptr<const ByteLevelModel> build(const std::vector<std::pair<std::str
     }
   }
   // An added token that is the vocabulary's token of its id (the same text:
-  // GPT-2's "<|endoftext|>") decodes as that token; any other decodes as its
-  // text as written, so that a text holding it comes back exactly. (The
-  // `tokenizers` library passes an added token's characters through the byte
-  // alphabet when they all are in it: the same bytes for the printable ASCII
-  // of the usual "<|...|>" names; for "café" it would give a byte 0xE9.)
+  // GPT-2's "<|endoftext|>") decodes as that token; one past the vocabulary
+  // decodes as its text as written, so that a text holding it comes back
+  // exactly. (The `tokenizers` library passes an added token's characters
+  // through the byte alphabet when they all are in it: the same bytes for the
+  // printable ASCII of the usual "<|...|>" names; for "café" it would give a
+  // byte 0xE9.) One that takes the id of another vocabulary token is refused:
+  // the BPE still gives that id to the other token's bytes, which would then
+  // decode as the added token's text.
   std::map<int64_t, const std::string*> key_of;
   for (const auto& [token, id] : vocab) key_of[id] = &token;
-  for (const AddedTokenSpec& a : m->added) {
+  for (size_t i = 0; i < m->added.size(); ++i) {
+    const AddedTokenSpec& a = m->added[i];
     auto k = key_of.find(a.id);
-    if (k == key_of.end() || *k->second != a.content) m->bytes[static_cast<size_t>(a.id)] = a.content;
+    if (k != key_of.end() && *k->second != a.content)
+      throw Error("added_tokens[" + std::to_string(i) + "].id " + std::to_string(a.id) + " ('" + a.content + "') is " +
+                  vocab_field + "'s '" + *k->second + "': that token's text would come back as '" + a.content + "'");
+    if (k == key_of.end()) m->bytes[static_cast<size_t>(a.id)] = a.content;
   }
   for (int c = 0; c < 256; ++c) {
     auto it = m->id_of.find(std::string(1, static_cast<char>(c)));
