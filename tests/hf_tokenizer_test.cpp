@@ -259,6 +259,39 @@ TEST(HfTokenizer, AnyBytesComeBack) {
   }
 }
 
+// A SentencePiece model without a piece for U+2581 (its sign for a space)
+// gives a space as that sign's three byte pieces; capstep gives the space's
+// own byte piece there, so the space comes back as a space, and a U+2581 in
+// the text still comes back as itself.
+TEST(HfTokenizer, SentencePieceModelWithoutASpacePiece) {
+  if (!data::have_sentencepiece()) GTEST_SKIP() << "built without SentencePiece";
+  std::string model = slurp(golden_dir("llama-sp") + "/tokenizer.model");
+  // The piece "\u2581" (field 1, 3 bytes) renamed to "\u2582", which the
+  // text below does not hold: the same length, so no length changes.
+  const std::string piece = std::string("\x0A\x03") + "\u2581" + "\x15";
+  const size_t at = model.find(piece);
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_EQ(model.find(piece, at + 1), std::string::npos);
+  model.replace(at + 2, 3, "\u2582");
+  const data::Tokenizer t = data::Tokenizer::from_sentencepiece(model);
+  const std::string text = "The cat  naps.\n a \u2581b\u2581 c ";
+  const std::vector<int32_t> ids = t.encode(text).to_vector();
+  EXPECT_EQ(t.decode(t.encode(text)), text);
+  std::string pieces;
+  int signs = 0, spaces = 0;
+  for (int32_t id : ids) {
+    pieces += t.piece(id);
+    signs += t.piece(id) == "\xE2";
+    spaces += t.piece(id) == " ";
+  }
+  EXPECT_EQ(pieces, " " + text);   // the dummy prefix's space first
+  // The first byte of U+2581 only for the text's own two; spaces that are
+  // not inside a longer piece (" c" and the like) are the space's byte piece.
+  EXPECT_EQ(signs, 2);
+  EXPECT_GE(spaces, 3);
+  for (const std::string& s : random_texts(300)) ASSERT_EQ(t.decode(t.encode(s)), s);
+}
+
 // A text of several MiB is encoded in parts cut where GPT-2's regex cuts
 // too: the ids are those of its pieces, each encoded alone.
 TEST(HfTokenizer, ByteLevelBpeLargeTextInParts) {
@@ -765,6 +798,14 @@ TEST(HfTokenizer, NewerModelsRefusalsNameTheField) {
   EXPECT_EQ(refusal([](nlohmann::json& j) { j["added_tokens"][0]["content"] = ""; }), "added_tokens[0].content is empty");
   EXPECT_EQ(refusal([](nlohmann::json& j) { j["added_tokens"][1]["id"] = 500; }),
             "added_tokens[1].id 500 is also added_tokens[0]'s");
+  // The id of another vocabulary token ("a"'s, whose text the BPE still
+  // gives that id).
+  EXPECT_EQ(refusal([](nlohmann::json& j) {
+              j["added_tokens"][1]["id"] = j["model"]["vocab"]["a"];
+              j["added_tokens"][1]["special"] = false;
+            }),
+            "added_tokens[1].id " + std::to_string(good["model"]["vocab"]["a"].get<int>()) +
+                " ('<|end_of_text|>') is model.vocab's 'a': that token's text would come back as '<|end_of_text|>'");
   EXPECT_EQ(refusal([](nlohmann::json& j) { j["normalizer"] = {{"type", "NFKC"}}; }),
             "normalizer.type is \"NFKC\"; capstep reads no normalizer, NFC, or a Sequence of NFC");
   if (data::bytelevel_have_nfc())
