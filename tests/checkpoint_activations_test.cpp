@@ -370,13 +370,15 @@ TEST(CheckpointActivations, PlannedMemoryIsSmaller) {
 
 // The step that `capstep train --checkpoint-activations` runs on the host
 // (recompute_in_backward where it plans less, checkpoint_activations,
-// AdamW on the host: the gradients are outputs) holds about two [B, T, D]
-// values more per block (its input on the residual stream among them): each
-// block's weight and bias gradients are computed as its backward reaches
-// them. (When the anchors' selects shared one broadcast of true, all of them
-// joined one fused group, run after the last block's backward, and every
-// block's cotangents and recomputed values were held to the end of the step:
-// 12 such values more per block here.)
+// AdamW on the host: the gradients are outputs) holds one [B, T, D] value
+// more per block, its input on the residual stream: each block's weight and
+// bias gradients are computed as its backward reaches them. (When the
+// anchors' selects shared one broadcast of true, all of them joined one
+// fused group, run after the last block's backward, and every block's
+// cotangents and recomputed values were held to the end of the step: 12 such
+// values more per block here. When the host ran the fused groups that only
+// make outputs last, as a GPU's wave of them, each bias's and norm gain's
+// gradient held its two [B, T, D] operands to the end: two values more.)
 size_t train_step_arena(int64_t layers) {
   nn::LmConfig c;
   c.arch = nn::Arch::gpt2;
@@ -399,7 +401,7 @@ TEST(CheckpointActivations, TrainStepHoldsOneResidualPerBlock) {
   const size_t residual = 2 * 64 * 32 * sizeof(float);  // [B, T, D] f32
   std::printf("host arena of the checkpointed train step: 2 blocks %zu, 8 blocks %zu (%.2f residuals per block more)\n",
               two, eight, static_cast<double>(eight - two) / 6.0 / static_cast<double>(residual));
-  EXPECT_LE(eight, two + 6 * 3 * residual);
+  EXPECT_LE(eight, two + 6 * residual + residual / 2);
 }
 
 // The anchors (select(true, x, g)) are what keeps the copies in the

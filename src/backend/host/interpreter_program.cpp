@@ -38,6 +38,7 @@ plan::Target interpreter_target(bool fuse) {
   plan::Target t = plan::host_target();
   t.loops = fuse;
   t.broadcasts_join_readers_first = true;  // with copy_far_broadcasts' copies
+  t.sinks_last = false;                    // one group at a time: no wave to share
   t.library_gemm_reads_transpose = gemm_reads_transpose;
   return t;
 }

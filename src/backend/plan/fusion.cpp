@@ -547,8 +547,9 @@ Fused fuse_program(const Program& p, const Target& target) {
   }
   // Waves (fused programs only): a group's level is the number of launching
   // groups on the longest path to it; the sinks (nothing waits for them: the
-  // parameter updates) share the last level. Groups of one level are
-  // independent, so the generated kernels among them run as one launch.
+  // parameter updates) share the last level where the target says so
+  // (Target::sinks_last). Groups of one level are independent, so the
+  // generated kernels among them run as one launch.
   std::vector<int> level(static_cast<size_t>(G), 0);
   if (loops && static_cast<int>(order.size()) == G) {
     int top = 0;
@@ -557,8 +558,9 @@ Fused fuse_program(const Program& p, const Target& target) {
       for (int s : succ[static_cast<size_t>(g)]) level[static_cast<size_t>(s)] = std::max(level[static_cast<size_t>(s)], next);
       top = std::max(top, next);
     }
-    for (int g = 0; g < G; ++g)
-      if (is_sink(g)) level[static_cast<size_t>(g)] = top;
+    if (target.sinks_last)
+      for (int g = 0; g < G; ++g)
+        if (is_sink(g)) level[static_cast<size_t>(g)] = top;
     // A group that reads only the program's inputs and constants (a bf16
     // weight widened to f32, a mask from the targets), and a view of what
     // such a group makes, is at a low level by the longest path however late

@@ -64,7 +64,8 @@
 // through an outside equation and come back into it. The groups are ordered by
 // level (launches on the longest path to them); the fused groups of one level
 // form a wave, one launch. Fused groups that only produce Program outputs (the
-// AdamW update of each parameter) are "sinks": they share the last level.
+// AdamW update of each parameter) are "sinks": they share the last level
+// (Target::sinks_last).
 #pragma once
 
 #include <cstdint>
@@ -185,6 +186,13 @@ struct Target {
   // held from its operand's (the host, which holds a group's escaping
   // values in buffers)
   bool broadcasts_join_readers_first = false;
+  // the sinks share the last level (one wave of launches for every
+  // parameter's update on a GPU); false: each runs at its own longest path's
+  // level like any group, so that what it reads (the operands of a bias's or
+  // a norm gain's gradient, a product of two [B, T, D] values summed over the
+  // rows) is not held to the end of the step (the host, which runs a group
+  // at a time)
+  bool sinks_last = true;
   // Library GEMMs that read an operand through a transpose without copying
   // it: given dot_general `dot` of p, which of its operands (0 lhs, 1 rhs)
   // and the transpose equation that makes it, whether the backend's library
