@@ -69,6 +69,6 @@ int main(int argc, char** argv) {
   const optim::AdamW adamw{};
   report("step (train's, plain)", TrainStep::program(trained, names, adamw, lane));
   report("step (train's, --checkpoint-activations)",
-         TrainStep::program(checkpoint_activations(trained, every_kth_region(trained, 1)), names, adamw, lane));
+         TrainStep::program(checkpoint_activations(trained, nn::lm_checkpoint_regions(c, trained, 1)), names, adamw, lane));
   return 0;
 }

@@ -169,6 +169,67 @@ TEST(CheckpointActivations, GradientStepIsBitEqualOnTheHost) {
   }
 }
 
+// The loss over chunks of rows (nn::lm_loss_program's chunk_elems): 14
+// positions of 13 classes in chunks of 4 rows (4, 4, 4, 2), each chunk its
+// own region after the blocks'. In f64 the loss and every gradient are the
+// whole loss's up to the order of the chunks' sum (a few ulps of the largest
+// part, 1e-12 relative is far above it and far below any wrong term); the
+// masked loss (SFT's, some targets -100) too.
+TEST(CheckpointActivations, LossInChunksIsTheWholeLoss) {
+  for (nn::Arch a : {nn::Arch::seed, nn::Arch::gpt2, nn::Arch::llama})
+    for (bool masked : {false, true}) {
+      const nn::LmConfig c = tiny(a, 2);
+      const std::string what = std::string(nn::arch_name(a)) + (masked ? " masked" : "");
+      EXPECT_EQ(nn::lm_loss_chunks(c, 4 * c.vocab), 4);
+      EXPECT_EQ(nn::lm_loss_chunks(c, 14 * c.vocab), 1);
+      EXPECT_EQ(nn::lm_loss_chunks(c, 1), 14);   // at least a row a chunk
+      EXPECT_THROW(nn::lm_loss_chunks(c, 0), Error);
+      const Program whole = nn::lm_loss_program(c, DType::f64, masked);
+      const Program parts = nn::lm_loss_program(c, DType::f64, masked, 4 * c.vocab);
+      EXPECT_EQ(checkpoint_regions(parts), (std::vector<int>{0, 1, 2, 3, 4, 5})) << what;
+      const Program gw = value_and_grad(whole, names_of(c)), gp = value_and_grad(parts, names_of(c));
+      std::vector<Array> in = loss_inputs(c);
+      for (Array& x : in) x = x.dtype() == DType::f32 ? x.converted(DType::f64) : x;
+      if (masked)
+        for (int64_t i : {0, 5, 6, 13}) in.back().set(i, -100.0);
+      const std::vector<Array> w = host::run(gw, in), g = host::run(gp, in);
+      ASSERT_EQ(w.size(), g.size());
+      for (size_t o = 0; o < w.size(); ++o) {
+        double scale = 0, err = 0;
+        for (int64_t i = 0; i < w[o].numel(); ++i) {
+          scale = std::max(scale, std::abs(w[o].get(i)));
+          err = std::max(err, std::abs(w[o].get(i) - g[o].get(i)));
+        }
+        EXPECT_GT(scale, 0) << what << " " << gw.outputs[o].name;
+        EXPECT_LE(err, 1e-12 * scale) << what << " " << gw.outputs[o].name;
+      }
+    }
+}
+
+// Checkpointed, the chunks are recomputed in the backward: the same bits as
+// the chunked step without checkpointing, fused and unfused; every 2nd block
+// takes the blocks 0 and 2 and every chunk (nn::lm_checkpoint_regions).
+TEST(CheckpointActivations, LossChunksRecomputedGiveTheSameBits) {
+  for (nn::Arch a : {nn::Arch::gpt2, nn::Arch::llama})
+    for (bool masked : {false, true}) {
+      const nn::LmConfig c = tiny(a, 3);
+      const std::string what = std::string(nn::arch_name(a)) + (masked ? " masked" : "");
+      const Program grad = value_and_grad(nn::lm_loss_program(c, DType::f32, masked, 4 * c.vocab), names_of(c));
+      EXPECT_EQ(nn::lm_checkpoint_regions(c, grad, 2), (std::vector<int>{0, 2, 3, 4, 5, 6})) << what;
+      std::vector<Array> in = loss_inputs(c);
+      if (masked)
+        for (int64_t i : {0, 5, 6, 13}) in.back().set(i, -100.0);
+      host::InterpreterOptions unfused = host::InterpreterOptions::defaults();
+      unfused.fuse = false;
+      for (int every : {1, 2}) {
+        const Program ck = checkpoint_activations(grad, nn::lm_checkpoint_regions(c, grad, every));
+        EXPECT_GT(count_region(ck, 6), count_region(grad, 6)) << what;   // the last chunk's copies
+        expect_bit_equal(grad, host::run(grad, in), host::run(ck, in), what);
+        expect_bit_equal(grad, host::run(grad, in, unfused), host::run(ck, in, unfused), what + " (unfused)");
+      }
+    }
+}
+
 // Only the blocks chosen are recomputed: every 2nd of 4 recomputes blocks 0
 // and 2, about half the equations of all four.
 TEST(CheckpointActivations, EveryKthBlockRecomputesThoseBlocks) {
@@ -402,6 +463,40 @@ TEST(CheckpointActivations, TrainStepHoldsOneResidualPerBlock) {
   std::printf("host arena of the checkpointed train step: 2 blocks %zu, 8 blocks %zu (%.2f residuals per block more)\n",
               two, eight, static_cast<double>(eight - two) / 6.0 / static_cast<double>(residual));
   EXPECT_LE(eight, two + 6 * residual + residual / 2);
+}
+
+// The loss in 8 chunks, checkpointed with the blocks (as `capstep train
+// --checkpoint-activations` at logits of more than 2^26 elements): the
+// train step holds about one chunk's logits, not all of them. [256, 4096]
+// f32 logits are 4 MiB here, the largest value of the step by far; the
+// arena shrinks by at least half of them (a chunk's logits and their
+// gradient, 2 x 512 KiB, stay; the loss's gradient in the whole step shares
+// the logits' buffer). Without ordered_after between the chunks the fusion
+// planner made every chunk's logits first, and the arena was the whole's.
+TEST(CheckpointActivations, LossChunksHoldOneChunkOfLogits) {
+  nn::LmConfig c;
+  c.arch = nn::Arch::gpt2;
+  c.vocab = 4096;
+  c.d_model = 32;
+  c.n_heads = 2;
+  c.d_ff = 128;
+  c.context = 64;
+  c.batch = 4;
+  c.seq = 64;
+  c.n_layers = 2;
+  const std::vector<std::string> names = names_of(c);
+  const int64_t logits = c.batch * c.seq * c.vocab;
+  auto arena = [&](int64_t chunk_elems) {
+    Program grad = host::recompute_where_smaller(value_and_grad(nn::lm_loss_program(c, DType::f32, false, chunk_elems), names));
+    grad = checkpoint_activations(grad, nn::lm_checkpoint_regions(c, grad, 1));
+    return host::memory_needed(TrainStep::program(grad, names, optim::AdamW{}, Lane{BackendKind::host, false})).arena;
+  };
+  ASSERT_EQ(nn::lm_loss_chunks(c, logits / 8), 8);
+  const size_t whole = arena(logits), chunked = arena(logits / 8);
+  const size_t bytes = static_cast<size_t>(logits) * sizeof(float);
+  std::printf("checkpointed train step's host arena: logits whole %zu, in 8 chunks %zu (logits %zu bytes)\n", whole,
+              chunked, bytes);
+  EXPECT_LE(chunked + bytes / 2, whole);
 }
 
 // The anchors (select(true, x, g)) are what keeps the copies in the

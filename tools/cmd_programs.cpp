@@ -46,7 +46,7 @@ Program model_program(const nn::LmConfig& c, const std::string& which, optim::Pr
   std::vector<std::string> names;
   for (const nn::ParamSpec& p : nn::lm_parameters(c)) names.push_back(p.name);
   Program grad = value_and_grad(loss, names);
-  if (checkpoint_every > 0) grad = checkpoint_activations(grad, every_kth_region(grad, checkpoint_every));
+  if (checkpoint_every > 0) grad = checkpoint_activations(grad, nn::lm_checkpoint_regions(c, grad, checkpoint_every));
   if (replicas > 0) grad = optim::data_parallel(grad, names, replicas);
   if (which == "grad") return grad;
   if (which == "fused") return optim::with_adamw(grad, names, optim::AdamW{});
@@ -78,11 +78,14 @@ int run_show(const ShowArgs& a) {
     // (host::memory_needed: the arena of intermediate values; held(): the
     // arena, constants and tiles).
     const Program plain = model_program(c, a.program, a.precision, a.fused_attention, a.data_parallel, 0);
-    const std::vector<int> r = every_kth_region(p, a.checkpoint_every);
+    const std::vector<int> r = nn::lm_checkpoint_regions(c, p, a.checkpoint_every);
+    const int64_t chunks = nn::lm_loss_chunks(c);
     const host::MemoryPlan mp = host::memory_needed(plain), mc = host::memory_needed(p);
     auto mib = [](size_t b) { return std::to_string((b + (1u << 19)) >> 20); };
-    std::cout << "activation checkpointing: " << r.size() << " of " << checkpoint_regions(p).size()
-              << " blocks recomputed in the backward, " << (p.eqns.size() - plain.eqns.size())
+    std::cout << "activation checkpointing: " << (static_cast<int64_t>(r.size()) - (chunks > 1 ? chunks : 0))
+              << " of " << c.n_layers << " blocks"
+              << (chunks > 1 ? " and the loss's " + std::to_string(chunks) + " chunks of logits" : std::string())
+              << " recomputed in the backward, " << (p.eqns.size() - plain.eqns.size())
               << " equations added (" << plain.eqns.size() << " -> " << p.eqns.size()
               << "); the host's plan: intermediate values " << mib(mp.arena) << " MiB -> " << mib(mc.arena)
               << " MiB, all it holds besides inputs and outputs " << mib(mp.held()) << " MiB -> " << mib(mc.held())

@@ -108,7 +108,22 @@ int64_t count_parameters(const LmConfig& c);
 // masked: the loss is masked_cross_entropy's (trace.h): targets < 0 (the SFT
 // batches' -100 on prompt and padding positions) take no part; false: the
 // plain mean cross_entropy, every target in [0, vocab).
-Program lm_loss_program(const LmConfig& c, DType d = DType::f32, bool masked = false);
+//
+// Logits of more than chunk_elems elements ([batch * seq, vocab]) are made in
+// chunks of rows (lm_loss_chunks of them), each chunk's head product and
+// part of the loss in checkpoint region n_layers + k (after the blocks' 0 ..
+// n_layers - 1), the parts summed in order: the same loss up to the order of
+// that sum. checkpoint_activations on those regions holds one chunk's logits
+// at a time.
+Program lm_loss_program(const LmConfig& c, DType d = DType::f32, bool masked = false,
+                        int64_t chunk_elems = int64_t{1} << 26);
+// How many chunks lm_loss_program makes the logits in (1: whole).
+int64_t lm_loss_chunks(const LmConfig& c, int64_t chunk_elems = int64_t{1} << 26);
+// The checkpoint regions of lm_loss_program's gradient program `grad` that
+// checkpointing every `every`-th block takes: blocks 0, every, 2 * every, ...
+// and every chunk of the loss (their logits are the step's widest values).
+// every_kth_region (transforms.h) checks `every`.
+std::vector<int> lm_checkpoint_regions(const LmConfig& c, const Program& grad, int every);
 // Program inputs: every parameter, then "tokens" (i32[1, t]); output "logits"
 // [1, t, vocab]. Used for sampling.
 Program lm_logits_program(const LmConfig& c, int64_t t, DType d = DType::f32);

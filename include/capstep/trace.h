@@ -172,6 +172,18 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 // divided by max(their count, 1), so a batch with none gives 0 (PyTorch: NaN).
 // A target >= V is the gather's error at run time, as for cross_entropy.
 Tensor masked_cross_entropy(const Tensor& logits, const Tensor& targets);
+// The sum over positions of log_softmax(logits)[target] (cross_entropy is it
+// times -1 / positions); with `counted`, masked_cross_entropy's (targets < 0
+// take no part) and the count of the positions that do in *counted. The
+// parts of a cross-entropy taken over row chunks of the logits
+// (nn::lm_loss_program), each chunk's logits made and dropped in turn.
+Tensor cross_entropy_sum(const Tensor& logits, const Tensor& targets, Tensor* counted = nullptr);
+// x, made no earlier than the scalar `after`: select(true, x, after
+// broadcast), the same bits as x, with a dependency on `after` that no
+// scheduler can reorder (value_and_grad sends nothing through it). For work
+// that should run in turn, each part's operand ordered after the previous
+// part's result (lm_loss_program's chunks), not all parts at once.
+Tensor ordered_after(const Tensor& x, const Tensor& after);
 // Rotary position embedding as transformers' LlamaRotaryEmbedding computes it
 // (rope_type "default"): tables cos and sin of [positions, head_dim], captured
 // as constants of dtype d (no sin/cos primitive: docs/api.md, "Rotary

@@ -9,6 +9,7 @@
 #include "capstep/nn.h"
 #include "capstep/random.h"
 #include "capstep/trace.h"
+#include "capstep/transforms.h"
 
 namespace capstep::nn {
 
@@ -236,6 +237,7 @@ struct DecodeInputs {
 // attention reads them (after the rotary embedding; before repeat_kv).
 struct Body {
   Tensor logits;
+  Tensor hidden, head;   // with head_apart: the final norm's [B, T, D] and the head [D, V], no logits
   std::vector<Tensor> k, v;
 };
 
@@ -277,7 +279,7 @@ std::vector<float> rotary_inv_freq(const LmConfig& c) {
 // itself; every shape is fixed by the capacity, so the cost of a step does
 // not depend on the position.
 Body body_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, const Tensor& tokens,
-             const DecodeInputs* dec, bool last_only) {
+             const DecodeInputs* dec, bool last_only, bool head_apart = false) {
   const int64_t B = tokens.dim(0), T = tokens.dim(1), D = c.d_model, H = c.n_heads, Dh = c.head_width(),
                 KV = c.kv_heads();
   const bool gpt2 = c.arch == Arch::gpt2, llama = c.arch == Arch::llama;
@@ -404,7 +406,13 @@ Body body_of(Tracer& tr, const LmConfig& c, const std::vector<Tensor>& params, c
   // head (the widest product, [D, V]) run on that row alone.
   if (last_only && T > 1) x = slice(x, {0, T - 1, 0}, {B, T, D});
   Tensor hf = norm(x);
-  out.logits = gpt2 || c.tied_head ? matmul(hf, transpose(tok_emb, {1, 0})) : matmul(hf, next());
+  Tensor head = gpt2 || c.tied_head ? transpose(tok_emb, {1, 0}) : next();
+  if (head_apart) {
+    out.hidden = hf;
+    out.head = head;
+  } else {
+    out.logits = matmul(hf, head);
+  }
   return out;
 }
 
@@ -420,13 +428,58 @@ std::vector<Tensor> param_inputs(Tracer& tr, const LmConfig& c, DType d) {
 
 }  // namespace
 
-Program lm_loss_program(const LmConfig& c, DType d, bool masked) {
+int64_t lm_loss_chunks(const LmConfig& c, int64_t chunk_elems) {
+  if (chunk_elems < 1) throw Error("lm_loss_program: chunk_elems must be at least 1, got " + std::to_string(chunk_elems));
+  const int64_t rows = c.batch * c.seq;
+  const int64_t per = std::max<int64_t>(1, chunk_elems / std::max<int64_t>(1, c.vocab));   // rows a chunk
+  return rows <= per ? 1 : (rows + per - 1) / per;
+}
+
+std::vector<int> lm_checkpoint_regions(const LmConfig& c, const Program& grad, int every) {
+  std::vector<int> r;
+  for (int x : every_kth_region(grad, every))
+    if (x < c.n_layers) r.push_back(x);
+  for (int x : checkpoint_regions(grad))
+    if (x >= c.n_layers) r.push_back(x);
+  return r;
+}
+
+Program lm_loss_program(const LmConfig& c, DType d, bool masked, int64_t chunk_elems) {
   Tracer tr;
   std::vector<Tensor> ps = param_inputs(tr, c, d);
   Tensor tokens = tr.input("tokens", {DType::i32, {c.batch, c.seq}});
   Tensor targets = tr.input("targets", {DType::i32, {c.batch, c.seq}});
-  Tensor logits = logits_of(tr, c, ps, tokens);
-  Tensor loss = masked ? masked_cross_entropy(logits, targets) : cross_entropy(logits, targets);
+  const int64_t chunks = lm_loss_chunks(c, chunk_elems);
+  Tensor loss;
+  if (chunks == 1) {
+    Tensor logits = logits_of(tr, c, ps, tokens);
+    loss = masked ? masked_cross_entropy(logits, targets) : cross_entropy(logits, targets);
+  } else {
+    // The head and the loss over chunks of rows, each in a checkpoint region
+    // of its own after the blocks': checkpointed, a chunk's logits are made
+    // in the forward for its part of the loss and dropped, then made again in
+    // the backward where its gradient needs them, so one chunk's logits are
+    // held at a time instead of all [B * T, V].
+    const Body b = body_of(tr, c, ps, tokens, nullptr, false, true);
+    const int64_t rows = c.batch * c.seq, per = (rows + chunks - 1) / chunks, D = c.d_model;
+    Tensor h = reshape(b.hidden, {rows, D}), t = reshape(targets, {rows});
+    Tensor total, count;
+    for (int64_t k = 0; k < chunks; ++k) {
+      const int64_t r0 = k * per, r1 = std::min(rows, r0 + per);
+      tr.set_region(static_cast<int>(c.n_layers + k));
+      // Each chunk's rows are read after the previous chunk's part is made:
+      // a scheduler by dependencies (the host's fusion planner) would
+      // otherwise make every chunk's logits first, all of them held at once.
+      Tensor rows_k = slice(h, {r0, 0}, {r1, D});
+      if (k > 0) rows_k = ordered_after(rows_k, total);
+      Tensor part_count;
+      Tensor part = cross_entropy_sum(matmul(rows_k, b.head), slice(t, {r0}, {r1}), masked ? &part_count : nullptr);
+      tr.set_region(-1);
+      total = k == 0 ? part : total + part;
+      if (masked) count = k == 0 ? part_count : count + part_count;
+    }
+    loss = masked ? -(total / maximum(count, tr.scalar(1.0, d))) : total * (-1.0 / static_cast<double>(rows));
+  }
   Program p = tr.finish({{"loss", loss}});
   p.name = "causal_lm_loss";
   return p;

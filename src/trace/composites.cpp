@@ -189,24 +189,26 @@ Tensor label_log_prob(const Tensor& logits, const Tensor& labels) {
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
-  check_cross_entropy("cross_entropy", logits, targets);
-  Tracer& tr = *logits.tracer();
-  const Shape s = logits.shape();
-  // The targets pass through a gather of the class numbers 0..C-1 (each
-  // label gathers itself), so that a label outside [0, C) is the gather's
-  // index error at run time, naming its position, on every backend; a bare
-  // compare would match no class and drop that position from the loss.
-  Tensor labels = gather_rows(tr.iota({DType::i32, {s.back()}}, 0), targets);
-  int64_t n = 1;
-  for (size_t d = 0; d + 1 < s.size(); ++d) n *= s[d];
-  return sum(label_log_prob(logits, labels)) * (-1.0 / static_cast<double>(n));
+Tensor ordered_after(const Tensor& x, const Tensor& after) {
+  Tracer& tr = trace_detail::tracer_of("ordered_after", {x, after});
+  if (after.rank() != 0) throw Error("ordered_after: `after` must be a scalar, got " + after.type().str());
+  Tensor spread = broadcast_to(convert(after, x.dtype()), x.shape());
+  trace_detail::mark_no_grad(spread);
+  return select(tr.full(x.shape(), 1.0, DType::i1), x, spread);
 }
 
-Tensor masked_cross_entropy(const Tensor& logits, const Tensor& targets) {
-  check_cross_entropy("masked_cross_entropy", logits, targets);
+Tensor cross_entropy_sum(const Tensor& logits, const Tensor& targets, Tensor* counted) {
+  check_cross_entropy(counted ? "masked_cross_entropy" : "cross_entropy", logits, targets);
   Tracer& tr = *logits.tracer();
   const Shape s = logits.shape();
+  if (!counted) {
+    // The targets pass through a gather of the class numbers 0..C-1 (each
+    // label gathers itself), so that a label outside [0, C) is the gather's
+    // index error at run time, naming its position, on every backend; a bare
+    // compare would match no class and drop that position from the loss.
+    Tensor labels = gather_rows(tr.iota({DType::i32, {s.back()}}, 0), targets);
+    return sum(label_log_prob(logits, labels));
+  }
   const Shape pos(s.begin(), s.end() - 1);
   // valid = targets >= 0; a negative target (-100, PyTorch's ignore_index)
   // is clamped to class 0 for the gather and then zeroed by `valid`.
@@ -215,8 +217,20 @@ Tensor masked_cross_entropy(const Tensor& logits, const Tensor& targets) {
   Tensor labels = gather_rows(tr.iota({DType::i32, {s.back()}}, 0), maximum(targets, zero));
   Tensor validf = convert(valid, logits.dtype());
   Tensor picked = sum(label_log_prob(logits, labels) * validf);
-  Tensor count = maximum(sum(validf), tr.scalar(1.0, logits.dtype()));
-  return -(picked / count);
+  *counted = sum(validf);
+  return picked;
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
+  int64_t n = 1;
+  for (int64_t d = 0; d + 1 < logits.rank(); ++d) n *= logits.dim(d);
+  return cross_entropy_sum(logits, targets) * (-1.0 / static_cast<double>(n));
+}
+
+Tensor masked_cross_entropy(const Tensor& logits, const Tensor& targets) {
+  Tensor count;
+  Tensor picked = cross_entropy_sum(logits, targets, &count);
+  return -(picked / maximum(count, logits.tracer()->scalar(1.0, logits.dtype())));
 }
 
 Tensor causal_mask(Tracer& tr, int64_t T, DType d) {

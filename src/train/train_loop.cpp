@@ -479,7 +479,7 @@ Result train(const Options& o) {
   // the backward reads them, not held from the forward until then, where
   // the host's plan of the step says that holds less.
   grad = host::recompute_where_smaller(grad, o.backend.host);
-  if (o.checkpoint_every > 0) grad = checkpoint_activations(grad, every_kth_region(grad, o.checkpoint_every));
+  if (o.checkpoint_every > 0) grad = checkpoint_activations(grad, nn::lm_checkpoint_regions(o.model, grad, o.checkpoint_every));
   // A bf16 base: each weight's f32 copy made at its readers, not held from
   // the forward through the backward.
   if (lora_run.meta.options.base_bf16) grad = lora::convert_at_each_use(grad);
