@@ -8,6 +8,7 @@
 
 #include "backend/host/interpreter.h"
 #include "capstep/trace.h"
+#include "capstep/transforms.h"
 
 namespace {
 
@@ -391,6 +392,42 @@ TEST(TraceValues, SiluAndSigmoid) {
     const double sg = 1.0 / (1.0 + std::exp(-xs[i]));
     EXPECT_NEAR(out[1].get(static_cast<int64_t>(i)), sg, 1e-15);
     EXPECT_NEAR(out[0].get(static_cast<int64_t>(i)), xs[i] * sg, 1e-15);
+  }
+}
+
+// ordered_after(x, after): x's bits (whatever `after` holds, an infinity
+// too), a dependency on `after`, and no gradient through it: d/ds of
+// sum(ordered_after(2x, 3s)^2) + s is the direct term's 1 alone; for a
+// scalar x as well.
+TEST(TraceValues, OrderedAfterIsXWithADependencyAndNoGradient) {
+  for (const Shape& shape : {Shape{2, 3}, Shape{}}) {
+    Tracer tr;
+    Tensor x = tr.input("x", {DType::f32, shape});
+    Tensor s = tr.input("s", {DType::f32, {}});
+    Tensor after = s * 3.0;
+    Tensor y = ordered_after(x * 2.0, after);
+    Program p = tr.finish({{"loss", sum(y * y) + s}, {"y", y}});
+    bool reads_after = false;
+    for (const Eqn& e : p.eqns) reads_after |= e.op == Op::broadcast_in_dim && e.inputs[0] == after.id();
+    EXPECT_TRUE(reads_after) << to_text(p);
+    const Program g = value_and_grad(p, {"x", "s"});
+    // The forward's select and its VJP towards x; none towards `after`.
+    int selects = 0;
+    for (const Eqn& e : g.eqns) selects += e.op == Op::select;
+    EXPECT_EQ(selects, 2) << to_text(g);
+    const int64_t n = Type{DType::f32, shape}.numel();
+    std::vector<float> xs;
+    for (int64_t i = 0; i < n; ++i) xs.push_back(0.5f + static_cast<float>(i));
+    for (float sv : {1.5f, INFINITY}) {
+      const std::vector<Array> out = host::run(g, {Array::f32(shape, xs), Array::scalar(sv)});
+      const Array& gy = out[static_cast<size_t>(g.output_index("y"))];
+      const Array& gx = out[static_cast<size_t>(g.output_index("grad.x"))];
+      for (int64_t i = 0; i < n; ++i) {
+        EXPECT_EQ(gy.get(i), 2.0 * xs[static_cast<size_t>(i)]);
+        EXPECT_EQ(gx.get(i), 8.0 * xs[static_cast<size_t>(i)]);
+      }
+      EXPECT_EQ(out[static_cast<size_t>(g.output_index("grad.s"))].get(0), 1.0);
+    }
   }
 }
 

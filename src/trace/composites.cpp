@@ -192,7 +192,9 @@ Tensor label_log_prob(const Tensor& logits, const Tensor& labels) {
 Tensor ordered_after(const Tensor& x, const Tensor& after) {
   Tracer& tr = trace_detail::tracer_of("ordered_after", {x, after});
   if (after.rank() != 0) throw Error("ordered_after: `after` must be a scalar, got " + after.type().str());
-  Tensor spread = broadcast_to(convert(after, x.dtype()), x.shape());
+  // Always an equation of its own (broadcast_to records none for a scalar
+  // x), so that no_grad marks it and not `after`.
+  Tensor spread = broadcast_in_dim(convert(after, x.dtype()), x.shape(), {});
   trace_detail::mark_no_grad(spread);
   return select(tr.full(x.shape(), 1.0, DType::i1), x, spread);
 }
