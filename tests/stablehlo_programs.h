@@ -279,10 +279,12 @@ inline Case bf16_case() {
 // program (optim::clip_grad_norm between value_and_grad and with_adamw).
 // fused_attention: the loss program through fuse_attention first (the
 // attention primitives, which the export writes out as primitives).
-inline Case fused_step_case(const nn::LmConfig& c, const std::string& name, double clip = 0, bool fused_attention = false) {
+// chunk_elems: lm_loss_program's (logits of more elements in chunks of rows).
+inline Case fused_step_case(const nn::LmConfig& c, const std::string& name, double clip = 0, bool fused_attention = false,
+                            int64_t chunk_elems = int64_t{1} << 26) {
   std::vector<std::string> names;
   for (const auto& ps : nn::lm_parameters(c)) names.push_back(ps.name);
-  Program loss = nn::lm_loss_program(c);
+  Program loss = nn::lm_loss_program(c, DType::f32, false, chunk_elems);
   if (fused_attention) loss = fuse_attention(loss);
   Program grad = value_and_grad(loss, names);
   if (clip > 0) grad = optim::clip_grad_norm(grad, names);

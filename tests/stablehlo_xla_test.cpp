@@ -244,6 +244,12 @@ TEST(StablehloXla, CheckpointedFusedTrainingSteps) {
     ASSERT_GT(c.program.eqns.size(), plain) << name;
     check_with_xla(c);
   }
+  // The loss in chunks of three rows (nn::lm_loss_program), each recomputed
+  // in the backward, each read after the previous one's part (ordered_after).
+  Case c = fused_step_case(g, "tiny_gpt2_checkpointed_loss_chunks", 0, false, 3 * g.vocab);
+  ASSERT_GT(nn::lm_loss_chunks(g, 3 * g.vocab), 2);
+  c.program = checkpoint_activations(c.program, nn::lm_checkpoint_regions(g, c.program, 1));
+  check_with_xla(c);
 }
 
 // The KV cache's prefill and decode programs (`capstep export --program
