@@ -439,10 +439,14 @@ int run_train(TrainArgs a) {
   if (o.grad_accum > 1)
     std::printf(", %lld micro-batches a step (batch %lld)", static_cast<long long>(o.grad_accum),
                 static_cast<long long>(o.grad_accum * o.model.batch));
-  if (o.checkpoint_every > 0)
-    std::printf(o.checkpoint_every == 1 ? ", activations checkpointed (every block recomputed in the backward)"
-                                        : ", activations checkpointed (every %d blocks from block 0)",
+  if (o.checkpoint_every > 0) {
+    std::printf(o.checkpoint_every == 1 ? ", activations checkpointed (every block recomputed in the backward"
+                                        : ", activations checkpointed (every %d blocks from block 0",
                 o.checkpoint_every);
+    const int64_t chunks = nn::lm_loss_chunks(o.model);
+    if (chunks > 1) std::printf(", and the loss's %lld chunks of logits", static_cast<long long>(chunks));
+    std::printf(")");
+  }
   if (o.comm)
     std::printf(", data-parallel over %d ranks (global batch %lld)", o.comm->size(),
                 static_cast<long long>(o.comm->size() * o.model.batch));

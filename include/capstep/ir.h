@@ -301,11 +301,13 @@ struct Attrs {
   // Any op: value_and_grad treats the result as a constant (no cotangent flows
   // through it; JAX's stop_gradient). The softmax's max shift carries it: the
   // shift cancels, so the gradient through it is zero in exact arithmetic and
-  // only rounding noise in floating point. Text form: no_grad=1.
+  // only rounding noise in floating point; ordered_after's dependency too
+  // (trace.h). Text form: no_grad=1.
   bool no_grad = false;
-  // Any op: the checkpoint region (a transformer block's index, from 0) whose
+  // Any op: the checkpoint region (a transformer block's index, from 0, or
+  // after the blocks a chunk of the loss's logits: nn::lm_loss_program) whose
   // forward recorded it (Tracer::set_region), or -1. Only
-  // checkpoint_activations (autodiff.h) reads it; no primitive's meaning
+  // checkpoint_activations (transforms.h) reads it; no primitive's meaning
   // depends on it, so operator== and common-subexpression elimination ignore
   // it. Text form: region=N.
   int32_t region = -1;

@@ -124,10 +124,11 @@ struct Options {
   // backend stores bf16 values as bf16 and rounds them as the host does.
   optim::Precision precision = optim::Precision::f32;
   bool fused_attention = false;          // fuse_attention (trace.h) on the loss program: the attention primitives
-  // > 0: activation checkpointing (autodiff.h's checkpoint_activations) of
-  // every K-th transformer block from block 0 (1: every block): the step
-  // recomputes those blocks' forward inside the backward instead of holding
-  // their activations; the same losses and parameters, bit for bit. 0: off.
+  // > 0: activation checkpointing (transforms.h's checkpoint_activations) of
+  // every K-th transformer block from block 0 (1: every block) and of the
+  // loss's chunks of logits (nn::lm_checkpoint_regions): the step recomputes
+  // their forward inside the backward instead of holding their activations;
+  // the same losses and parameters, bit for bit. 0: off.
   int checkpoint_every = 0;
   std::string text_path;                 // empty: the built-in corpus
   // Token files (capstep/token_file.h) in place of the text (not with
