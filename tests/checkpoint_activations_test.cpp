@@ -440,25 +440,30 @@ TEST(CheckpointActivations, PlannedMemoryIsSmaller) {
 // values more per block here. When the host ran the fused groups that only
 // make outputs last, as a GPU's wave of them, each bias's and norm gain's
 // gradient held its two [B, T, D] operands to the end: two values more.)
-size_t train_step_arena(int64_t layers) {
+nn::LmConfig small_gpt2(int64_t layers, int64_t vocab, int64_t batch) {
   nn::LmConfig c;
   c.arch = nn::Arch::gpt2;
-  c.vocab = 13;
+  c.vocab = vocab;
   c.d_model = 32;
   c.n_heads = 2;
   c.d_ff = 128;
   c.context = 64;
-  c.batch = 2;
+  c.batch = batch;
   c.seq = 64;
   c.n_layers = layers;
+  return c;
+}
+
+// The host arena of the step `capstep train --checkpoint-activations` runs.
+size_t train_step_arena(const nn::LmConfig& c, int64_t chunk_elems = int64_t{1} << 26) {
   const std::vector<std::string> names = names_of(c);
-  Program grad = host::recompute_where_smaller(value_and_grad(nn::lm_loss_program(c), names));
-  grad = checkpoint_activations(grad, every_kth_region(grad, 1));
+  Program grad = host::recompute_where_smaller(value_and_grad(nn::lm_loss_program(c, DType::f32, false, chunk_elems), names));
+  grad = checkpoint_activations(grad, nn::lm_checkpoint_regions(c, grad, 1));
   return host::memory_needed(TrainStep::program(grad, names, optim::AdamW{}, Lane{BackendKind::host, false})).arena;
 }
 
 TEST(CheckpointActivations, TrainStepHoldsOneResidualPerBlock) {
-  const size_t two = train_step_arena(2), eight = train_step_arena(8);
+  const size_t two = train_step_arena(small_gpt2(2, 13, 2)), eight = train_step_arena(small_gpt2(8, 13, 2));
   const size_t residual = 2 * 64 * 32 * sizeof(float);  // [B, T, D] f32
   std::printf("host arena of the checkpointed train step: 2 blocks %zu, 8 blocks %zu (%.2f residuals per block more)\n",
               two, eight, static_cast<double>(eight - two) / 6.0 / static_cast<double>(residual));
@@ -474,25 +479,10 @@ TEST(CheckpointActivations, TrainStepHoldsOneResidualPerBlock) {
 // the logits' buffer). Without ordered_after between the chunks the fusion
 // planner made every chunk's logits first, and the arena was the whole's.
 TEST(CheckpointActivations, LossChunksHoldOneChunkOfLogits) {
-  nn::LmConfig c;
-  c.arch = nn::Arch::gpt2;
-  c.vocab = 4096;
-  c.d_model = 32;
-  c.n_heads = 2;
-  c.d_ff = 128;
-  c.context = 64;
-  c.batch = 4;
-  c.seq = 64;
-  c.n_layers = 2;
-  const std::vector<std::string> names = names_of(c);
+  const nn::LmConfig c = small_gpt2(2, 4096, 4);
   const int64_t logits = c.batch * c.seq * c.vocab;
-  auto arena = [&](int64_t chunk_elems) {
-    Program grad = host::recompute_where_smaller(value_and_grad(nn::lm_loss_program(c, DType::f32, false, chunk_elems), names));
-    grad = checkpoint_activations(grad, nn::lm_checkpoint_regions(c, grad, 1));
-    return host::memory_needed(TrainStep::program(grad, names, optim::AdamW{}, Lane{BackendKind::host, false})).arena;
-  };
   ASSERT_EQ(nn::lm_loss_chunks(c, logits / 8), 8);
-  const size_t whole = arena(logits), chunked = arena(logits / 8);
+  const size_t whole = train_step_arena(c, logits), chunked = train_step_arena(c, logits / 8);
   const size_t bytes = static_cast<size_t>(logits) * sizeof(float);
   std::printf("checkpointed train step's host arena: logits whole %zu, in 8 chunks %zu (logits %zu bytes)\n", whole,
               chunked, bytes);
